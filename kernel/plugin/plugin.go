@@ -1,0 +1,150 @@
+// Package plugin is how the kernel finds its backends. A plugin is an Info
+// value: its kind (the kernel extension point), its name, the contract
+// version it implements, a default configuration and a constructor. A build
+// contains the plugins its main package passes to a Registry; the kernel never
+// imports a plugin.
+package plugin
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// Kind is a kernel extension point.
+type Kind string
+
+const (
+	Runtime   Kind = "runtime"
+	Storage   Kind = "storage"
+	Bucket    Kind = "bucket"
+	Transport Kind = "transport"
+)
+
+// Kinds lists every kind, in the order listings show them.
+var Kinds = []Kind{Runtime, Storage, Bucket, Transport}
+
+// Info describes one plugin.
+type Info struct {
+	Kind Kind
+	Name string // lowercase, [a-z][a-z0-9_]*: "wazero", "sqlite"
+	// API is the contract version the plugin implements, "runtime/v1"; the
+	// kernel refuses a plugin whose version differs from its own.
+	API string
+	// Summary is one line for `wasmkeep plugins`.
+	Summary string
+	// NewConfig returns a pointer to the plugin's configuration with its
+	// defaults set. plugins.yaml's settings for the plugin are decoded into it
+	// strictly (an unknown key is an error). Nil means the plugin takes none.
+	NewConfig func() any
+	// New builds the plugin from its decoded configuration. It returns the
+	// kind's interface (runtime.Driver, storage.Driver, ...).
+	New func(config any) (any, error)
+	// Unavailable, when set, marks a plugin this build knows of but lacks
+	// (a cgo plugin in a CGO_ENABLED=0 build) and says how to get it; New is
+	// then nil and choosing the plugin fails with this text.
+	Unavailable string
+}
+
+// ID is "<kind>.<name>".
+func (i Info) ID() string { return string(i.Kind) + "." + i.Name }
+
+var nameRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+
+// Registry holds the plugins of one build. It is safe for concurrent reads
+// once registration is done.
+type Registry struct {
+	byID map[string]Info
+}
+
+// NewRegistry returns a registry holding infos, or an error naming the first
+// malformed or duplicate one.
+func NewRegistry(infos ...Info) (*Registry, error) {
+	r := &Registry{byID: map[string]Info{}}
+	for _, in := range infos {
+		if err := r.register(in); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func (r *Registry) register(in Info) error {
+	known := false
+	for _, k := range Kinds {
+		known = known || k == in.Kind
+	}
+	switch {
+	case !known:
+		return fmt.Errorf("plugin %q: unknown kind %q (valid: %s)", in.Name, in.Kind, joinKinds())
+	case !nameRE.MatchString(in.Name):
+		return fmt.Errorf("plugin %s: name %q must match %s", in.Kind, in.Name, nameRE)
+	case in.New == nil && in.Unavailable == "":
+		return fmt.Errorf("plugin %s: New is nil", in.ID())
+	case in.API == "":
+		return fmt.Errorf("plugin %s: declares no contract version (API)", in.ID())
+	}
+	if _, dup := r.byID[in.ID()]; dup {
+		return fmt.Errorf("plugin %s registered twice", in.ID())
+	}
+	r.byID[in.ID()] = in
+	return nil
+}
+
+// Lookup finds a plugin by kind and name. The error for a missing one lists
+// the plugins of that kind this build has.
+func (r *Registry) Lookup(kind Kind, name string) (Info, error) {
+	if in, ok := r.byID[string(kind)+"."+name]; ok {
+		if in.Unavailable != "" {
+			return Info{}, fmt.Errorf("%s plugin %q is not in this build: %s", kind, name, in.Unavailable)
+		}
+		return in, nil
+	}
+	var names []string
+	for _, in := range r.List() {
+		if in.Kind == kind && in.Unavailable == "" {
+			names = append(names, in.Name)
+		}
+	}
+	valid := "none"
+	if len(names) > 0 {
+		valid = strings.Join(names, ", ")
+	}
+	return Info{}, fmt.Errorf("unknown %s plugin %q (this build has: %s)", kind, name, valid)
+}
+
+// List returns every plugin, ordered by kind then name.
+func (r *Registry) List() []Info {
+	order := map[Kind]int{}
+	for i, k := range Kinds {
+		order[k] = i
+	}
+	out := make([]Info, 0, len(r.byID))
+	for _, in := range r.byID {
+		out = append(out, in)
+	}
+	sort.Slice(out, func(a, b int) bool {
+		if out[a].Kind != out[b].Kind {
+			return order[out[a].Kind] < order[out[b].Kind]
+		}
+		return out[a].Name < out[b].Name
+	})
+	return out
+}
+
+// CheckAPI refuses a plugin whose contract version is not want.
+func CheckAPI(in Info, want string) error {
+	if in.API != want {
+		return fmt.Errorf("plugin %s implements %s, but this kernel requires %s", in.ID(), in.API, want)
+	}
+	return nil
+}
+
+func joinKinds() string {
+	s := make([]string, len(Kinds))
+	for i, k := range Kinds {
+		s[i] = string(k)
+	}
+	return strings.Join(s, ", ")
+}

@@ -1,0 +1,174 @@
+// Package runtime is the contract between the kernel and a WebAssembly
+// engine (runtime/v1). The kernel owns the protocols (which hook runs when,
+// the CPU budget, the wall clock, what host functions do); an engine owns the
+// mechanisms: compiling and caching modules, instantiating them with WASI
+// preview 1 and the kernel's host functions, calling exports, capping linear
+// memory and stopping a guest when asked.
+//
+// Both engines (wazero, wasmtime) implement it; conformance/runtimetest holds
+// the rules they must pass.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"io"
+)
+
+// API is the contract version a runtime plugin declares.
+const API = "runtime/v1"
+
+// Driver is what a runtime plugin's New returns.
+type Driver interface {
+	// NewEngine creates an engine. The kernel creates one per node.
+	NewEngine(ctx context.Context, cfg Config) (Engine, error)
+}
+
+// Config is what the kernel asks of every engine.
+type Config struct {
+	// MemoryLimitPages caps every linear memory of every instance, in 64 KiB
+	// pages. memory.grow past it fails (returns -1) in the guest; a module
+	// whose declared minimum is above it fails to compile or instantiate.
+	MemoryLimitPages uint32
+	// CacheDir, when set, is a directory the engine may use to keep compiled
+	// code across restarts. A corrupt or stale entry must be ignored.
+	CacheDir string
+	// HostModule is the import module name of HostFunctions ("wasmkeep").
+	HostModule string
+	// HostFunctions are the functions a guest may import from HostModule.
+	HostFunctions []HostFunction
+}
+
+// Engine compiles modules. It is safe for concurrent use.
+type Engine interface {
+	// Compile validates and compiles a module. It does not check the
+	// module's imports against what the host provides: the kernel does that,
+	// from Module.Imports, so every engine refuses the same modules with the
+	// same message.
+	Compile(ctx context.Context, wasm []byte) (Module, error)
+	Close(ctx context.Context) error
+}
+
+// ValueType is a WebAssembly value type.
+type ValueType byte
+
+const (
+	I32 ValueType = 0x7f
+	I64 ValueType = 0x7e
+	F32 ValueType = 0x7d
+	F64 ValueType = 0x7c
+)
+
+func (t ValueType) String() string {
+	switch t {
+	case I32:
+		return "i32"
+	case I64:
+		return "i64"
+	case F32:
+		return "f32"
+	case F64:
+		return "f64"
+	}
+	return "unknown"
+}
+
+// Signature is a function type.
+type Signature struct {
+	Params, Results []ValueType
+}
+
+// Import is one function a module imports.
+type Import struct {
+	Module, Name string
+	Signature
+	// IsFunc is false for imported memories, tables and globals, which no
+	// host provides.
+	IsFunc bool
+}
+
+// Export is one function a module exports.
+type Export struct {
+	Name string
+	Signature
+}
+
+// Module is a compiled module. It is safe for concurrent use.
+type Module interface {
+	Imports() []Import
+	// Exports lists the exported functions.
+	Exports() []Export
+	// ExportsMemory reports whether the module exports a memory by name.
+	ExportsMemory(name string) bool
+	// Instantiate creates an instance with WASI preview 1 (see the package
+	// rules below) and the engine's host functions, then runs the module's
+	// _initialize export if it has one. Instances of one module share
+	// nothing but the compiled code.
+	Instantiate(ctx context.Context, cfg InstanceConfig) (Instance, error)
+	Close(ctx context.Context) error
+}
+
+// InstanceConfig configures one instance.
+type InstanceConfig struct {
+	// Stdout and Stderr receive what the guest writes to fds 1 and 2. Writes
+	// must not block the guest for long; nil discards.
+	Stdout, Stderr io.Writer
+}
+
+// Instance is one instantiated module. It is used by one goroutine at a
+// time: the kernel never calls into an instance concurrently.
+type Instance interface {
+	// Function returns an exported function, or nil if there is none.
+	Function(name string) Function
+	// Memory is the instance's exported "memory".
+	Memory() Memory
+	Close(ctx context.Context) error
+}
+
+// Function is an exported function of an instance.
+type Function interface {
+	// Call calls the function. stack holds the parameters on entry and the
+	// results on return, so len(stack) >= max(params, results).
+	//
+	// ctx is the context every host function called meanwhile receives.
+	// Once ctx is done the engine stops the guest promptly (within
+	// milliseconds, also inside a loop without calls) and Call returns an
+	// error that matches ErrInterrupted. Any other failure (a trap, a host
+	// function that panicked, proc_exit) returns an error that describes it.
+	// After any error the kernel discards the instance.
+	Call(ctx context.Context, stack []uint64) error
+}
+
+// Memory is an instance's linear memory, as host functions see it.
+type Memory interface {
+	// Read returns a view of memory (not a copy), valid until the guest runs
+	// again; ok is false if the range is out of bounds.
+	Read(offset, length uint32) (view []byte, ok bool)
+	// Write copies data into memory; ok is false if out of bounds.
+	Write(offset uint32, data []byte) (ok bool)
+	// Size is the memory's size in bytes.
+	Size() uint32
+}
+
+// HostFunction is a function the kernel provides to guests.
+type HostFunction struct {
+	Name string
+	Signature
+	// Func runs on the goroutine (and OS thread) of the Function.Call that
+	// reached it, with that call's ctx. It reads parameters from stack and
+	// writes results to it, as Function.Call does. To fail the guest call it
+	// panics with an error; the engine recovers it and Function.Call returns
+	// an error wrapping it.
+	Func func(ctx context.Context, mem Memory, stack []uint64)
+}
+
+// ErrInterrupted matches the error of a call stopped because its ctx was
+// done. context.Cause(ctx) tells the kernel why.
+var ErrInterrupted = errors.New("guest interrupted")
+
+// WASI preview 1, as every engine must provide it: what the guest writes to
+// fds 1 and 2 goes to InstanceConfig's writers; stdin is empty; clocks read
+// the real time (realtime and monotonic); random_get reads a cryptographic
+// source; args and environment are empty; no directory is preopened, so every
+// path operation fails; sock_* calls fail (ENOTSUP or EBADF); poll_oneoff may
+// sleep on clocks; proc_exit ends the call with an error.
