@@ -57,7 +57,9 @@ func Start(limit time.Duration, onExceed func()) *Watch {
 	w := &Watch{clock: threadClock(unix.Gettid()), limit: limit, onExceed: onExceed}
 	w.start, _ = readClock(w.clock)
 	if limit > 0 {
+		w.mu.Lock()
 		w.timer = time.AfterFunc(limit, w.check)
+		w.mu.Unlock()
 	}
 	return w
 }
