@@ -326,3 +326,14 @@ func DecodeResponse(b []byte) (Response, error) {
 	s := r.Response()
 	return s, r.Done()
 }
+
+// Columns reads the header of an encoded Rows: the column names and the row
+// count. The values follow, row by row, to be read with Value.
+func (r *Reader) Columns() (columns []string, rows int) {
+	n := r.Count(4)
+	columns = make([]string, 0, n)
+	for i := 0; i < n && r.err == nil; i++ {
+		columns = append(columns, r.String())
+	}
+	return columns, int(r.U32())
+}

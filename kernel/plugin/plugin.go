@@ -95,23 +95,36 @@ func (r *Registry) register(in Info) error {
 // Lookup finds a plugin by kind and name. The error for a missing one lists
 // the plugins of that kind this build has.
 func (r *Registry) Lookup(kind Kind, name string) (Info, error) {
-	if in, ok := r.byID[string(kind)+"."+name]; ok {
+	if in, ok := r.Get(kind, name); ok {
 		if in.Unavailable != "" {
 			return Info{}, fmt.Errorf("%s plugin %q is not in this build: %s", kind, name, in.Unavailable)
 		}
 		return in, nil
 	}
-	var names []string
-	for _, in := range r.List() {
-		if in.Kind == kind && in.Unavailable == "" {
-			names = append(names, in.Name)
-		}
-	}
+	names := r.Names(kind, false)
 	valid := "none"
 	if len(names) > 0 {
 		valid = strings.Join(names, ", ")
 	}
 	return Info{}, fmt.Errorf("unknown %s plugin %q (this build has: %s)", kind, name, valid)
+}
+
+// Get finds a plugin by kind and name, an unavailable one included.
+func (r *Registry) Get(kind Kind, name string) (Info, bool) {
+	in, ok := r.byID[string(kind)+"."+name]
+	return in, ok
+}
+
+// Names lists the names of a kind's plugins, sorted; withUnavailable adds
+// those the build knows of but lacks.
+func (r *Registry) Names(kind Kind, withUnavailable bool) []string {
+	var names []string
+	for _, in := range r.List() {
+		if in.Kind == kind && (withUnavailable || in.Unavailable == "") {
+			names = append(names, in.Name)
+		}
+	}
+	return names
 }
 
 // List returns every plugin, ordered by kind then name.

@@ -1,0 +1,211 @@
+// Package command is the wasmkeep command line. A custom build is a main
+// package that passes the plugins it wants to Main:
+//
+//	func main() { os.Exit(command.Main(wazeroruntime.Info(), sqlitestorage.Info())) }
+package command
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/wasmkeep/wasmkeep"
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/config"
+	"github.com/wasmkeep/wasmkeep/kernel/node"
+	"github.com/wasmkeep/wasmkeep/kernel/plugin"
+	"github.com/wasmkeep/wasmkeep/kernel/runtime"
+	"github.com/wasmkeep/wasmkeep/kernel/storage"
+	"github.com/wasmkeep/wasmkeep/kernel/transport"
+)
+
+// APIs is the contract version this kernel requires of each kind.
+var APIs = map[plugin.Kind]string{
+	plugin.Runtime:   runtime.API,
+	plugin.Storage:   storage.API,
+	plugin.Bucket:    bucket.API,
+	plugin.Transport: transport.API,
+}
+
+// Main runs the command line with the given plugins and returns the exit
+// code.
+func Main(plugins ...plugin.Info) int {
+	reg, err := plugin.NewRegistry(plugins...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wasmkeep:", err)
+		return 2
+	}
+	root := &cobra.Command{
+		Use:           "wasmkeep",
+		Short:         "WasmKeep runs actors: addressable WebAssembly programs, each with its own SQLite database",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(serveCommand(reg), pluginsCommand(reg))
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "wasmkeep:", err)
+		return 1
+	}
+	return 0
+}
+
+func pluginsCommand(reg *plugin.Registry) *cobra.Command {
+	return &cobra.Command{
+		Use:   "plugins",
+		Short: "List the plugins in this build, with their kind and contract version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "KIND\tNAME\tCONTRACT\tSUMMARY")
+			for _, in := range reg.List() {
+				summary := in.Summary
+				if in.Unavailable != "" {
+					summary = "not in this build: " + in.Unavailable
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", in.Kind, in.Name, in.API, summary)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+type serveFlags struct {
+	config       string
+	actors       []string
+	dataDir      string
+	listen       string
+	idleTimeout  time.Duration
+	cpuBudgetMS  int
+	maxInstances int
+}
+
+func serveCommand(reg *plugin.Registry) *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve actors over HTTP at /actor/<class>/<name>",
+		Example: `  wasmkeep serve --actor counter=counter.wasm
+  wasmkeep serve --config plugins.yaml --actor chat=chat.wasm --listen :8080`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return serve(cmd, reg, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.config, "config", "", "plugins.yaml to layer over the embedded defaults")
+	fl.StringArrayVar(&f.actors, "actor", nil, "serve a class: CLASS=FILE.wasm (repeatable)")
+	fl.StringVar(&f.dataDir, "data-dir", "", "directory for actor databases and the compile cache (node.data_dir)")
+	fl.StringVar(&f.listen, "listen", "", "address to serve HTTP on (node.listen)")
+	fl.DurationVar(&f.idleTimeout, "idle-timeout", 0, "hibernate an actor after this long without events (node.idle_timeout)")
+	fl.IntVar(&f.cpuBudgetMS, "cpu-budget-ms", 0, "guest CPU per event, in milliseconds (node.cpu_budget_ms)")
+	fl.IntVar(&f.maxInstances, "max-instances", 0, "actors resident at once (node.max_instances)")
+	return cmd
+}
+
+// nodeSettings applies the flags that were set over the loaded settings.
+func nodeSettings(cmd *cobra.Command, cfg config.Node, f serveFlags) (config.Node, error) {
+	set := cmd.Flags().Changed
+	if set("data-dir") {
+		cfg.DataDir = f.dataDir
+	}
+	if set("listen") {
+		cfg.Listen = f.listen
+	}
+	if set("idle-timeout") {
+		cfg.IdleTimeout = f.idleTimeout
+	}
+	if set("cpu-budget-ms") {
+		cfg.CPUBudgetMS = f.cpuBudgetMS
+	}
+	if set("max-instances") {
+		cfg.MaxInstances = f.maxInstances
+	}
+	if len(f.actors) > 0 && cfg.Actors == nil {
+		cfg.Actors = map[string]string{}
+	}
+	for _, a := range f.actors {
+		class, file, ok := strings.Cut(a, "=")
+		if !ok || class == "" || file == "" {
+			return cfg, fmt.Errorf("--actor %q: want CLASS=FILE.wasm", a)
+		}
+		cfg.Actors[class] = file
+	}
+	if len(cfg.Actors) == 0 {
+		return cfg, errors.New("no actor class to serve: add --actor CLASS=FILE.wasm (or node.actors in the config)")
+	}
+	if cfg.CPUBudgetMS < 0 || cfg.MaxInstances < 0 || cfg.IdleTimeout < 0 {
+		return cfg, errors.New("cpu budget, max instances and idle timeout cannot be negative")
+	}
+	return cfg, nil
+}
+
+func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	cfg, err := config.Load(wasmkeep.DefaultConfig, f.config, os.Environ(), reg, APIs)
+	if err != nil {
+		return err
+	}
+	ns, err := nodeSettings(cmd, cfg.Node, f)
+	if err != nil {
+		return err
+	}
+	rtAny, err := cfg.Plugins[plugin.Runtime].New()
+	if err != nil {
+		return err
+	}
+	stAny, err := cfg.Plugins[plugin.Storage].New()
+	if err != nil {
+		return err
+	}
+	rt, ok := rtAny.(runtime.Driver)
+	if !ok {
+		return fmt.Errorf("plugin %s does not implement %s", cfg.Plugins[plugin.Runtime].Info.ID(), runtime.API)
+	}
+	st, ok := stAny.(storage.Driver)
+	if !ok {
+		return fmt.Errorf("plugin %s does not implement %s", cfg.Plugins[plugin.Storage].Info.ID(), storage.API)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	n, err := node.New(ctx, node.Options{
+		DataDir:      ns.DataDir,
+		Classes:      ns.Actors,
+		IdleTimeout:  ns.IdleTimeout,
+		CPUBudget:    time.Duration(ns.CPUBudgetMS) * time.Millisecond,
+		MaxInstances: ns.MaxInstances,
+		Logger:       log,
+	}, rt, st)
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", ns.Listen)
+	if err != nil {
+		n.Close()
+		return err
+	}
+	srv := n.NewServer(ns.Listen)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(l) }()
+	log.Info("serving", "listen", l.Addr().String(), "runtime", cfg.Plugins[plugin.Runtime].Info.Name,
+		"storage", cfg.Plugins[plugin.Storage].Info.Name, "data_dir", ns.DataDir)
+	select {
+	case <-ctx.Done():
+		log.Info("stopping: finishing in-flight requests and queued events")
+	case err := <-errc:
+		n.Close()
+		return err
+	}
+	err = n.Shutdown(srv, 10*time.Second)
+	log.Info("stopped")
+	return err
+}

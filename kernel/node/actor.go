@@ -1,0 +1,336 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/cputime"
+	"github.com/wasmkeep/wasmkeep/kernel/runtime"
+	"github.com/wasmkeep/wasmkeep/kernel/storage"
+)
+
+// event is one thing for an actor to handle. Only HTTP requests exist so far.
+type event struct {
+	ctx     context.Context // the sender's: if done before the event starts, it is not run
+	payload []byte          // the encoded abi.Request
+	reply   chan outcome    // buffered: the actor never waits for the sender
+}
+
+// outcome is how an event ended.
+type outcome struct {
+	resp    abi.Response
+	err     error // the event failed (see failure)
+	skipped bool  // the sender left before it started
+}
+
+// failure is an event that failed, with what the client may be told.
+type failure struct {
+	public string // the response body: never host details
+	cause  error  // for the log
+}
+
+func (f *failure) Error() string { return f.public + ": " + f.cause.Error() }
+func (f *failure) Unwrap() error { return f.cause }
+
+var (
+	errCPUBudget = errors.New("the event used up its CPU budget")
+	errWallClock = errors.New("the event ran past its wall-clock limit")
+)
+
+// actor is one resident actor: its mailbox, its database and (while it has
+// one) its instance. Its goroutine is the only one that touches db and inst.
+type actor struct {
+	node  *Node
+	class *class
+	addr  abi.Address
+	key   string
+	prev  *actor // the previous incarnation, possibly still closing
+
+	queue      chan *event
+	evict      chan struct{}
+	stopCh     chan struct{}
+	done       chan struct{} // closed once db and instance are closed
+	busy       atomic.Bool
+	lastActive atomic.Int64
+
+	db       storage.DB
+	inst     runtime.Instance
+	needInit bool
+	stdout   guestLog
+	stderr   guestLog
+	state    eventState
+	stack    [2]uint64
+}
+
+func newActor(n *Node, c *class, addr abi.Address, key string, prev *actor) *actor {
+	a := &actor{
+		node: n, class: c, addr: addr, key: key, prev: prev,
+		queue:  make(chan *event, n.opts.QueueLimit),
+		evict:  make(chan struct{}, 1),
+		stopCh: make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	a.state.actor = a
+	a.lastActive.Store(time.Now().UnixNano())
+	name := addr.Tenant + "/" + addr.Class + "/" + addr.Name
+	a.stdout = guestLog{log: n.log, actor: name, stream: "stdout"}
+	a.stderr = guestLog{log: n.log, actor: name, stream: "stderr"}
+	return a
+}
+
+// enqueue adds ev to the mailbox; the caller holds the node's lock.
+func (a *actor) enqueue(ev *event) error {
+	select {
+	case a.queue <- ev:
+		return nil
+	default:
+		return errQueueFull
+	}
+}
+
+func (a *actor) idle() bool { return !a.busy.Load() && len(a.queue) == 0 }
+
+func (a *actor) requestEviction() {
+	select {
+	case a.evict <- struct{}{}:
+	default:
+	}
+}
+
+func (a *actor) stop() {
+	select {
+	case <-a.stopCh:
+	default:
+		close(a.stopCh)
+	}
+}
+
+// run is the actor's mailbox loop: one event at a time, in arrival order,
+// until it hibernates.
+func (a *actor) run() {
+	defer a.node.wg.Done()
+	if a.prev != nil {
+		<-a.prev.done // its database must be closed before this one opens it
+	}
+	idle := time.NewTimer(a.node.opts.IdleTimeout)
+	defer idle.Stop()
+	for {
+		select {
+		case ev := <-a.queue:
+			a.handle(ev)
+			idle.Reset(a.node.opts.IdleTimeout)
+			continue
+		default:
+		}
+		select {
+		case ev := <-a.queue:
+			a.handle(ev)
+			idle.Reset(a.node.opts.IdleTimeout)
+		case <-idle.C:
+			if a.hibernate() {
+				return
+			}
+			idle.Reset(a.node.opts.IdleTimeout)
+		case <-a.evict:
+			if a.hibernate() {
+				return
+			}
+		case <-a.stopCh:
+			if a.hibernate() {
+				return
+			}
+		}
+	}
+}
+
+// hibernate drops the instance and closes the database, unless an event
+// arrived meanwhile.
+func (a *actor) hibernate() bool {
+	if !a.node.retire(a) {
+		return false
+	}
+	a.discardInstance()
+	if a.db != nil {
+		if err := a.db.Close(); err != nil {
+			a.node.log.Error("closing database", "actor", a.key, "err", err)
+		}
+		a.db = nil
+	}
+	close(a.done)
+	a.node.closed(a)
+	return true
+}
+
+func (a *actor) discardInstance() {
+	if a.inst == nil {
+		return
+	}
+	a.inst.Close(context.Background())
+	a.inst = nil
+	a.stdout.flush()
+	a.stderr.flush()
+}
+
+// handle runs one event on a thread of its own, so that the CPU clock of
+// that thread is the event's.
+func (a *actor) handle(ev *event) {
+	if ev.ctx.Err() != nil {
+		ev.reply <- outcome{skipped: true}
+		return
+	}
+	a.busy.Store(true)
+	goruntime.LockOSThread()
+	out := a.runRequest(ev)
+	goruntime.UnlockOSThread()
+	a.lastActive.Store(time.Now().UnixNano())
+	a.busy.Store(false)
+	ev.reply <- out
+}
+
+func (a *actor) runRequest(ev *event) outcome {
+	ctx, cancel := context.WithTimeoutCause(a.node.ctx, a.node.opts.WallClock, errWallClock)
+	defer cancel()
+	st := &a.state
+	*st = eventState{actor: a, out: st.out[:0], params: st.params[:0]}
+	ctx = context.WithValue(ctx, stateKey{}, st)
+	defer a.endEvent()
+
+	if err := a.wake(ctx); err != nil {
+		return outcome{err: err}
+	}
+	if a.needInit {
+		if err := a.callHook(ctx, abi.ExportOnInit, 0); err != nil {
+			return outcome{err: err}
+		}
+		if err := a.recordInit(ctx); err != nil {
+			return outcome{err: &failure{"internal error", err}}
+		}
+		a.needInit = false
+		st.hookErr = ""
+	}
+	st.isRequest = true
+	st.pending = ev.payload
+	if err := a.callHook(ctx, abi.ExportOnRequest, len(ev.payload)); err != nil {
+		return outcome{err: err}
+	}
+	if !st.responded {
+		return outcome{resp: abi.Response{Status: 200}}
+	}
+	return outcome{resp: st.resp}
+}
+
+// endEvent rolls back what the event left open.
+func (a *actor) endEvent() {
+	a.state.pending = nil
+	if a.db == nil {
+		return
+	}
+	if err := a.db.EndEvent(context.Background()); err != nil {
+		a.node.log.Error("ending event", "actor", a.key, "err", err)
+	}
+}
+
+// wake opens the database and creates an instance, as needed.
+func (a *actor) wake(ctx context.Context) error {
+	if a.db == nil {
+		path := dbPath(a.node.opts.DataDir, a.addr.Tenant, a.addr.Class, a.addr.Name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+			return &failure{"internal error", err}
+		}
+		db, err := a.node.storage.Open(ctx, path, a.node.opts.Storage)
+		if err != nil {
+			return &failure{"internal error", fmt.Errorf("opening database: %w", err)}
+		}
+		a.db = db
+	}
+	if a.inst != nil {
+		return nil
+	}
+	inst, err := a.class.module.Instantiate(ctx, runtime.InstanceConfig{Stdout: &a.stdout, Stderr: &a.stderr})
+	if err != nil {
+		return &failure{"actor failed to start", err}
+	}
+	a.inst = inst
+	if a.needInit, err = a.initPending(ctx); err != nil {
+		a.discardInstance()
+		return &failure{"internal error", err}
+	}
+	return nil
+}
+
+const metaTable = "_wasmkeep_meta"
+
+// initPending reports whether on-init must run: the module has it and the
+// database has not recorded a successful run for this module version.
+func (a *actor) initPending(ctx context.Context) (bool, error) {
+	if !a.class.hooks.onInit {
+		return false, nil
+	}
+	if _, err := a.db.HostExec(ctx, "CREATE TABLE IF NOT EXISTS "+metaTable+" (key TEXT PRIMARY KEY, value ANY) WITHOUT ROWID"); err != nil {
+		return false, err
+	}
+	var rows abi.RowsWriter
+	err := a.db.HostQuery(ctx, "SELECT value FROM "+metaTable+" WHERE key = 'init_version'", nil, &rows)
+	if err != nil {
+		return false, err
+	}
+	r := abi.NewReader(rows.Buf)
+	if _, n := r.Columns(); n == 0 {
+		return true, r.Err()
+	}
+	v := r.Value()
+	return string(v.Bytes) != a.class.version, r.Err()
+}
+
+func (a *actor) recordInit(ctx context.Context) error {
+	_, err := a.db.HostExec(ctx, "INSERT OR REPLACE INTO "+metaTable+" (key, value) VALUES ('init_version', ?)",
+		abi.Value{Kind: abi.KindText, Bytes: []byte(a.class.version)})
+	return err
+}
+
+// callHook calls a hook under the event's limits. A hook that fails returns
+// a *failure; one that traps or is stopped also loses its instance.
+func (a *actor) callHook(ctx context.Context, name string, arg int) error {
+	fn := a.inst.Function(name)
+	if fn == nil {
+		return nil
+	}
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	st := &a.state
+	st.watch = cputime.Start(a.node.opts.CPUBudget, func() { stop(errCPUBudget) })
+	a.stack[0] = uint64(uint32(arg))
+	err := fn.Call(ctx, a.stack[:])
+	st.watch.Stop()
+	if err != nil {
+		a.discardInstance()
+		if errors.Is(err, runtime.ErrInterrupted) {
+			switch cause := context.Cause(ctx); {
+			case errors.Is(cause, errCPUBudget):
+				return &failure{"actor exceeded its CPU budget", cause}
+			case errors.Is(cause, errWallClock):
+				return &failure{"actor exceeded its wall-clock limit", cause}
+			default:
+				return &failure{"actor stopped", cause}
+			}
+		}
+		a.node.log.Warn("actor trapped", "actor", a.key, "hook", name, "err", err)
+		return &failure{"actor failed", err}
+	}
+	if code := int32(a.stack[0]); code != 0 {
+		msg := st.hookErr
+		if msg == "" {
+			msg = fmt.Sprintf("%s returned %d", name, code)
+		}
+		a.node.log.Warn("actor hook failed", "actor", a.key, "hook", name, "err", msg)
+		return &failure{"actor error: " + msg, errors.New(msg)}
+	}
+	return nil
+}

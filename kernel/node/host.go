@@ -1,0 +1,225 @@
+package node
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/cputime"
+	"github.com/wasmkeep/wasmkeep/kernel/runtime"
+	"github.com/wasmkeep/wasmkeep/kernel/storage"
+)
+
+// eventState is what the host functions of one running event work on. Each
+// actor keeps one and resets it per event, so host calls allocate nothing of
+// their own.
+type eventState struct {
+	actor     *actor
+	watch     *cputime.Watch
+	pending   []byte // payload awaiting take_pending
+	hookErr   string
+	isRequest bool
+	responded bool
+	resp      abi.Response // copied out of guest memory by respond
+	out       []byte       // encode buffer for host results
+	rows      abi.RowsWriter
+	params    []abi.Value
+	reader    abi.Reader
+}
+
+type stateKey struct{}
+
+func stateOf(ctx context.Context) *eventState { return ctx.Value(stateKey{}).(*eventState) }
+
+// guestFault is a host function refusing a bad argument: the guest call
+// fails (the engine turns the panic into the call's error).
+type guestFault struct{ msg string }
+
+func (e *guestFault) Error() string { return e.msg }
+
+func faultf(format string, args ...any) { panic(&guestFault{fmt.Sprintf(format, args...)}) }
+
+func read(mem runtime.Memory, ptr, n uint64) []byte {
+	b, ok := mem.Read(uint32(ptr), uint32(n))
+	if !ok {
+		faultf("pointer %d+%d is outside the guest's memory (%d bytes)", uint32(ptr), uint32(n), mem.Size())
+	}
+	return b
+}
+
+// result hands a payload back through an output buffer (docs/abi.md,
+// section 3) and returns the i32 n for the stack.
+func (st *eventState) result(mem runtime.Memory, outPtr, outCap uint64, payload []byte, failed bool) uint64 {
+	n := int32(len(payload))
+	if uint32(len(payload)) <= uint32(outCap) {
+		if !mem.Write(uint32(outPtr), payload) {
+			faultf("output buffer %d+%d is outside the guest's memory", uint32(outPtr), uint32(outCap))
+		}
+	} else {
+		st.pending = payload
+	}
+	if failed {
+		n = -n
+	}
+	return uint64(uint32(n))
+}
+
+var (
+	i32 = runtime.I32
+	i64 = runtime.I64
+)
+
+func sig(params []runtime.ValueType, results ...runtime.ValueType) runtime.Signature {
+	return runtime.Signature{Params: params, Results: results}
+}
+
+func types(ts ...runtime.ValueType) []runtime.ValueType { return ts }
+
+// hostFunc wraps a host function so that its time is not charged to the
+// guest's CPU budget.
+func hostFunc(name string, s runtime.Signature, f func(ctx context.Context, st *eventState, mem runtime.Memory, stack []uint64)) runtime.HostFunction {
+	return runtime.HostFunction{Name: name, Signature: s, Func: func(ctx context.Context, mem runtime.Memory, stack []uint64) {
+		st := stateOf(ctx)
+		start := time.Now()
+		defer func() { st.watch.Exclude(time.Since(start)) }()
+		f(ctx, st, mem, stack)
+	}}
+}
+
+// notYet is a host function of ABI v1 whose issue has not landed: it fails
+// the guest call saying so.
+func notYet(name string, s runtime.Signature) runtime.HostFunction {
+	return hostFunc(name, s, func(context.Context, *eventState, runtime.Memory, []uint64) {
+		faultf("wasmkeep.%s is not implemented by this host yet (docs/abi.md, section 8)", name)
+	})
+}
+
+// hostFunctions is the wasmkeep module every guest may import.
+func hostFunctions() map[string]runtime.HostFunction {
+	fs := []runtime.HostFunction{
+		hostFunc(abi.HostTakePending, sig(types(i32), i32), func(_ context.Context, st *eventState, mem runtime.Memory, s []uint64) {
+			if st.pending == nil {
+				s[0] = uint64(uint32(0xffffffff))
+				return
+			}
+			if !mem.Write(uint32(s[0]), st.pending) {
+				faultf("take_pending: buffer %d+%d is outside the guest's memory", uint32(s[0]), len(st.pending))
+			}
+			s[0] = uint64(len(st.pending))
+			st.pending = nil
+		}),
+		hostFunc(abi.HostHookError, sig(types(i32, i32)), func(_ context.Context, st *eventState, mem runtime.Memory, s []uint64) {
+			msg := read(mem, s[0], s[1])
+			if len(msg) > 4096 {
+				msg = msg[:4096]
+			}
+			st.hookErr = string(msg)
+		}),
+		hostFunc(abi.HostRespond, sig(types(i32, i32), i32), func(_ context.Context, st *eventState, mem runtime.Memory, s []uint64) {
+			s[0] = uint64(st.respond(read(mem, s[0], s[1])))
+		}),
+		hostFunc(abi.HostSQLExec, sig(types(i32, i32, i32, i32, i32, i32, i32), i32), func(ctx context.Context, st *eventState, mem runtime.Memory, s []uint64) {
+			flags := uint32(s[4])
+			if flags&^abi.ExecDurable != 0 {
+				faultf("sql_exec: unknown flags %#x", flags)
+			}
+			sql, params := st.statement(mem, s)
+			n, err := st.actor.db.Exec(ctx, sql, params, storage.ExecOptions{Durable: flags&abi.ExecDurable != 0})
+			if err != nil {
+				s[0] = st.sqlError(mem, s[5], s[6], err)
+				return
+			}
+			st.out = binary.LittleEndian.AppendUint64(st.out[:0], uint64(n))
+			s[0] = st.result(mem, s[5], s[6], st.out, false)
+		}),
+		hostFunc(abi.HostSQLQuery, sig(types(i32, i32, i32, i32, i32, i32), i32), func(ctx context.Context, st *eventState, mem runtime.Memory, s []uint64) {
+			sql, params := st.statement(mem, s)
+			st.rows.Buf = st.out[:0]
+			err := st.actor.db.Query(ctx, sql, params, &st.rows)
+			st.out = st.rows.Buf[:0]
+			if err != nil {
+				s[0] = st.sqlError(mem, s[4], s[5], err)
+				return
+			}
+			s[0] = st.result(mem, s[4], s[5], st.rows.Buf, false)
+		}),
+		hostFunc(abi.HostSelfAddress, sig(types(i32, i32), i32), func(_ context.Context, st *eventState, mem runtime.Memory, s []uint64) {
+			st.out = abi.AppendAddress(st.out[:0], st.actor.addr)
+			s[0] = st.result(mem, s[0], s[1], st.out, false)
+		}),
+		hostFunc(abi.HostEnvGet, sig(types(i32, i32, i32, i32), i32), func(_ context.Context, st *eventState, mem runtime.Memory, s []uint64) {
+			read(mem, s[0], s[1])
+			st.out = append(st.out[:0], 0) // not set: configuration arrives with --env (a later issue)
+			s[0] = st.result(mem, s[2], s[3], st.out, true)
+		}),
+		notYet(abi.HostDeleteSelf, sig(types(i32, i32, i32), i32)),
+		notYet(abi.HostAlarmSet, sig(types(i64))),
+		notYet(abi.HostAlarmGet, sig(nil, i64)),
+		notYet(abi.HostAlarmClear, sig(nil)),
+		notYet(abi.HostActorCall, sig(types(i32, i32, i32, i32, i32, i32), i32)),
+		notYet(abi.HostWSSend, sig(types(i64, i32, i32, i32), i32)),
+		notYet(abi.HostWSClose, sig(types(i64, i32, i32, i32))),
+		notYet(abi.HostWSList, sig(types(i32, i32), i32)),
+		notYet(abi.HostHTTPFetch, sig(types(i32, i32, i32, i32), i32)),
+	}
+	m := make(map[string]runtime.HostFunction, len(fs))
+	for _, f := range fs {
+		m[f.Name] = f
+	}
+	return m
+}
+
+// statement reads the SQL text and parameters of sql_exec and sql_query.
+// The text is copied (a storage driver may keep it as a cache key); the
+// parameters' bytes alias guest memory for the duration of the call.
+func (st *eventState) statement(mem runtime.Memory, s []uint64) (string, []abi.Value) {
+	sql := string(read(mem, s[0], s[1]))
+	st.reader.Reset(read(mem, s[2], s[3]))
+	st.params = st.reader.Values(st.params[:0])
+	if err := st.reader.Done(); err != nil {
+		faultf("malformed SQL parameters: %v", err)
+	}
+	return sql, st.params
+}
+
+func (st *eventState) sqlError(mem runtime.Memory, outPtr, outCap uint64, err error) uint64 {
+	kind, msg := abi.SQLInternal, err.Error()
+	var se *storage.Error
+	if errors.As(err, &se) {
+		kind, msg = se.Kind, se.Message
+	}
+	st.out = abi.AppendError(st.out[:0], uint8(kind), msg)
+	return st.result(mem, outPtr, outCap, st.out, true)
+}
+
+// respond records the response of a request event, copied out of guest
+// memory; it is sent once the hook returns successfully.
+func (st *eventState) respond(b []byte) uint32 {
+	switch {
+	case !st.isRequest:
+		return abi.RespondNotRequest
+	case st.responded:
+		return abi.RespondTwice
+	}
+	r, err := abi.DecodeResponse(b)
+	if err != nil || r.Status < 100 || r.Status > 999 {
+		return abi.RespondBadEncoding
+	}
+	for _, h := range r.Headers {
+		if !validHeader(h) {
+			return abi.RespondBadEncoding
+		}
+	}
+	r.Body = append([]byte(nil), r.Body...)
+	st.resp, st.responded = r, true
+	return abi.RespondOK
+}
+
+func validHeader(h abi.Header) bool {
+	return httpguts.ValidHeaderFieldName(h.Name) && httpguts.ValidHeaderFieldValue(h.Value)
+}

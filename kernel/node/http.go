@@ -1,0 +1,188 @@
+package node
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/abi"
+)
+
+// NewServer returns an HTTP server for the node with the front door's
+// limits: 30 s to send request headers, and an idle limit between
+// kept-alive requests.
+func (n *Node) NewServer(addr string) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           n,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+	}
+}
+
+// ServeHTTP routes /actor/..., and /_wasmkeep/health and /ready.
+func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/_wasmkeep/health":
+		io.WriteString(w, "ok\n")
+		return
+	case "/_wasmkeep/ready":
+		if n.stopping.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ready\n")
+		return
+	}
+	route, ok, err := parseActorPath(r.URL.EscapedPath())
+	switch {
+	case !ok:
+		http.NotFound(w, r)
+		return
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	c := n.classes[route.class]
+	if c == nil {
+		http.Error(w, "unknown class "+strconv.Quote(route.class), http.StatusNotFound)
+		return
+	}
+	if r.ContentLength > n.opts.MaxBodyBytes {
+		http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+		return
+	}
+	payload, err := n.encodeRequest(r, route)
+	if err != nil {
+		if errors.Is(err, errBodyTooLarge) {
+			http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+		} else {
+			http.Error(w, "reading request body: "+err.Error(), http.StatusBadRequest)
+		}
+		return
+	}
+	ev := &event{ctx: r.Context(), payload: payload, reply: make(chan outcome, 1)}
+	if err := n.deliver(r.Context(), c, route.name, ev); err != nil {
+		switch {
+		case errors.Is(err, errQueueFull):
+			http.Error(w, "too many requests for this actor", http.StatusTooManyRequests)
+		case errors.Is(err, errCapacity), errors.Is(err, errStopping):
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "server at capacity, retry", http.StatusServiceUnavailable)
+		}
+		return // otherwise the client left while waiting for admission
+	}
+	select {
+	case out := <-ev.reply:
+		writeOutcome(w, out)
+	case <-r.Context().Done():
+		// The client left; a queued event will not run, a started one ends on its own.
+	}
+}
+
+var errBodyTooLarge = errors.New("request body too large")
+
+// encodeRequest builds the abi.Request the actor receives, reading the body
+// straight into the payload.
+func (n *Node) encodeRequest(r *http.Request, route actorRoute) ([]byte, error) {
+	path := route.rest
+	if r.URL.RawQuery != "" {
+		path += "?" + r.URL.RawQuery
+	}
+	size := 64 + len(path)
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			size += 8 + len(k) + len(v)
+		}
+	}
+	if r.ContentLength > 0 {
+		size += int(r.ContentLength)
+	}
+	b := make([]byte, 0, size)
+	b = abi.AppendString(b, r.Method)
+	b = abi.AppendString(b, path)
+	count, countAt := uint32(0), len(b)
+	b = abi.AppendU32(b, 0)
+	if r.Host != "" {
+		b = abi.AppendString(b, "Host")
+		b = abi.AppendString(b, r.Host)
+		count++
+	}
+	for k, vs := range r.Header {
+		if strings.HasPrefix(strings.ToLower(k), "x-wasmkeep-") {
+			continue // only the host says who is calling
+		}
+		for _, v := range vs {
+			b = abi.AppendString(b, k)
+			b = abi.AppendString(b, v)
+			count++
+		}
+	}
+	binary.LittleEndian.PutUint32(b[countAt:], count)
+	bodyAt := len(b)
+	b = abi.AppendU32(b, 0)
+	b, err := readBody(b, r.Body, n.opts.MaxBodyBytes)
+	if err != nil {
+		return nil, err
+	}
+	binary.LittleEndian.PutUint32(b[bodyAt:], uint32(len(b)-bodyAt-4))
+	return b, nil
+}
+
+// readBody appends at most limit bytes of body to b.
+func readBody(b []byte, body io.Reader, limit int64) ([]byte, error) {
+	start := len(b)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		m, err := body.Read(b[len(b):cap(b)])
+		b = b[:len(b)+m]
+		if int64(len(b)-start) > limit {
+			return nil, errBodyTooLarge
+		}
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// writeOutcome answers the client with how its event ended.
+func writeOutcome(w http.ResponseWriter, out outcome) {
+	if out.err != nil {
+		var f *failure
+		msg := "internal error"
+		if errors.As(out.err, &f) {
+			msg = f.public
+		}
+		http.Error(w, msg, http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	for _, kv := range out.resp.Headers {
+		if hopByHop(kv.Name) {
+			continue
+		}
+		h.Add(kv.Name, kv.Value)
+	}
+	h.Set("Content-Length", strconv.Itoa(len(out.resp.Body)))
+	w.WriteHeader(out.resp.Status)
+	w.Write(out.resp.Body)
+}
+
+// hopByHop names headers that describe the connection, which the host
+// manages, not the actor.
+func hopByHop(name string) bool {
+	switch strings.ToLower(name) {
+	case "connection", "keep-alive", "transfer-encoding", "upgrade", "content-length", "te", "trailer", "proxy-connection":
+		return true
+	}
+	return false
+}

@@ -1,0 +1,153 @@
+package node
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/runtime"
+)
+
+// class is one compiled module served under a name.
+type class struct {
+	name    string
+	version string // hex SHA-256 of the module: on-init reruns when it changes
+	module  runtime.Module
+	hooks   hooks
+}
+
+// hooks records which optional exports a module has.
+type hooks struct {
+	onInit bool
+}
+
+// wasiPreview1 is every function of wasi_snapshot_preview1. Both engines
+// provide them all; a module may import any.
+var wasiPreview1 = map[string]bool{}
+
+func init() {
+	for _, f := range strings.Fields(`args_get args_sizes_get environ_get environ_sizes_get
+		clock_res_get clock_time_get fd_advise fd_allocate fd_close fd_datasync fd_fdstat_get
+		fd_fdstat_set_flags fd_fdstat_set_rights fd_filestat_get fd_filestat_set_size
+		fd_filestat_set_times fd_pread fd_prestat_get fd_prestat_dir_name fd_pwrite fd_read
+		fd_readdir fd_renumber fd_seek fd_sync fd_tell fd_write path_create_directory
+		path_filestat_get path_filestat_set_times path_link path_open path_readlink
+		path_remove_directory path_rename path_symlink path_unlink_file poll_oneoff proc_exit
+		proc_raise sched_yield random_get sock_accept sock_recv sock_send sock_shutdown`) {
+		wasiPreview1[f] = true
+	}
+}
+
+const wasiModule = "wasi_snapshot_preview1"
+
+var (
+	hookSig    = runtime.Signature{Results: []runtime.ValueType{runtime.I32}}
+	requestSig = runtime.Signature{Params: []runtime.ValueType{runtime.I32}, Results: []runtime.ValueType{runtime.I32}}
+	voidSig    = runtime.Signature{}
+)
+
+// loadClass reads, compiles and checks a module file.
+func loadClass(ctx context.Context, eng runtime.Engine, host map[string]runtime.HostFunction, name, path string) (*class, error) {
+	wasm, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("class %s: %w", name, err)
+	}
+	mod, err := eng.Compile(ctx, wasm)
+	if err != nil {
+		return nil, fmt.Errorf("class %s: compiling %s: %w", name, path, err)
+	}
+	c := &class{name: name, module: mod}
+	if c.hooks, err = checkModule(mod, host); err != nil {
+		mod.Close(ctx)
+		return nil, fmt.Errorf("class %s: %s: %w", name, path, err)
+	}
+	sum := sha256.Sum256(wasm)
+	c.version = hex.EncodeToString(sum[:])
+	return c, nil
+}
+
+// checkModule refuses a module that imports what the host does not provide
+// or does not declare ABI v1, with a message naming what is wrong.
+func checkModule(mod runtime.Module, host map[string]runtime.HostFunction) (hooks, error) {
+	for _, im := range mod.Imports() {
+		if err := checkImport(im, host); err != nil {
+			return hooks{}, err
+		}
+	}
+	exports := map[string]runtime.Signature{}
+	for _, ex := range mod.Exports() {
+		exports[ex.Name] = ex.Signature
+	}
+	if _, ok := exports[abi.VersionExport]; !ok {
+		for n := range exports {
+			if v, found := strings.CutPrefix(n, "wasmkeep_abi_v"); found {
+				return hooks{}, fmt.Errorf("module is built for WasmKeep ABI v%s, but this host serves ABI v%d", v, abi.Version)
+			}
+		}
+		return hooks{}, fmt.Errorf("module declares no WasmKeep ABI version (it must export %s; build it with a WasmKeep SDK)", abi.VersionExport)
+	}
+	if !mod.ExportsMemory(abi.ExportMemory) {
+		return hooks{}, fmt.Errorf("module exports no memory named %q", abi.ExportMemory)
+	}
+	want := map[string]runtime.Signature{
+		abi.ExportOnRequest:  requestSig,
+		abi.ExportOnInit:     hookSig,
+		abi.ExportInitialize: voidSig,
+		abi.VersionExport:    voidSig,
+	}
+	for n, sig := range want {
+		got, ok := exports[n]
+		if ok && !sameSig(got, sig) {
+			return hooks{}, fmt.Errorf("export %s has type %s, want %s", n, sigString(got), sigString(sig))
+		}
+	}
+	if _, ok := exports[abi.ExportOnRequest]; !ok {
+		return hooks{}, fmt.Errorf("module exports no %s (every actor handles requests)", abi.ExportOnRequest)
+	}
+	_, onInit := exports[abi.ExportOnInit]
+	return hooks{onInit: onInit}, nil
+}
+
+func checkImport(im runtime.Import, host map[string]runtime.HostFunction) error {
+	name := im.Module + "." + im.Name
+	if !im.IsFunc {
+		return fmt.Errorf("module imports %s, which is not a function: the host provides only functions", name)
+	}
+	switch im.Module {
+	case abi.HostModule:
+		hf, ok := host[im.Name]
+		if !ok {
+			return fmt.Errorf("module imports %s, which the host does not provide (ABI v%d; see docs/abi.md)", name, abi.Version)
+		}
+		if !sameSig(hf.Signature, im.Signature) {
+			return fmt.Errorf("module imports %s with type %s, but the host provides %s", name, sigString(im.Signature), sigString(hf.Signature))
+		}
+	case wasiModule:
+		if !wasiPreview1[im.Name] {
+			return fmt.Errorf("module imports %s, which is not part of WASI preview 1", name)
+		}
+	default:
+		return fmt.Errorf("module imports %s, which the host does not provide (only %s and %s)", name, abi.HostModule, wasiModule)
+	}
+	return nil
+}
+
+func sameSig(a, b runtime.Signature) bool {
+	return slices.Equal(a.Params, b.Params) && slices.Equal(a.Results, b.Results)
+}
+
+func sigString(s runtime.Signature) string {
+	str := func(ts []runtime.ValueType) string {
+		parts := make([]string, len(ts))
+		for i, t := range ts {
+			parts[i] = t.String()
+		}
+		return "(" + strings.Join(parts, ", ") + ")"
+	}
+	return str(s.Params) + " -> " + str(s.Results)
+}

@@ -1,0 +1,287 @@
+// Package node is a single WasmKeep node: it routes requests to actors, keeps
+// one mailbox per actor (one event at a time, in arrival order), wakes actors
+// on demand and hibernates them when idle, bounds how many are resident, and
+// enforces each event's limits. It uses a runtime engine and a storage driver
+// through their contracts only.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/runtime"
+	"github.com/wasmkeep/wasmkeep/kernel/storage"
+)
+
+// Options configure a node. Zero values take the defaults in brackets.
+type Options struct {
+	DataDir       string            // where databases and the compile cache live (required)
+	Tenant        string            // [default]
+	Classes       map[string]string // class name to module file
+	IdleTimeout   time.Duration     // [30s] without events before an actor hibernates
+	CPUBudget     time.Duration     // [50ms] guest CPU per event
+	WallClock     time.Duration     // [30s] wall time per event
+	MaxInstances  int               // [1000] actors resident at once
+	MemoryLimit   uint32            // [128 MiB] per linear memory, in bytes
+	QueueLimit    int               // [1024] events waiting per actor
+	MaxBodyBytes  int64             // [16 MB] request body
+	AdmissionWait time.Duration     // [250ms] for an idle actor to make room
+	Storage       storage.Options
+	Logger        *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&o.IdleTimeout, 30*time.Second)
+	def(&o.CPUBudget, 50*time.Millisecond)
+	def(&o.WallClock, 30*time.Second)
+	def(&o.AdmissionWait, 250*time.Millisecond)
+	if o.Tenant == "" {
+		o.Tenant = "default"
+	}
+	if o.MaxInstances == 0 {
+		o.MaxInstances = 1000
+	}
+	if o.MemoryLimit == 0 {
+		o.MemoryLimit = 128 << 20
+	}
+	if o.QueueLimit == 0 {
+		o.QueueLimit = 1024
+	}
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = 16 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	o.Storage = o.Storage.Defaults()
+	return o
+}
+
+// Node serves actors over HTTP.
+type Node struct {
+	opts    Options
+	log     *slog.Logger
+	engine  runtime.Engine
+	storage storage.Driver
+	classes map[string]*class
+
+	ctx    context.Context // ends when the node stops: stops running guests
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	actors  map[string]*actor // registered mailboxes, by tenant/class/name
+	closing map[string]*actor // incarnations still closing their resources
+	slots   chan struct{}     // one token per resident actor
+	wg      sync.WaitGroup    // actor goroutines
+
+	stopping atomic.Bool
+}
+
+// New creates a node: it creates the engine, then compiles and checks every
+// class. Close releases what it holds.
+func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver) (*Node, error) {
+	opts = opts.withDefaults()
+	if opts.DataDir == "" {
+		return nil, errors.New("node: a data directory is required")
+	}
+	if !ValidIdent(opts.Tenant) {
+		return nil, fmt.Errorf("tenant %q must match [a-z][a-z0-9-]{0,63}", opts.Tenant)
+	}
+	if opts.MaxInstances < 1 {
+		return nil, fmt.Errorf("max instances is %d; it must be at least 1", opts.MaxInstances)
+	}
+	if err := os.MkdirAll(opts.DataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	host := hostFunctions()
+	hostList := make([]runtime.HostFunction, 0, len(host))
+	for _, f := range host {
+		hostList = append(hostList, f)
+	}
+	sort.Slice(hostList, func(i, j int) bool { return hostList[i].Name < hostList[j].Name })
+	eng, err := rt.NewEngine(ctx, runtime.Config{
+		MemoryLimitPages: opts.MemoryLimit / 65536,
+		CacheDir:         filepath.Join(opts.DataDir, "cache"),
+		HostModule:       abi.HostModule,
+		HostFunctions:    hostList,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("runtime engine: %w", err)
+	}
+	n := &Node{
+		opts: opts, log: opts.Logger, engine: eng, storage: st,
+		classes: map[string]*class{},
+		actors:  map[string]*actor{}, closing: map[string]*actor{},
+		slots: make(chan struct{}, opts.MaxInstances),
+	}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	names := make([]string, 0, len(opts.Classes))
+	for name := range opts.Classes {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if !ValidIdent(name) {
+			n.Close()
+			return nil, fmt.Errorf("class name %q must match [a-z][a-z0-9-]{0,63}", name)
+		}
+		c, err := loadClass(ctx, eng, host, name, opts.Classes[name])
+		if err != nil {
+			n.Close()
+			return nil, err
+		}
+		n.classes[name] = c
+		n.log.Info("class loaded", "class", name, "module", opts.Classes[name], "version", c.version[:12])
+	}
+	return n, nil
+}
+
+// Shutdown stops the node: not ready at once, then in-flight requests get up
+// to grace to finish, actors finish their queued events, and every database
+// is closed cleanly.
+func (n *Node) Shutdown(srv *http.Server, grace time.Duration) error {
+	n.stopping.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	err := srv.Shutdown(ctx)
+	n.hibernateAll()
+	n.Close()
+	return err
+}
+
+// hibernateAll asks every actor to finish its queue and close, and waits.
+func (n *Node) hibernateAll() {
+	n.mu.Lock()
+	for _, a := range n.actors {
+		a.stop()
+	}
+	n.mu.Unlock()
+	n.wg.Wait()
+}
+
+// Close releases the engine and stops running guests. Actors still resident
+// are closed first.
+func (n *Node) Close() {
+	n.hibernateAll()
+	if n.cancel != nil {
+		n.cancel()
+	}
+	for _, c := range n.classes {
+		c.module.Close(context.Background())
+	}
+	n.engine.Close(context.Background())
+}
+
+var (
+	errQueueFull = errors.New("actor queue full")
+	errCapacity  = errors.New("no resident capacity")
+	errStopping  = errors.New("node is stopping")
+)
+
+// deliver queues ev in the mailbox of tenant/class/name, waking the actor if
+// it has none.
+func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) error {
+	key := n.opts.Tenant + "/" + c.name + "/" + name
+	for {
+		if n.stopping.Load() {
+			return errStopping
+		}
+		n.mu.Lock()
+		if a := n.actors[key]; a != nil {
+			err := a.enqueue(ev)
+			n.mu.Unlock()
+			return err
+		}
+		n.mu.Unlock()
+		if err := n.admit(ctx); err != nil {
+			return err
+		}
+		n.mu.Lock()
+		if n.actors[key] != nil { // another request woke it meanwhile
+			n.mu.Unlock()
+			<-n.slots
+			continue
+		}
+		a := newActor(n, c, abi.Address{Tenant: n.opts.Tenant, Class: c.name, Name: name}, key, n.closing[key])
+		n.actors[key] = a
+		a.enqueue(ev)
+		n.wg.Add(1)
+		n.mu.Unlock()
+		go a.run()
+		return nil
+	}
+}
+
+// admit takes a resident slot, hibernating the least recently used idle
+// actor if none is free, and waiting up to AdmissionWait for one.
+func (n *Node) admit(ctx context.Context) error {
+	select {
+	case n.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	n.evictOne()
+	t := time.NewTimer(n.opts.AdmissionWait)
+	defer t.Stop()
+	select {
+	case n.slots <- struct{}{}:
+		return nil
+	case <-t.C:
+		return errCapacity
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// evictOne asks the least recently active idle actor to hibernate.
+func (n *Node) evictOne() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var lru *actor
+	for _, a := range n.actors {
+		if a.idle() && (lru == nil || a.lastActive.Load() < lru.lastActive.Load()) {
+			lru = a
+		}
+	}
+	if lru != nil {
+		lru.requestEviction()
+	}
+}
+
+// retire unregisters a hibernating actor if nothing is queued for it. Called
+// by the actor itself; after it returns true no event can reach it.
+func (n *Node) retire(a *actor) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(a.queue) > 0 {
+		return false
+	}
+	delete(n.actors, a.key)
+	n.closing[a.key] = a
+	return true
+}
+
+// closed releases the slot of an actor whose resources are closed.
+func (n *Node) closed(a *actor) {
+	n.mu.Lock()
+	if n.closing[a.key] == a {
+		delete(n.closing, a.key)
+	}
+	n.mu.Unlock()
+	<-n.slots
+}
