@@ -214,4 +214,3 @@ func fieldKeys(out any) []string {
 	}
 	return keys
 }
-

@@ -1,0 +1,59 @@
+package node
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseActorPath(t *testing.T) {
+	for path, want := range map[string]actorRoute{
+		"/actor/chat/lobby":                       {"chat", "lobby", "/"},
+		"/actor/chat/lobby/":                      {"chat", "lobby", "/"},
+		"/actor/chat/room%201/history":            {"chat", "room 1", "/history"},
+		"/actor/chat/lobby/a%2Fb/c":               {"chat", "lobby", "/a%2Fb/c"},
+		"/actor/chat/%C3%A9t%C3%A9":               {"chat", "été", "/"},
+		"/actor/chat/" + strings.Repeat("n", 256): {"chat", strings.Repeat("n", 256), "/"},
+	} {
+		got, ok, err := parseActorPath(path)
+		if !ok || err != nil || got != want {
+			t.Errorf("%s: got %+v %v %v, want %+v", path, got, ok, err, want)
+		}
+	}
+	for _, bad := range []string{"/actor/chat", "/actor//x", "/actor/chat/", "/actor/chat/.", "/actor/chat/%2E%2E",
+		"/actor/chat/a%2Fb", "/actor/chat/a%0Ab", "/actor/chat/%zz", "/actor/chat/" + strings.Repeat("n", 257)} {
+		if _, ok, err := parseActorPath(bad); !ok || err == nil {
+			t.Errorf("%s: accepted", bad)
+		}
+	}
+	if _, ok, _ := parseActorPath("/other"); ok {
+		t.Error("/other is not an actor path")
+	}
+}
+
+func TestDBFileName(t *testing.T) {
+	seen := map[string]string{}
+	for _, name := range []string{"alice", "Alice", "room 1", "room%201", "..x", "a.b", strings.Repeat("é", 128)} {
+		f := dbFileName(name)
+		if strings.ContainsAny(f[:len(f)-3], "/.") || len(f) > 255 {
+			t.Errorf("%q: unsafe file name %q", name, f)
+		}
+		if other, dup := seen[f]; dup {
+			t.Errorf("%q and %q share the file %q", name, other, f)
+		}
+		seen[f] = name
+	}
+}
+
+func TestValidIdent(t *testing.T) {
+	for s, ok := range map[string]bool{"chat": true, "a-1": true, "": false, "1a": false, "Chat": false, "a_b": false, strings.Repeat("a", 65): false} {
+		if ValidIdent(s) != ok {
+			t.Errorf("ValidIdent(%q) = %v", s, !ok)
+		}
+	}
+}
+
+func TestEscapeLine(t *testing.T) {
+	if got := escapeLine([]byte("ok \x1b[31m\xff")); got != `ok \u{1b}[31m\x{ff}` {
+		t.Errorf("got %q", got)
+	}
+}
