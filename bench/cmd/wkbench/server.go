@@ -1,0 +1,262 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// server is one `wasmkeep serve` child process.
+type server struct {
+	cmd     *exec.Cmd
+	base    string // http://127.0.0.1:PORT
+	logPath string
+	exited  chan struct{}
+	waitErr error
+}
+
+// startServer spawns the server on a free loopback port with dataDir and
+// returns once /actor/counter/x answers 200, with the time that took from
+// spawning.
+func startServer(cfg config, dataDir, logPath string) (*server, time.Duration, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, 0, err
+	}
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer logFile.Close() // the child holds its own copy
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	args := append([]string{"serve",
+		"--actor", "counter=" + cfg.guest,
+		"--listen", addr,
+		"--data-dir", dataDir,
+		"--max-instances", strconv.Itoa(maxInstances),
+		"--idle-timeout", "10m", // nothing hibernates during a run
+	}, cfg.serveArgs...)
+	s := &server{
+		cmd:     exec.Command(cfg.wasmkeep, args...),
+		base:    "http://" + addr,
+		logPath: logPath,
+		exited:  make(chan struct{}),
+	}
+	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
+	start := time.Now()
+	if err := s.cmd.Start(); err != nil {
+		return nil, 0, fmt.Errorf("starting %s: %w", cfg.wasmkeep, err)
+	}
+	go func() { s.waitErr = s.cmd.Wait(); close(s.exited) }()
+	took, err := s.awaitFirstResponse(start)
+	if err != nil {
+		s.stop()
+		return nil, 0, err
+	}
+	return s, took, nil
+}
+
+// freePort asks the kernel for a free port. Another process could take it
+// before the server binds it; the server then fails to start, loudly.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// awaitFirstResponse polls the first actor every millisecond, so the
+// measured start-up is at most that much late.
+func (s *server) awaitFirstResponse(start time.Time) (time.Duration, error) {
+	client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	deadline := start.Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		select {
+		case <-s.exited:
+			return 0, fmt.Errorf("server exited before answering (%v)%s", s.waitErr, s.logTail())
+		default:
+		}
+		resp, err := client.Get(s.base + "/actor/counter/x")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return time.Since(start), nil
+			}
+			return 0, fmt.Errorf("first request to the server: %s%s", resp.Status, s.logTail())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return 0, fmt.Errorf("server did not answer /actor/counter/x within 2 minutes%s", s.logTail())
+}
+
+// stop asks the server to shut down, as an operator would, and kills it if
+// it takes too long.
+func (s *server) stop() error {
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(20 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.exited
+		return fmt.Errorf("server did not stop within 20 s of SIGTERM; killed%s", s.logTail())
+	}
+	var exit *exec.ExitError
+	if errors.As(s.waitErr, &exit) {
+		return fmt.Errorf("server stopped with %v%s", s.waitErr, s.logTail())
+	}
+	return s.waitErr
+}
+
+// logTail is the end of the server's log, to explain a failure.
+func (s *server) logTail() string {
+	b, err := os.ReadFile(s.logPath)
+	if err != nil || len(b) == 0 {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > 20 {
+		lines = lines[len(lines)-20:]
+	}
+	return "\nserver log (" + s.logPath + "):\n  " + strings.Join(lines, "\n  ")
+}
+
+// engine is the runtime plugin the server says it serves with.
+func (s *server) engine() (string, error) {
+	f, err := os.Open(s.logPath)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.Contains(line, "msg=serving") {
+			continue
+		}
+		for _, field := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(field, "runtime="); ok {
+				return v, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no runtime= in the server's \"serving\" log line; pass -engine%s", s.logTail())
+}
+
+func (s *server) pid() int { return s.cmd.Process.Pid }
+
+// rssKiB is the server's resident set size, VmRSS in /proc/<pid>/status.
+func (s *server) rssKiB() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.pid()))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			return strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+		}
+	}
+	return 0, errors.New("no VmRSS in /proc/<pid>/status")
+}
+
+// userHZ is the unit of the CPU times in /proc/<pid>/stat; Linux fixes it at
+// 100 for user space whatever the kernel's own tick rate.
+const userHZ = 100
+
+// cpuTime is the user plus system CPU time of all the server's threads.
+func (s *server) cpuTime() (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.pid()))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, in parentheses, may hold spaces: count fields after it.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errors.New("unexpected /proc/<pid>/stat format")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, errors.New("unexpected /proc/<pid>/stat format")
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64) // field 14 of the file
+	stime, err2 := strconv.ParseInt(f[12], 10, 64) // field 15
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return time.Duration(utime+stime) * time.Second / userHZ, nil
+}
+
+// openFileLimit is the server's own soft limit on open files, after it
+// raised it (Go programs raise it to the hard limit at start).
+func (s *server) openFileLimit() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", s.pid()))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Max open files"); ok {
+			f := strings.Fields(v)
+			if len(f) > 0 && f[0] == "unlimited" {
+				return 1 << 62, nil
+			}
+			if len(f) > 0 {
+				return strconv.ParseInt(f[0], 10, 64)
+			}
+		}
+	}
+	return 0, errors.New("no \"Max open files\" in /proc/<pid>/limits")
+}
+
+// dataFS names the file system under dir: actor creation and writes cost
+// very different amounts on tmpfs and on a disk.
+func dataFS(dir string) string {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return "unknown"
+	}
+	switch uint32(st.Type) {
+	case 0x01021994:
+		return "tmpfs"
+	case 0xEF53:
+		return "ext4"
+	case 0x9123683E:
+		return "btrfs"
+	case 0x58465342:
+		return "xfs"
+	case 0x794C7630:
+		return "overlayfs"
+	case 0x2FC12FC1:
+		return "zfs"
+	case 0xF2F52010:
+		return "f2fs"
+	}
+	return fmt.Sprintf("fs-0x%x", st.Type)
+}
+
+// thp is the kernel's transparent huge page setting, the bracketed word of
+// /sys/kernel/mm/transparent_hugepage/enabled: "always" roughly doubles
+// memory per actor.
+func thp() string {
+	b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
+	if err != nil {
+		return "unknown"
+	}
+	s := string(b)
+	i, j := strings.IndexByte(s, '['), strings.IndexByte(s, ']')
+	if i < 0 || j < i {
+		return "unknown"
+	}
+	return s[i+1 : j]
+}
