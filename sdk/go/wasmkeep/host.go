@@ -110,7 +110,11 @@ func onRequest(n uint32) int32 {
 	defer release()
 	resp, failure := serveRequest(pending(int(n)))
 	if failure == "" {
-		if errno := respond(ptr(resp), uint32(len(resp))); errno != abi.RespondOK {
+		switch errno := respond(ptr(resp), uint32(len(resp))); errno {
+		case abi.RespondOK:
+		case abi.RespondBadEncoding:
+			failure = "wasmkeep: the host refused the response: a header name or value is not valid HTTP"
+		default:
 			failure = "wasmkeep: respond failed with errno " + strconv.Itoa(int(errno))
 		}
 	}
