@@ -56,6 +56,7 @@ func read(mem runtime.Memory, ptr, n uint64) []byte {
 // section 3) and returns the i32 n for the stack.
 func (st *eventState) result(mem runtime.Memory, outPtr, outCap uint64, payload []byte, failed bool) uint64 {
 	n := int32(len(payload))
+	st.pending = nil // a new payload replaces any pending one
 	if uint32(len(payload)) <= uint32(outCap) {
 		if !mem.Write(uint32(outPtr), payload) {
 			faultf("output buffer %d+%d is outside the guest's memory", uint32(outPtr), uint32(outCap))
