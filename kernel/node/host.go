@@ -92,11 +92,18 @@ func hostFunc(name string, s runtime.Signature, f func(ctx context.Context, st *
 	}}
 }
 
-// notYet is a host function of ABI v1 whose issue has not landed: it fails
-// the guest call saying so.
-func notYet(name string, s runtime.Signature) runtime.HostFunction {
-	return hostFunc(name, s, func(context.Context, *eventState, runtime.Memory, []uint64) {
-		faultf("wasmkeep.%s is not implemented by this host yet (docs/abi.md, section 8)", name)
+// notYet serves a host function of ABI v1 whose issue has not landed:
+// functions with an error payload answer one saying so; the others fail the
+// event, since they have no way to report it.
+func notYet(name string, s runtime.Signature, errKind int) runtime.HostFunction {
+	msg := "wasmkeep." + name + " is not implemented by this host yet (docs/abi.md, section 8)"
+	if errKind < 0 {
+		return hostFunc(name, s, func(context.Context, *eventState, runtime.Memory, []uint64) { faultf("%s", msg) })
+	}
+	return hostFunc(name, s, func(_ context.Context, st *eventState, mem runtime.Memory, stack []uint64) {
+		outAt := len(s.Params) - 2 // the output buffer is the last two parameters
+		st.out = abi.AppendError(st.out[:0], uint8(errKind), msg)
+		stack[0] = st.result(mem, stack[outAt], stack[outAt+1], st.out, true)
 	})
 }
 
@@ -158,15 +165,20 @@ func hostFunctions() map[string]runtime.HostFunction {
 			st.out = append(st.out[:0], 0) // not set: configuration arrives with --env (a later issue)
 			s[0] = st.result(mem, s[2], s[3], st.out, true)
 		}),
-		notYet(abi.HostDeleteSelf, sig(types(i32, i32, i32), i32)),
-		notYet(abi.HostAlarmSet, sig(types(i64))),
-		notYet(abi.HostAlarmGet, sig(nil, i64)),
-		notYet(abi.HostAlarmClear, sig(nil)),
-		notYet(abi.HostActorCall, sig(types(i32, i32, i32, i32, i32, i32), i32)),
-		notYet(abi.HostWSSend, sig(types(i64, i32, i32, i32), i32)),
-		notYet(abi.HostWSClose, sig(types(i64, i32, i32, i32))),
-		notYet(abi.HostWSList, sig(types(i32, i32), i32)),
-		notYet(abi.HostHTTPFetch, sig(types(i32, i32, i32, i32), i32)),
+		hostFunc(abi.HostWSSend, sig(types(i64, i32, i32, i32), i32), func(_ context.Context, _ *eventState, _ runtime.Memory, s []uint64) {
+			s[0] = abi.SendUnknownConnection // no WebSockets yet, so no connection is known
+		}),
+		hostFunc(abi.HostWSList, sig(types(i32, i32), i32), func(_ context.Context, st *eventState, mem runtime.Memory, s []uint64) {
+			st.out = abi.AppendU32(st.out[:0], 0)
+			s[0] = st.result(mem, s[0], s[1], st.out, false)
+		}),
+		notYet(abi.HostDeleteSelf, sig(types(i32, i32, i32), i32), int(abi.SQLInternal)),
+		notYet(abi.HostActorCall, sig(types(i32, i32, i32, i32, i32, i32), i32), int(abi.CallFailed)),
+		notYet(abi.HostHTTPFetch, sig(types(i32, i32, i32, i32), i32), int(abi.FetchFailed)),
+		notYet(abi.HostAlarmSet, sig(types(i64)), -1),
+		notYet(abi.HostAlarmGet, sig(nil, i64), -1),
+		notYet(abi.HostAlarmClear, sig(nil), -1),
+		notYet(abi.HostWSClose, sig(types(i64, i32, i32, i32)), -1),
 	}
 	m := make(map[string]runtime.HostFunction, len(fs))
 	for _, f := range fs {

@@ -91,6 +91,11 @@ func checkModule(mod runtime.Module, host map[string]runtime.HostFunction) (hook
 		}
 		return hooks{}, fmt.Errorf("module declares no WasmKeep ABI version (it must export %s; build it with a WasmKeep SDK)", abi.VersionExport)
 	}
+	if _, ok := exports["_start"]; ok {
+		if _, ok := exports[abi.ExportInitialize]; !ok {
+			return hooks{}, fmt.Errorf("module is a command (it exports _start): build a reactor instead (Go: go build -buildmode=c-shared; C: -mexec-model=reactor)")
+		}
+	}
 	if !mod.ExportsMemory(abi.ExportMemory) {
 		return hooks{}, fmt.Errorf("module exports no memory named %q", abi.ExportMemory)
 	}
