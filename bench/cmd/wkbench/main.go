@@ -43,18 +43,19 @@ type config struct {
 
 // sizes are a run's counts: full for results, quick for tests.
 type sizes struct {
-	starts    int           // server starts per start-up row
-	newActors int           // first requests to new actors
-	warmup    int           // requests to the resident actor before timing
-	samples   int           // timed reads, and as many writes
-	actors    int           // resident actors for memory and throughput
-	clients   int           // concurrent clients for throughput
-	duration  time.Duration // of the throughput run
+	starts     int           // server starts per start-up row
+	newActors  int           // first requests to new actors
+	warmup     int           // requests to the resident actor before timing
+	samples    int           // timed reads, and as many writes
+	actors     int           // resident actors for memory and throughput
+	clients    int           // concurrent clients for throughput
+	loadWarmup time.Duration // of untimed load before the throughput run
+	duration   time.Duration // of the throughput run
 }
 
 var (
-	full  = sizes{starts: 3, newActors: 200, warmup: 200, samples: 2000, actors: 1000, clients: 8, duration: 10 * time.Second}
-	quick = sizes{starts: 1, newActors: 20, warmup: 20, samples: 200, actors: 100, clients: 8, duration: 2 * time.Second}
+	full  = sizes{starts: 3, newActors: 200, warmup: 200, samples: 2000, actors: 1000, clients: 8, loadWarmup: 3 * time.Second, duration: 10 * time.Second}
+	quick = sizes{starts: 1, newActors: 20, warmup: 20, samples: 200, actors: 100, clients: 8, loadWarmup: time.Second, duration: 2 * time.Second}
 )
 
 // baseActors are awake when the memory baseline is read: memory per actor

@@ -244,31 +244,40 @@ func (b *bench) memory(srv *server, c *client) (perActorKiB, rssMiB float64, err
 
 func actorName(i int) string { return "a-" + strconv.Itoa(i) }
 
-// throughput runs sz.clients clients for sz.duration, each sending GET or
-// POST (even odds) to a random one of the sz.actors awake actors. It returns
-// requests per second and the server's CPU time per request in µs.
+// throughput runs sz.clients clients, each sending GET or POST (even odds)
+// to a random one of the sz.actors awake actors: first for sz.loadWarmup,
+// as an actor's first requests after waking are slower, then for
+// sz.duration. It returns the requests per second of the second run and the
+// server's CPU time per request in µs over it.
 func (b *bench) throughput(srv *server, c *client) (perSecond, cpuPerRequestUS float64, err error) {
-	var done atomic.Int64
+	load := func(d time.Duration) (int64, error) {
+		var done atomic.Int64
+		deadline := time.Now().Add(d)
+		err := fanOut(b.sz.clients, func(stop *atomic.Bool) error {
+			rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+			for !stop.Load() && time.Now().Before(deadline) {
+				method := http.MethodGet
+				if rng.IntN(2) == 1 {
+					method = http.MethodPost
+				}
+				if _, err := c.do(method, actorName(rng.IntN(b.sz.actors))); err != nil {
+					return err
+				}
+				done.Add(1)
+			}
+			return nil
+		})
+		return done.Load(), err
+	}
+	if _, err := load(b.sz.loadWarmup); err != nil {
+		return 0, 0, err
+	}
 	cpuBefore, err := srv.cpuTime()
 	if err != nil {
 		return 0, 0, err
 	}
 	start := time.Now()
-	deadline := start.Add(b.sz.duration)
-	err = fanOut(b.sz.clients, func(stop *atomic.Bool) error {
-		rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-		for !stop.Load() && time.Now().Before(deadline) {
-			method := http.MethodGet
-			if rng.IntN(2) == 1 {
-				method = http.MethodPost
-			}
-			if _, err := c.do(method, actorName(rng.IntN(b.sz.actors))); err != nil {
-				return err
-			}
-			done.Add(1)
-		}
-		return nil
-	})
+	n, err := load(b.sz.duration)
 	elapsed := time.Since(start)
 	if err != nil {
 		return 0, 0, err
@@ -277,7 +286,6 @@ func (b *bench) throughput(srv *server, c *client) (perSecond, cpuPerRequestUS f
 	if err != nil {
 		return 0, 0, err
 	}
-	n := done.Load()
 	if n == 0 {
 		return 0, 0, errors.New("no request completed in the throughput run")
 	}
