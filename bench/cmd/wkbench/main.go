@@ -58,6 +58,11 @@ var (
 	quick = sizes{starts: 1, newActors: 20, warmup: 20, samples: 200, actors: 100, clients: 8, loadWarmup: time.Second, duration: 2 * time.Second}
 )
 
+func (s sizes) String() string {
+	return fmt.Sprintf("%d starts, %d new actors, %d reads and writes, %d actors, %d clients for %v",
+		s.starts, s.newActors, s.samples, s.actors, s.clients, s.duration)
+}
+
 // baseActors are awake when the memory baseline is read: memory per actor
 // is (RSS with every actor awake - RSS with baseActors awake) / the rest.
 const baseActors = 10
@@ -70,11 +75,6 @@ type metric struct {
 	name  string
 	value float64
 	unit  string
-}
-
-func (s sizes) String() string {
-	return fmt.Sprintf("%d starts, %d new actors, %d reads and writes, %d actors, %d clients for %v",
-		s.starts, s.newActors, s.samples, s.actors, s.clients, s.duration)
 }
 
 // run parses args, measures and returns the path of the CSV it wrote.
@@ -123,19 +123,17 @@ func run(args []string, stdout io.Writer) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(scratch)
+	fsType := dataFS(scratch)
 	fmt.Fprintf(stdout, "wkbench: %s at %s, guest %s; %v; data in %s (%s)\n",
-		cfg.wasmkeep, commit, cfg.guest, sz, scratch, dataFS(scratch))
+		cfg.wasmkeep, commit, cfg.guest, sz, scratch, fsType)
 
 	b := &bench{cfg: cfg, sz: sz, scratch: scratch, progress: stdout}
 	metrics, engine, err := b.measure()
 	if err != nil {
 		return "", err
 	}
-	if cfg.engine != "" {
-		engine = cfg.engine
-	}
 	printTable(stdout, metrics)
-	return writeCSV(cfg.out, commit, engine, cfg.guestLabel, dataFS(scratch), metrics)
+	return writeCSV(cfg.out, commit, engine, cfg.guestLabel, fsType, metrics)
 }
 
 // checkoutCommit names the checkout wkbench runs in, which run.sh builds the

@@ -130,7 +130,7 @@ func (s *server) logTail() string {
 	if len(lines) > 20 {
 		lines = lines[len(lines)-20:]
 	}
-	return "\nserver log (" + s.logPath + "):\n  " + strings.Join(lines, "\n  ")
+	return "\nserver log:\n  " + strings.Join(lines, "\n  ")
 }
 
 // engine is the runtime plugin the server says it serves with.
