@@ -1,0 +1,126 @@
+package sqlitestorage
+
+import "github.com/wasmkeep/wasmkeep/kernel/abi"
+
+// binding reaches the SQLite C library. Everything above it (the sandbox,
+// the budgets, the transaction rules) is the same whatever the binding:
+// modernc.go is the pure Go one; a cgo one implements the same interfaces.
+//
+// It is the C API rather than database/sql because database/sql drivers
+// cannot return values exactly: both modernc and mattn turn TEXT read from a
+// column declared DATE, DATETIME or TIMESTAMP into time.Time, and neither
+// reports a statement's unparsed tail or parameter count.
+type binding interface {
+	open(path string) (conn, error)
+}
+
+// conn is one SQLite connection, used by one goroutine at a time.
+type conn interface {
+	// prepare compiles the first statement of sql; rest is the text after
+	// it. s is nil when sql holds no statement (only blanks and comments).
+	prepare(sql string) (s stmt, rest string, err error)
+	// setHooks installs the authorizer, which SQLite asks about every
+	// operation of a statement it compiles and answers authOK, authDeny or
+	// authIgnore, and the progress handler, which SQLite calls every
+	// progressOps virtual machine steps of a running statement and which
+	// stops the statement (SQLITE_INTERRUPT) by returning true. Both run on
+	// the goroutine calling prepare or step.
+	setHooks(auth func(action int, arg1, arg2, dbName string) int, progress func() bool) error
+	configure(op int, on bool) error // sqlite3_db_config
+	setLimit(id, value int)
+	inTx() bool
+	// changes is the number of rows the last INSERT, UPDATE or DELETE
+	// changed.
+	changes() int64
+	// pagesWritten is the number of pages written to the log or the
+	// database since the previous call.
+	pagesWritten() int64
+	close() error
+}
+
+// stmt is one prepared statement of a conn.
+type stmt interface {
+	params() int
+	readonly() bool
+	bind(i int, v abi.Value) error // i counts from 1
+	step() (row bool, err error)
+	columns() int
+	// columnName and column's Bytes stay valid until the next call on the
+	// statement.
+	columnName(i int) []byte
+	column(i int) abi.Value
+	reset()
+	finalize()
+}
+
+// sqliteError is a failure reported by SQLite: its extended result code and
+// its message.
+type sqliteError struct {
+	code int
+	msg  string
+}
+
+func (e *sqliteError) Error() string { return e.msg }
+
+// SQLite's C API numbers, which every binding shares.
+const (
+	// Primary result codes.
+	rcError      = 1
+	rcInterrupt  = 9
+	rcFull       = 13
+	rcTooBig     = 18
+	rcConstraint = 19
+	rcMismatch   = 20
+	rcAuth       = 23
+	rcRange      = 25
+
+	// Authorizer actions and answers.
+	authCreateIndex       = 1
+	authCreateTable       = 2
+	authCreateTempIndex   = 3
+	authCreateTempTable   = 4
+	authCreateTempTrigger = 5
+	authCreateTempView    = 6
+	authCreateTrigger     = 7
+	authCreateView        = 8
+	authDelete            = 9
+	authDropIndex         = 10
+	authDropTable         = 11
+	authDropTempIndex     = 12
+	authDropTempTable     = 13
+	authDropTempTrigger   = 14
+	authDropTempView      = 15
+	authDropTrigger       = 16
+	authDropView          = 17
+	authInsert            = 18
+	authPragma            = 19
+	authRead              = 20
+	authSelect            = 21
+	authTransaction       = 22
+	authUpdate            = 23
+	authAttach            = 24
+	authDetach            = 25
+	authAlterTable        = 26
+	authReindex           = 27
+	authAnalyze           = 28
+	authCreateVTable      = 29
+	authDropVTable        = 30
+	authFunction          = 31
+	authSavepoint         = 32
+	authRecursive         = 33
+
+	authOK     = 0
+	authDeny   = 1
+	authIgnore = 2
+
+	limitLength   = 0
+	limitAttached = 7
+
+	// How often a running statement checks whether it must stop; about
+	// a few microseconds of work.
+	progressOps = 1000
+
+	configEnableLoadExtension = 1005
+	configDefensive           = 1010
+	configTrustedSchema       = 1017
+)

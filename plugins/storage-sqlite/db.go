@@ -1,0 +1,568 @@
+package sqlitestorage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/cputime"
+	"github.com/wasmkeep/wasmkeep/kernel/storage"
+)
+
+var _ storage.DB = (*db)(nil)
+
+// db is one actor's database on one SQLite connection in WAL mode.
+type db struct {
+	c        conn
+	path     string
+	opts     storage.Options
+	pageSize int64
+
+	guest, host *stmtCache
+	vals        []abi.Value // one result row, reused
+
+	// The statement being prepared or run, for the hooks, which SQLite calls
+	// on this goroutine.
+	hostStmt bool            // run as the host: no sandbox, no CPU budget
+	done     <-chan struct{} // the statement's ctx.Done()
+	denied   string          // why the authorizer refused it
+	prep     struct {        // what the authorizer saw while compiling it
+		kind   txKind
+		dml    bool
+		schema bool // creates or alters a table, index, view or trigger
+	}
+
+	// The running guest statement's SQL CPU (see progress). cpuOver is set,
+	// from the watch's goroutine, once it spends what is left of the event's
+	// budget.
+	started   time.Time
+	watch     *cputime.Watch
+	unwatched time.Duration // wall time the statement ran before its watch
+	cpuOver   atomic.Bool
+	onCPU     func() // d.cpuExceeded, made once so statements do not allocate it
+
+	// The current event.
+	cpuUsed time.Duration
+	written int64 // bytes written to the log
+	aborted bool  // a failure rolled the event's transaction back
+
+	wal       *os.File // the WAL, opened at the first durable write
+	dirSynced bool
+	closed    bool
+}
+
+var errClosed = storage.Errorf(abi.SQLInternal, "the database is closed")
+
+func open(b binding, path string, opts storage.Options, synchronous string, cacheSize int) (*db, error) {
+	c, err := b.open(path)
+	if err != nil {
+		return nil, err
+	}
+	d := &db{c: c, path: path, opts: opts, guest: newStmtCache(cacheSize), host: newStmtCache(cacheSize)}
+	d.onCPU = d.cpuExceeded
+	if err := d.setup(synchronous); err != nil {
+		c.close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return d, nil
+}
+
+// setup hardens the connection and sets the modes and limits the sandbox
+// and the quotas rest on.
+func (d *db) setup(synchronous string) error {
+	for _, cfg := range []struct {
+		op int
+		on bool
+	}{{configDefensive, true}, {configTrustedSchema, false}, {configEnableLoadExtension, false}} {
+		if err := d.c.configure(cfg.op, cfg.on); err != nil {
+			return err
+		}
+	}
+	d.c.setLimit(limitLength, d.opts.MaxValueBytes)
+	d.c.setLimit(limitAttached, 0)
+	if err := d.c.setHooks(d.authorize, d.progress); err != nil {
+		return err
+	}
+	d.hostStmt = true
+	// One connection owns the file: holding its locks for good spares a
+	// read transaction the system calls that take and release them, and
+	// keeps the WAL index in memory (no -shm file). It must precede WAL.
+	lock, err := d.pragma("PRAGMA locking_mode=EXCLUSIVE")
+	if err != nil {
+		return err
+	}
+	if !strings.EqualFold(string(lock.Bytes), "exclusive") {
+		return fmt.Errorf("SQLite refused exclusive locking (locking_mode is %q)", lock.Bytes)
+	}
+	mode, err := d.pragma("PRAGMA journal_mode=WAL")
+	if err != nil {
+		return err
+	}
+	if !strings.EqualFold(string(mode.Bytes), "wal") {
+		return fmt.Errorf("SQLite refused WAL mode (journal_mode is %q)", mode.Bytes)
+	}
+	if _, err := d.pragma("PRAGMA synchronous=" + synchronous); err != nil {
+		return err
+	}
+	size, err := d.pragma("PRAGMA page_size")
+	if err != nil {
+		return err
+	}
+	d.pageSize = size.Int
+	_, err = d.pragma(fmt.Sprintf("PRAGMA max_page_count=%d", max(1, d.opts.MaxDatabaseBytes/d.pageSize)))
+	return err
+}
+
+// pragma runs a setup statement and returns the first column of its first
+// row (with Bytes valid until the next statement).
+func (d *db) pragma(sql string) (abi.Value, error) {
+	s, _, err := d.c.prepare(sql)
+	if err != nil {
+		return abi.Value{}, err
+	}
+	defer s.finalize()
+	row, err := s.step()
+	if err != nil || !row {
+		return abi.Value{}, err
+	}
+	v := s.column(0)
+	v.Bytes = append([]byte(nil), v.Bytes...)
+	return v, nil
+}
+
+func (d *db) Exec(ctx context.Context, sql string, params []abi.Value, opts storage.ExecOptions) (int64, error) {
+	return d.guestRun(ctx, sql, params, nil, opts.Durable)
+}
+
+func (d *db) Query(ctx context.Context, sql string, params []abi.Value, w *abi.RowsWriter) error {
+	_, err := d.guestRun(ctx, sql, params, w, false)
+	return err
+}
+
+func (d *db) HostExec(ctx context.Context, sql string, params ...abi.Value) (int64, error) {
+	return d.hostRun(ctx, sql, params, nil)
+}
+
+func (d *db) HostQuery(ctx context.Context, sql string, params []abi.Value, w *abi.RowsWriter) error {
+	_, err := d.hostRun(ctx, sql, params, w)
+	return err
+}
+
+func (d *db) EndEvent(context.Context) error {
+	if d.closed {
+		return errClosed
+	}
+	var err error
+	if d.c.inTx() {
+		err = d.rollback()
+	}
+	d.cpuUsed, d.written, d.aborted = 0, 0, false
+	return err
+}
+
+func (d *db) Close() error {
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	d.guest.finalizeAll()
+	d.host.finalizeAll()
+	err := d.c.close() // rolls back an open transaction
+	if d.wal != nil {
+		err = errors.Join(err, d.wal.Close())
+	}
+	return err
+}
+
+// guestRun runs one guest statement through the sandbox and the event's
+// budgets; w is nil for Exec.
+func (d *db) guestRun(ctx context.Context, sql string, params []abi.Value, w *abi.RowsWriter, durable bool) (int64, error) {
+	if d.closed {
+		return 0, errClosed
+	}
+	d.hostStmt, d.denied = false, ""
+	e, err := d.prepare(d.guest, sql)
+	if err != nil {
+		return 0, err
+	}
+	if d.aborted {
+		if e.kind == txRollback {
+			return 0, nil // what already happened
+		}
+		return 0, storage.Errorf(abi.SQLNotAllowed, "a failure rolled back this event's transaction; only ROLLBACK runs until the event ends")
+	}
+	if err := d.checkBudgets(ctx, e); err != nil {
+		return 0, err
+	}
+	inTx := d.c.inTx()
+	if durable {
+		if err := durableRefusal(e.kind, inTx); err != nil {
+			return 0, err
+		}
+	}
+	if err := d.bind(e, params); err != nil {
+		return 0, err
+	}
+	d.done = ctx.Done()
+	d.cpuOver.Store(false)
+	d.started, d.watch = time.Now(), nil
+	n, err := d.run(e, w)
+	d.cpuUsed += d.statementCPU()
+	d.written += d.c.pagesWritten() * d.pageSize
+	if err != nil {
+		return 0, d.failed(ctx, err, inTx)
+	}
+	if durable {
+		if err := d.syncLog(); err != nil {
+			return 0, storage.Errorf(abi.SQLInternal, "committed, but could not make it durable: %v", err)
+		}
+	}
+	return n, nil
+}
+
+// hostRun runs a host statement: no sandbox and no budgets, on the same
+// connection, so it joins the guest's open transaction.
+func (d *db) hostRun(ctx context.Context, sql string, params []abi.Value, w *abi.RowsWriter) (int64, error) {
+	if d.closed {
+		return 0, errClosed
+	}
+	d.hostStmt, d.denied = true, ""
+	e, err := d.prepare(d.host, sql)
+	if err != nil {
+		return 0, err
+	}
+	if ctx.Err() != nil {
+		return 0, storage.Errorf(abi.SQLQuotaExceeded, "the event's deadline has passed")
+	}
+	if err := d.bind(e, params); err != nil {
+		return 0, err
+	}
+	inTx := d.c.inTx()
+	d.done = ctx.Done()
+	n, err := d.run(e, w)
+	d.written += d.c.pagesWritten() * d.pageSize
+	if err != nil {
+		return 0, d.failed(ctx, err, inTx)
+	}
+	return n, nil
+}
+
+// prepare returns the cached statement for sql, or compiles it (as the host
+// or the guest, per d.hostStmt).
+func (d *db) prepare(cache *stmtCache, sql string) (*entry, error) {
+	if e := cache.get(sql); e != nil {
+		return e, nil
+	}
+	if i := strings.IndexByte(sql, 0); i >= 0 {
+		return nil, storage.Errorf(abi.SQLSyntax, "the SQL text has a NUL byte at offset %d", i)
+	}
+	d.prep.kind, d.prep.dml, d.prep.schema = txNone, false, false
+	s, rest, err := d.c.prepare(sql)
+	if err != nil {
+		return nil, d.sqlError(err)
+	}
+	if s == nil {
+		return nil, storage.Errorf(abi.SQLSyntax, "the SQL text holds no statement")
+	}
+	if !blank(rest) {
+		s.finalize()
+		return nil, storage.Errorf(abi.SQLMultipleStatements, "the SQL text holds more than one statement (the second starts at %q); send one per call", clip(strings.TrimLeft(rest, " \t\r\n;")))
+	}
+	if !d.hostStmt && d.prep.schema && mentionsHost(sql) {
+		s.finalize()
+		return nil, storage.Errorf(abi.SQLNotAllowed, "a schema statement may not name a host table (names starting with %s)", hostPrefix)
+	}
+	// The key is copied: a caller may pass a string over a buffer it reuses.
+	e := &entry{sql: strings.Clone(sql), s: s, kind: d.prep.kind, readonly: s.readonly(), dml: d.prep.dml, params: s.params()}
+	if old := cache.put(e); old != nil {
+		old.s.finalize()
+	}
+	return e, nil
+}
+
+func clip(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}
+
+// checkBudgets refuses a guest statement once the event has spent its
+// deadline or its SQL CPU, or a write once it has written its share.
+func (d *db) checkBudgets(ctx context.Context, e *entry) error {
+	switch {
+	case ctx.Err() != nil:
+		return storage.Errorf(abi.SQLQuotaExceeded, "the event's deadline has passed")
+	case d.cpuUsed >= d.opts.SQLCPUPerEvent:
+		return storage.Errorf(abi.SQLQuotaExceeded, "the event spent its %v of SQL CPU; statements are refused until the event ends", d.opts.SQLCPUPerEvent)
+	case !e.readonly && d.written > d.opts.WritePerEvent:
+		return storage.Errorf(abi.SQLQuotaExceeded, "the event wrote %d bytes, past its %d-byte write budget; statements that write are refused until the event ends (split bulk work across events)", d.written, d.opts.WritePerEvent)
+	}
+	return nil
+}
+
+// durableRefusal applies exec-durable's rules before the statement runs.
+func durableRefusal(k txKind, inTx bool) error {
+	switch {
+	case inTx && k != txCommit:
+		return storage.Errorf(abi.SQLNotAllowed, "inside a transaction exec-durable takes only COMMIT or END; run the transaction's statements with exec")
+	case !inTx && k != txNone && k != txCommit:
+		return storage.Errorf(abi.SQLNotAllowed, "exec-durable does not take BEGIN, SAVEPOINT, RELEASE or ROLLBACK; run them with exec")
+	}
+	return nil
+}
+
+func (d *db) bind(e *entry, params []abi.Value) error {
+	if len(params) != e.params {
+		return storage.Errorf(abi.SQLBind, "the statement takes %d parameters, %d given", e.params, len(params))
+	}
+	for i, v := range params {
+		switch {
+		case v.Kind > abi.KindBlob:
+			return storage.Errorf(abi.SQLBind, "parameter %d has unknown value kind %d", i+1, v.Kind)
+		case len(v.Bytes) > d.opts.MaxValueBytes && (v.Kind == abi.KindText || v.Kind == abi.KindBlob):
+			return storage.Errorf(abi.SQLQuotaExceeded, "parameter %d is %d bytes, over the %d-byte limit for a value", i+1, len(v.Bytes), d.opts.MaxValueBytes)
+		}
+		if err := e.s.bind(i+1, v); err != nil {
+			return d.sqlError(err)
+		}
+	}
+	return nil
+}
+
+// run steps the bound statement to its end: for Exec (w nil) it returns the
+// rows changed, for Query it appends the result set to w.
+func (d *db) run(e *entry, w *abi.RowsWriter) (int64, error) {
+	defer e.s.reset()
+	if w == nil {
+		for {
+			row, err := e.s.step()
+			if err != nil {
+				return 0, err
+			}
+			if !row {
+				break
+			}
+		}
+		if !e.dml {
+			return 0, nil // SQLite keeps the count of the last INSERT, UPDATE or DELETE
+		}
+		return d.c.changes(), nil
+	}
+	start := len(w.Buf)
+	row, err := e.s.step()
+	if err != nil {
+		return 0, err
+	}
+	names := e.columnNames()
+	w.Begin(names)
+	for ; row; row, err = e.s.step() {
+		vals, size := d.vals[:0], 0
+		for i := range names {
+			v := e.s.column(i)
+			vals = append(vals, v)
+			size += encodedSize(v)
+		}
+		d.vals = vals
+		if len(w.Buf)-start+size > d.opts.MaxResultBytes {
+			w.Buf = w.Buf[:start]
+			return 0, storage.Errorf(abi.SQLQuotaExceeded, "the result passed the %d-byte limit for one query after %d rows; page through it", d.opts.MaxResultBytes, w.Rows())
+		}
+		w.Row(vals)
+	}
+	if err != nil {
+		w.Buf = w.Buf[:start]
+		return 0, err
+	}
+	return 0, nil
+}
+
+// encodedSize is the size of v in the ABI's encoding.
+func encodedSize(v abi.Value) int {
+	switch v.Kind {
+	case abi.KindInteger, abi.KindReal:
+		return 1 + 8
+	case abi.KindText, abi.KindBlob:
+		return 1 + 4 + len(v.Bytes)
+	}
+	return 1
+}
+
+// failed turns a statement's failure into the guest's error and applies the
+// book's rule: a failure that ends the open transaction (SQLite rolled it
+// back, or the statement was stopped) leaves only ROLLBACK for the rest of
+// the event.
+func (d *db) failed(ctx context.Context, err error, inTx bool) error {
+	var se *sqliteError
+	stopped := errors.As(err, &se) && se.code&0xff == rcInterrupt
+	switch {
+	case stopped && !d.hostStmt && d.cpuOver.Load():
+		err = storage.Errorf(abi.SQLQuotaExceeded, "the statement was stopped: it spent the event's %v of SQL CPU", d.opts.SQLCPUPerEvent)
+	case stopped && ctx.Err() != nil:
+		err = storage.Errorf(abi.SQLQuotaExceeded, "the statement was stopped at the event's deadline")
+	case se != nil:
+		err = d.sqlError(err)
+	}
+	if inTx {
+		if stopped && d.c.inTx() {
+			if rerr := d.rollback(); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
+		}
+		d.aborted = !d.c.inTx()
+	}
+	return err
+}
+
+func (d *db) rollback() error {
+	_, err := d.hostRun(context.Background(), "ROLLBACK", nil, nil)
+	return err
+}
+
+// sqlError gives an SQLite failure its sql-error kind.
+func (d *db) sqlError(err error) error {
+	var se *sqliteError
+	if !errors.As(err, &se) {
+		return storage.Errorf(abi.SQLInternal, "%v", err)
+	}
+	code := se.code & 0xff
+	switch {
+	case d.denied != "" && (code == rcAuth || code == rcError):
+		// The authorizer refused something; SQLite reports some refusals
+		// (of functions, say) as plain errors.
+		return storage.Errorf(abi.SQLNotAllowed, "%s", d.denied)
+	case code == rcAuth:
+		return storage.Errorf(abi.SQLNotAllowed, "%s", se.msg)
+	}
+	switch code {
+	case rcError:
+		return storage.Errorf(abi.SQLSyntax, "%s", se.msg)
+	case rcConstraint, rcMismatch:
+		return storage.Errorf(abi.SQLConstraint, "%s", se.msg)
+	case rcRange:
+		return storage.Errorf(abi.SQLBind, "%s", se.msg)
+	case rcTooBig:
+		return storage.Errorf(abi.SQLQuotaExceeded, "%s (a value may have at most %d bytes)", se.msg, d.opts.MaxValueBytes)
+	case rcFull:
+		return storage.Errorf(abi.SQLQuotaExceeded, "%s (the database may grow to %d bytes; reads still work)", se.msg, d.opts.MaxDatabaseBytes)
+	}
+	return storage.Errorf(abi.SQLInternal, "%s", se.msg)
+}
+
+// authorize is the authorizer: it records what the statement being compiled
+// does, and refuses a guest what the sandbox does not allow.
+func (d *db) authorize(action int, arg1, arg2, dbName string) int {
+	switch action {
+	case authTransaction, authSavepoint:
+		d.prep.kind = txKindOf(action, arg1)
+	case authInsert, authUpdate, authDelete:
+		d.prep.dml = d.prep.dml || !isSchemaTable(arg1)
+	case authCreateTable, authCreateIndex, authCreateTrigger, authCreateView, authCreateVTable, authAlterTable:
+		d.prep.schema = true
+	}
+	if d.hostStmt {
+		return authOK
+	}
+	if why := guestRefusal(action, arg1, arg2, dbName); why != "" {
+		d.denied = why
+		return authDeny
+	}
+	if action == authAnalyze && isHostTable(arg1) {
+		return authIgnore // ANALYZE of the whole database skips the host's tables
+	}
+	return authOK
+}
+
+func isSchemaTable(name string) bool {
+	switch strings.ToLower(name) {
+	case "sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema":
+		return true
+	}
+	return false
+}
+
+// progress is the progress handler: it stops the running statement at its
+// deadline or once a guest statement spends the event's SQL CPU.
+//
+// A guest statement's CPU is watched (cputime: the thread's clock, and a
+// timer) from its first progress call on, that is once it has run
+// progressOps steps. Reading a thread's CPU clock is a system call, which
+// would cost more than a short statement itself; a statement that ends
+// before its first progress call is charged its wall time instead, which
+// CPU time cannot exceed.
+func (d *db) progress() bool {
+	if !d.hostStmt {
+		if d.watch == nil {
+			d.unwatched = time.Since(d.started)
+			left := d.opts.SQLCPUPerEvent - d.cpuUsed - d.unwatched
+			if left <= 0 {
+				d.cpuOver.Store(true)
+				return true
+			}
+			d.watch = cputime.Start(left, d.onCPU)
+		}
+		if d.cpuOver.Load() {
+			return true
+		}
+	}
+	select {
+	case <-d.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// statementCPU ends the accounting of the guest statement that has just run.
+func (d *db) statementCPU() time.Duration {
+	if d.watch == nil {
+		return time.Since(d.started)
+	}
+	used := d.unwatched + d.watch.Stop()
+	d.watch = nil
+	return used
+}
+
+// cpuExceeded runs on the CPU watch's goroutine. A late call for a statement
+// that has finished is harmless: that statement spent the budget, so the
+// event's next guest statement is refused before it runs.
+func (d *db) cpuExceeded() { d.cpuOver.Store(true) }
+
+// syncLog makes what the connection has committed durable. With
+// synchronous=NORMAL a WAL-mode commit is written to the log but not
+// fsynced; fsyncing the log (and its directory, once, for the log's and
+// the database's names) gives what synchronous=FULL would have for this
+// commit. SQLite forbids changing synchronous inside a transaction, so
+// switching it for a durable COMMIT is not an option; a checkpoint would
+// rewrite the database file for nothing.
+func (d *db) syncLog() error {
+	if d.wal == nil {
+		f, err := os.Open(d.path + "-wal")
+		if err != nil {
+			return err
+		}
+		d.wal = f
+	}
+	if err := d.wal.Sync(); err != nil {
+		return err
+	}
+	if !d.dirSynced {
+		dir, err := os.Open(filepath.Dir(d.path))
+		if err != nil {
+			return err
+		}
+		err = dir.Sync()
+		dir.Close()
+		if err != nil {
+			return err
+		}
+		d.dirSynced = true
+	}
+	return nil
+}

@@ -1,0 +1,88 @@
+// Package sqlitestorage is the storage/v1 plugin on SQLite: one database file
+// per actor, in WAL mode, behind the book's guest sandbox and quotas. See
+// README.md for what it enforces and how it is configured.
+package sqlitestorage
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/wasmkeep/wasmkeep/kernel/plugin"
+	"github.com/wasmkeep/wasmkeep/kernel/storage"
+)
+
+// Config is the plugin's configuration (plugins.yaml, strictly decoded).
+type Config struct {
+	// Driver is the SQLite binding: "modernc" (pure Go).
+	Driver string `koanf:"driver"`
+	// Synchronous is SQLite's synchronous setting for plain exec: "normal"
+	// (a commit is written to the log but not fsynced; exec-durable fsyncs)
+	// or "full" (every commit is fsynced).
+	Synchronous string `koanf:"synchronous"`
+	// StatementCache is how many prepared statements each database keeps,
+	// for guest and for host statements each.
+	StatementCache int `koanf:"statement_cache"`
+}
+
+// NewConfig returns the defaults.
+func NewConfig() *Config {
+	return &Config{Driver: "modernc", Synchronous: "normal", StatementCache: 64}
+}
+
+// bindings are the SQLite bindings this build has, by Config.Driver.
+var bindings = map[string]binding{"modernc": modernc{}}
+
+// Info describes the plugin to the kernel's registry.
+func Info() plugin.Info {
+	return plugin.Info{
+		Kind:      plugin.Storage,
+		Name:      "sqlite",
+		API:       storage.API,
+		Summary:   "SQLite, one WAL-mode file per actor, sandboxed (modernc: pure Go)",
+		NewConfig: func() any { return NewConfig() },
+		New:       func(config any) (any, error) { return New(config) },
+	}
+}
+
+// New builds the driver from a *Config.
+func New(config any) (storage.Driver, error) {
+	cfg, ok := config.(*Config)
+	if !ok {
+		return nil, fmt.Errorf("storage.sqlite: config is %T, want *sqlitestorage.Config", config)
+	}
+	b, ok := bindings[cfg.Driver]
+	if !ok {
+		return nil, fmt.Errorf("storage.sqlite: unknown driver %q (this build has: %s)", cfg.Driver, strings.Join(slices.Sorted(maps.Keys(bindings)), ", "))
+	}
+	if cfg.Synchronous != "normal" && cfg.Synchronous != "full" {
+		return nil, fmt.Errorf("storage.sqlite: synchronous is %q, want \"normal\" or \"full\"", cfg.Synchronous)
+	}
+	if cfg.StatementCache < 1 {
+		return nil, fmt.Errorf("storage.sqlite: statement_cache is %d, want at least 1", cfg.StatementCache)
+	}
+	return &driver{b: b, cfg: *cfg}, nil
+}
+
+var _ storage.Driver = (*driver)(nil)
+
+type driver struct {
+	b   binding
+	cfg Config
+}
+
+// maxValueBytes is SQLite's compiled-in ceiling for SQLITE_LIMIT_LENGTH.
+const maxValueBytes = 1_000_000_000
+
+func (drv *driver) Open(_ context.Context, path string, opts storage.Options) (storage.DB, error) {
+	opts = opts.Defaults()
+	switch {
+	case opts.MaxDatabaseBytes < 0, opts.MaxValueBytes < 0, opts.MaxResultBytes < 0, opts.SQLCPUPerEvent < 0, opts.WritePerEvent < 0:
+		return nil, fmt.Errorf("open %s: negative limit in %+v", path, opts)
+	case opts.MaxValueBytes > maxValueBytes:
+		return nil, fmt.Errorf("open %s: MaxValueBytes %d is over SQLite's ceiling of %d", path, opts.MaxValueBytes, maxValueBytes)
+	}
+	return open(drv.b, path, opts, drv.cfg.Synchronous, drv.cfg.StatementCache)
+}

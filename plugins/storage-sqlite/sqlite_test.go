@@ -1,0 +1,204 @@
+package sqlitestorage
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/wasmkeep/wasmkeep/conformance/storagetest"
+	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/plugin"
+	"github.com/wasmkeep/wasmkeep/kernel/storage"
+)
+
+func newDriver(t *testing.T) storage.Driver {
+	t.Helper()
+	drv, err := New(NewConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return drv
+}
+
+func TestConformance(t *testing.T) {
+	storagetest.Run(t, newDriver)
+}
+
+func TestInfo(t *testing.T) {
+	in := Info()
+	if _, err := plugin.NewRegistry(in); err != nil {
+		t.Fatal(err)
+	}
+	if err := plugin.CheckAPI(in, storage.API); err != nil {
+		t.Fatal(err)
+	}
+	drv, err := in.New(in.NewConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := drv.(storage.Driver); !ok {
+		t.Fatalf("New returned %T, not a storage.Driver", drv)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, c := range []struct {
+		edit func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.Driver = "mattn" }, `unknown driver "mattn" (this build has: modernc)`},
+		{func(c *Config) { c.Synchronous = "off" }, `synchronous is "off"`},
+		{func(c *Config) { c.StatementCache = 0 }, "statement_cache is 0"},
+	} {
+		cfg := NewConfig()
+		c.edit(cfg)
+		if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("New: %v, want an error containing %q", err, c.want)
+		}
+	}
+	if _, err := New(Config{}); err == nil {
+		t.Error("New accepted a Config value instead of a pointer")
+	}
+	drv := newDriver(t)
+	path := filepath.Join(t.TempDir(), "x.db")
+	if _, err := drv.Open(context.Background(), path, storage.Options{MaxValueBytes: -1}); err == nil {
+		t.Error("Open accepted a negative limit")
+	}
+}
+
+func TestBlank(t *testing.T) {
+	for s, want := range map[string]bool{
+		"": true, " ;\n\t;": true, "-- c": true, "-- c\n;": true, "/* c */;": true, "/* open": true,
+		"x": false, "; x": false, "-- c\nx": false, "/* c */ x": false, "- x": false,
+	} {
+		if got := blank(s); got != want {
+			t.Errorf("blank(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+// TestStatementCache checks that a statement pushed out of the cache is
+// prepared again, and that guest and host statements never share one.
+func TestStatementCache(t *testing.T) {
+	cfg := NewConfig()
+	cfg.StatementCache = 2
+	drv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	db, err := drv.Open(context.Background(), filepath.Join(t.TempDir(), "x.db"), storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	if _, err := db.HostExec(ctx, "CREATE TABLE _wasmkeep_t(a)"); err != nil {
+		t.Fatal(err)
+	}
+	const read = "SELECT count(*) FROM _wasmkeep_t"
+	for range 3 {
+		for _, sql := range []string{"SELECT 1", "SELECT 2", "SELECT 3"} {
+			if _, err := db.Exec(ctx, sql, nil, storage.ExecOptions{}); err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
+		}
+		var w abi.RowsWriter
+		if err := db.HostQuery(ctx, read, nil, &w); err != nil {
+			t.Fatalf("host %s: %v", read, err)
+		}
+		if _, err := db.Exec(ctx, read, nil, storage.ExecOptions{}); storage.KindOf(err) != abi.SQLNotAllowed {
+			t.Fatalf("guest %s after the host ran it: %v, want not-allowed", read, err)
+		}
+	}
+}
+
+// TestFiles checks the files a database keeps: the log, and no shared-memory
+// index (the connection holds its locks, so the index lives in its memory).
+func TestFiles(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	path := filepath.Join(t.TempDir(), "x.db")
+	db, err := newDriver(t).Open(context.Background(), path, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(context.Background(), "CREATE TABLE t(a)", nil, storage.ExecOptions{Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path + "-wal"); err != nil {
+		t.Errorf("no log: %v", err)
+	}
+	if _, err := os.Stat(path + "-shm"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a shared-memory index exists: %v", err)
+	}
+}
+
+func benchDB(b *testing.B) storage.DB {
+	runtime.LockOSThread()
+	b.Cleanup(runtime.UnlockOSThread)
+	drv, err := New(NewConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	db, err := drv.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), storage.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	ctx := context.Background()
+	for _, sql := range []string{"CREATE TABLE counter(id INTEGER PRIMARY KEY, v INTEGER)", "INSERT INTO counter VALUES(1, 0)"} {
+		if _, err := db.Exec(ctx, sql, nil, storage.ExecOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return db
+}
+
+// BenchmarkCounterRead is one resident counter read: a SELECT by primary key
+// and the end of its event.
+func BenchmarkCounterRead(b *testing.B) {
+	db := benchDB(b)
+	ctx := context.Background()
+	params := []abi.Value{{Kind: abi.KindInteger, Int: 1}}
+	var w abi.RowsWriter
+	b.ReportAllocs()
+	for b.Loop() {
+		w.Buf = w.Buf[:0]
+		if err := db.Query(ctx, "SELECT v FROM counter WHERE id = ?", params, &w); err != nil {
+			b.Fatal(err)
+		}
+		if err := db.EndEvent(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCounterWrite is one resident counter increment (an autocommit
+// UPDATE, not fsynced) and the end of its event.
+func BenchmarkCounterWrite(b *testing.B) { benchWrite(b, storage.ExecOptions{}) }
+
+// BenchmarkCounterWriteDurable is the same increment with exec-durable.
+func BenchmarkCounterWriteDurable(b *testing.B) { benchWrite(b, storage.ExecOptions{Durable: true}) }
+
+func benchWrite(b *testing.B, opts storage.ExecOptions) {
+	db := benchDB(b)
+	ctx := context.Background()
+	params := []abi.Value{{Kind: abi.KindInteger, Int: 1}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := db.Exec(ctx, "UPDATE counter SET v = v + 1 WHERE id = ?", params, opts); err != nil {
+			b.Fatal(err)
+		}
+		if err := db.EndEvent(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
