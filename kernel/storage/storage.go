@@ -29,7 +29,7 @@ type Driver interface {
 // Options are the limits of one database. Zero values mean the defaults.
 type Options struct {
 	MaxDatabaseBytes int64         // 1 GB: past it writes fail with quota-exceeded; reads still work
-	MaxValueBytes    int           // 16 MB per text or blob value
+	MaxValueBytes    int           // 16 MB per text or blob value; at most 1e9 (SQLite's own ceiling)
 	MaxResultBytes   int           // 16 MB per query result, encoded
 	SQLCPUPerEvent   time.Duration // 2 s of SQL CPU per event, all statements together
 	WritePerEvent    int64         // 256 MB written per event, counting every page rewrite
@@ -65,7 +65,9 @@ type DB interface {
 	// returns once the commit is durable on this machine (fsynced).
 	Exec(ctx context.Context, sql string, params []abi.Value, opts ExecOptions) (int64, error)
 	// Query runs one statement and appends its result set to w (which the
-	// kernel copies into the guest as it stands).
+	// kernel copies into the guest as it stands). A failed Query leaves
+	// w.Buf as it was. Every value round-trips byte for byte, except a NaN
+	// real, which SQLite stores as NULL.
 	Query(ctx context.Context, sql string, params []abi.Value, w *abi.RowsWriter) error
 	// HostExec and HostQuery run a statement as the host, outside the guest
 	// sandbox, so they reach the host tables (_wasmkeep_*), which guests can
@@ -109,8 +111,9 @@ func KindOf(err error) abi.SQLErrorKind {
 }
 
 // Replicator is the part of storage/v1 the replication protocol (a later
-// issue) will use; single-node servers never call it, so a driver may leave
-// it out until then. The kernel owns the protocol (what is uploaded, when,
+// issue) will use, implemented by a DB (on its own connection: a database
+// is opened once per process); single-node servers never call it, so a
+// driver may leave it out until then. The kernel owns the protocol (what is uploaded, when,
 // and the acknowledgement rule); the driver owns reading its own files.
 type Replicator interface {
 	// Capture calls page for every page committed since the previous
