@@ -3,6 +3,7 @@ module github.com/wasmkeep/wasmkeep
 go 1.26.0
 
 require (
+	github.com/bytecodealliance/wasmtime-go/v39 v39.0.1
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/go-viper/mapstructure/v2 v2.4.0 // indirect

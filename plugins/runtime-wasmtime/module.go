@@ -1,0 +1,211 @@
+//go:build cgo
+
+package wasmtimeruntime
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/cgo"
+	"slices"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/wasmkeep/wasmkeep/kernel/runtime"
+)
+
+type module struct {
+	e        *engine
+	imports  []runtime.Import
+	exports  []runtime.Export          // functions, by name
+	funcs    map[string]runtime.Export // the same, by name
+	memories map[string]bool           // exported memories
+	// arity is the largest max(params, results) of the exports: the size of
+	// each instance's call buffer.
+	arity      int
+	initialize bool // exports a function _initialize
+
+	// mu guards ptr and pre against Close: instantiations hold it shared.
+	mu  sync.RWMutex
+	ptr *C.wasmtime_module_t
+	// pre is the module with its imports resolved against the engine's
+	// linker, made by the first Instantiate under preMu; preErr is why that
+	// failed.
+	preMu  sync.Mutex
+	pre    *C.wasmtime_instance_pre_t
+	preErr error
+}
+
+var _ runtime.Module = (*module)(nil)
+
+func newModule(e *engine, ptr *C.wasmtime_module_t) *module {
+	m := &module{e: e, ptr: ptr, funcs: map[string]runtime.Export{}, memories: map[string]bool{}, arity: 1}
+
+	var imps C.wasm_importtype_vec_t
+	C.wasmtime_module_imports(ptr, &imps)
+	for _, it := range unsafe.Slice(imps.data, int(imps.size)) {
+		imp := runtime.Import{Module: goName(C.wasm_importtype_module(it)), Name: goName(C.wasm_importtype_name(it))}
+		if ty := C.wasm_importtype_type(it); C.wasm_externtype_kind(ty) == C.WASM_EXTERN_FUNC {
+			imp.IsFunc = true
+			imp.Signature = signature(C.wasm_externtype_as_functype_const(ty))
+		}
+		m.imports = append(m.imports, imp)
+	}
+	C.wasm_importtype_vec_delete(&imps)
+
+	var exps C.wasm_exporttype_vec_t
+	C.wasmtime_module_exports(ptr, &exps)
+	for _, et := range unsafe.Slice(exps.data, int(exps.size)) {
+		name := goName(C.wasm_exporttype_name(et))
+		switch ty := C.wasm_exporttype_type(et); C.wasm_externtype_kind(ty) {
+		case C.WASM_EXTERN_FUNC:
+			exp := runtime.Export{Name: name, Signature: signature(C.wasm_externtype_as_functype_const(ty))}
+			m.exports = append(m.exports, exp)
+			m.funcs[name] = exp
+			m.arity = max(m.arity, len(exp.Params), len(exp.Results))
+			m.initialize = m.initialize || name == "_initialize"
+		case C.WASM_EXTERN_MEMORY:
+			m.memories[name] = true
+		}
+	}
+	C.wasm_exporttype_vec_delete(&exps)
+	slices.SortFunc(m.exports, func(a, b runtime.Export) int { return strings.Compare(a.Name, b.Name) })
+	return m
+}
+
+func goName(n *C.wasm_name_t) string {
+	if n == nil || n.size == 0 {
+		return ""
+	}
+	return C.GoStringN(n.data, C.int(n.size))
+}
+
+func signature(ft *C.wasm_functype_t) runtime.Signature {
+	return runtime.Signature{
+		Params:  valueTypes(C.wasm_functype_params(ft)),
+		Results: valueTypes(C.wasm_functype_results(ft)),
+	}
+}
+
+func valueTypes(v *C.wasm_valtype_vec_t) []runtime.ValueType {
+	out := make([]runtime.ValueType, 0, int(v.size))
+	for _, vt := range unsafe.Slice(v.data, int(v.size)) {
+		out = append(out, valueType(C.wasm_valtype_kind(vt)))
+	}
+	return out
+}
+
+// valueType maps a wasm_valkind_t to the binary format's type byte, which is
+// what runtime.ValueType holds (the contract names only the numeric types).
+func valueType(k C.uint8_t) runtime.ValueType {
+	switch k {
+	case C.WASM_I32:
+		return runtime.I32
+	case C.WASM_I64:
+		return runtime.I64
+	case C.WASM_F32:
+		return runtime.F32
+	case C.WASM_F64:
+		return runtime.F64
+	case C.WASMTIME_V128:
+		return 0x7b
+	case C.WASM_EXTERNREF:
+		return 0x6f
+	case C.WASM_FUNCREF:
+		return 0x70
+	}
+	return 0
+}
+
+func (m *module) Imports() []runtime.Import      { return slices.Clone(m.imports) }
+func (m *module) Exports() []runtime.Export      { return slices.Clone(m.exports) }
+func (m *module) ExportsMemory(name string) bool { return m.memories[name] }
+
+// Close releases the module. Its instances keep the compiled code alive.
+func (m *module) Close(context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.pre != nil {
+		C.wasmtime_instance_pre_delete(m.pre)
+		m.pre = nil
+	}
+	if m.ptr != nil {
+		C.wasmtime_module_delete(m.ptr)
+		m.ptr = nil
+	}
+	return nil
+}
+
+var errModuleClosed = errors.New("wasmtime: module is closed")
+
+// instancePre returns the module with its imports resolved, made once. The
+// caller holds m.mu shared, so Close waits.
+func (m *module) instancePre() (*C.wasmtime_instance_pre_t, error) {
+	if m.ptr == nil {
+		return nil, errModuleClosed
+	}
+	m.preMu.Lock()
+	defer m.preMu.Unlock()
+	if m.pre == nil && m.preErr == nil {
+		if m.e.closed.Load() {
+			return nil, errEngineClosed
+		}
+		m.preErr = errorOf(C.wasmtime_linker_instantiate_pre(m.e.linker, m.ptr, &m.pre))
+	}
+	return m.pre, m.preErr
+}
+
+func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (runtime.Instance, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("wasmtime: instantiate: %w: %w", runtime.ErrInterrupted, err)
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	pre, err := m.instancePre()
+	if err != nil {
+		return nil, fmt.Errorf("wasmtime: instantiate: %w", err)
+	}
+
+	e := m.e
+	if e.closed.Load() {
+		return nil, errEngineClosed
+	}
+	in := &instance{e: e, mod: m, stdout: cfg.Stdout, stderr: cfg.Stderr, funcs: map[string]*function{}}
+	in.mem.in = in
+	in.handle = cgo.NewHandle(in)
+	in.st = C.wk_store_new(e.ptr, C.uintptr_t(in.handle), C.int64_t(e.limit), C.size_t(m.arity))
+	if in.st == nil {
+		in.handle.Delete()
+		return nil, errors.New("wasmtime: instantiate: out of memory")
+	}
+	in.raw = unsafe.Slice((*rawVal)(unsafe.Pointer(in.st.raw)), int(in.st.raw_len))
+	in.hostStack = make([]uint64, e.hostArity)
+	if err := errorOf(C.wk_set_wasi(in.st)); err != nil {
+		in.Close(ctx)
+		return nil, fmt.Errorf("wasmtime: instantiate: WASI: %w", err)
+	}
+
+	in.begin(ctx)
+	r := C.wk_instantiate(in.st, pre)
+	e.exit()
+	if err := in.end(ctx, r); err != nil {
+		in.Close(ctx)
+		return nil, fmt.Errorf("wasmtime: instantiate: %w", err)
+	}
+	C.wk_find_memory(in.st)
+	if m.initialize {
+		if f := in.Function("_initialize"); f != nil {
+			if err := f.Call(ctx, make([]uint64, m.arity)); err != nil {
+				in.Close(ctx)
+				return nil, fmt.Errorf("wasmtime: _initialize: %w", err)
+			}
+		}
+	}
+	return in, nil
+}
