@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -290,7 +291,7 @@ func errorOf(err *C.wasmtime_error_t) error {
 	var msg C.wasm_byte_vec_t
 	C.wasmtime_error_message(err, &msg)
 	defer C.wasm_byte_vec_delete(&msg)
-	return errors.New(C.GoStringN(msg.data, C.int(msg.size)))
+	return errors.New(tidy(C.GoStringN(msg.data, C.int(msg.size))))
 }
 
 // trapOf turns a wasm_trap_t into its message and deletes it.
@@ -299,10 +300,54 @@ func trapOf(trap *C.wasm_trap_t) string {
 	var msg C.wasm_byte_vec_t
 	C.wasm_trap_message(trap, &msg)
 	defer C.wasm_byte_vec_delete(&msg)
-	// The message is NUL-terminated; the NUL is counted.
-	s := C.GoStringN(msg.data, C.int(msg.size))
-	for len(s) > 0 && s[len(s)-1] == 0 {
-		s = s[:len(s)-1]
+	return tidy(C.GoStringN(msg.data, C.int(msg.size)))
+}
+
+// maxFrames is how many frames of a wasm backtrace an error keeps.
+const maxFrames = 8
+
+// tidy makes one line of a Wasmtime error message. The C API renders errors
+// in Rust's multi-line debug format:
+//
+//	error while executing at wasm backtrace:
+//	    0:     0x41 - <unknown>!<wasm function 1>
+//
+//	Caused by:
+//	    wasm trap: wasm `unreachable` instruction executed
+//
+//	Stack backtrace:
+//	   ...
+//
+// which becomes "wasm trap: wasm `unreachable` instruction executed (wasm
+// backtrace: 0: 0x41 - <unknown>!<wasm function 1>)". The host's stack
+// backtrace (present when RUST_BACKTRACE is set) is dropped.
+func tidy(msg string) string {
+	msg = strings.TrimRight(msg, "\x00")
+	msg, _, _ = strings.Cut(msg, "\n\nStack backtrace:")
+	head, causes, _ := strings.Cut(msg, "\n\nCaused by:\n")
+	var chain []string
+	for line := range strings.Lines(causes) {
+		line = strings.TrimSpace(line)
+		if i := strings.Index(line, ": "); i > 0 && strings.Trim(line[:i], "0123456789") == "" {
+			line = line[i+2:] // "0: cause" in a numbered list
+		}
+		if line != "" {
+			chain = append(chain, line)
+		}
 	}
-	return s
+	const trace = "error while executing at wasm backtrace:"
+	if first, frames, ok := strings.Cut(head, "\n"); ok && strings.TrimSpace(first) == trace && len(chain) > 0 {
+		var list []string
+		for line := range strings.Lines(frames) {
+			if f := strings.Join(strings.Fields(line), " "); f != "" {
+				list = append(list, f)
+			}
+		}
+		if len(list) > maxFrames {
+			list = append(list[:maxFrames], fmt.Sprintf("%d more", len(list)-maxFrames))
+		}
+		return strings.Join(chain, ": ") + " (wasm backtrace: " + strings.Join(list, "; ") + ")"
+	}
+	head = strings.Join(strings.Fields(head), " ")
+	return strings.Join(append([]string{head}, chain...), ": ")
 }

@@ -1,0 +1,481 @@
+//go:build cgo
+
+package wasmtimeruntime
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/runtime"
+)
+
+// The tests here cover what is particular to this engine; the contract's
+// rules are conformance/runtimetest's (TestConformance).
+
+// wasmMod is a minimal module encoder for these tests.
+type wasmMod struct {
+	types   [][]byte // encoded func types
+	imports [][]byte
+	nImport uint32
+	funcs   []uint32 // type index per defined function
+	code    [][]byte // body per defined function, without locals or end
+	exports [][]byte
+	start   int // function index, -1 for none
+}
+
+func newWasmMod() *wasmMod { return &wasmMod{start: -1} }
+
+func (m *wasmMod) typ(params, results string) uint32 {
+	enc := func(s string) []byte {
+		out := []byte{byte(len(s))}
+		for _, c := range s {
+			out = append(out, map[rune]byte{'i': 0x7f, 'I': 0x7e, 'f': 0x7d, 'F': 0x7c}[c])
+		}
+		return out
+	}
+	m.types = append(m.types, append(append([]byte{0x60}, enc(params)...), enc(results)...))
+	return uint32(len(m.types) - 1)
+}
+
+// importFunc imports a function and exports it under its own name.
+func (m *wasmMod) importFunc(module, name, params, results string) uint32 {
+	t := m.typ(params, results)
+	m.imports = append(m.imports, cat(str(module), str(name), []byte{0, byte(t)}))
+	m.export(name, 0, m.nImport)
+	m.nImport++
+	return m.nImport - 1
+}
+
+// function defines a function, exported as name unless that is "".
+func (m *wasmMod) function(name, params, results string, body ...byte) uint32 {
+	m.funcs = append(m.funcs, m.typ(params, results))
+	m.code = append(m.code, body)
+	idx := m.nImport + uint32(len(m.funcs)) - 1
+	if name != "" {
+		m.export(name, 0, idx)
+	}
+	return idx
+}
+
+func (m *wasmMod) export(name string, kind byte, idx uint32) {
+	m.exports = append(m.exports, cat(str(name), []byte{kind, byte(idx)}))
+}
+
+// bytes encodes the module with one exported page of memory.
+func (m *wasmMod) bytes() []byte {
+	out := []byte{0, 'a', 's', 'm', 1, 0, 0, 0}
+	section := func(id byte, entries [][]byte) {
+		if len(entries) > 0 {
+			body := cat(append([][]byte{{byte(len(entries))}}, entries...)...)
+			out = append(append(append(out, id), uleb(len(body))...), body...)
+		}
+	}
+	section(1, m.types)
+	section(2, m.imports)
+	var funcs, code [][]byte
+	for i, t := range m.funcs {
+		funcs = append(funcs, []byte{byte(t)})
+		body := append(append([]byte{0}, m.code[i]...), 0x0b)
+		code = append(code, append(uleb(len(body)), body...))
+	}
+	section(3, funcs)
+	section(5, [][]byte{{0, 1}})
+	section(7, append(m.exports, cat(str("memory"), []byte{2, 0})))
+	if m.start >= 0 {
+		out = append(out, 8, 1, byte(m.start))
+	}
+	section(10, code)
+	return out
+}
+
+func cat(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
+func str(s string) []byte     { return append(uleb(len(s)), s...) }
+
+func uleb(n int) []byte {
+	var out []byte
+	for {
+		b := byte(n & 0x7f)
+		if n >>= 7; n == 0 {
+			return append(out, b)
+		}
+		out = append(out, b|0x80)
+	}
+}
+
+// start compiles and instantiates wasm on a new engine.
+func start(t *testing.T, cfg runtime.Config, wasm []byte, icfg runtime.InstanceConfig) (*engine, runtime.Instance) {
+	t.Helper()
+	if cfg.MemoryLimitPages == 0 {
+		cfg.MemoryLimitPages = 16
+	}
+	if cfg.HostModule == "" {
+		cfg.HostModule = "wasmkeep"
+	}
+	e, err := newDriver(t).NewEngine(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	m, err := e.Compile(t.Context(), wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(context.Background()) })
+	in, err := m.Instantiate(t.Context(), icfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close(context.Background()) })
+	return e.(*engine), in
+}
+
+func callOK(t *testing.T, in runtime.Instance, name string, args ...uint64) []uint64 {
+	t.Helper()
+	stack := make([]uint64, max(len(args), 2))
+	copy(stack, args)
+	if err := in.Function(name).Call(t.Context(), stack); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return stack
+}
+
+func TestTidy(t *testing.T) {
+	for in, want := range map[string]string{
+		"error while executing at wasm backtrace:\n    0:     0x41 - <unknown>!<wasm function 1>\n    1:     0x50 - m!f\n\nCaused by:\n    wasm trap: wasm `unreachable` instruction executed\n\nStack backtrace:\n   0: <unknown>\n": "wasm trap: wasm `unreachable` instruction executed (wasm backtrace: 0: 0x41 - <unknown>!<wasm function 1>; 1: 0x50 - m!f)",
+		"failed to parse WebAssembly module\n\nCaused by:\n    unexpected end-of-file (at offset 0x10)\n\nStack backtrace:\n   0: <unknown>":                                                                                          "failed to parse WebAssembly module: unexpected end-of-file (at offset 0x10)",
+		"a\n\nCaused by:\n    0: b\n    1: c": "a: b: c",
+		"plain message\x00":                   "plain message",
+		"two\nlines":                          "two lines",
+	} {
+		if got := tidy(in); got != want {
+			t.Errorf("tidy(%q) =\n %q, want\n %q", in, got, want)
+		}
+	}
+}
+
+// A fault in a host function is a Go panic like any other: the call fails,
+// the process lives on. (Wasmtime's signal handler passes faults outside
+// guest code to Go's.)
+func TestHostFunctionFault(t *testing.T) {
+	m := newWasmMod()
+	m.importFunc("wasmkeep", "fault", "", "")
+	fns := []runtime.HostFunction{{Name: "fault", Func: func(context.Context, runtime.Memory, []uint64) {
+		var p *[8]byte
+		p[3] = 1
+	}}}
+	_, in := start(t, runtime.Config{HostFunctions: fns}, m.bytes(), runtime.InstanceConfig{})
+	err := in.Function("fault").Call(t.Context(), nil)
+	var rerr interface{ RuntimeError() }
+	if !errors.As(err, &rerr) || errors.Is(err, runtime.ErrInterrupted) {
+		t.Fatalf("error %v, want one wrapping the runtime error", err)
+	}
+}
+
+// A start function that calls the host sees the guest's memory.
+func TestStartFunctionMemory(t *testing.T) {
+	m := newWasmMod()
+	m.start = int(m.importFunc("wasmkeep", "seen", "", ""))
+	var size uint32
+	fns := []runtime.HostFunction{{Name: "seen", Func: func(_ context.Context, mem runtime.Memory, _ []uint64) {
+		size = mem.Size()
+	}}}
+	start(t, runtime.Config{HostFunctions: fns}, m.bytes(), runtime.InstanceConfig{})
+	if size != 65536 {
+		t.Errorf("the start function's host call saw a memory of %d bytes, want 65536", size)
+	}
+}
+
+// A guest spinning without calls stops within a few ticks of its ctx.
+func TestInterruptLatency(t *testing.T) {
+	m := newWasmMod()
+	m.function("spin", "", "", 0x03, 0x40, 0x0c, 0x00, 0x0b) // loop br 0 end
+	e, in := start(t, runtime.Config{}, m.bytes(), runtime.InstanceConfig{})
+	const after = 20 * time.Millisecond
+	ctx, cancel := context.WithTimeout(t.Context(), after)
+	defer cancel()
+	begin := time.Now()
+	err := in.Function("spin").Call(ctx, nil)
+	late := time.Since(begin) - after
+	t.Logf("returned %v after the deadline", late)
+	if !errors.Is(err, runtime.ErrInterrupted) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("error %v, want ErrInterrupted and DeadlineExceeded", err)
+	}
+	if late > 500*time.Millisecond {
+		t.Errorf("the guest stopped %v after its deadline", late)
+	}
+	// The ticker stops once no call has run for a while.
+	for deadline := time.Now().Add(10 * time.Second); e.ticking.Load(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the epoch ticker still runs with no call in flight")
+		}
+	}
+}
+
+// The cache keeps one file per module; a damaged one is replaced.
+func TestCacheFiles(t *testing.T) {
+	dir := t.TempDir()
+	m := newWasmMod()
+	m.function("one", "", "i", 0x41, 0x01) // i32.const 1
+	wasm := m.bytes()
+	compileIn := func() *engine {
+		e, err := newDriver(t).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: 1, CacheDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close(context.Background()) })
+		mod, err := e.Compile(t.Context(), wasm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mod.Close(t.Context())
+		return e.(*engine)
+	}
+	e := compileIn()
+	files, _ := filepath.Glob(filepath.Join(dir, "wasmtime-*", "*"))
+	if len(files) != 1 || !strings.HasSuffix(files[0], ".cwasm") {
+		t.Fatalf("cache holds %v, want one .cwasm file", files)
+	}
+	if ptr := e.loadCached(files[0]); ptr == nil {
+		t.Fatal("the cached module does not load")
+	} else {
+		newModule(e, ptr).Close(t.Context())
+	}
+	b, _ := os.ReadFile(files[0])
+	b[len(b)-100] ^= 1 // in the artifact: only the digest can tell
+	os.WriteFile(files[0], b, 0o600)
+	if ptr := e.loadCached(files[0]); ptr != nil {
+		t.Fatal("a damaged cache file loaded")
+	}
+	e = compileIn()
+	if ptr := e.loadCached(files[0]); ptr == nil {
+		t.Fatal("the damaged cache file was not replaced")
+	} else {
+		newModule(e, ptr).Close(t.Context())
+	}
+}
+
+// fd_write gathers every buffer into one Write and fails on other
+// descriptors and on writer errors.
+func TestFdWrite(t *testing.T) {
+	m := newWasmMod()
+	m.importFunc("wasi_snapshot_preview1", "fd_write", "iiii", "i")
+	var out bytes.Buffer
+	_, in := start(t, runtime.Config{}, m.bytes(), runtime.InstanceConfig{Stdout: &out, Stderr: failWriter{}})
+	mem := in.Memory()
+	mem.Write(100, []byte("abcdefgh"))
+	iovs := binary.LittleEndian.AppendUint32(nil, 100)
+	for _, v := range []uint32{2, 0, 0, 102, 3, 105, 3} {
+		iovs = binary.LittleEndian.AppendUint32(iovs, v)
+	}
+	mem.Write(0, iovs)
+	for _, tc := range []struct {
+		fd, iovs, n uint64
+		errno       uint64
+		written     uint32
+	}{
+		{1, 0, 4, errnoSuccess, 8},
+		{1, 0, 0, errnoSuccess, 0},
+		{2, 0, 4, errnoIO, 0},
+		{0, 0, 1, errnoBadf, 0},
+		{3, 0, 1, errnoBadf, 0},
+		{1, 65536 - 4, 1, errnoFault, 0},
+	} {
+		mem.Write(64, make([]byte, 4))
+		stack := []uint64{tc.fd, tc.iovs, tc.n, 64}
+		if err := in.Function("fd_write").Call(t.Context(), stack); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := mem.Read(64, 4)
+		if stack[0] != tc.errno || binary.LittleEndian.Uint32(b) != tc.written {
+			t.Errorf("fd_write(%d, %d, %d) = errno %d, %d written; want %d, %d",
+				tc.fd, tc.iovs, tc.n, stack[0], binary.LittleEndian.Uint32(b), tc.errno, tc.written)
+		}
+	}
+	if out.String() != "abcdefgh" {
+		t.Errorf("stdout got %q, want %q", out.String(), "abcdefgh")
+	}
+}
+
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("no") }
+
+// poll_oneoff: descriptors are ready at once, only the first clock fires,
+// absolute realtime timeouts work, unknown subscriptions fail.
+func TestPollOneoff(t *testing.T) {
+	m := newWasmMod()
+	m.importFunc("wasi_snapshot_preview1", "poll_oneoff", "iiii", "i")
+	_, in := start(t, runtime.Config{}, m.bytes(), runtime.InstanceConfig{})
+	mem := in.Memory()
+	clock := func(userdata uint64, id uint32, timeout uint64, flags uint16) []byte {
+		b := make([]byte, subscriptionSize)
+		binary.LittleEndian.PutUint64(b, userdata)
+		binary.LittleEndian.PutUint32(b[16:], id)
+		binary.LittleEndian.PutUint64(b[24:], timeout)
+		binary.LittleEndian.PutUint16(b[40:], flags)
+		return b
+	}
+	fd := func(userdata uint64, kind byte, fd uint32) []byte {
+		b := make([]byte, subscriptionSize)
+		binary.LittleEndian.PutUint64(b, userdata)
+		b[8] = kind
+		binary.LittleEndian.PutUint32(b[16:], fd)
+		return b
+	}
+	type event struct {
+		userdata uint64
+		errno    uint16
+		kind     byte
+	}
+	poll := func(subs ...[]byte) (errno uint64, events []event) {
+		mem.Write(1000, cat(subs...))
+		stack := []uint64{1000, 4000, uint64(len(subs)), 8000}
+		if err := in.Function("poll_oneoff").Call(t.Context(), stack); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := mem.Read(8000, 4)
+		n := binary.LittleEndian.Uint32(b)
+		out, _ := mem.Read(4000, n*eventSize)
+		for i := range n {
+			e := out[i*eventSize:]
+			events = append(events, event{binary.LittleEndian.Uint64(e), binary.LittleEndian.Uint16(e[8:]), e[10]})
+		}
+		return stack[0], events
+	}
+	hour := uint64(time.Hour)
+	begin := time.Now()
+	errno, evs := poll(clock(1, 1, hour, 0), fd(2, eventFdRead, 0), fd(3, eventFdWrite, 1), fd(4, eventFdWrite, 7))
+	if errno != 0 || len(evs) != 3 || evs[0] != (event{2, 0, eventFdRead}) || evs[1] != (event{3, 0, eventFdWrite}) ||
+		evs[2] != (event{4, errnoBadf, eventFdWrite}) || time.Since(begin) > time.Second {
+		t.Errorf("descriptors: errno %d, events %v", errno, evs)
+	}
+	errno, evs = poll(clock(1, 1, hour, 0), clock(2, 1, uint64(5*time.Millisecond), 0))
+	if errno != 0 || len(evs) != 1 || evs[0] != (event{2, 0, eventClock}) {
+		t.Errorf("two clocks: errno %d, events %v", errno, evs)
+	}
+	begin = time.Now()
+	errno, evs = poll(clock(1, 0, uint64(time.Now().Add(10*time.Millisecond).UnixNano()), subscriptionAbstime))
+	if errno != 0 || len(evs) != 1 || time.Since(begin) < 10*time.Millisecond {
+		t.Errorf("absolute realtime: errno %d, events %v after %v", errno, evs, time.Since(begin))
+	}
+	errno, evs = poll(clock(1, 1, 1, subscriptionAbstime), clock(2, 9, 1, 0))
+	if errno != 0 || len(evs) != 2 || evs[0].errno != errnoNotsup || evs[1].errno != errnoInval {
+		t.Errorf("absolute monotonic and an unknown clock: errno %d, events %v", errno, evs)
+	}
+	sub := fd(1, 7, 0)
+	if errno, _ := poll(sub); errno != errnoInval {
+		t.Errorf("unknown subscription: errno %d, want %d", errno, errnoInval)
+	}
+	if errno, _ := poll(); errno != errnoInval {
+		t.Errorf("no subscription: errno %d, want %d", errno, errnoInval)
+	}
+	stack := []uint64{math.MaxUint32 - 10, 0, 1, 0}
+	if err := in.Function("poll_oneoff").Call(t.Context(), stack); err != nil || stack[0] != errnoFault {
+		t.Errorf("out of bounds: errno %d, %v; want %d", stack[0], err, errnoFault)
+	}
+}
+
+// goGuest builds the suite's Go reactor.
+func goGuest(b *testing.B) []byte {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		b.Skip("no Go toolchain")
+	}
+	dir := b.TempDir()
+	src, err := os.ReadFile("../../conformance/runtimetest/testdata/goguest/main.go")
+	if err != nil {
+		b.Skip(err)
+	}
+	os.WriteFile(filepath.Join(dir, "main.go"), src, 0o600)
+	os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module goguest\n\ngo 1.24\n"), 0o600)
+	cmd := exec.Command(goBin, "build", "-buildmode=c-shared", "-trimpath", "-ldflags=-s -w", "-o", "guest.wasm", ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0", "GOWORK=off", "GOTOOLCHAIN=local")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("%v\n%s", err, out)
+	}
+	wasm, err := os.ReadFile(filepath.Join(dir, "guest.wasm"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return wasm
+}
+
+// BenchmarkGoGuest measures a standard Go reactor: compiling it, loading it
+// from the cache, instantiating it (with _initialize) and calling an export
+// that prints and calls the host.
+func BenchmarkGoGuest(b *testing.B) {
+	wasm := goGuest(b)
+	upper := func(_ context.Context, mem runtime.Memory, stack []uint64) {
+		in, _ := mem.Read(uint32(stack[0]), uint32(stack[1]))
+		mem.Write(uint32(stack[2]), bytes.ToUpper(in))
+		stack[0] = uint64(len(in))
+	}
+	cfg := runtime.Config{MemoryLimitPages: 2048, HostModule: "wasmkeep", CacheDir: b.TempDir(),
+		HostFunctions: []runtime.HostFunction{{Name: "upper", Signature: runtime.Signature{
+			Params: []runtime.ValueType{runtime.I32, runtime.I32, runtime.I32, runtime.I32}, Results: []runtime.ValueType{runtime.I32},
+		}, Func: upper}}}
+	ctx := b.Context()
+	e, err := newDriver(b).NewEngine(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close(ctx)
+	b.Run("Compile", func(b *testing.B) {
+		for b.Loop() {
+			m, err := e.(*engine).compile(wasm)
+			if err != nil {
+				b.Fatal(err)
+			}
+			newModule(e.(*engine), m).Close(ctx)
+		}
+	})
+	m, err := e.Compile(ctx, wasm) // fills the cache
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close(ctx)
+	b.Run("CompileCached", func(b *testing.B) {
+		for b.Loop() {
+			m, err := e.Compile(ctx, wasm)
+			if err != nil {
+				b.Fatal(err)
+			}
+			m.Close(ctx)
+		}
+	})
+	b.Run("Instantiate", func(b *testing.B) {
+		for b.Loop() {
+			in, err := m.Instantiate(ctx, runtime.InstanceConfig{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			in.Close(ctx)
+		}
+	})
+	b.Run("Call", func(b *testing.B) {
+		in, err := m.Instantiate(ctx, runtime.InstanceConfig{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer in.Close(ctx)
+		f := in.Function("run")
+		stack := make([]uint64, 1)
+		b.ReportAllocs()
+		for b.Loop() {
+			stack[0] = 0
+			if err := f.Call(ctx, stack); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
