@@ -479,3 +479,24 @@ func BenchmarkGoGuest(b *testing.B) {
 		}
 	})
 }
+
+// A host function cannot call into, or close, the instance that called it.
+func TestReentry(t *testing.T) {
+	m := newWasmMod()
+	m.importFunc("wasmkeep", "again", "", "")
+	m.function("one", "", "i", 0x41, 0x01)
+	var self runtime.Instance
+	var callErr, closeErr error
+	fns := []runtime.HostFunction{{Name: "again", Func: func(ctx context.Context, _ runtime.Memory, _ []uint64) {
+		callErr = self.Function("one").Call(ctx, make([]uint64, 1))
+		closeErr = self.Close(ctx)
+	}}}
+	_, self = start(t, runtime.Config{HostFunctions: fns}, m.bytes(), runtime.InstanceConfig{})
+	callOK(t, self, "again")
+	if !errors.Is(callErr, errInstanceRunning) || !errors.Is(closeErr, errInstanceRunning) {
+		t.Errorf("from a host function: Call = %v, Close = %v; want errInstanceRunning", callErr, closeErr)
+	}
+	if got := callOK(t, self, "one")[0]; got != 1 {
+		t.Errorf("one() = %d afterwards", got)
+	}
+}

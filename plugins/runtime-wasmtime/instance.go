@@ -36,7 +36,9 @@ type instance struct {
 
 	stdout, stderr io.Writer
 
-	// While guest code runs: the call's ctx, and what the callbacks saw.
+	// While guest code runs (running): the call's ctx, and what the
+	// callbacks saw.
+	running     bool
 	ctx         context.Context
 	interrupted bool  // the ctx was done: the guest was stopped
 	hostErr     error // a host function failed the call
@@ -54,7 +56,10 @@ var _ runtime.Instance = (*instance)(nil)
 // start.
 type rawVal struct{ lo, hi uint64 }
 
-var errInstanceClosed = errors.New("wasmtime: instance is closed")
+var (
+	errInstanceClosed  = errors.New("wasmtime: instance is closed")
+	errInstanceRunning = errors.New("wasmtime: instance is running (a call from one of its host functions?)")
+)
 
 func (in *instance) Function(name string) runtime.Function {
 	if f, ok := in.funcs[name]; ok {
@@ -96,6 +101,9 @@ func (in *instance) Close(context.Context) error {
 	if in.st == nil {
 		return nil
 	}
+	if in.running {
+		return errInstanceRunning
+	}
 	C.wk_store_delete(in.st)
 	in.st = nil
 	in.raw = nil
@@ -107,6 +115,7 @@ func (in *instance) Close(context.Context) error {
 // begin starts a stretch of guest code under ctx; end finishes it once the
 // engine's exit has been called.
 func (in *instance) begin(ctx context.Context) {
+	in.running = true
 	in.ctx = ctx
 	in.interrupted = false
 	in.hostErr = nil
@@ -116,6 +125,7 @@ func (in *instance) begin(ctx context.Context) {
 // end reports how the guest code ended: nil, or an error that says why,
 // matching runtime.ErrInterrupted if the ctx stopped it.
 func (in *instance) end(ctx context.Context, r C.wk_result) error {
+	in.running = false
 	in.ctx = nil
 	if r.trap == nil && r.err == nil {
 		return nil
@@ -165,6 +175,9 @@ func (f *function) Call(ctx context.Context, stack []uint64) error {
 	if in.st == nil {
 		return errInstanceClosed
 	}
+	if in.running {
+		return errInstanceRunning // a store cannot be entered again from a host function
+	}
 	if len(stack) < f.n {
 		return fmt.Errorf("wasmtime: call: stack has %d values, the function needs %d", len(stack), f.n)
 	}
@@ -181,6 +194,7 @@ func (f *function) Call(ctx context.Context, stack []uint64) error {
 	if r.trap != nil || r.err != nil {
 		return in.end(ctx, r)
 	}
+	in.running = false
 	in.ctx = nil
 	for i, t := range f.results {
 		v := raw[i].lo
