@@ -1,0 +1,204 @@
+package runtimetest
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/runtime"
+)
+
+// A call whose ctx is done returns promptly with an error matching
+// ErrInterrupted: a loop without calls, calls without a loop, a guest asleep
+// in poll_oneoff, a ctx done before the call, an _initialize that never
+// ends. A new instance still runs.
+func testInterrupt(t *testing.T, h *harness) {
+	e := h.engine(t, runtime.Config{})
+	spin := compile(t, e, failGuest())
+	wasi := compile(t, e, wasiGuest())
+	deadline := func(parent context.Context) (context.Context, context.CancelFunc) {
+		return context.WithTimeout(parent, 50*time.Millisecond)
+	}
+	canceled := func(parent context.Context) (context.Context, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(parent)
+		time.AfterFunc(50*time.Millisecond, cancel)
+		return ctx, cancel
+	}
+	done := func(parent context.Context) (context.Context, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(parent)
+		cancel()
+		return ctx, cancel
+	}
+	for _, tc := range []struct {
+		name  string
+		mod   runtime.Module
+		fn    string
+		setup func(*testing.T, runtime.Instance) []uint64
+		ctx   func(context.Context) (context.Context, context.CancelFunc)
+	}{
+		{"loop/deadline", spin, "spin", nil, deadline},
+		{"loop/cancel", spin, "spin", nil, canceled},
+		{"loop/done before", spin, "spin", nil, done},
+		{"recursion/deadline", spin, "fanout", func(*testing.T, runtime.Instance) []uint64 { return []uint64{62} }, deadline},
+		{"sleep/deadline", wasi, "poll_oneoff", sleepFor(time.Hour), deadline},
+		{"sleep/cancel", wasi, "poll_oneoff", sleepFor(time.Hour), canceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := instantiate(t, tc.mod, runtime.InstanceConfig{})
+			var args []uint64
+			if tc.setup != nil {
+				args = tc.setup(t, in)
+			}
+			ctx, cancel := tc.ctx(t.Context())
+			defer cancel()
+			start := time.Now()
+			_, err := tryCall(ctx, in, tc.fn, args...)
+			if took := time.Since(start); took > promptly {
+				t.Errorf("the stopped call returned after %v", took)
+			}
+			if !errors.Is(err, runtime.ErrInterrupted) {
+				t.Errorf("error %v does not match ErrInterrupted", err)
+			}
+			if fresh := startOn(t, e, addGuest()); call(t, fresh, "add32", 1, 2)[0] != 3 {
+				t.Error("a new instance does not run after an interrupt")
+			}
+		})
+	}
+	t.Run("_initialize/deadline", func(t *testing.T) {
+		m := &wasmModule{}
+		m.function("_initialize", sig(""), nil, loop(br(0)))
+		mod := compile(t, e, m.bytes())
+		ctx, cancel := deadline(t.Context())
+		defer cancel()
+		start := time.Now()
+		in, err := mod.Instantiate(ctx, runtime.InstanceConfig{})
+		if took := time.Since(start); took > promptly {
+			t.Errorf("the stopped Instantiate returned after %v", took)
+		}
+		if err == nil {
+			in.Close(t.Context())
+		}
+		if !errors.Is(err, runtime.ErrInterrupted) {
+			t.Errorf("error %v does not match ErrInterrupted", err)
+		}
+	})
+}
+
+// sleepFor lays out a poll_oneoff subscription to a relative monotonic clock
+// timeout of d at 512 and returns poll_oneoff's arguments: events at 1024,
+// their count at 1536.
+func sleepFor(d time.Duration) func(*testing.T, runtime.Instance) []uint64 {
+	return func(t *testing.T, in runtime.Instance) []uint64 {
+		sub := make([]byte, 48)
+		binary.LittleEndian.PutUint64(sub[0:], 7)          // userdata
+		sub[8] = 0                                         // tag: clock
+		binary.LittleEndian.PutUint32(sub[16:], 1)         // clock id: monotonic
+		binary.LittleEndian.PutUint64(sub[24:], uint64(d)) // timeout, ns
+		binary.LittleEndian.PutUint16(sub[40:], 0)         // flags: relative
+		write(t, in, 512, sub)
+		return []uint64{512, 1024, 1, 1536}
+	}
+}
+
+// memory.grow past MemoryLimitPages fails (-1) whatever maximum the module
+// declares, a module's own lower maximum holds, and a module whose minimum
+// is above the limit is refused.
+func testMemoryLimit(t *testing.T, h *harness) {
+	e := h.engine(t, runtime.Config{MemoryLimitPages: 4})
+	for _, tc := range []struct {
+		name      string
+		min       uint32
+		max       int64
+		wantPages uint32
+	}{
+		{"no max", 1, -1, 4},
+		{"max above limit", 1, 100, 4},
+		{"max below limit", 1, 2, 2},
+		{"min at limit", 4, -1, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := instantiate(t, compile(t, e, memoryGuest(tc.min, tc.max)), runtime.InstanceConfig{})
+			if tc.wantPages > tc.min {
+				if got := int32(call(t, in, "grow", uint64(tc.wantPages-tc.min))[0]); got != int32(tc.min) {
+					t.Errorf("grow(%d) = %d, want %d", tc.wantPages-tc.min, got, tc.min)
+				}
+			}
+			if got := int32(call(t, in, "grow", 1)[0]); got != -1 {
+				t.Errorf("grow(1) at %d pages = %d, want -1", tc.wantPages, got)
+			}
+			if got := uint32(call(t, in, "size")[0]); got != tc.wantPages {
+				t.Errorf("size() = %d, want %d", got, tc.wantPages)
+			}
+			if got := in.Memory().Size(); got != tc.wantPages*65536 {
+				t.Errorf("Memory().Size() = %d, want %d", got, tc.wantPages*65536)
+			}
+		})
+	}
+	t.Run("min above limit", func(t *testing.T) {
+		m, err := e.Compile(t.Context(), memoryGuest(5, -1))
+		if err != nil {
+			return
+		}
+		defer m.Close(t.Context())
+		if in, err := m.Instantiate(t.Context(), runtime.InstanceConfig{}); err == nil {
+			in.Close(t.Context())
+			t.Error("a module with 5 pages minimum was instantiated under a limit of 4")
+		}
+	})
+}
+
+// An engine compiles with a CacheDir another engine filled, including after
+// its files were corrupted or truncated.
+func testCompileCache(t *testing.T, h *harness) {
+	dir := t.TempDir()
+	run := func(step string) {
+		e, err := h.newDriver(t).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: limitPages, CacheDir: dir})
+		if err != nil {
+			t.Fatalf("%s: NewEngine: %v", step, err)
+		}
+		defer e.Close(t.Context())
+		m, err := e.Compile(t.Context(), addGuest())
+		if err != nil {
+			t.Fatalf("%s: Compile: %v", step, err)
+		}
+		defer m.Close(t.Context())
+		in, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
+		if err != nil {
+			t.Fatalf("%s: Instantiate: %v", step, err)
+		}
+		defer in.Close(t.Context())
+		if got := call(t, in, "add32", 2, 3)[0]; got != 5 {
+			t.Errorf("%s: add32(2, 3) = %d", step, got)
+		}
+	}
+	damage := func(how func([]byte) []byte) {
+		err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+			if err != nil || !d.Type().IsRegular() {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(path, how(b), 0o600)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	run("empty cache")
+	run("filled cache")
+	damage(func(b []byte) []byte {
+		for i := range b {
+			b[i] ^= 0xa5
+		}
+		return b
+	})
+	run("corrupted cache")
+	damage(func(b []byte) []byte { return b[:len(b)/2] })
+	run("truncated cache")
+}
