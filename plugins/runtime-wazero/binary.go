@@ -1,0 +1,606 @@
+package wazeroruntime
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+)
+
+// prepare checks and rewrites a module before wazero sees it, for three
+// reasons, all about wazero v1.12.0 and guests nobody trusts:
+//
+//   - wazero's decoder allocates a vector as soon as it reads its length, so
+//     a 15-byte module declaring 2^32 data segments makes the process die
+//     out of memory. prepare reads the structure of every section (all but
+//     the instructions) and refuses any length longer than the bytes left.
+//   - table.grow is bounded only by a table's declared maximum, and a table
+//     element takes 8 bytes: one instruction could ask for 32 GiB. prepare
+//     caps every table (see maxTables, maxTableElements).
+//   - wazero checks whether a ctx stopped the guest only at loop headers, so
+//     a guest whose calls fan out without looping (naive recursive
+//     Fibonacci, say) would run on long after its ctx is done (wazero PR
+//     #2533 names the gap). prepare starts every function by counting down
+//     a global of its own and, every checkPeriod calls, running an empty
+//     loop, whose header is such a check. A check exits to Go (~70 ns): that
+//     is why it does not run on every call.
+//
+// What prepare misreads makes a module wazero refuses, never one that
+// escapes the checks.
+
+const (
+	checkPeriod = 1024
+	// maxLocals is the most locals a function may declare, as in wasmtime
+	// and V8; wazero allocates them before validating.
+	maxLocals = 50000
+	// A module may define maxTables tables of at most maxTableElements
+	// elements each: 8 MiB each in wazero.
+	maxTables        = 8
+	maxTableElements = 1 << 20
+)
+
+var wasmHeader = []byte{0x00, 'a', 's', 'm', 0x01, 0x00, 0x00, 0x00}
+
+// Section ids.
+const (
+	customSection    = 0
+	typeSection      = 1
+	importSection    = 2
+	functionSection  = 3
+	tableSection     = 4
+	memorySection    = 5
+	globalSection    = 6
+	exportSection    = 7
+	startSection     = 8
+	elementSection   = 9
+	codeSection      = 10
+	dataSection      = 11
+	dataCountSection = 12
+	tagSection       = 13
+)
+
+var sectionNames = [...]string{"custom", "type", "import", "function", "table", "memory", "global",
+	"export", "start", "element", "code", "data", "data count", "tag"}
+
+func sectionName(id byte) string {
+	if int(id) < len(sectionNames) {
+		return sectionNames[id] + " section"
+	}
+	return fmt.Sprintf("section %d", id)
+}
+
+// Import and export kinds.
+const (
+	kindFunc   = 0
+	kindTable  = 1
+	kindMemory = 2
+	kindGlobal = 3
+	kindTag    = 4
+)
+
+// rawImport is one import as the binary declares it.
+type rawImport struct {
+	module, name string
+	kind         byte
+}
+
+// prepared is a module ready for wazero.
+type prepared struct {
+	wasm    []byte
+	imports []rawImport // in declaration order
+}
+
+// section is one section of a binary module.
+type section struct {
+	id      byte
+	raw     []byte // header included
+	payload []byte
+}
+
+func prepare(wasm []byte) (*prepared, error) {
+	if !bytes.HasPrefix(wasm, wasmHeader) {
+		return nil, errors.New("not a WebAssembly 1.0 binary module (bad magic number or version)")
+	}
+	var secs []section
+	r := reader{b: wasm[len(wasmHeader):]}
+	for !r.done() {
+		start := r.b
+		id, size := r.byte(), r.u32()
+		payload := r.b
+		r.skip(size)
+		if r.err == nil {
+			secs = append(secs, section{id: id, raw: start[:len(start)-len(r.b)], payload: payload[:size]})
+		}
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+
+	p := &prepared{}
+	var importedGlobals, importedTables uint32
+	var globals, tables []byte // rewritten payloads
+	hasCode := false
+	for _, s := range secs {
+		var err error
+		switch s.id {
+		case importSection:
+			p.imports, err = readImports(s.payload)
+			for _, imp := range p.imports {
+				importedGlobals += b2u(imp.kind == kindGlobal)
+				importedTables += b2u(imp.kind == kindTable)
+			}
+		case tableSection:
+			tables, err = capTables(s.payload, importedTables)
+		case globalSection:
+			globals, err = s.payload, checkOther(s.id, s.payload)
+		case codeSection:
+			hasCode = true // checked as it is instrumented
+		default:
+			err = checkOther(s.id, s.payload)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", sectionName(s.id), err)
+		}
+	}
+
+	// The counter goes last among the globals: no index changes.
+	var counter uint32
+	if hasCode {
+		if globals == nil {
+			globals = []byte{0}
+		}
+		r := reader{b: globals}
+		defined := r.u32()
+		counter = importedGlobals + defined
+		rest := r.b
+		globals = appendU32(nil, defined+1)
+		globals = append(globals, rest...)
+		globals = append(globals, 0x7f, 0x01, 0x41) // mutable i32, i32.const
+		globals = append(appendI32(globals, checkPeriod), 0x0b)
+	}
+
+	out := append(make([]byte, 0, len(wasm)+len(wasm)/8), wasmHeader...)
+	placedGlobals := globals == nil
+	for _, s := range secs {
+		if !placedGlobals && (s.id == globalSection || afterGlobals(s.id)) {
+			out = appendSection(out, globalSection, globals)
+			placedGlobals = true
+		}
+		switch s.id {
+		case globalSection:
+		case tableSection:
+			out = appendSection(out, tableSection, tables)
+		case codeSection:
+			code, err := instrumentCode(s.payload, prologue(counter))
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", sectionName(s.id), err)
+			}
+			out = appendSection(out, codeSection, code)
+		default:
+			out = append(out, s.raw...)
+		}
+	}
+	p.wasm = out
+	return p, nil
+}
+
+// afterGlobals reports whether sections with id come after the global
+// section: export, start, element, data count, code, data.
+func afterGlobals(id byte) bool { return id >= exportSection && id <= dataCountSection }
+
+func b2u(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// checkSection reads a vector section whose entries entry reads, and
+// checks it reads the whole payload.
+func checkSection(payload []byte, entry func(*reader)) error {
+	r := reader{b: payload}
+	for n := r.count(); n > 0 && r.err == nil; n-- {
+		entry(&r)
+	}
+	return r.end()
+}
+
+// checkOther reads a section, but for the import, table and code sections.
+func checkOther(id byte, payload []byte) error {
+	r := reader{b: payload}
+	switch id {
+	case customSection:
+		if r.name() == "name" {
+			r.nameSection()
+		} else {
+			r.b = nil // wazero keeps neither custom sections nor DWARF here
+		}
+		return r.end()
+	case typeSection:
+		return checkSection(payload, func(r *reader) {
+			if r.byte() != 0x60 {
+				r.failf("function type does not start with 0x60")
+			}
+			for range 2 { // parameters, results
+				for n := r.count(); n > 0 && r.err == nil; n-- {
+					r.valType()
+				}
+			}
+		})
+	case functionSection:
+		return checkSection(payload, func(r *reader) { r.u32() })
+	case memorySection:
+		return checkSection(payload, func(r *reader) { r.limits() })
+	case globalSection:
+		return checkSection(payload, func(r *reader) {
+			r.valType()
+			r.byte() // mutability
+			r.constExpr()
+		})
+	case tagSection:
+		return checkSection(payload, func(r *reader) { r.byte(); r.u32() })
+	case exportSection:
+		return checkSection(payload, func(r *reader) { r.name(); r.byte(); r.u32() })
+	case startSection, dataCountSection:
+		r.u32()
+		return r.end()
+	case elementSection:
+		return checkSection(payload, (*reader).element)
+	case dataSection:
+		return checkSection(payload, func(r *reader) {
+			switch r.u32() {
+			case 0:
+				r.constExpr()
+			case 1:
+			case 2:
+				r.u32() // memory
+				r.constExpr()
+			default:
+				r.failf("unknown data segment kind")
+			}
+			r.skip(r.count()) // the bytes
+		})
+	}
+	return fmt.Errorf("unknown section id")
+}
+
+func readImports(payload []byte) ([]rawImport, error) {
+	var out []rawImport
+	err := checkSection(payload, func(r *reader) {
+		imp := rawImport{module: r.name(), name: r.name(), kind: r.byte()}
+		switch imp.kind {
+		case kindFunc:
+			r.u32() // type
+		case kindTable:
+			r.tableType()
+		case kindMemory:
+			r.limits()
+		case kindGlobal:
+			r.valType()
+			r.byte() // mutability
+		case kindTag:
+			r.byte() // attribute
+			r.u32()  // type
+		default:
+			r.failf("unknown import kind %#x", imp.kind)
+		}
+		out = append(out, imp)
+	})
+	return out, err
+}
+
+// capTables returns the table section with every table's maximum capped at
+// maxTableElements, refusing a table whose minimum is above it, or more than
+// maxTables tables with the imported ones.
+func capTables(payload []byte, imported uint32) ([]byte, error) {
+	r := reader{b: payload}
+	n := r.count()
+	if imported+n > maxTables {
+		return nil, fmt.Errorf("%d tables, at most %d allowed", imported+n, maxTables)
+	}
+	out := appendU32(nil, n)
+	for ; n > 0 && r.err == nil; n-- {
+		start := r.b
+		init := r.tableRef()
+		out = append(out, start[:len(start)-len(r.b)]...)
+		flags, min, max := r.limits()
+		if min > maxTableElements {
+			return nil, fmt.Errorf("a table of %d elements, at most %d allowed", min, maxTableElements)
+		}
+		if flags&1 == 0 || max > maxTableElements {
+			max = maxTableElements
+		}
+		out = appendU32(appendU32(append(out, flags|1), min), max)
+		if init {
+			start = r.b
+			r.constExpr()
+			out = append(out, start[:len(start)-len(r.b)]...)
+		}
+	}
+	return out, r.end()
+}
+
+// prologue counts global g down and, when it is spent, runs the check and
+// resets it.
+func prologue(g uint32) []byte {
+	get := appendU32([]byte{0x23}, g)                           // global.get g
+	set := appendU32([]byte{0x24}, g)                           // global.set g
+	p := append(append([]byte(nil), get...), 0x45, 0x04, 0x40)  // i32.eqz; if
+	p = append(p, 0x03, 0x40, 0x0b)                             // loop end: the check
+	p = append(appendI32(append(p, 0x41), checkPeriod), set...) // i32.const checkPeriod; global.set
+	p = append(append(p, 0x05), get...)                         // else
+	p = append(p, 0x41, 0x01, 0x6b)                             // i32.const 1; i32.sub
+	p = append(p, set...)
+	return append(p, 0x0b) // end
+}
+
+// instrumentCode checks the bodies' locals and puts prologue at the start of
+// every body of a code section's payload.
+func instrumentCode(payload, prologue []byte) ([]byte, error) {
+	r := reader{b: payload}
+	n := r.count()
+	out := appendU32(make([]byte, 0, len(payload)+int(n)*(len(prologue)+1)), n)
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		size := r.u32()
+		body := r.b
+		r.skip(size)
+		if r.err != nil {
+			break
+		}
+		body = body[:size]
+		locals := reader{b: body}
+		var total uint64
+		for j := locals.count(); j > 0 && locals.err == nil; j-- {
+			total += uint64(locals.u32())
+			locals.valType()
+		}
+		if locals.err == nil && total > maxLocals {
+			locals.failf("%d locals, at most %d allowed", total, maxLocals)
+		}
+		if locals.err != nil {
+			return nil, fmt.Errorf("function %d: %w", i, locals.err)
+		}
+		decl := len(body) - len(locals.b)
+		out = appendU32(out, size+uint32(len(prologue)))
+		out = append(out, body[:decl]...)
+		out = append(out, prologue...)
+		out = append(out, body[decl:]...)
+	}
+	return out, r.end()
+}
+
+func appendSection(b []byte, id byte, payload []byte) []byte {
+	return append(appendU32(append(b, id), uint32(len(payload))), payload...)
+}
+
+// appendU32 appends v in unsigned LEB128.
+func appendU32(b []byte, v uint32) []byte {
+	for v >= 0x80 {
+		b = append(b, byte(v)|0x80)
+		v >>= 7
+	}
+	return append(b, byte(v))
+}
+
+// appendI32 appends v in signed LEB128, as i32.const takes it.
+func appendI32(b []byte, v int32) []byte {
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
+	}
+}
+
+// reader reads a binary module. It checks bounds, keeps the first error and
+// then reads zeros.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) done() bool { return r.err != nil || len(r.b) == 0 }
+
+func (r *reader) failf(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf(format, args...)
+	}
+	r.b = nil
+}
+
+// end checks that everything was read.
+func (r *reader) end() error {
+	if r.err == nil && len(r.b) > 0 {
+		return fmt.Errorf("%d bytes left over", len(r.b))
+	}
+	return r.err
+}
+
+func (r *reader) skip(n uint32) {
+	if uint64(n) > uint64(len(r.b)) {
+		r.failf("truncated module")
+		return
+	}
+	r.b = r.b[n:]
+}
+
+func (r *reader) byte() byte {
+	if len(r.b) == 0 {
+		r.failf("truncated module")
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+// u32 reads an unsigned LEB128 number of up to 5 bytes.
+func (r *reader) u32() uint32 {
+	var v uint32
+	for i := 0; i < 5; i++ {
+		c := r.byte()
+		v |= uint32(c&0x7f) << (7 * i)
+		if c&0x80 == 0 {
+			return v
+		}
+	}
+	r.failf("integer representation too long")
+	return 0
+}
+
+// leb skips a signed or unsigned LEB128 number of up to 10 bytes.
+func (r *reader) leb() {
+	for range 10 {
+		if r.byte()&0x80 == 0 {
+			return
+		}
+	}
+	r.failf("integer representation too long")
+}
+
+// count reads the length of a vector, which may not promise more entries
+// than there are bytes left: each takes one at least.
+func (r *reader) count() uint32 {
+	n := r.u32()
+	if uint64(n) > uint64(len(r.b)) {
+		r.failf("a vector of %d entries in %d bytes", n, len(r.b))
+		return 0
+	}
+	return n
+}
+
+func (r *reader) name() string {
+	n := r.count()
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+// valType reads a value type: one byte, or a reference prefix and a heap
+// type.
+func (r *reader) valType() {
+	if b := r.byte(); b == 0x63 || b == 0x64 {
+		r.leb()
+	}
+}
+
+func (r *reader) limits() (flags byte, min, max uint32) {
+	flags = r.byte()
+	if flags > 3 {
+		r.failf("unknown limits flags %#x", flags)
+	}
+	min = r.u32()
+	if flags&1 != 0 {
+		max = r.u32()
+	}
+	return flags, min, max
+}
+
+// tableRef reads the start of a table type, up to its limits; init says
+// an initializer follows them.
+func (r *reader) tableRef() (init bool) {
+	b := r.byte()
+	if b == 0x40 {
+		r.byte() // reserved
+		init = true
+		b = r.byte()
+	}
+	if b == 0x63 || b == 0x64 {
+		r.leb()
+	}
+	return init
+}
+
+func (r *reader) tableType() {
+	init := r.tableRef()
+	r.limits()
+	if init {
+		r.constExpr()
+	}
+}
+
+// constExpr reads a constant expression, through its end.
+func (r *reader) constExpr() {
+	for r.err == nil {
+		switch op := r.byte(); op {
+		case 0x0b: // end
+			return
+		case 0x41, 0x42, 0x23, 0xd0, 0xd2: // i32.const, i64.const, global.get, ref.null, ref.func
+			r.leb()
+		case 0x43: // f32.const
+			r.skip(4)
+		case 0x44: // f64.const
+			r.skip(8)
+		case 0x6a, 0x6b, 0x6c, 0x7c, 0x7d, 0x7e: // extended constant arithmetic
+		case 0xfd: // v128.const
+			if r.byte() != 0x0c {
+				r.failf("not a constant instruction")
+			}
+			r.skip(16)
+		default:
+			r.failf("not a constant instruction: %#x", op)
+		}
+	}
+}
+
+// element reads an element segment.
+func (r *reader) element() {
+	kind := r.u32()
+	if kind > 7 {
+		r.failf("unknown element segment kind %d", kind)
+		return
+	}
+	if kind&3 == 2 {
+		r.u32() // table
+	}
+	if kind&1 == 0 {
+		r.constExpr() // offset
+	}
+	if kind&3 != 0 { // element kind or reference type
+		r.valType()
+	}
+	for n := r.count(); n > 0 && r.err == nil; n-- {
+		if kind&4 == 0 {
+			r.u32() // function
+		} else {
+			r.constExpr()
+		}
+	}
+}
+
+// nameSection reads the "name" custom section's subsections. wazero decodes
+// the module, function and local names.
+func (r *reader) nameSection() {
+	for !r.done() {
+		id, size := r.byte(), r.u32()
+		if uint64(size) > uint64(len(r.b)) {
+			r.failf("truncated module")
+			return
+		}
+		sub := reader{b: r.b[:size]}
+		r.b = r.b[size:]
+		switch id {
+		case 0:
+			sub.name()
+		case 1:
+			for n := sub.count(); n > 0 && sub.err == nil; n-- {
+				sub.u32()
+				sub.name()
+			}
+		case 2:
+			for n := sub.count(); n > 0 && sub.err == nil; n-- {
+				sub.u32()
+				for m := sub.count(); m > 0 && sub.err == nil; m-- {
+					sub.u32()
+					sub.name()
+				}
+			}
+		default:
+			sub.b = nil
+		}
+		if err := sub.end(); err != nil {
+			r.failf("name section: %w", err)
+		}
+	}
+}

@@ -1,0 +1,233 @@
+package wazeroruntime
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/wasmkeep/wasmkeep/kernel/runtime"
+)
+
+// maxPages is the largest memory runtime.Memory can describe: Size is a
+// uint32, and wazero reports 0 for a full 4 GiB memory.
+const maxPages = 65535
+
+type engine struct {
+	rt    wazero.Runtime
+	cache wazero.CompilationCache // nil without a CacheDir
+	// cacheDir is this build's part of the CacheDir, emptied when wazero
+	// finds an entry it cannot read.
+	cacheDir string
+	// instance is what every instance shares: anonymous (so one module can
+	// be instantiated many times), real clocks, a cryptographic random
+	// source, no arguments, environment or preopened directory, and no
+	// start function (Instantiate runs _initialize itself).
+	instance wazero.ModuleConfig
+}
+
+var _ runtime.Engine = (*engine)(nil)
+
+func (d *driver) NewEngine(ctx context.Context, cfg runtime.Config) (runtime.Engine, error) {
+	if cfg.MemoryLimitPages == 0 || cfg.MemoryLimitPages > maxPages {
+		return nil, fmt.Errorf("wazero: MemoryLimitPages is %d, want 1 to %d", cfg.MemoryLimitPages, maxPages)
+	}
+	rc := wazero.NewRuntimeConfigInterpreter()
+	if d.cfg.Compiler {
+		rc = wazero.NewRuntimeConfig() // the compiler where supported
+	}
+	// CloseOnContextDone makes guests check for a stop at every loop header
+	// (and function entry, see prepare): that is how a ctx interrupts a
+	// guest. prepare moves code, so DWARF line numbers would be wrong: traps
+	// name functions only.
+	rc = rc.WithMemoryLimitPages(cfg.MemoryLimitPages).WithCloseOnContextDone(true).WithDebugInfoEnabled(false)
+	e := &engine{
+		instance: wazero.NewModuleConfig().WithName("").WithStartFunctions().
+			WithSysWalltime().WithSysNanotime().WithRandSource(rand.Reader),
+	}
+	if cfg.CacheDir != "" {
+		dir, err := cacheDir(cfg.CacheDir)
+		if err != nil {
+			return nil, err
+		}
+		if e.cache, err = wazero.NewCompilationCacheWithDir(dir); err != nil {
+			return nil, fmt.Errorf("wazero: compilation cache: %w", err)
+		}
+		e.cacheDir = dir
+		rc = rc.WithCompilationCache(e.cache)
+	}
+	e.rt = wazero.NewRuntimeWithConfig(ctx, rc)
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, e.rt); err != nil {
+		return nil, errors.Join(fmt.Errorf("wazero: WASI: %w", err), e.Close(ctx))
+	}
+	if err := e.instantiateHost(ctx, cfg); err != nil {
+		return nil, errors.Join(fmt.Errorf("wazero: host module %q: %w", cfg.HostModule, err), e.Close(ctx))
+	}
+	return e, nil
+}
+
+// instantiateHost builds the host module from the kernel's functions.
+func (e *engine) instantiateHost(ctx context.Context, cfg runtime.Config) error {
+	if len(cfg.HostFunctions) == 0 {
+		return nil
+	}
+	if cfg.HostModule == "" {
+		return errors.New("host functions need a module name")
+	}
+	b := e.rt.NewHostModuleBuilder(cfg.HostModule)
+	seen := map[string]bool{}
+	for _, hf := range cfg.HostFunctions {
+		switch {
+		case seen[hf.Name]:
+			return fmt.Errorf("function %q defined twice", hf.Name)
+		case hf.Func == nil:
+			return fmt.Errorf("function %q has no Func", hf.Name)
+		}
+		seen[hf.Name] = true
+		b.NewFunctionBuilder().
+			WithGoModuleFunction(hostFunc(hf.Func), apiTypes(hf.Params), apiTypes(hf.Results)).
+			Export(hf.Name)
+	}
+	_, err := b.Instantiate(ctx)
+	return err
+}
+
+// hostFunc adapts a kernel host function to wazero's fast calling convention
+// (no reflection). m is the calling guest instance.
+func hostFunc(f func(context.Context, runtime.Memory, []uint64)) api.GoModuleFunc {
+	return func(ctx context.Context, m api.Module, stack []uint64) {
+		f(ctx, memoryOf(m), stack)
+	}
+}
+
+// memoryOf is the guest's "memory" as host functions see it. api.Memory has
+// runtime.Memory's methods, so it is passed as is: no adapter, no allocation.
+func memoryOf(m api.Module) runtime.Memory {
+	if mem := m.ExportedMemory("memory"); mem != nil {
+		return mem
+	}
+	return noMemory{}
+}
+
+// noMemory stands for the memory of a guest that exports none: every range
+// is out of bounds.
+type noMemory struct{}
+
+func (noMemory) Read(uint32, uint32) ([]byte, bool) { return nil, false }
+func (noMemory) Write(uint32, []byte) bool          { return false }
+func (noMemory) Size() uint32                       { return 0 }
+
+func apiTypes(ts []runtime.ValueType) []api.ValueType {
+	out := make([]api.ValueType, len(ts))
+	for i, t := range ts {
+		out[i] = api.ValueType(t)
+	}
+	return out
+}
+
+func (e *engine) Compile(ctx context.Context, wasm []byte) (runtime.Module, error) {
+	p, err := prepare(wasm)
+	if err != nil {
+		return nil, fmt.Errorf("wazero: compile: %w", err)
+	}
+	cm, err := e.rt.CompileModule(ctx, p.wasm)
+	if err != nil && e.cacheDir != "" && strings.Contains(err.Error(), "compilationcache") {
+		// wazero fails the compile when it cannot read a cache entry rather
+		// than compiling afresh, and its cache keys cannot be computed
+		// outside wazero, so drop every entry of this build and retry.
+		if perr := purge(e.cacheDir); perr != nil {
+			return nil, fmt.Errorf("wazero: compile: %w (clearing the cache: %w)", err, perr)
+		}
+		cm, err = e.rt.CompileModule(ctx, p.wasm)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("wazero: compile: %w", err)
+	}
+	imps, err := imports(p.imports, cm.ImportedFunctions())
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("wazero: reading imports: %w", err), cm.Close(ctx))
+	}
+	m := &module{e: e, cm: cm, imports: imps, memories: map[string]bool{}}
+	for name, def := range cm.ExportedFunctions() {
+		m.exports = append(m.exports, runtime.Export{Name: name, Signature: runtime.Signature{
+			Params: valueTypes(def.ParamTypes()), Results: valueTypes(def.ResultTypes()),
+		}})
+		m.initialize = m.initialize || name == "_initialize"
+	}
+	slices.SortFunc(m.exports, func(a, b runtime.Export) int { return strings.Compare(a.Name, b.Name) })
+	for name := range cm.ExportedMemories() {
+		m.memories[name] = true
+	}
+	return m, nil
+}
+
+func (e *engine) Close(ctx context.Context) error {
+	err := e.rt.Close(ctx)
+	if e.cache != nil {
+		err = errors.Join(err, e.cache.Close(ctx))
+	}
+	return err
+}
+
+// cacheDir is the part of root this build keeps compiled code in. wazero
+// files its entries under its own version, read from the build's dependency
+// list; a test binary has no such list ("dev" to wazero) and a replaced
+// module reports the version it replaces, so either could load code another
+// wazero compiled. Such builds get a directory named after their executable.
+func cacheDir(root string) (string, error) {
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, dep := range info.Deps {
+			if dep.Path == "github.com/tetratelabs/wazero" && dep.Version != "" && dep.Replace == nil {
+				return filepath.Join(root, "wazero"), nil
+			}
+		}
+	}
+	id, err := executableID()
+	if err != nil {
+		return "", fmt.Errorf("wazero: compilation cache: naming this build: %w", err)
+	}
+	return filepath.Join(root, "wazero-build-"+id), nil
+}
+
+// executableID is a digest of the running executable, read once.
+var executableID = sync.OnceValues(func() (string, error) {
+	path, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8]), nil
+})
+
+// purge removes the cache entries under dir. It leaves wazero's temporary
+// files, which a concurrent compile may be about to rename into place.
+func purge(dir string) error {
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() || strings.HasSuffix(path, ".tmp") {
+			return err
+		}
+		return os.Remove(path)
+	})
+}

@@ -1,0 +1,123 @@
+package wazeroruntime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/wasmkeep/wasmkeep/kernel/runtime"
+)
+
+type module struct {
+	e          *engine
+	cm         wazero.CompiledModule
+	imports    []runtime.Import
+	exports    []runtime.Export // by name
+	memories   map[string]bool  // exported memories
+	initialize bool             // exports _initialize
+}
+
+var _ runtime.Module = (*module)(nil)
+
+func (m *module) Imports() []runtime.Import       { return slices.Clone(m.imports) }
+func (m *module) Exports() []runtime.Export       { return slices.Clone(m.exports) }
+func (m *module) ExportsMemory(name string) bool  { return m.memories[name] }
+func (m *module) Close(ctx context.Context) error { return m.cm.Close(ctx) }
+
+func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (runtime.Instance, error) {
+	in := &instance{ctx: ctx}
+	defer func() { in.ctx = nil }()
+	mc := m.e.instance.WithStdout(cfg.Stdout).WithStderr(cfg.Stderr).WithNanosleep(in.sleep)
+	mod, err := m.e.rt.InstantiateModule(ctx, m.cm, mc)
+	if err != nil {
+		return nil, fmt.Errorf("wazero: instantiate: %w", callError(ctx, err))
+	}
+	in.mod = mod
+	if mem := mod.ExportedMemory("memory"); mem != nil {
+		in.mem = mem
+	}
+	if m.initialize {
+		if err := mod.ExportedFunction("_initialize").CallWithStack(ctx, nil); err != nil {
+			return nil, errors.Join(fmt.Errorf("wazero: _initialize: %w", callError(ctx, err)), mod.Close(ctx))
+		}
+	}
+	return in, nil
+}
+
+type instance struct {
+	mod api.Module
+	mem runtime.Memory // nil if the guest exports no "memory"
+	// ctx is the running call's, for sleep; the kernel never calls into an
+	// instance concurrently, and WASI runs on the caller's goroutine.
+	ctx context.Context
+}
+
+var _ runtime.Instance = (*instance)(nil)
+
+func (in *instance) Function(name string) runtime.Function {
+	fn := in.mod.ExportedFunction(name)
+	if fn == nil {
+		return nil
+	}
+	return &function{fn: fn, in: in}
+}
+
+func (in *instance) Memory() runtime.Memory          { return in.mem }
+func (in *instance) Close(ctx context.Context) error { return in.mod.Close(ctx) }
+
+// sleep is WASI's sleep (poll_oneoff on a clock). wazero's own would hold a
+// stopped guest for the whole timeout; this one wakes when the running call's
+// ctx is done and unwinds the guest as proc_exit does, with the exit code
+// wazero gives a stop on that ctx (wazero closes the instance meanwhile).
+func (in *instance) sleep(ns int64) {
+	t := time.NewTimer(time.Duration(ns))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-in.ctx.Done():
+		code := sys.ExitCodeContextCanceled
+		if errors.Is(in.ctx.Err(), context.DeadlineExceeded) {
+			code = sys.ExitCodeDeadlineExceeded
+		}
+		panic(sys.NewExitError(code))
+	}
+}
+
+type function struct {
+	fn api.Function
+	in *instance
+}
+
+var _ runtime.Function = (*function)(nil)
+
+func (f *function) Call(ctx context.Context, stack []uint64) error {
+	f.in.ctx = ctx
+	err := f.fn.CallWithStack(ctx, stack)
+	f.in.ctx = nil
+	if err != nil {
+		return callError(ctx, err)
+	}
+	return nil
+}
+
+// callError describes a failed call. wazero reports a stop on ctx and
+// proc_exit alike, as a *sys.ExitError: the reserved exit codes mean the ctx
+// stopped the guest only if it is done (a guest may pass them to proc_exit).
+// Traps and host panics keep wazero's error, which wraps the panic value.
+func callError(ctx context.Context, err error) error {
+	var exit *sys.ExitError
+	if !errors.As(err, &exit) {
+		return err
+	}
+	code := exit.ExitCode()
+	if ctx.Err() != nil && (code == sys.ExitCodeDeadlineExceeded || code == sys.ExitCodeContextCanceled) {
+		return fmt.Errorf("%w: %w", runtime.ErrInterrupted, err)
+	}
+	return fmt.Errorf("guest exited: %w", err)
+}

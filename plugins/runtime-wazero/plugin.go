@@ -1,0 +1,41 @@
+// Package wazeroruntime is the runtime plugin (runtime/v1) built on wazero,
+// a WebAssembly engine written in pure Go: no cgo, compiled to machine code
+// on amd64 and arm64, interpreted elsewhere.
+package wazeroruntime
+
+import (
+	"fmt"
+
+	"github.com/wasmkeep/wasmkeep/kernel/plugin"
+	"github.com/wasmkeep/wasmkeep/kernel/runtime"
+)
+
+// Config is the plugin's section of plugins.yaml.
+type Config struct {
+	// Compiler compiles guests to machine code where wazero can (amd64,
+	// arm64) and interprets them elsewhere. False always interprets: compiles
+	// are faster but calls are much slower; for debugging.
+	Compiler bool `koanf:"compiler"`
+}
+
+// Info describes the plugin to the kernel's registry.
+func Info() plugin.Info {
+	return plugin.Info{
+		Kind:      plugin.Runtime,
+		Name:      "wazero",
+		API:       runtime.API,
+		Summary:   "WebAssembly engine in pure Go (wazero)",
+		NewConfig: func() any { return &Config{Compiler: true} },
+		New: func(config any) (any, error) {
+			c, ok := config.(*Config)
+			if !ok {
+				return nil, fmt.Errorf("runtime.wazero: configuration is %T, want *wazeroruntime.Config", config)
+			}
+			return &driver{cfg: *c}, nil
+		},
+	}
+}
+
+type driver struct{ cfg Config }
+
+var _ runtime.Driver = (*driver)(nil)

@@ -1,0 +1,249 @@
+package wazeroruntime
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/tetratelabs/wazero"
+
+	"github.com/wasmkeep/wasmkeep/conformance/runtimetest"
+	"github.com/wasmkeep/wasmkeep/kernel/plugin"
+	"github.com/wasmkeep/wasmkeep/kernel/runtime"
+)
+
+func newDriver(t testing.TB, compiler bool) runtime.Driver {
+	d, err := Info().New(&Config{Compiler: compiler})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.(runtime.Driver)
+}
+
+func TestConformance(t *testing.T) {
+	for name, compiler := range map[string]bool{"compiler": true, "interpreter": false} {
+		t.Run(name, func(t *testing.T) {
+			runtimetest.Run(t, func(t *testing.T) runtime.Driver { return newDriver(t, compiler) })
+		})
+	}
+}
+
+func BenchmarkEngine(b *testing.B) {
+	runtimetest.Benchmark(b, newDriver(b, true))
+}
+
+func TestInfo(t *testing.T) {
+	in := Info()
+	if in.Kind != plugin.Runtime || in.Name != "wazero" || in.API != runtime.API {
+		t.Errorf("Info() = %s %s, want runtime.wazero %s", in.ID(), in.API, runtime.API)
+	}
+	if _, err := plugin.NewRegistry(in); err != nil {
+		t.Error(err)
+	}
+	if c, ok := in.NewConfig().(*Config); !ok || !c.Compiler {
+		t.Errorf("NewConfig() = %#v, want *Config with the compiler on", in.NewConfig())
+	}
+	if _, err := in.New(Config{}); err == nil {
+		t.Error("New accepted a Config value instead of a pointer")
+	}
+}
+
+// A test binary reports no wazero version ("dev" to wazero), so its compiled
+// code goes under a directory named after the executable.
+func TestCacheDirOfUnversionedBuild(t *testing.T) {
+	root := t.TempDir()
+	e, err := newDriver(t, true).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: 1, CacheDir: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(t.Context())
+	m, err := e.Compile(t.Context(), binaryModule(voidFunc()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(t.Context())
+	id, err := executableID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := filepath.Glob(filepath.Join(root, "wazero-build-"+id, "wazero-*", "*"))
+	if err != nil || len(entries) == 0 {
+		t.Errorf("no compiled code under %s (%v)", root, err)
+	}
+}
+
+// prepare never panics, and what it returns for a module wazero accepts is
+// accepted too.
+func FuzzPrepare(f *testing.F) {
+	f.Add(wasmHeader)
+	f.Add(binaryModule(voidFunc()...))
+	f.Add(binaryModule(tableGuest(1, -1)...))
+	f.Add(binaryModule(sec(dataSection, 0xff, 0xff, 0xff, 0xff, 0x0f)))
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+	defer rt.Close(ctx)
+	f.Fuzz(func(t *testing.T, wasm []byte) {
+		p, err := prepare(wasm)
+		if err != nil {
+			return
+		}
+		if cm, err := rt.CompileModule(ctx, wasm); err == nil {
+			cm.Close(ctx)
+			cm, err := rt.CompileModule(ctx, p.wasm)
+			if err != nil {
+				t.Fatalf("wazero accepts the module but not its instrumented form: %v", err)
+			}
+			cm.Close(ctx)
+		}
+	})
+}
+
+// binaryModule assembles a module from its sections.
+func binaryModule(sections ...[]byte) []byte {
+	out := append([]byte(nil), wasmHeader...)
+	for _, s := range sections {
+		out = append(out, s...)
+	}
+	return out
+}
+
+func sec(id byte, payload ...byte) []byte { return appendSection(nil, id, payload) }
+
+// voidFunc is the sections of a module with one function, () -> (), which
+// declares locals (count, type) and does nothing.
+func voidFunc(locals ...uint32) [][]byte {
+	code := appendU32(nil, uint32(len(locals)/2))
+	for _, l := range locals {
+		code = appendU32(code, l)
+	}
+	code = append(code, 0x0b)
+	return [][]byte{
+		sec(typeSection, 1, 0x60, 0, 0),
+		sec(functionSection, 1, 0),
+		sec(codeSection, append(appendU32([]byte{1}, uint32(len(code))), code...)...),
+	}
+}
+
+// tableGuest is the sections of a module with a funcref table of min
+// elements and max (none if < 0), exporting grow(n) -> table.grow(null, n).
+func tableGuest(min uint32, max int64) [][]byte {
+	limits := appendU32([]byte{0}, min)
+	if max >= 0 {
+		limits = appendU32(appendU32([]byte{1}, min), uint32(max))
+	}
+	body := []byte{0, 0xd0, 0x70, 0x20, 0, 0xfc, 0x0f, 0, 0x0b} // ref.null func; local.get 0; table.grow 0
+	return [][]byte{
+		sec(typeSection, 1, 0x60, 1, 0x7f, 1, 0x7f),
+		sec(functionSection, 1, 0),
+		sec(tableSection, append([]byte{1, 0x70}, limits...)...),
+		sec(exportSection, 1, 4, 'g', 'r', 'o', 'w', kindFunc, 0),
+		sec(codeSection, append([]byte{1, byte(len(body))}, body...)...),
+	}
+}
+
+// Modules that would make wazero allocate far more than their size, or
+// define more or larger tables than allowed, are refused; the process lives.
+func TestRefusedModules(t *testing.T) {
+	e, err := newDriver(t, true).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(t.Context())
+	if m, err := e.Compile(t.Context(), binaryModule(voidFunc(maxLocals, 0x7f)...)); err != nil {
+		t.Errorf("%d locals: %v", maxLocals, err)
+	} else {
+		m.Close(t.Context())
+	}
+	huge := []byte{0xff, 0xff, 0xff, 0xff, 0x0f}
+	tables := append([]byte{maxTables + 1}, bytes.Repeat([]byte{0x70, 0, 0}, maxTables+1)...)
+	for name, wasm := range map[string][]byte{
+		"data segments":     binaryModule(sec(dataSection, huge...)),
+		"custom name":       binaryModule(sec(customSection, huge...)),
+		"parameters":        binaryModule(sec(typeSection, append([]byte{1, 0x60}, huge...)...)),
+		"import name":       binaryModule(sec(importSection, append([]byte{1}, huge...)...)),
+		"function names":    binaryModule(sec(customSection, append([]byte{4, 'n', 'a', 'm', 'e', 1, 5}, huge...)...)),
+		"element functions": binaryModule(sec(elementSection, append([]byte{1, 1, 0}, huge...)...)),
+		"locals":            binaryModule(voidFunc(maxLocals, 0x7f, 1, 0x7f)...),
+		"table elements":    binaryModule(tableGuest(maxTableElements+1, -1)...),
+		"tables":            binaryModule(sec(tableSection, tables...)),
+	} {
+		if m, err := e.Compile(t.Context(), wasm); err == nil {
+			m.Close(t.Context())
+			t.Errorf("%s: compiled", name)
+		}
+	}
+}
+
+// table.grow stops at maxTableElements whatever the module declares.
+func TestTableGrowthCapped(t *testing.T) {
+	e, err := newDriver(t, true).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(t.Context())
+	for _, max := range []int64{-1, maxTableElements + 1, 1<<32 - 1} {
+		m, err := e.Compile(t.Context(), binaryModule(tableGuest(1, max)...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		grow := in.Function("grow")
+		for _, tc := range []struct{ delta, want uint32 }{
+			{math.MaxUint32 - 1, math.MaxUint32}, {maxTableElements, math.MaxUint32}, {maxTableElements - 1, 1},
+		} {
+			stack := []uint64{uint64(tc.delta)}
+			if err := grow.Call(t.Context(), stack); err != nil {
+				t.Fatal(err)
+			}
+			if got := uint32(stack[0]); got != tc.want {
+				t.Errorf("max %d: table.grow(%d) = %d, want %d", max, tc.delta, int32(got), int32(tc.want))
+			}
+		}
+		in.Close(t.Context())
+		m.Close(t.Context())
+	}
+}
+
+// A host function called by a guest that exports no memory sees every range
+// out of bounds.
+func TestHostFunctionWithoutMemory(t *testing.T) {
+	var size uint32 = 1
+	var readable bool
+	fns := []runtime.HostFunction{{Name: "probe", Func: func(_ context.Context, mem runtime.Memory, _ []uint64) {
+		size = mem.Size()
+		_, readable = mem.Read(0, 0)
+	}}}
+	e, err := newDriver(t, true).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: 1, HostModule: "env", HostFunctions: fns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(t.Context())
+	body := []byte{0, 0x10, 0, 0x0b} // call 0
+	wasm := binaryModule(
+		sec(typeSection, 1, 0x60, 0, 0),
+		sec(importSection, 1, 3, 'e', 'n', 'v', 5, 'p', 'r', 'o', 'b', 'e', kindFunc, 0),
+		sec(functionSection, 1, 0),
+		sec(exportSection, 1, 3, 'r', 'u', 'n', kindFunc, 1),
+		sec(codeSection, append([]byte{1, byte(len(body))}, body...)...))
+	m, err := e.Compile(t.Context(), wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(t.Context())
+	in, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close(t.Context())
+	if err := in.Function("run").Call(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if size != 0 || readable {
+		t.Errorf("Size() = %d, Read(0, 0) ok = %v; want 0, false", size, readable)
+	}
+}
