@@ -11,7 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -499,4 +501,71 @@ func TestReentry(t *testing.T) {
 	if got := callOK(t, self, "one")[0]; got != 1 {
 		t.Errorf("one() = %d afterwards", got)
 	}
+}
+
+// Guests stopped by their ctx, trapping on a fault and calling the host, on
+// several goroutines at once while the Go runtime collects garbage (and
+// preempts with signals): nothing crashes and each call ends as it should.
+func TestConcurrentStops(t *testing.T) {
+	m := newWasmMod()
+	h := m.importFunc("wasmkeep", "h", "i", "i")
+	m.function("spin", "", "", 0x03, 0x40, 0x0c, 0x00, 0x0b)                           // loop br 0 end
+	m.function("oob", "", "", 0x41, 0x7c, 0x28, 0x02, 0x00, 0x1a)                      // i32.load at -4
+	m.function("calls", "i", "", 0x02, 0x40, 0x03, 0x40, 0x20, 0x00, 0x45, 0x0d, 0x01, // n times h(n)
+		0x20, 0x00, 0x10, byte(h), 0x1a, 0x20, 0x00, 0x41, 0x01, 0x6b, 0x21, 0x00, 0x0c, 0x00, 0x0b, 0x0b)
+	fns := []runtime.HostFunction{{Name: "h", Signature: runtime.Signature{
+		Params: []runtime.ValueType{runtime.I32}, Results: []runtime.ValueType{runtime.I32},
+	}, Func: func(_ context.Context, mem runtime.Memory, stack []uint64) {
+		b, _ := mem.Read(0, 1)
+		b[0]++
+	}}}
+	e, _ := start(t, runtime.Config{HostFunctions: fns}, m.bytes(), runtime.InstanceConfig{})
+	mod, err := e.Compile(t.Context(), m.bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mod.Close(t.Context())
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				goruntime.GC()
+			}
+		}
+	}()
+	deadline := time.Now().Add(time.Second)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for i := 0; time.Now().Before(deadline); i++ {
+				in, err := mod.Instantiate(t.Context(), runtime.InstanceConfig{})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				switch i % 3 {
+				case 0:
+					ctx, cancel := context.WithTimeout(t.Context(), time.Duration(1+i%4)*time.Millisecond)
+					if err := in.Function("spin").Call(ctx, nil); !errors.Is(err, runtime.ErrInterrupted) {
+						t.Errorf("spin: %v", err)
+					}
+					cancel()
+				case 1:
+					if err := in.Function("oob").Call(t.Context(), nil); err == nil || errors.Is(err, runtime.ErrInterrupted) {
+						t.Errorf("oob: %v", err)
+					}
+				case 2:
+					if err := in.Function("calls").Call(t.Context(), []uint64{10000}); err != nil {
+						t.Errorf("calls: %v", err)
+					}
+				}
+				in.Close(t.Context())
+			}
+		})
+	}
+	wg.Wait()
 }
