@@ -201,9 +201,15 @@ func (e *engine) exit() { e.inflight.Add(-1) }
 // tick is the engine's epoch ticker. Every store's deadline is one tick
 // after its call starts and each tick after that runs the store's deadline
 // callback (shim.c, wk_epoch), which stops the guest if the call's ctx is
-// done. The callback is the way to stop one store among many: the epoch is
-// the engine's, and a store cannot be touched from another thread while it
-// runs.
+// done and otherwise extends the deadline by a tick.
+//
+// The callback is the way to stop one store among many: the epoch is the
+// engine's, a store cannot be touched from another thread while it runs, and
+// a deadline without a callback traps, which unwinds the guest: there is no
+// resuming it, so "trap at every tick and re-enter" cannot work. The
+// callback costs nothing per call (it runs only in calls longer than a
+// tick), where watching each call's ctx from Go (context.AfterFunc or a
+// goroutine) would cost on every call.
 func (e *engine) tick() {
 	defer close(e.stopped)
 	t := time.NewTicker(e.interval)
