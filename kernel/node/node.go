@@ -25,7 +25,8 @@ import (
 
 // Options configure a node. Zero values take the defaults in brackets.
 type Options struct {
-	DataDir       string            // where databases and the compile cache live (required)
+	DataDir       string            // where databases live (required)
+	CacheDir      string            // [DataDir/cache] compiled modules, kept across restarts
 	Tenant        string            // [default]
 	Classes       map[string]string // class name to module file
 	IdleTimeout   time.Duration     // [30s] without events before an actor hibernates
@@ -52,6 +53,9 @@ func (o Options) withDefaults() Options {
 	def(&o.AdmissionWait, 250*time.Millisecond)
 	if o.Tenant == "" {
 		o.Tenant = "default"
+	}
+	if o.CacheDir == "" && o.DataDir != "" {
+		o.CacheDir = filepath.Join(o.DataDir, "cache")
 	}
 	if o.MaxInstances == 0 {
 		o.MaxInstances = 1000
@@ -116,7 +120,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	sort.Slice(hostList, func(i, j int) bool { return hostList[i].Name < hostList[j].Name })
 	eng, err := rt.NewEngine(ctx, runtime.Config{
 		MemoryLimitPages: opts.MemoryLimit / 65536,
-		CacheDir:         filepath.Join(opts.DataDir, "cache"),
+		CacheDir:         opts.CacheDir,
 		HostModule:       abi.HostModule,
 		HostFunctions:    hostList,
 	})

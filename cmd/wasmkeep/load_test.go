@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/node"
+)
+
+func TestModuleWithUnknownImportIsRefused(t *testing.T) {
+	rt, st := standardPlugins(t)
+	bad := buildGuest(t, "cmd/wasmkeep/testdata/guests/badimport", "")
+	_, err := node.New(context.Background(), node.Options{DataDir: t.TempDir(), Classes: map[string]string{"bad": bad}}, rt, st)
+	if err == nil || !strings.Contains(err.Error(), "wasmkeep.no_such_function") {
+		t.Fatalf("got %v, want a refusal naming wasmkeep.no_such_function", err)
+	}
+}
+
+// wasmkeepBinary builds the command once per test.
+func wasmkeepBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "wasmkeep")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func TestBadConfigKeyIsRefused(t *testing.T) {
+	bin := wasmkeepBinary(t)
+	cfg := filepath.Join(t.TempDir(), "plugins.yaml")
+	for yaml, want := range map[string]string{
+		"node:\n  listn: x\n":               "unknown key node.listn",
+		"runtme:\n  use: wazero\n":          `unknown key "runtme"`,
+		"runtime:\n  use: nope\n":           `unknown runtime plugin "nope"`,
+		"storage:\n  sqlite:\n    drivr: x": "unknown key storage.sqlite.drivr",
+	} {
+		os.WriteFile(cfg, []byte(yaml), 0o600)
+		out, err := exec.Command(bin, "serve", "--config", cfg, "--actor", "c=x.wasm").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), want) {
+			t.Errorf("config %q: %v, %s; want an error containing %q", yaml, err, out, want)
+		}
+	}
+	out, err := exec.Command(bin, "plugins").CombinedOutput()
+	if err != nil || !regexp.MustCompile(`runtime +wazero +runtime/v1`).Match(out) || !strings.Contains(string(out), "storage/v1") {
+		t.Errorf("wasmkeep plugins: %v\n%s", err, out)
+	}
+}
+
+// SIGTERM: in-flight requests finish, then the process exits cleanly with
+// every database closed.
+func TestSIGTERMFinishesInFlightRequests(t *testing.T) {
+	bin := wasmkeepBinary(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	data := t.TempDir()
+	var logs bytes.Buffer
+	cmd := exec.Command(bin, "serve", "--listen", addr, "--data-dir", data, "--actor", "probe="+probe(t))
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	url := "http://" + addr
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(url + "/_wasmkeep/ready")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not start: %v\n%s", err, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	result := make(chan string, 1)
+	go func() {
+		resp, err := http.Post(url+"/actor/probe/a/seen?seq=7&ms=1000", "", nil)
+		if err != nil {
+			result <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		result <- string(b)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGTERM)
+	if got := <-result; got != "ok 7" {
+		t.Errorf("in-flight request: %q, want ok 7", got)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit: %v\n%s", err, logs.String())
+	}
+	// A clean close checkpoints and removes the write-ahead log.
+	if _, err := os.Stat(filepath.Join(data, "actors", "default", "probe", "a.db-wal")); !os.IsNotExist(err) {
+		t.Errorf("write-ahead log left after a clean stop: %v", err)
+	}
+}

@@ -1,0 +1,19 @@
+package main
+
+import (
+	"github.com/wasmkeep/wasmkeep/kernel/plugin"
+	wasmtimeruntime "github.com/wasmkeep/wasmkeep/plugins/runtime-wasmtime"
+	wazeroruntime "github.com/wasmkeep/wasmkeep/plugins/runtime-wazero"
+	sqlitestorage "github.com/wasmkeep/wasmkeep/plugins/storage-sqlite"
+)
+
+// plugins is the standard set: every plugin this build can hold. In a
+// CGO_ENABLED=0 build the cgo plugins list themselves as unavailable, saying
+// how to get a build that has them.
+func plugins() []plugin.Info {
+	return []plugin.Info{
+		wazeroruntime.Info(),
+		wasmtimeruntime.Info(),
+		sqlitestorage.Info(),
+	}
+}

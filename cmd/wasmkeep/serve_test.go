@@ -1,0 +1,314 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/node"
+)
+
+func TestCounterPersistsAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	opts := node.Options{DataDir: dir, Classes: map[string]string{"counter": counter(t)}}
+	n := startNode(t, opts)
+	n.expect("POST", "/actor/counter/alice", "", 200, "1\n")
+	n.expect("POST", "/actor/counter/alice", "", 200, "2\n")
+	n.stop()
+
+	n = startNode(t, opts)
+	n.expect("GET", "/actor/counter/alice", "", 200, "2\n")
+	n.expect("POST", "/actor/counter/alice", "", 200, "3\n")
+}
+
+func TestTwoNamesAreTwoDatabases(t *testing.T) {
+	dir := t.TempDir()
+	n := startNode(t, node.Options{DataDir: dir, Classes: map[string]string{"counter": counter(t)}})
+	n.expect("POST", "/actor/counter/alice", "", 200, "1\n")
+	n.expect("POST", "/actor/counter/alice", "", 200, "2\n")
+	n.expect("POST", "/actor/counter/bob", "", 200, "1\n")
+	n.expect("POST", "/actor/counter/room%201", "", 200, "1\n")
+	for _, f := range []string{"alice.db", "bob.db", "room%201.db"} {
+		if _, err := os.Stat(filepath.Join(dir, "actors", "default", "counter", f)); err != nil {
+			t.Errorf("database file: %v", err)
+		}
+	}
+}
+
+func TestRouting(t *testing.T) {
+	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}})
+	n.expect("GET", "/actor/probe/a/echo?x=1&y=%20", "", 200, "GET /echo?x=1&y=%20 0")
+	n.expect("POST", "/actor/probe/a/echo", "hello", 200, "POST /echo? 5")
+	n.expect("GET", "/actor/probe/room%201/self", "", 200, "default/probe/room 1")
+	n.expect("GET", "/actor/nope/a", "", 404, "unknown class \"nope\"\n")
+	for _, bad := range []string{"/actor/probe/..", "/actor/probe/%2e", "/actor/probe/a%2Fb", "/actor/probe/a%01", "/actor/probe/" + strings.Repeat("x", 257), "/actor/probe"} {
+		if code, _ := n.do("GET", bad, ""); code != 400 {
+			t.Errorf("GET %s: %d, want 400", bad, code)
+		}
+	}
+	n.expect("GET", "/_wasmkeep/health", "", 200, "ok\n")
+	n.expect("GET", "/_wasmkeep/ready", "", 200, "ready\n")
+	n.expect("GET", "/elsewhere", "", 404, "404 page not found\n")
+
+	code, body, hdr := n.doH("GET", "/actor/probe/a/status?code=201", "", nil)
+	if code != 201 || body != "status" || hdr.Get("X-Probe") != "yes" {
+		t.Errorf("status probe: %d %q %v", code, body, hdr)
+	}
+}
+
+func TestClientCannotForgeHostHeaders(t *testing.T) {
+	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}})
+	_, body, _ := n.doH("GET", "/actor/probe/a/headers", "", http.Header{
+		"X-Wasmkeep-Caller": {"default/admin/root"},
+		"X-Wasmkeep-Other":  {"x"},
+		"X-Mine":            {"kept"},
+	})
+	if strings.Contains(body, "x-wasmkeep") || !strings.Contains(body, "x-mine=kept") {
+		t.Errorf("headers the actor saw:\n%s", body)
+	}
+}
+
+func TestBodyLimit(t *testing.T) {
+	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}, MaxBodyBytes: 1 << 20})
+	n.expect("POST", "/actor/probe/a/echo", strings.Repeat("x", 1<<20), 200, fmt.Sprintf("POST /echo? %d", 1<<20))
+	if code, _ := n.do("POST", "/actor/probe/a/echo", strings.Repeat("x", 1<<20+1)); code != 413 {
+		t.Errorf("declared oversize body: %d, want 413", code)
+	}
+	// A chunked body declares no length: it is cut while read.
+	req, _ := http.NewRequest("POST", n.url+"/actor/probe/a/echo", struct{ *strings.Reader }{strings.NewReader(strings.Repeat("x", 1<<20+1))})
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 413 {
+		t.Errorf("chunked oversize body: %d, want 413", resp.StatusCode)
+	}
+}
+
+// Requests to one actor run one at a time, in arrival order; another actor
+// is not held up meanwhile.
+func TestOneEventAtATimeInOrder(t *testing.T) {
+	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}})
+	n.expect("GET", "/actor/probe/a/hits", "", 200, "1")
+
+	var wg sync.WaitGroup
+	send := func(path string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if code, body := n.do("POST", path, ""); code != 200 {
+				t.Errorf("%s: %d %s", path, code, body)
+			}
+		}()
+	}
+	send("/actor/probe/a/seen?seq=0&ms=400") // holds the actor while the others queue
+	time.Sleep(100 * time.Millisecond)
+	for i := 1; i <= 9; i++ {
+		send(fmt.Sprintf("/actor/probe/a/seen?seq=%d&ms=5", i))
+		time.Sleep(10 * time.Millisecond) // so that arrival order is the loop's order
+	}
+	// Another actor answers while a is busy.
+	n.expect("POST", "/actor/probe/b/seen?seq=99&ms=0", "", 200, "ok 99")
+	code, body := n.do("POST", "/actor/probe/a/query", "SELECT group_concat(seq) FROM seen")
+	wg.Wait()
+	if code != 200 || body != "ok 0,1,2,3,4,5,6,7,8,9" {
+		t.Fatalf("order of events: %d %q", code, body)
+	}
+}
+
+func TestQueueFull(t *testing.T) {
+	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}, QueueLimit: 4})
+	var wg sync.WaitGroup
+	codes := make(chan int, 10)
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, _ := n.do("POST", fmt.Sprintf("/actor/probe/a/seen?seq=%d&ms=300", i), "")
+			codes <- code
+		}()
+		time.Sleep(20 * time.Millisecond)
+	}
+	wg.Wait()
+	close(codes)
+	count := map[int]int{}
+	for c := range codes {
+		count[c]++
+	}
+	// One running, four queued, the sixth refused.
+	if count[200] != 5 || count[429] != 1 {
+		t.Fatalf("status counts %v, want 5×200 and 1×429", count)
+	}
+}
+
+func TestRequestWhoseClientLeftIsNotRun(t *testing.T) {
+	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		n.do("POST", "/actor/probe/a/seen?seq=1&ms=500", "")
+	}()
+	time.Sleep(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", n.url+"/actor/probe/a/seen?seq=2&ms=0", nil)
+	if _, err := http.DefaultClient.Do(req); err == nil {
+		t.Fatal("the request should have timed out while queued")
+	}
+	<-done
+	n.expect("POST", "/actor/probe/a/query", "SELECT group_concat(seq) FROM seen", 200, "ok 1")
+}
+
+// Hibernation drops the instance (in-memory state restarts) and keeps the
+// data; on-init runs once per module version, not once per instance.
+func TestHibernationAndOnInit(t *testing.T) {
+	dir := t.TempDir()
+	opts := node.Options{DataDir: dir, Classes: map[string]string{"probe": probe(t)}, IdleTimeout: 200 * time.Millisecond}
+	n := startNode(t, opts)
+	n.expect("GET", "/actor/probe/a/hits", "", 200, "1")
+	n.expect("GET", "/actor/probe/a/hits", "", 200, "2")
+	n.expect("POST", "/actor/probe/a/exec", "CREATE TABLE kept (v)", 200, "ok 0")
+	n.expect("POST", "/actor/probe/a/exec", "INSERT INTO kept VALUES ('x')", 200, "ok 1")
+	time.Sleep(600 * time.Millisecond) // past the idle timeout
+	n.expect("GET", "/actor/probe/a/hits", "", 200, "1")
+	n.expect("POST", "/actor/probe/a/query", "SELECT v FROM kept", 200, "ok x")
+	n.expect("GET", "/actor/probe/a/init-runs", "", 200, "1")
+	n.stop()
+
+	// The same module after a restart: no new on-init.
+	n = startNode(t, opts)
+	n.expect("GET", "/actor/probe/a/init-runs", "", 200, "1")
+	n.stop()
+
+	// A new version of the module: on-init runs again.
+	opts.Classes = map[string]string{"probe": buildGuest(t, "cmd/wasmkeep/testdata/guests/probe", "-X main.version=v2")}
+	n = startNode(t, opts)
+	n.expect("GET", "/actor/probe/a/init-runs", "", 200, "2")
+	n.expect("POST", "/actor/probe/a/query", "SELECT group_concat(version) FROM init_runs", 200, "ok v1,v2")
+}
+
+func TestFailedOnInitIsRetriedWithTheNextEvent(t *testing.T) {
+	n := startNode(t, node.Options{Classes: map[string]string{
+		"probe": buildGuest(t, "cmd/wasmkeep/testdata/guests/probe", "-X main.failFirstInit=yes"),
+	}})
+	n.expect("GET", "/actor/probe/a/init-runs", "", 500, "actor error: first on-init fails on purpose\n")
+	n.expect("GET", "/actor/probe/a/init-runs", "", 200, "2")
+	n.expect("GET", "/actor/probe/a/init-runs", "", 200, "2")
+}
+
+func TestCapacity(t *testing.T) {
+	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}, MaxInstances: 2})
+	n.expect("GET", "/actor/probe/a/hits", "", 200, "1")
+	n.expect("GET", "/actor/probe/b/hits", "", 200, "1")
+	// Both idle: the least recently used (a) hibernates to make room for c.
+	n.expect("GET", "/actor/probe/c/hits", "", 200, "1")
+	n.expect("GET", "/actor/probe/b/hits", "", 200, "2")
+	n.expect("GET", "/actor/probe/a/hits", "", 200, "1") // a woke afresh; c made room
+
+	// Both resident actors busy: a third gets 503 with Retry-After.
+	var wg sync.WaitGroup
+	for _, name := range []string{"a", "b"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n.do("POST", "/actor/probe/"+name+"/seen?seq=1&ms=800", "")
+		}()
+	}
+	time.Sleep(200 * time.Millisecond)
+	code, body, hdr := n.doH("GET", "/actor/probe/z/hits", "", nil)
+	wg.Wait()
+	if code != 503 || hdr.Get("Retry-After") != "1" {
+		t.Fatalf("at capacity: %d %q %v", code, body, hdr)
+	}
+}
+
+func TestCPUBudgetStopsALoop(t *testing.T) {
+	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}})
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		n.expect("GET", "/actor/probe/loop/spin", "", 500, "actor exceeded its CPU budget\n")
+	}()
+	// Other actors keep answering meanwhile.
+	for i := 0; i < 5; i++ {
+		n.expect("GET", fmt.Sprintf("/actor/probe/other%d/hits", i), "", 200, "1")
+	}
+	<-done
+	t.Logf("loop stopped after %v", time.Since(start))
+	// The looping actor gets a fresh instance with the same database.
+	n.expect("GET", "/actor/probe/loop/hits", "", 200, "1")
+}
+
+func TestWallClockLimit(t *testing.T) {
+	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}, WallClock: 300 * time.Millisecond})
+	n.expect("POST", "/actor/probe/a/seen?seq=1&ms=2000", "", 500, "actor exceeded its wall-clock limit\n")
+	n.expect("GET", "/actor/probe/a/hits", "", 200, "1")
+}
+
+func TestMemoryCap(t *testing.T) {
+	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}, MemoryLimit: 64 << 20})
+	n.expect("GET", "/actor/probe/a/alloc?mb=8", "", 200, fmt.Sprint(8<<20))
+	n.expect("GET", "/actor/probe/a/alloc?mb=200", "", 500, "actor failed\n")
+	n.expect("GET", "/actor/probe/a/hits", "", 200, "1")
+}
+
+func TestTrapRollsBackTheOpenTransaction(t *testing.T) {
+	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}})
+	for _, path := range []string{"/trap-in-tx", "/fail-in-tx", "/deadlock"} {
+		if code, _ := n.do("POST", "/actor/probe/a"+path, ""); code != 500 {
+			t.Errorf("%s: %d, want 500", path, code)
+		}
+		n.expect("POST", "/actor/probe/a/query", "SELECT count(*) FROM t", 200, "ok 0")
+	}
+}
+
+func TestSQLSandbox(t *testing.T) {
+	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}})
+	n.expect("POST", "/actor/probe/a/exec", "CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)", 200, "ok 0")
+	refused := map[string]string{
+		"ATTACH DATABASE 'x.db' AS x":              "not-allowed",
+		"DETACH DATABASE main":                     "not-allowed",
+		"VACUUM":                                   "not-allowed",
+		"PRAGMA journal_mode=DELETE":               "not-allowed",
+		"PRAGMA writable_schema=ON":                "not-allowed",
+		"CREATE TEMP TABLE tt (v)":                 "not-allowed",
+		"CREATE TEMP VIEW tv AS SELECT 1":          "not-allowed",
+		"SELECT load_extension('x')":               "not-allowed",
+		"CREATE VIRTUAL TABLE v USING dbstat":      "not-allowed",
+		"SELECT * FROM _wasmkeep_meta":             "not-allowed",
+		"INSERT INTO t (v) VALUES ('a'); SELECT 1": "multiple-statements",
+		"SELEC 1":                         "syntax",
+		"SELECT * FROM missing":           "syntax",
+		"INSERT INTO t (v) VALUES (NULL)": "constraint",
+		"INSERT INTO t (id, v) VALUES (1, 'a'), (1, 'b')": "constraint",
+		"INSERT INTO t (v) VALUES (?)":                    "bind",
+	}
+	for sql, kind := range refused {
+		code, body := n.do("POST", "/actor/probe/a/exec", sql)
+		if code != 200 || !strings.HasPrefix(body, "error "+kind+":") {
+			t.Errorf("%s: got %d %q, want kind %s", sql, code, body, kind)
+		}
+	}
+	allowed := []string{
+		"CREATE VIRTUAL TABLE docs USING fts5(body)",
+		"PRAGMA user_version=3",
+		"CREATE INDEX t_v ON t (v)",
+	}
+	for _, sql := range allowed {
+		if code, body := n.do("POST", "/actor/probe/a/exec", sql); code != 200 || !strings.HasPrefix(body, "ok") {
+			t.Errorf("%s: got %d %q, want ok", sql, code, body)
+		}
+	}
+	n.expect("POST", "/actor/probe/a/exec-durable", "INSERT INTO t (v) VALUES ('durable')", 200, "ok 1")
+	if _, body := n.do("POST", "/actor/probe/a/exec-durable", "BEGIN"); !strings.HasPrefix(body, "error not-allowed:") {
+		t.Errorf("exec-durable BEGIN: %q, want not-allowed", body)
+	}
+}

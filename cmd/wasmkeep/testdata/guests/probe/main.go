@@ -1,0 +1,148 @@
+//go:build wasip1
+
+// The probe is the test suite's actor: each path exercises one rule of the
+// node (ordering, limits, rollback, the SQL sandbox, hooks).
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/sdk/go/wasmkeep"
+)
+
+// Set with -ldflags "-X main.version=... -X main.failFirstInit=yes" to build
+// a different module, or one whose first on-init fails.
+var (
+	version       = "v1"
+	failFirstInit = ""
+)
+
+// hits lives in the instance: it restarts from zero when the instance does.
+var hits int
+
+func init() {
+	wasmkeep.OnInit(func() error {
+		if _, err := wasmkeep.Exec("CREATE TABLE IF NOT EXISTS init_runs (n INTEGER PRIMARY KEY, version TEXT)"); err != nil {
+			return err
+		}
+		if _, err := wasmkeep.Exec("INSERT INTO init_runs (version) VALUES (?)", version); err != nil {
+			return err
+		}
+		var n int64
+		if err := wasmkeep.QueryRow("SELECT count(*) FROM init_runs").Scan(&n); err != nil {
+			return err
+		}
+		if failFirstInit == "yes" && n == 1 {
+			return fmt.Errorf("first on-init fails on purpose")
+		}
+		_, err := wasmkeep.Exec("CREATE TABLE IF NOT EXISTS seen (seq INTEGER)")
+		return err
+	})
+	wasmkeep.HandleFunc(serve)
+}
+
+func serve(w wasmkeep.ResponseWriter, r *wasmkeep.Request) {
+	hits++
+	q := r.URL.Query()
+	switch r.URL.Path {
+	case "/hits":
+		fmt.Fprintf(w, "%d", hits)
+	case "/init-runs":
+		var n int64
+		must(wasmkeep.QueryRow("SELECT count(*) FROM init_runs").Scan(&n))
+		fmt.Fprintf(w, "%d", n)
+	case "/exec":
+		n, err := wasmkeep.Exec(string(r.Body))
+		answer(w, strconv.FormatInt(n, 10), err)
+	case "/exec-durable":
+		n, err := wasmkeep.ExecDurable(string(r.Body))
+		answer(w, strconv.FormatInt(n, 10), err)
+	case "/query":
+		rows, err := wasmkeep.Query(string(r.Body))
+		if err != nil {
+			answer(w, "", err)
+			return
+		}
+		var out []string
+		for rows.Next() {
+			var s string
+			must(rows.Scan(&s))
+			out = append(out, s)
+		}
+		answer(w, strings.Join(out, ","), nil)
+	case "/seen":
+		// Records the request's seq after sleeping ms: ordering tests read
+		// the table back with /query.
+		ms, _ := strconv.Atoi(q.Get("ms"))
+		time.Sleep(time.Duration(ms) * time.Millisecond)
+		_, err := wasmkeep.Exec("INSERT INTO seen (seq) VALUES (?)", q.Get("seq"))
+		answer(w, q.Get("seq"), err)
+	case "/spin":
+		for {
+		}
+	case "/alloc":
+		mb, _ := strconv.Atoi(q.Get("mb"))
+		b := make([]byte, mb<<20)
+		b[len(b)-1] = 1
+		fmt.Fprintf(w, "%d", len(b))
+	case "/trap-in-tx":
+		must2(wasmkeep.Exec("CREATE TABLE IF NOT EXISTS t (v)"))
+		must2(wasmkeep.Exec("BEGIN"))
+		must2(wasmkeep.Exec("INSERT INTO t VALUES (1)"))
+		os.Exit(3) // proc_exit: the guest cannot recover from it
+	case "/fail-in-tx":
+		must2(wasmkeep.Exec("CREATE TABLE IF NOT EXISTS t (v)"))
+		must2(wasmkeep.Exec("BEGIN"))
+		must2(wasmkeep.Exec("INSERT INTO t VALUES (1)"))
+		panic("handler failed inside a transaction")
+	case "/deadlock":
+		select {} // every goroutine asleep: the Go runtime traps
+	case "/headers":
+		for k, vs := range r.Header {
+			fmt.Fprintf(w, "%s=%s\n", strings.ToLower(k), strings.Join(vs, ","))
+		}
+	case "/echo":
+		fmt.Fprintf(w, "%s %s?%s %d", r.Method, r.URL.Path, r.URL.RawQuery, len(r.Body))
+	case "/self":
+		a := wasmkeep.Self()
+		fmt.Fprintf(w, "%s/%s/%s", a.Tenant, a.Class, a.Name)
+	case "/log":
+		fmt.Println("line one")
+		fmt.Fprintln(os.Stderr, "to stderr \x1b[31mred")
+		w.Write([]byte("logged"))
+	case "/status":
+		code, _ := strconv.Atoi(q.Get("code"))
+		w.Header().Set("X-Probe", "yes")
+		w.WriteHeader(code)
+		w.Write([]byte("status"))
+	default:
+		wasmkeep.Error(w, "no such probe "+r.URL.Path, 404)
+	}
+}
+
+// answer writes "ok <v>" or "error <kind>: <message>".
+func answer(w wasmkeep.ResponseWriter, v string, err error) {
+	if err == nil {
+		fmt.Fprintf(w, "ok %s", v)
+		return
+	}
+	if se, ok := err.(*wasmkeep.SQLError); ok {
+		fmt.Fprintf(w, "error %s: %s", se.Kind, se.Message)
+		return
+	}
+	fmt.Fprintf(w, "error %v", err)
+}
+
+func must(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
+
+func must2(_ int64, err error) { must(err) }
+
+func main() {}
