@@ -373,6 +373,19 @@ func TestPollOneoff(t *testing.T) {
 	if errno != 0 || len(evs) != 2 || evs[0].errno != errnoNotsup || evs[1].errno != errnoInval {
 		t.Errorf("absolute monotonic and an unknown clock: errno %d, events %v", errno, evs)
 	}
+	// Events laid over subscriptions not read yet.
+	mem.Write(1000, cat(fd(5, eventFdWrite, 9), fd(6, eventFdRead, 0), fd(7, eventFdWrite, 2)))
+	stack := []uint64{1000, 1000 + 40, 3, 8000}
+	if err := in.Function("poll_oneoff").Call(t.Context(), stack); err != nil || stack[0] != 0 {
+		t.Fatalf("overlapping: errno %d, %v", stack[0], err)
+	}
+	out, _ := mem.Read(1000+40, 3*eventSize)
+	for i, want := range []event{{5, errnoBadf, eventFdWrite}, {6, 0, eventFdRead}, {7, 0, eventFdWrite}} {
+		e := out[i*eventSize:]
+		if got := (event{binary.LittleEndian.Uint64(e), binary.LittleEndian.Uint16(e[8:]), e[10]}); got != want {
+			t.Errorf("overlapping: event %d is %v, want %v", i, got, want)
+		}
+	}
 	sub := fd(1, 7, 0)
 	if errno, _ := poll(sub); errno != errnoInval {
 		t.Errorf("unknown subscription: errno %d, want %d", errno, errnoInval)
@@ -380,7 +393,7 @@ func TestPollOneoff(t *testing.T) {
 	if errno, _ := poll(); errno != errnoInval {
 		t.Errorf("no subscription: errno %d, want %d", errno, errnoInval)
 	}
-	stack := []uint64{math.MaxUint32 - 10, 0, 1, 0}
+	stack = []uint64{math.MaxUint32 - 10, 0, 1, 0}
 	if err := in.Function("poll_oneoff").Call(t.Context(), stack); err != nil || stack[0] != errnoFault {
 		t.Errorf("out of bounds: errno %d, %v; want %d", stack[0], err, errnoFault)
 	}

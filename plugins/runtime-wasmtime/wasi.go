@@ -3,6 +3,7 @@
 package wasmtimeruntime
 
 import (
+	"bytes"
 	"encoding/binary"
 	"io"
 	"math"
@@ -30,6 +31,10 @@ func sig(n int) []runtime.ValueType {
 	}
 	return out
 }
+
+// maxWriteBuf is the largest gathering buffer an instance keeps for its next
+// fd_write.
+const maxWriteBuf = 64 << 10
 
 // fdWrite is WASI's fd_write(fd, iovs, iovs_len, nwritten_ptr) -> errno.
 // Wasmtime's writes only the first non-empty buffer of the list (a short
@@ -88,7 +93,7 @@ func fdWrite(in *instance, stack []uint64) bool {
 			data = append(data, b...)
 		}
 	}
-	if parts > 1 {
+	if parts > 1 && cap(data) <= maxWriteBuf {
 		in.writeBuf = data[:0]
 	}
 	if w != nil && len(data) > 0 {
@@ -171,62 +176,25 @@ func pollOneoff(in *instance, stack []uint64) (interrupt bool) {
 	if !ok {
 		return false
 	}
-	// The subscriptions are read before any event is written: the two may
-	// overlap.
-	type sub struct {
-		userdata []byte
-		kind     byte
-		errno    uint16
-		wait     time.Duration // clock: how long from now; < 0 if no wait
-		fdFlags  uint16
-	}
-	list := make([]sub, n)
+
+	// First pass: is a subscription ready now, and if not, which clock
+	// comes first? Nothing is kept per subscription: the guest chooses n.
 	now := time.Now()
-	ready := false // an event is ready without waiting
-	for i := range list {
-		b := subs[i*subscriptionSize : (i+1)*subscriptionSize]
-		s := &list[i]
-		s.userdata = append([]byte(nil), b[:8]...)
-		s.kind = b[8]
-		switch s.kind {
-		case eventClock:
-			id := binary.LittleEndian.Uint32(b[16:])
-			timeout := binary.LittleEndian.Uint64(b[24:])
-			flags := binary.LittleEndian.Uint16(b[40:])
-			switch {
-			case id > clockThreadCputime:
-				s.errno = errnoInval
-			case flags&subscriptionAbstime == 0:
-				s.wait = time.Duration(min(timeout, math.MaxInt64))
-			case id == clockRealtime:
-				s.wait = time.Unix(0, int64(min(timeout, math.MaxInt64))).Sub(now)
-			default:
-				s.errno = errnoNotsup
-			}
-		case eventFdRead, eventFdWrite:
-			fd := binary.LittleEndian.Uint32(b[16:])
-			switch {
-			case s.kind == eventFdRead && fd == 0:
-				s.fdFlags = eventFdReadWriteHangup
-			case s.kind == eventFdWrite && (fd == 1 || fd == 2):
-			default:
-				s.errno = errnoBadf
-			}
-		default:
+	ready, first := false, time.Duration(math.MaxInt64)
+	for i := range n {
+		sub := subs[i*subscriptionSize : (i+1)*subscriptionSize]
+		ev, ok := subscribe(sub, now)
+		if !ok {
 			stack[0] = errnoInval
 			return false
 		}
-		if s.kind != eventClock || s.errno != 0 || s.wait <= 0 {
-			s.wait = -1
+		if ev.wait < 0 {
 			ready = true
+		} else {
+			first = min(first, ev.wait)
 		}
 	}
 	if !ready {
-		// Wait for the first clock, or the ctx.
-		first := time.Duration(math.MaxInt64)
-		for _, s := range list {
-			first = min(first, s.wait)
-		}
 		t := time.NewTimer(first)
 		var done <-chan struct{}
 		if in.ctx != nil {
@@ -238,27 +206,77 @@ func pollOneoff(in *instance, stack []uint64) (interrupt bool) {
 			t.Stop()
 			return true
 		}
-		for i := range list {
-			if list[i].wait <= first {
-				list[i].wait = -1
-			}
-		}
 	}
-	// The events are the subscriptions whose wait is over, in order.
+
+	// Second pass: write the events of the subscriptions whose wait is over,
+	// in order. The guest may lay events over subscriptions not read yet:
+	// then the subscriptions are copied first (no more than the memory
+	// they were in).
+	if uint64(inPtr) < uint64(outPtr)+uint64(len(events)) && uint64(outPtr) < uint64(inPtr)+uint64(len(subs)) {
+		subs = bytes.Clone(subs)
+	}
 	count := uint32(0)
-	for _, s := range list {
-		if s.wait >= 0 {
+	for i := range n {
+		sub := subs[i*subscriptionSize : (i+1)*subscriptionSize]
+		ev, _ := subscribe(sub, now)
+		if ev.wait >= 0 && (ready || ev.wait > first) {
 			continue
 		}
 		e := events[count*eventSize : (count+1)*eventSize]
 		clear(e)
-		copy(e, s.userdata)
-		binary.LittleEndian.PutUint16(e[8:], s.errno)
-		e[10] = s.kind
-		binary.LittleEndian.PutUint16(e[24:], s.fdFlags)
+		copy(e, sub[:8]) // userdata
+		binary.LittleEndian.PutUint16(e[8:], ev.errno)
+		e[10] = ev.kind
+		binary.LittleEndian.PutUint16(e[24:], ev.fdFlags)
 		count++
 	}
 	binary.LittleEndian.PutUint32(nevents, count)
 	stack[0] = errnoSuccess
 	return false
+}
+
+// event is what poll_oneoff makes of one subscription.
+type event struct {
+	kind    byte
+	errno   uint16
+	fdFlags uint16
+	// wait is how long from now until a clock fires; < 0 if the event is
+	// ready now (descriptors, errors, clocks already past).
+	wait time.Duration
+}
+
+// subscribe reads a subscription; ok is false if its kind is unknown.
+func subscribe(sub []byte, now time.Time) (ev event, ok bool) {
+	ev.kind = sub[8]
+	switch ev.kind {
+	case eventClock:
+		id := binary.LittleEndian.Uint32(sub[16:])
+		timeout := binary.LittleEndian.Uint64(sub[24:])
+		flags := binary.LittleEndian.Uint16(sub[40:])
+		switch {
+		case id > clockThreadCputime:
+			ev.errno = errnoInval
+		case flags&subscriptionAbstime == 0:
+			ev.wait = time.Duration(min(timeout, math.MaxInt64))
+		case id == clockRealtime:
+			ev.wait = time.Unix(0, int64(min(timeout, math.MaxInt64))).Sub(now)
+		default:
+			ev.errno = errnoNotsup
+		}
+		if ev.errno != 0 || ev.wait <= 0 {
+			ev.wait = -1
+		}
+	case eventFdRead, eventFdWrite:
+		ev.wait = -1
+		switch fd := binary.LittleEndian.Uint32(sub[16:]); {
+		case ev.kind == eventFdRead && fd == 0:
+			ev.fdFlags = eventFdReadWriteHangup
+		case ev.kind == eventFdWrite && (fd == 1 || fd == 2):
+		default:
+			ev.errno = errnoBadf
+		}
+	default:
+		return ev, false
+	}
+	return ev, true
 }
