@@ -48,7 +48,9 @@ func TestBadConfigKeyIsRefused(t *testing.T) {
 		"storage:\n  sqlite:\n    drivr: x": "unknown key storage.sqlite.drivr",
 	} {
 		os.WriteFile(cfg, []byte(yaml), 0o600)
-		out, err := exec.Command(bin, "serve", "--config", cfg, "--actor", "c=x.wasm").CombinedOutput()
+		cmd := exec.Command(bin, "serve", "--config", cfg, "--actor", "c=x.wasm")
+		cmd.Env = withoutWasmkeepVars() // the variables would override the file under test
+		out, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(string(out), want) {
 			t.Errorf("config %q: %v, %s; want an error containing %q", yaml, err, out, want)
 		}
@@ -57,6 +59,16 @@ func TestBadConfigKeyIsRefused(t *testing.T) {
 	if err != nil || !regexp.MustCompile(`runtime +wazero +runtime/v1`).Match(out) || !strings.Contains(string(out), "storage/v1") {
 		t.Errorf("wasmkeep plugins: %v\n%s", err, out)
 	}
+}
+
+func withoutWasmkeepVars() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "WASMKEEP_") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // SIGTERM: in-flight requests finish, then the process exits cleanly with
