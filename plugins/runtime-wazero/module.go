@@ -34,7 +34,7 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 	in := &instance{ctx: ctx}
 	defer func() { in.ctx = nil }()
 	mc := m.e.instance.WithStdout(cfg.Stdout).WithStderr(cfg.Stderr).WithNanosleep(in.sleep)
-	mod, err := m.e.rt.InstantiateModule(ctx, m.cm, mc)
+	mod, err := m.e.rt.InstantiateModule(withMappedMemory(ctx), m.cm, mc)
 	if err != nil {
 		return nil, fmt.Errorf("wazero: instantiate: %w", callError(ctx, err))
 	}
