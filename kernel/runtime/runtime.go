@@ -27,8 +27,9 @@ type Driver interface {
 // Config is what the kernel asks of every engine.
 type Config struct {
 	// MemoryLimitPages caps every linear memory of every instance, in 64 KiB
-	// pages. memory.grow past it fails (returns -1) in the guest; a module
-	// whose declared minimum is above it fails to compile or instantiate.
+	// pages, at most 65,535 (so that Memory.Size fits a uint32). memory.grow
+	// past it fails (returns -1) in the guest; a module whose declared
+	// minimum is above it fails to compile or instantiate.
 	MemoryLimitPages uint32
 	// CacheDir, when set, is a directory the engine may use to keep compiled
 	// code across restarts. A corrupt or stale entry must be ignored.
@@ -44,7 +45,7 @@ type Engine interface {
 	// Compile validates and compiles a module. It does not check the
 	// module's imports against what the host provides: the kernel does that,
 	// from Module.Imports, so every engine refuses the same modules with the
-	// same message.
+	// same message. Compiling may ignore ctx (neither engine can stop it).
 	Compile(ctx context.Context, wasm []byte) (Module, error)
 	Close(ctx context.Context) error
 }
@@ -102,8 +103,10 @@ type Module interface {
 	ExportsMemory(name string) bool
 	// Instantiate creates an instance with WASI preview 1 (see the package
 	// rules below) and the engine's host functions, then runs the module's
-	// _initialize export if it has one. Instances of one module share
-	// nothing but the compiled code.
+	// _initialize export if it has one, under the same rule as Function.Call:
+	// once ctx is done it stops promptly with an error matching
+	// ErrInterrupted. Instances of one module share nothing but the compiled
+	// code.
 	Instantiate(ctx context.Context, cfg InstanceConfig) (Instance, error)
 	Close(ctx context.Context) error
 }
@@ -120,7 +123,8 @@ type InstanceConfig struct {
 type Instance interface {
 	// Function returns an exported function, or nil if there is none.
 	Function(name string) Function
-	// Memory is the instance's exported "memory".
+	// Memory is the instance's exported "memory"; for a module that exports
+	// none, every range is out of bounds.
 	Memory() Memory
 	Close(ctx context.Context) error
 }
