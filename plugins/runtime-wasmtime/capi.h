@@ -114,6 +114,21 @@ wasm_trap_t *wasmtime_trap_new(const char *msg, size_t msg_len);
 
 void wasmtime_config_epoch_interruption_set(wasm_config_t *, bool);
 void wasmtime_config_parallel_compilation_set(wasm_config_t *, bool);
+void wasmtime_config_wasm_simd_set(wasm_config_t *, bool);
+void wasmtime_config_wasm_bulk_memory_set(wasm_config_t *, bool);
+void wasmtime_config_wasm_reference_types_set(wasm_config_t *, bool);
+void wasmtime_config_wasm_multi_value_set(wasm_config_t *, bool);
+void wasmtime_config_wasm_threads_set(wasm_config_t *, bool);
+void wasmtime_config_wasm_tail_call_set(wasm_config_t *, bool);
+void wasmtime_config_wasm_function_references_set(wasm_config_t *, bool);
+void wasmtime_config_wasm_gc_set(wasm_config_t *, bool);
+void wasmtime_config_wasm_relaxed_simd_set(wasm_config_t *, bool);
+void wasmtime_config_wasm_multi_memory_set(wasm_config_t *, bool);
+void wasmtime_config_wasm_memory64_set(wasm_config_t *, bool);
+void wasmtime_config_wasm_wide_arithmetic_set(wasm_config_t *, bool);
+void wasmtime_config_wasm_exceptions_set(wasm_config_t *, bool);
+void wasmtime_config_wasm_custom_page_sizes_set(wasm_config_t *, bool);
+void wasmtime_config_wasm_stack_switching_set(wasm_config_t *, bool);
 void wasmtime_engine_increment_epoch(wasm_engine_t *);
 
 // wasmtime/module.h

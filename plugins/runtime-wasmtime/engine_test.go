@@ -582,3 +582,116 @@ func TestConcurrentStops(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// rawModule is a module made of the sections given, each an id and its
+// content.
+func rawModule(sections ...[]byte) []byte {
+	out := []byte{0, 'a', 's', 'm', 1, 0, 0, 0}
+	for _, s := range sections {
+		out = append(append(append(out, s[0]), uleb(len(s)-1)...), s[1:]...)
+	}
+	return out
+}
+
+func sec(id byte, content ...byte) []byte { return append([]byte{id}, content...) }
+
+// The engine accepts WebAssembly 2.0, as wazero does, and refuses the
+// proposals beyond it.
+func TestFeatures(t *testing.T) {
+	e, err := newDriver(t).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(t.Context())
+	fn := func(results string, body ...byte) []byte {
+		m := newWasmMod()
+		m.function("f", "", results, body...)
+		return m.bytes()
+	}
+	for name, wasm := range map[string][]byte{
+		"simd":        fn("", append(append([]byte{0xfd, 0x0c}, make([]byte, 16)...), 0x1a)...), // v128.const, drop
+		"multi-value": fn("ii", 0x41, 1, 0x41, 2),
+		"bulk memory": fn("", 0x41, 0, 0x41, 0, 0x41, 0, 0xfc, 0x0b, 0x00), // memory.fill
+		"references":  fn("", 0xd0, 0x70, 0x1a),                            // ref.null func, drop
+	} {
+		m, err := e.Compile(t.Context(), wasm)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		m.Close(t.Context())
+	}
+	for name, wasm := range map[string][]byte{
+		"tail call":         fn("", 0x12, 0x00), // return_call 0
+		"multiple memories": rawModule(sec(5, 2, 0, 1, 0, 1)),
+		"64-bit memory":     rawModule(sec(5, 1, 4, 1)),
+		"shared memory":     rawModule(sec(5, 1, 3, 1, 1)),
+	} {
+		if m, err := e.Compile(t.Context(), wasm); err == nil {
+			m.Close(t.Context())
+			t.Errorf("%s: compiled", name)
+		}
+	}
+}
+
+// tableGuest has one funcref table with the limits given and exports
+// grow(delta) -> previous size or -1.
+func tableGuest(limits ...byte) []byte {
+	body := []byte{0, 0xd0, 0x70, 0x20, 0, 0xfc, 0x0f, 0, 0x0b} // ref.null func, local.get 0, table.grow 0
+	return rawModule(
+		sec(1, 1, 0x60, 1, 0x7f, 1, 0x7f),
+		sec(3, 1, 0),
+		sec(4, append([]byte{1, 0x70}, limits...)...),
+		sec(7, 1, 4, 'g', 'r', 'o', 'w', 0, 0),
+		sec(10, append([]byte{1, byte(len(body))}, body...)...))
+}
+
+// table.grow stops at maxTableElements whatever the module declares, and
+// modules needing larger or more tables do not instantiate.
+func TestTablesCapped(t *testing.T) {
+	e, err := newDriver(t).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(t.Context())
+	instantiate := func(wasm []byte) (runtime.Instance, error) {
+		m, err := e.Compile(t.Context(), wasm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close(t.Context())
+		return m.Instantiate(t.Context(), runtime.InstanceConfig{})
+	}
+	for name, limits := range map[string][]byte{
+		"no max":        {0, 1},
+		"max above cap": append([]byte{1, 1}, uleb(maxTableElements+1)...),
+		"max 2^32-1":    {1, 1, 0xff, 0xff, 0xff, 0xff, 0x0f},
+	} {
+		in, err := instantiate(tableGuest(limits...))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for _, tc := range []struct{ delta, want uint32 }{
+			{math.MaxUint32 - 1, math.MaxUint32}, {maxTableElements, math.MaxUint32}, {maxTableElements - 1, 1},
+		} {
+			stack := []uint64{uint64(tc.delta)}
+			if err := in.Function("grow").Call(t.Context(), stack); err != nil {
+				t.Fatal(err)
+			}
+			if got := uint32(stack[0]); got != tc.want {
+				t.Errorf("%s: table.grow(%d) = %d, want %d", name, tc.delta, int32(got), int32(tc.want))
+			}
+		}
+		in.Close(t.Context())
+	}
+	tables := append([]byte{maxTables + 1}, bytes.Repeat([]byte{0x70, 0, 0}, maxTables+1)...)
+	for name, wasm := range map[string][]byte{
+		"min above cap": tableGuest(append([]byte{0}, uleb(maxTableElements+1)...)...),
+		"too many":      rawModule(sec(4, tables...)),
+	} {
+		if in, err := instantiate(wasm); err == nil {
+			in.Close(t.Context())
+			t.Errorf("%s: instantiated", name)
+		}
+	}
+}

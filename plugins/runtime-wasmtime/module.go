@@ -179,7 +179,8 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 	in := &instance{e: e, mod: m, stdout: cfg.Stdout, stderr: cfg.Stderr, funcs: map[string]*function{}}
 	in.mem.in = in
 	in.handle = cgo.NewHandle(in)
-	in.st = C.wk_store_new(e.ptr, C.uintptr_t(in.handle), C.int64_t(e.limit), C.size_t(m.arity))
+	in.st = C.wk_store_new(e.ptr, C.uintptr_t(in.handle), C.int64_t(e.limit),
+		maxTableElements, maxTables, C.size_t(m.arity))
 	if in.st == nil {
 		in.handle.Delete()
 		return nil, errors.New("wasmtime: instantiate: out of memory")

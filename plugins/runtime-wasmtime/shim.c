@@ -14,6 +14,26 @@ wasm_engine_t *wk_engine_new(bool parallel_compilation) {
   // Epochs are how a running guest is stopped: see wk_epoch.
   wasmtime_config_epoch_interruption_set(config, true);
   wasmtime_config_parallel_compilation_set(config, parallel_compilation);
+  // WebAssembly 2.0, the features wazero (the other engine) has, so that
+  // both accept the same modules. The proposals beyond it are off: threads
+  // (shared memory), tail calls, typed function references, GC, relaxed
+  // SIMD, multiple memories, 64-bit memories, wide arithmetic, exceptions,
+  // custom page sizes, stack switching.
+  wasmtime_config_wasm_simd_set(config, true);
+  wasmtime_config_wasm_bulk_memory_set(config, true);
+  wasmtime_config_wasm_reference_types_set(config, true);
+  wasmtime_config_wasm_multi_value_set(config, true);
+  wasmtime_config_wasm_threads_set(config, false);
+  wasmtime_config_wasm_tail_call_set(config, false);
+  wasmtime_config_wasm_gc_set(config, false);
+  wasmtime_config_wasm_function_references_set(config, false);
+  wasmtime_config_wasm_relaxed_simd_set(config, false);
+  wasmtime_config_wasm_multi_memory_set(config, false);
+  wasmtime_config_wasm_memory64_set(config, false);
+  wasmtime_config_wasm_wide_arithmetic_set(config, false);
+  wasmtime_config_wasm_exceptions_set(config, false);
+  wasmtime_config_wasm_custom_page_sizes_set(config, false);
+  wasmtime_config_wasm_stack_switching_set(config, false);
   return wasm_engine_new_with_config(config); // takes config
 }
 
@@ -45,7 +65,8 @@ static wasmtime_error_t *wk_epoch(wasmtime_context_t *cx, void *data,
 }
 
 wk_store *wk_store_new(wasm_engine_t *engine, uintptr_t handle,
-                       int64_t memory_limit, size_t raw_len) {
+                       int64_t memory_limit, int64_t table_elements,
+                       int64_t tables, size_t raw_len) {
   wk_store *st = calloc(1, sizeof(wk_store));
   if (st == NULL) {
     return NULL;
@@ -59,7 +80,8 @@ wk_store *wk_store_new(wasm_engine_t *engine, uintptr_t handle,
   st->handle = handle;
   st->store = wasmtime_store_new(engine, st, NULL);
   st->cx = wasmtime_store_context(st->store);
-  wasmtime_store_limiter(st->store, memory_limit, -1, -1, -1, -1);
+  wasmtime_store_limiter(st->store, memory_limit, table_elements, -1, tables,
+                         -1);
   wasmtime_store_epoch_deadline_callback(st->store, wk_epoch, st, NULL);
   return st;
 }

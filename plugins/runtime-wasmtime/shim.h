@@ -39,7 +39,8 @@ typedef struct wk_result {
 
 wasm_engine_t *wk_engine_new(bool parallel_compilation);
 wk_store *wk_store_new(wasm_engine_t *engine, uintptr_t handle,
-                       int64_t memory_limit, size_t raw_len);
+                       int64_t memory_limit, int64_t table_elements,
+                       int64_t tables, size_t raw_len);
 void wk_store_delete(wk_store *st);
 wasmtime_error_t *wk_set_wasi(wk_store *st);
 wk_result wk_instantiate(wk_store *st, const wasmtime_instance_pre_t *pre);

@@ -63,15 +63,30 @@ func New(config any) (storage.Driver, error) {
 	if cfg.StatementCache < 1 {
 		return nil, fmt.Errorf("storage.sqlite: statement_cache is %d, want at least 1", cfg.StatementCache)
 	}
-	return &driver{b: b, cfg: *cfg}, nil
+	caps, err := capabilitiesOf(cfg.Driver, b)
+	if err != nil {
+		return nil, fmt.Errorf("storage.sqlite: %w", err)
+	}
+	if err := checkRequired(cfg.Driver, b, caps); err != nil {
+		return nil, fmt.Errorf("storage.sqlite: %w", err)
+	}
+	return &driver{b: b, cfg: *cfg, caps: caps}, nil
 }
 
 var _ storage.Driver = (*driver)(nil)
 
 type driver struct {
-	b   binding
-	cfg Config
+	b    binding
+	cfg  Config
+	caps []string
 }
+
+// Capabilities lists the guest-visible SQL that depends on the driver's
+// SQLite build (see capabilities.go): virtual table modules ("fts3",
+// "fts4", "fts5", "rtree"), function families ("math", "soundex",
+// "sqlite_offset") and behaviour ("update_delete_limit", "stat4",
+// "like_blobs"). Every driver has "fts5" and "rtree".
+func (drv *driver) Capabilities() []string { return slices.Clone(drv.caps) }
 
 // maxValueBytes is SQLite's compiled-in ceiling for SQLITE_LIMIT_LENGTH.
 const maxValueBytes = 1_000_000_000

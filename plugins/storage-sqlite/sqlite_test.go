@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,9 +18,36 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
 
-func newDriver(t *testing.T) storage.Driver {
+// driverNames are the drivers this build has.
+func driverNames() []string { return slices.Sorted(maps.Keys(bindings)) }
+
+// forEachDriver runs f as a subtest per driver in the build. A driver the
+// build has but that refuses to run for lack of a required capability
+// (go-sqlite3 without its sqlite_fts5 tag) is skipped, with the reason.
+func forEachDriver(t *testing.T, f func(t *testing.T, name string)) {
+	for _, name := range driverNames() {
+		t.Run(name, func(t *testing.T) {
+			skipRefused(t, name)
+			f(t, name)
+		})
+	}
+}
+
+func skipRefused(t testing.TB, name string) {
 	t.Helper()
-	drv, err := New(NewConfig())
+	cfg := NewConfig()
+	cfg.Driver = name
+	var lack *lackError
+	if _, err := New(cfg); errors.As(err, &lack) {
+		t.Skipf("this build has driver %s but it refuses to run: %v", name, err)
+	}
+}
+
+func newDriver(t testing.TB, name string) storage.Driver {
+	t.Helper()
+	cfg := NewConfig()
+	cfg.Driver = name
+	drv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +55,9 @@ func newDriver(t *testing.T) storage.Driver {
 }
 
 func TestConformance(t *testing.T) {
-	storagetest.Run(t, newDriver)
+	forEachDriver(t, func(t *testing.T, name string) {
+		storagetest.Run(t, func(t *testing.T) storage.Driver { return newDriver(t, name) })
+	})
 }
 
 func TestInfo(t *testing.T) {
@@ -51,7 +82,7 @@ func TestConfigErrors(t *testing.T) {
 		edit func(*Config)
 		want string
 	}{
-		{func(c *Config) { c.Driver = "mattn" }, `unknown driver "mattn" (this build has: modernc)`},
+		{func(c *Config) { c.Driver = "nosuch" }, `unknown driver "nosuch" (this build has: ` + strings.Join(driverNames(), ", ") + ")"},
 		{func(c *Config) { c.Synchronous = "off" }, `synchronous is "off"`},
 		{func(c *Config) { c.StatementCache = 0 }, "statement_cache is 0"},
 	} {
@@ -64,7 +95,7 @@ func TestConfigErrors(t *testing.T) {
 	if _, err := New(Config{}); err == nil {
 		t.Error("New accepted a Config value instead of a pointer")
 	}
-	drv := newDriver(t)
+	drv := newDriver(t, "modernc")
 	path := filepath.Join(t.TempDir(), "x.db")
 	if _, err := drv.Open(context.Background(), path, storage.Options{MaxValueBytes: -1}); err == nil {
 		t.Error("Open accepted a negative limit")
@@ -84,8 +115,11 @@ func TestBlank(t *testing.T) {
 
 // TestStatementCache checks that a statement pushed out of the cache is
 // prepared again, and that guest and host statements never share one.
-func TestStatementCache(t *testing.T) {
+func TestStatementCache(t *testing.T) { forEachDriver(t, testStatementCache) }
+
+func testStatementCache(t *testing.T, name string) {
 	cfg := NewConfig()
+	cfg.Driver = name
 	cfg.StatementCache = 2
 	drv, err := New(cfg)
 	if err != nil {
@@ -121,11 +155,13 @@ func TestStatementCache(t *testing.T) {
 
 // TestFiles checks the files a database keeps: the log, and no shared-memory
 // index (the connection holds its locks, so the index lives in its memory).
-func TestFiles(t *testing.T) {
+func TestFiles(t *testing.T) { forEachDriver(t, testFiles) }
+
+func testFiles(t *testing.T, name string) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	path := filepath.Join(t.TempDir(), "x.db")
-	db, err := newDriver(t).Open(context.Background(), path, storage.Options{})
+	db, err := newDriver(t, name).Open(context.Background(), path, storage.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,14 +177,10 @@ func TestFiles(t *testing.T) {
 	}
 }
 
-func benchDB(b *testing.B) storage.DB {
+func benchDB(b *testing.B, name string) storage.DB {
 	runtime.LockOSThread()
 	b.Cleanup(runtime.UnlockOSThread)
-	drv, err := New(NewConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	db, err := drv.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), storage.Options{})
+	db, err := newDriver(b, name).Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), storage.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -162,23 +194,34 @@ func benchDB(b *testing.B) storage.DB {
 	return db
 }
 
+// benchEachDriver runs f as a sub-benchmark per driver in the build.
+func benchEachDriver(b *testing.B, f func(b *testing.B, db storage.DB)) {
+	for _, name := range driverNames() {
+		b.Run(name, func(b *testing.B) {
+			skipRefused(b, name)
+			f(b, benchDB(b, name))
+		})
+	}
+}
+
 // BenchmarkCounterRead is one resident counter read: a SELECT by primary key
 // and the end of its event.
 func BenchmarkCounterRead(b *testing.B) {
-	db := benchDB(b)
-	ctx := context.Background()
-	params := []abi.Value{{Kind: abi.KindInteger, Int: 1}}
-	var w abi.RowsWriter
-	b.ReportAllocs()
-	for b.Loop() {
-		w.Buf = w.Buf[:0]
-		if err := db.Query(ctx, "SELECT v FROM counter WHERE id = ?", params, &w); err != nil {
-			b.Fatal(err)
+	benchEachDriver(b, func(b *testing.B, db storage.DB) {
+		ctx := context.Background()
+		params := []abi.Value{{Kind: abi.KindInteger, Int: 1}}
+		var w abi.RowsWriter
+		b.ReportAllocs()
+		for b.Loop() {
+			w.Buf = w.Buf[:0]
+			if err := db.Query(ctx, "SELECT v FROM counter WHERE id = ?", params, &w); err != nil {
+				b.Fatal(err)
+			}
+			if err := db.EndEvent(ctx); err != nil {
+				b.Fatal(err)
+			}
 		}
-		if err := db.EndEvent(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
+	})
 }
 
 // BenchmarkCounterWrite is one resident counter increment (an autocommit
@@ -189,16 +232,37 @@ func BenchmarkCounterWrite(b *testing.B) { benchWrite(b, storage.ExecOptions{}) 
 func BenchmarkCounterWriteDurable(b *testing.B) { benchWrite(b, storage.ExecOptions{Durable: true}) }
 
 func benchWrite(b *testing.B, opts storage.ExecOptions) {
-	db := benchDB(b)
-	ctx := context.Background()
-	params := []abi.Value{{Kind: abi.KindInteger, Int: 1}}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := db.Exec(ctx, "UPDATE counter SET v = v + 1 WHERE id = ?", params, opts); err != nil {
-			b.Fatal(err)
+	benchEachDriver(b, func(b *testing.B, db storage.DB) {
+		ctx := context.Background()
+		params := []abi.Value{{Kind: abi.KindInteger, Int: 1}}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := db.Exec(ctx, "UPDATE counter SET v = v + 1 WHERE id = ?", params, opts); err != nil {
+				b.Fatal(err)
+			}
+			if err := db.EndEvent(ctx); err != nil {
+				b.Fatal(err)
+			}
 		}
-		if err := db.EndEvent(ctx); err != nil {
-			b.Fatal(err)
+	})
+}
+
+// BenchmarkSum is one CPU-bound guest statement: a sum over a million rows
+// of a recursive CTE (about 10 million virtual machine steps, so the
+// progress handler and the SQL CPU watch run throughout).
+func BenchmarkSum(b *testing.B) {
+	benchEachDriver(b, func(b *testing.B, db storage.DB) {
+		ctx := context.Background()
+		var w abi.RowsWriter
+		b.ReportAllocs()
+		for b.Loop() {
+			w.Buf = w.Buf[:0]
+			if err := db.Query(ctx, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 1000000) SELECT sum(x) FROM c", nil, &w); err != nil {
+				b.Fatal(err)
+			}
+			if err := db.EndEvent(ctx); err != nil {
+				b.Fatal(err)
+			}
 		}
-	}
+	})
 }

@@ -1,0 +1,174 @@
+package sqlitestorage
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Capabilities are the parts of guest-visible SQL that depend on how a
+// binding's SQLite was compiled: modernc.org/sqlite and go-sqlite3 compile
+// the same SQLite 3.54 with different options, and go-sqlite3's further
+// depend on build tags. Each is probed from the SQLite the binary links
+// (module, function and compile-option lists), not listed by hand, so a
+// build tag cannot make the list lie. Only what the sandbox lets guests use
+// is listed (geopoly, dbstat and sqlite_dbpage are refused anyway).
+const (
+	capFTS3    = "fts3"    // CREATE VIRTUAL TABLE ... USING fts3 (module fts3)
+	capFTS4    = "fts4"    // ... USING fts4
+	capFTS5    = "fts5"    // ... USING fts5
+	capRTree   = "rtree"   // ... USING rtree
+	capMath    = "math"    // sqrt, pow, ln, sin, ... (SQLITE_ENABLE_MATH_FUNCTIONS)
+	capSoundex = "soundex" // soundex() (SQLITE_SOUNDEX)
+	// sqlite_offset() (SQLITE_ENABLE_OFFSET_SQL_FUNC)
+	capOffset = "sqlite_offset"
+	// UPDATE and DELETE with ORDER BY and LIMIT, which need a parser
+	// generated with SQLITE_ENABLE_UPDATE_DELETE_LIMIT (neither driver's
+	// is). A trigger that used them would make the schema unreadable to a
+	// build without them.
+	capUpdateDeleteLimit = "update_delete_limit"
+	// ANALYZE writes sqlite_stat4 (SQLITE_ENABLE_STAT4).
+	capStat4 = "stat4"
+	// LIKE and GLOB match blobs as text (unless SQLITE_LIKE_DOESNT_MATCH_BLOBS).
+	capLikeBlobs = "like_blobs"
+)
+
+// requiredCaps are what every driver must offer: storage/v1 guests may use
+// full-text search and r-trees (conformance/storagetest checks both), so a
+// build without them is refused rather than failing a guest later.
+var requiredCaps = []string{capFTS5, capRTree}
+
+// remedier is a binding whose capabilities depend on how the binary was
+// built; remedy says how to get one it lacks ("" if there is no way).
+type remedier interface {
+	remedy(capability string) string
+}
+
+var (
+	capsMu    sync.Mutex
+	capsCache = map[string][]string{} // by driver name
+)
+
+// capabilitiesOf probes, once per driver, what b's SQLite offers.
+func capabilitiesOf(name string, b binding) ([]string, error) {
+	capsMu.Lock()
+	defer capsMu.Unlock()
+	if caps, ok := capsCache[name]; ok {
+		return caps, nil
+	}
+	caps, err := probe(b)
+	if err != nil {
+		return nil, fmt.Errorf("probing driver %q's SQLite: %w", name, err)
+	}
+	capsCache[name] = caps
+	return caps, nil
+}
+
+func probe(b binding) ([]string, error) {
+	c, err := b.open(":memory:")
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	list := func(sql string) (map[string]bool, error) {
+		s, _, err := c.prepare(sql)
+		if err != nil {
+			return nil, err
+		}
+		defer s.finalize()
+		m := map[string]bool{}
+		for {
+			row, err := s.step()
+			if err != nil {
+				return nil, err
+			}
+			if !row {
+				return m, nil
+			}
+			m[strings.ToLower(string(s.column(0).Bytes))] = true
+		}
+	}
+	modules, err := list("SELECT name FROM pragma_module_list")
+	if err != nil {
+		return nil, err
+	}
+	funcs, err := list("SELECT name FROM pragma_function_list")
+	if err != nil {
+		return nil, err
+	}
+	opts, err := list("SELECT compile_options FROM pragma_compile_options")
+	if err != nil {
+		return nil, err
+	}
+	var caps []string
+	for _, m := range []string{capFTS3, capFTS4, capFTS5, capRTree} {
+		if modules[m] {
+			caps = append(caps, m)
+		}
+	}
+	for f, cap := range map[string]string{"sqrt": capMath, "soundex": capSoundex, "sqlite_offset": capOffset} {
+		if funcs[f] {
+			caps = append(caps, cap)
+		}
+	}
+	// The parser decides, not the compile option: SQLite's amalgamation
+	// ships a parser generated without ORDER BY and LIMIT on UPDATE and
+	// DELETE, so go-sqlite3's SQLITE_ENABLE_UPDATE_DELETE_LIMIT has no
+	// effect.
+	s, _, err := c.prepare("CREATE TABLE probe(a)")
+	if err != nil {
+		return nil, err
+	}
+	_, err = s.step()
+	s.finalize()
+	if err != nil {
+		return nil, err
+	}
+	if s, _, err := c.prepare("DELETE FROM probe ORDER BY a LIMIT 1"); err == nil {
+		s.finalize()
+		caps = append(caps, capUpdateDeleteLimit)
+	}
+	if opts["enable_stat4"] {
+		caps = append(caps, capStat4)
+	}
+	if !opts["like_doesnt_match_blobs"] {
+		caps = append(caps, capLikeBlobs)
+	}
+	slices.Sort(caps)
+	return caps, nil
+}
+
+// checkRequired refuses a driver that lacks a required capability, saying
+// how to get it where the binding knows.
+func checkRequired(name string, b binding, caps []string) error {
+	var lack, how []string
+	for _, c := range requiredCaps {
+		if slices.Contains(caps, c) {
+			continue
+		}
+		lack = append(lack, c)
+		if r, ok := b.(remedier); ok {
+			if h := r.remedy(c); h != "" && !slices.Contains(how, h) {
+				how = append(how, h)
+			}
+		}
+	}
+	if len(lack) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("driver %q's SQLite lacks %s, which storage/v1 guests may use", name, strings.Join(lack, " and "))
+	if len(how) > 0 {
+		msg += "; " + strings.Join(how, "; ")
+	}
+	return &lackError{driver: name, lack: lack, msg: msg}
+}
+
+// lackError refuses a driver whose SQLite lacks required capabilities.
+type lackError struct {
+	driver string
+	lack   []string
+	msg    string
+}
+
+func (e *lackError) Error() string { return e.msg }
