@@ -2,6 +2,7 @@ package sqlitestorage
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -118,6 +119,19 @@ func TestHardening(t *testing.T) {
 	})
 }
 
+// TestRequiredCapabilities checks that a driver lacking a required
+// capability is refused with how to get it.
+func TestRequiredCapabilities(t *testing.T) {
+	err := checkRequired("mattn", mattnRemedies{}, []string{capRTree})
+	var lack *lackError
+	if !errors.As(err, &lack) || !slices.Equal(lack.lack, []string{capFTS5}) || !strings.Contains(err.Error(), "-tags sqlite_fts5") {
+		t.Errorf("checkRequired without fts5: %v", err)
+	}
+	if err := checkRequired("modernc", modernc{}, []string{capFTS5, capRTree}); err != nil {
+		t.Error(err)
+	}
+}
+
 // firstValue decodes the first value of an encoded result set.
 func firstValue(t *testing.T, buf []byte) abi.Value {
 	t.Helper()
@@ -131,3 +145,8 @@ func firstValue(t *testing.T, buf []byte) abi.Value {
 	}
 	return v
 }
+
+// mattnRemedies stands in for the mattn binding in builds without cgo.
+type mattnRemedies struct{ binding }
+
+func (mattnRemedies) remedy(c string) string { return mattnRemedy(c) }

@@ -4,7 +4,7 @@ import "github.com/wasmkeep/wasmkeep/kernel/abi"
 
 // binding reaches the SQLite C library. Everything above it (the sandbox,
 // the budgets, the transaction rules) is the same whatever the binding:
-// modernc.go is the pure Go one; a cgo one implements the same interfaces.
+// modernc.go is the pure Go one, mattn.go the cgo one.
 //
 // It is the C API rather than database/sql because database/sql drivers
 // cannot return values exactly: both modernc and mattn turn TEXT read from a

@@ -16,7 +16,9 @@ import (
 
 // Config is the plugin's configuration (plugins.yaml, strictly decoded).
 type Config struct {
-	// Driver is the SQLite binding: "modernc" (pure Go).
+	// Driver is the SQLite binding: "modernc" (modernc.org/sqlite, pure
+	// Go) or "mattn" (github.com/mattn/go-sqlite3, cgo; in builds with
+	// cgo and its sqlite_fts5 tag).
 	Driver string `koanf:"driver"`
 	// Synchronous is SQLite's synchronous setting for plain exec: "normal"
 	// (a commit is written to the log but not fsynced; exec-durable fsyncs)
@@ -32,8 +34,12 @@ func NewConfig() *Config {
 	return &Config{Driver: "modernc", Synchronous: "normal", StatementCache: 64}
 }
 
-// bindings are the SQLite bindings this build has, by Config.Driver.
+// bindings are the SQLite bindings this build has, by Config.Driver
+// (mattn.go adds "mattn" in cgo builds).
 var bindings = map[string]binding{"modernc": modernc{}}
+
+// missing are the bindings this build lacks, with why and how to get them.
+var missing = map[string]error{}
 
 // Info describes the plugin to the kernel's registry.
 func Info() plugin.Info {
@@ -41,7 +47,7 @@ func Info() plugin.Info {
 		Kind:      plugin.Storage,
 		Name:      "sqlite",
 		API:       storage.API,
-		Summary:   "SQLite, one WAL-mode file per actor, sandboxed (modernc: pure Go)",
+		Summary:   "SQLite, one WAL-mode file per actor, sandboxed (drivers: modernc, pure Go; mattn, cgo)",
 		NewConfig: func() any { return NewConfig() },
 		New:       func(config any) (any, error) { return New(config) },
 	}
@@ -52,6 +58,9 @@ func New(config any) (storage.Driver, error) {
 	cfg, ok := config.(*Config)
 	if !ok {
 		return nil, fmt.Errorf("storage.sqlite: config is %T, want *sqlitestorage.Config", config)
+	}
+	if err := missing[cfg.Driver]; err != nil {
+		return nil, fmt.Errorf("storage.sqlite: %w", err)
 	}
 	b, ok := bindings[cfg.Driver]
 	if !ok {

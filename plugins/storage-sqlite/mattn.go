@@ -1,0 +1,355 @@
+//go:build cgo
+
+package sqlitestorage
+
+/*
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+// SQLite's C API as github.com/mattn/go-sqlite3 links it into the binary:
+// the amalgamation it compiles (or, with its libsqlite3 tag, the system
+// library). The prototypes are declared here, copied from SQLite 3.54's
+// sqlite3.h, rather than included: the header sits in go-sqlite3's module
+// directory, which a cgo preamble cannot name portably, and the C API keeps
+// these signatures stable across releases. The references resolve when the
+// binary is linked (cgo marks this package for external linking).
+typedef struct sqlite3 sqlite3;
+typedef struct sqlite3_stmt sqlite3_stmt;
+typedef long long sqlite3_int64;
+typedef unsigned long long sqlite3_uint64;
+
+int sqlite3_open_v2(const char *filename, sqlite3 **ppDb, int flags, const char *zVfs);
+int sqlite3_close_v2(sqlite3 *);
+const char *sqlite3_errmsg(sqlite3 *);
+int sqlite3_prepare_v3(sqlite3 *db, const char *zSql, int nByte, unsigned int prepFlags, sqlite3_stmt **ppStmt, const char **pzTail);
+int sqlite3_set_authorizer(sqlite3 *, int (*xAuth)(void *, int, const char *, const char *, const char *, const char *), void *pUserData);
+void sqlite3_progress_handler(sqlite3 *, int, int (*)(void *), void *);
+int sqlite3_db_config(sqlite3 *, int op, ...);
+int sqlite3_limit(sqlite3 *, int id, int newVal);
+int sqlite3_get_autocommit(sqlite3 *);
+sqlite3_int64 sqlite3_changes64(sqlite3 *);
+int sqlite3_db_status(sqlite3 *, int op, int *pCur, int *pHiwtr, int resetFlg);
+int sqlite3_bind_parameter_count(sqlite3_stmt *);
+int sqlite3_stmt_readonly(sqlite3_stmt *pStmt);
+int sqlite3_bind_int64(sqlite3_stmt *, int, sqlite3_int64);
+int sqlite3_bind_double(sqlite3_stmt *, int, double);
+int sqlite3_bind_null(sqlite3_stmt *, int);
+int sqlite3_bind_text64(sqlite3_stmt *, int, const char *, sqlite3_uint64, void (*)(void *), unsigned char encoding);
+int sqlite3_bind_blob64(sqlite3_stmt *, int, const void *, sqlite3_uint64, void (*)(void *));
+int sqlite3_step(sqlite3_stmt *);
+int sqlite3_column_count(sqlite3_stmt *pStmt);
+const char *sqlite3_column_name(sqlite3_stmt *, int N);
+int sqlite3_column_type(sqlite3_stmt *, int iCol);
+sqlite3_int64 sqlite3_column_int64(sqlite3_stmt *, int iCol);
+double sqlite3_column_double(sqlite3_stmt *, int iCol);
+const unsigned char *sqlite3_column_text(sqlite3_stmt *, int iCol);
+const void *sqlite3_column_blob(sqlite3_stmt *, int iCol);
+int sqlite3_column_bytes(sqlite3_stmt *, int iCol);
+int sqlite3_reset(sqlite3_stmt *pStmt);
+int sqlite3_finalize(sqlite3_stmt *pStmt);
+
+// The hooks, exported from mattn_hooks.go.
+extern int wkAuthorize(uintptr_t h, int action, char *arg1, char *arg2, char *dbName);
+extern int wkProgress(uintptr_t h);
+
+static int wk_authorizer(void *h, int action, const char *arg1, const char *arg2, const char *dbName, const char *trigger) {
+	return wkAuthorize((uintptr_t)h, action, (char *)arg1, (char *)arg2, (char *)dbName);
+}
+
+static int wk_progress(void *h) { return wkProgress((uintptr_t)h); }
+
+static int wk_set_hooks(sqlite3 *db, uintptr_t h, int ops) {
+	int rc = sqlite3_set_authorizer(db, wk_authorizer, (void *)h);
+	if (rc == 0) {
+		sqlite3_progress_handler(db, ops, wk_progress, (void *)h);
+	}
+	return rc;
+}
+
+// sqlite3_db_config takes varargs, which Go cannot pass.
+static int wk_db_config(sqlite3 *db, int op, int on) {
+	return sqlite3_db_config(db, op, on, (int *)0);
+}
+
+// SQLite reads SQL text up to nByte and never past it, so Go's bytes are
+// passed as they are; an empty text needs a pointer that is not NULL.
+static const char wk_empty[1] = {0};
+
+typedef struct {
+	sqlite3_stmt *stmt;
+	int tail; // offset of the unparsed rest
+	int rc;
+} wk_prepared;
+
+static wk_prepared wk_prepare(sqlite3 *db, const char *sql, int n) {
+	wk_prepared p = {0, n, 0};
+	const char *tail = 0;
+	if (n == 0) {
+		sql = wk_empty;
+	}
+	p.rc = sqlite3_prepare_v3(db, sql, n, 0x01, &p.stmt, &tail); // SQLITE_PREPARE_PERSISTENT
+	if (p.rc == 0 && tail != 0) {
+		p.tail = (int)(tail - sql);
+	}
+	return p;
+}
+
+// SQLITE_TRANSIENT: SQLite copies the bytes before the call returns, so
+// they may be Go memory. A zero-length text or blob is not bound as NULL.
+static int wk_bind_text(sqlite3_stmt *s, int i, const char *p, sqlite3_uint64 n) {
+	return sqlite3_bind_text64(s, i, n ? p : wk_empty, n, (void (*)(void *))-1, 1); // SQLITE_UTF8
+}
+
+static int wk_bind_blob(sqlite3_stmt *s, int i, const void *p, sqlite3_uint64 n) {
+	return sqlite3_bind_blob64(s, i, n ? p : wk_empty, n, (void (*)(void *))-1);
+}
+
+// One column's value in one call, rather than three.
+typedef struct {
+	sqlite3_int64 i;
+	double f;
+	const void *p;
+	int n;
+	int type;
+} wk_value;
+
+static wk_value wk_column(sqlite3_stmt *s, int i) {
+	wk_value v = {0, 0, 0, 0, 0};
+	v.type = sqlite3_column_type(s, i);
+	switch (v.type) {
+	case 1: // SQLITE_INTEGER
+		v.i = sqlite3_column_int64(s, i);
+		break;
+	case 2: // SQLITE_FLOAT
+		v.f = sqlite3_column_double(s, i);
+		break;
+	case 3: // SQLITE_TEXT: the pointer first, then the length it has
+		v.p = sqlite3_column_text(s, i);
+		v.n = sqlite3_column_bytes(s, i);
+		break;
+	case 4: // SQLITE_BLOB
+		v.p = sqlite3_column_blob(s, i);
+		v.n = sqlite3_column_bytes(s, i);
+		break;
+	}
+	return v;
+}
+
+typedef struct {
+	const char *p;
+	size_t n;
+} wk_text;
+
+static wk_text wk_column_name(sqlite3_stmt *s, int i) {
+	wk_text t = {sqlite3_column_name(s, i), 0};
+	if (t.p != 0) {
+		t.n = strlen(t.p);
+	}
+	return t;
+}
+
+static int wk_cache_writes(sqlite3 *db) {
+	int cur = 0, hi = 0;
+	sqlite3_db_status(db, 9, &cur, &hi, 1); // SQLITE_DBSTATUS_CACHE_WRITE
+	return cur;
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"math"
+	"runtime/cgo"
+	"strings"
+	"unsafe"
+
+	// SQLite's C library: the blank import links go-sqlite3's objects (its
+	// compiled amalgamation) into the binary; this file calls them directly.
+	_ "github.com/mattn/go-sqlite3"
+
+	"github.com/wasmkeep/wasmkeep/kernel/abi"
+)
+
+// mattn binds SQLite as github.com/mattn/go-sqlite3 compiles it (cgo):
+// statements run in C on the calling goroutine's thread.
+type mattn struct{}
+
+func init() { bindings["mattn"] = mattn{} }
+
+func (mattn) remedy(capability string) string { return mattnRemedy(capability) }
+
+type cconn struct {
+	db    *C.sqlite3
+	hooks cgo.Handle // *chooks, for the C callbacks; 0 before setHooks
+}
+
+type cstmt struct {
+	c *cconn
+	p *C.sqlite3_stmt
+}
+
+// chooks are a connection's callbacks, reached from C through a cgo.Handle.
+type chooks struct {
+	auth     func(action int, arg1, arg2, dbName string) int
+	progress func() bool
+}
+
+func (mattn) open(path string) (conn, error) {
+	if strings.IndexByte(path, 0) >= 0 {
+		return nil, fmt.Errorf("database path %q contains a NUL byte", path)
+	}
+	name := C.CString(path)
+	defer C.free(unsafe.Pointer(name))
+	const flags = 0x2 | 0x4 | 0x8000 | 0x02000000 // READWRITE | CREATE | NOMUTEX | EXRESCODE
+	var db *C.sqlite3
+	rc := C.sqlite3_open_v2(name, &db, flags, nil)
+	c := &cconn{db: db}
+	if rc != 0 {
+		var err error = &sqliteError{code: int(rc), msg: "out of memory"}
+		if db != nil {
+			err = c.err(rc)
+			C.sqlite3_close_v2(db)
+		}
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return c, nil
+}
+
+func (c *cconn) err(rc C.int) error {
+	return &sqliteError{code: int(rc), msg: C.GoString(C.sqlite3_errmsg(c.db))}
+}
+
+func (c *cconn) prepare(sql string) (stmt, string, error) {
+	if len(sql) > math.MaxInt32 {
+		return nil, "", &sqliteError{code: rcTooBig, msg: fmt.Sprintf("the SQL text is %d bytes long", len(sql))}
+	}
+	p := C.wk_prepare(c.db, (*C.char)(unsafe.Pointer(unsafe.StringData(sql))), C.int(len(sql)))
+	if p.rc != 0 {
+		return nil, "", c.err(p.rc)
+	}
+	rest := sql[p.tail:]
+	if p.stmt == nil {
+		return nil, rest, nil
+	}
+	return &cstmt{c: c, p: p.stmt}, rest, nil
+}
+
+func (c *cconn) setHooks(auth func(action int, arg1, arg2, dbName string) int, progress func() bool) error {
+	if c.hooks != 0 {
+		c.hooks.Delete()
+	}
+	c.hooks = cgo.NewHandle(&chooks{auth: auth, progress: progress})
+	if rc := C.wk_set_hooks(c.db, C.uintptr_t(c.hooks), progressOps); rc != 0 {
+		return c.err(rc)
+	}
+	return nil
+}
+
+func (c *cconn) configure(op int, on bool) error {
+	v := C.int(0)
+	if on {
+		v = 1
+	}
+	if rc := C.wk_db_config(c.db, C.int(op), v); rc != 0 {
+		return c.err(rc)
+	}
+	return nil
+}
+
+func (c *cconn) setLimit(id, value int) { C.sqlite3_limit(c.db, C.int(id), C.int(value)) }
+
+func (c *cconn) inTx() bool { return C.sqlite3_get_autocommit(c.db) == 0 }
+
+func (c *cconn) changes() int64 { return int64(C.sqlite3_changes64(c.db)) }
+
+func (c *cconn) pagesWritten() int64 { return int64(C.wk_cache_writes(c.db)) }
+
+func (c *cconn) close() error {
+	var err error
+	if rc := C.sqlite3_close_v2(c.db); rc != 0 {
+		err = c.err(rc)
+	}
+	// After the close: SQLite calls no hook once the connection is gone,
+	// and a hook called with a deleted handle would panic inside C.
+	if c.hooks != 0 {
+		c.hooks.Delete()
+		c.hooks = 0
+	}
+	c.db = nil
+	return err
+}
+
+func (s *cstmt) params() int { return int(C.sqlite3_bind_parameter_count(s.p)) }
+
+func (s *cstmt) readonly() bool { return C.sqlite3_stmt_readonly(s.p) != 0 }
+
+func (s *cstmt) bind(i int, v abi.Value) error {
+	idx := C.int(i)
+	var rc C.int
+	switch v.Kind {
+	case abi.KindInteger:
+		rc = C.sqlite3_bind_int64(s.p, idx, C.sqlite3_int64(v.Int))
+	case abi.KindReal:
+		rc = C.sqlite3_bind_double(s.p, idx, C.double(v.Float))
+	case abi.KindText:
+		rc = C.wk_bind_text(s.p, idx, (*C.char)(unsafe.Pointer(unsafe.SliceData(v.Bytes))), C.sqlite3_uint64(len(v.Bytes)))
+	case abi.KindBlob:
+		rc = C.wk_bind_blob(s.p, idx, unsafe.Pointer(unsafe.SliceData(v.Bytes)), C.sqlite3_uint64(len(v.Bytes)))
+	default: // KindNull; the caller has refused unknown kinds
+		rc = C.sqlite3_bind_null(s.p, idx)
+	}
+	if rc != 0 {
+		return s.c.err(rc)
+	}
+	return nil
+}
+
+func (s *cstmt) step() (bool, error) {
+	switch rc := C.sqlite3_step(s.p); rc {
+	case 100: // SQLITE_ROW
+		return true, nil
+	case 101: // SQLITE_DONE
+		return false, nil
+	default:
+		return false, s.c.err(rc)
+	}
+}
+
+func (s *cstmt) columns() int { return int(C.sqlite3_column_count(s.p)) }
+
+func (s *cstmt) columnName(i int) []byte {
+	t := C.wk_column_name(s.p, C.int(i))
+	if t.p == nil {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(t.p)), t.n)
+}
+
+func (s *cstmt) column(i int) abi.Value {
+	v := C.wk_column(s.p, C.int(i))
+	switch v._type {
+	case 1:
+		return abi.Value{Kind: abi.KindInteger, Int: int64(v.i)}
+	case 2:
+		return abi.Value{Kind: abi.KindReal, Float: float64(v.f)}
+	case 3:
+		return abi.Value{Kind: abi.KindText, Bytes: cview(v.p, v.n)}
+	case 4:
+		return abi.Value{Kind: abi.KindBlob, Bytes: cview(v.p, v.n)}
+	}
+	return abi.Value{Kind: abi.KindNull}
+}
+
+// cview is a view of n bytes of SQLite's memory at p, valid until the
+// statement's next step, reset or finalize.
+func cview(p unsafe.Pointer, n C.int) []byte {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(p), int(n))
+}
+
+func (s *cstmt) reset() { C.sqlite3_reset(s.p) }
+
+func (s *cstmt) finalize() { C.sqlite3_finalize(s.p) }
