@@ -87,8 +87,15 @@ type testNode struct {
 	log  *syncBuffer
 }
 
-// startNode starts a node; opts.DataDir defaults to a new temp dir.
+// startNode starts a node on the configured engine; opts.DataDir defaults
+// to a new temp dir.
 func startNode(t testing.TB, opts node.Options) *testNode {
+	t.Helper()
+	return startNodeOn(t, "", opts)
+}
+
+// startNodeOn starts a node on the named runtime plugin ("" for plugins.yaml's).
+func startNodeOn(t testing.TB, engine string, opts node.Options) *testNode {
 	t.Helper()
 	if opts.DataDir == "" {
 		opts.DataDir = t.TempDir()
@@ -98,7 +105,7 @@ func startNode(t testing.TB, opts node.Options) *testNode {
 	}
 	logs := &syncBuffer{}
 	opts.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	rt, st := standardPlugins(t)
+	rt, st := standardPlugins(t, engine)
 	n, err := node.New(context.Background(), opts, rt, st)
 	if err != nil {
 		t.Fatal(err)
@@ -124,14 +131,19 @@ func (tn *testNode) stop() {
 
 // standardPlugins builds the runtime and storage plugins that plugins.yaml
 // chooses, so the tests run the default configuration; WASMKEEP_* variables
-// choose others (WASMKEEP_RUNTIME__USE=wasmtime runs this suite on wasmtime).
-func standardPlugins(t testing.TB) (runtime.Driver, storage.Driver) {
+// choose others (WASMKEEP_RUNTIME__USE=wasmtime runs this suite on wasmtime),
+// and engine, if set, names the runtime plugin.
+func standardPlugins(t testing.TB, engine string) (runtime.Driver, storage.Driver) {
 	t.Helper()
 	reg, err := plugin.NewRegistry(plugins()...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(wasmkeep.DefaultConfig, "", os.Environ(), reg, command.APIs)
+	env := os.Environ()
+	if engine != "" {
+		env = append(env, "WASMKEEP_RUNTIME__USE="+engine)
+	}
+	cfg, err := config.Load(wasmkeep.DefaultConfig, "", env, reg, command.APIs)
 	if err != nil {
 		t.Fatal(err)
 	}

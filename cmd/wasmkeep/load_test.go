@@ -19,7 +19,7 @@ import (
 )
 
 func TestModuleWithUnknownImportIsRefused(t *testing.T) {
-	rt, st := standardPlugins(t)
+	rt, st := standardPlugins(t, "")
 	bad := buildGuest(t, "cmd/wasmkeep/testdata/guests/badimport", "")
 	_, err := node.New(context.Background(), node.Options{DataDir: t.TempDir(), Classes: map[string]string{"bad": bad}}, rt, st)
 	if err == nil || !strings.Contains(err.Error(), "wasmkeep.no_such_function") {

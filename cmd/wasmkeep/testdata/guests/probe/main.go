@@ -6,6 +6,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -81,6 +82,27 @@ func serve(w wasmkeep.ResponseWriter, r *wasmkeep.Request) {
 		time.Sleep(time.Duration(ms) * time.Millisecond)
 		_, err := wasmkeep.Exec("INSERT INTO seen (seq) VALUES (?)", q.Get("seq"))
 		answer(w, q.Get("seq"), err)
+	case "/value":
+		// Binds the body as text or blob and reads it back through SQLite:
+		// the bytes must come back exactly (NULs, invalid UTF-8, 16 MB).
+		var arg any = r.Body
+		if q.Get("type") == "text" {
+			arg = string(r.Body)
+		}
+		var v wasmkeep.Value
+		must(wasmkeep.QueryRow("SELECT ?", arg).Scan(&v))
+		w.Header().Set("X-Kind", strconv.Itoa(int(v.Kind())))
+		w.Write(v.Blob())
+	case "/numbers":
+		rows, err := wasmkeep.Query("SELECT ?, ?, ?, ?, ?, NULL", int64(math.MinInt64), int64(math.MaxInt64), 0.1, math.Inf(-1), math.Copysign(0, -1))
+		must(err)
+		for rows.Next() {
+			var a, b int64
+			var c, d, e float64
+			var n any
+			must(rows.Scan(&a, &b, &c, &d, &e, &n))
+			fmt.Fprintf(w, "%d %d %v %v %v %v", a, b, c, d, math.Signbit(e), n)
+		}
 	case "/spin":
 		for {
 		}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/node"
+	"github.com/wasmkeep/wasmkeep/kernel/plugin"
+)
+
+// edgeBytes holds what a byte string may hold: NULs, invalid UTF-8, every
+// byte value.
+func edgeBytes(n int) string {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i * 7)
+	}
+	return string(b)
+}
+
+// Values cross the ABI and SQLite byte for byte, at the edges. A Go guest
+// copies an 8 MB value several times on its way through (its encoding, the
+// pending result, Scan, the response), which takes more than the default
+// 50 ms of CPU: this test is about bytes, so it allows more.
+func TestValuesRoundTrip(t *testing.T) {
+	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}, CPUBudget: 2 * time.Second})
+	for _, body := range []string{"", "a\x00b", "\xff\xfe invalid utf-8", edgeBytes(256), edgeBytes(8 << 20)} {
+		for _, typ := range []string{"text", "blob"} {
+			code, got, hdr := n.doH("POST", "/actor/probe/a/value?type="+typ, body, nil)
+			wantKind := map[string]string{"text": "3", "blob": "4"}[typ]
+			if code != 200 || got != body || hdr.Get("X-Kind") != wantKind {
+				t.Errorf("%s of %d bytes: %d, kind %s, %d bytes back (equal: %v) %.100q", typ, len(body), code, hdr.Get("X-Kind"), len(got), got == body, got)
+			}
+		}
+	}
+	n.expect("GET", "/actor/probe/a/numbers", "", 200, "-9223372036854775808 9223372036854775807 0.1 -Inf true <nil>")
+}
+
+// The same guests on wazero and on wasmtime give the same observable
+// results: statuses, bodies and headers, failures included.
+func TestEnginesAgree(t *testing.T) {
+	engines := []string{"wazero", "wasmtime"}
+	for _, in := range plugins() {
+		if in.Kind == plugin.Runtime && in.Name == "wasmtime" && in.Unavailable != "" {
+			t.Skip("this test binary was built without cgo, so it has no wasmtime: " + in.Unavailable)
+		}
+	}
+	requests := []struct{ method, path, body string }{
+		{"GET", "/actor/probe/a/hits", ""},
+		{"GET", "/actor/probe/a/echo?q=1", ""},
+		{"POST", "/actor/probe/a/echo", strings.Repeat("b", 1<<20)},
+		{"GET", "/actor/probe/room%201/self", ""},
+		{"POST", "/actor/probe/a/value?type=text", "a\x00\xff"},
+		{"POST", "/actor/probe/a/value?type=blob", edgeBytes(1 << 20)},
+		{"POST", "/actor/probe/a/value?type=blob", ""},
+		{"GET", "/actor/probe/a/numbers", ""},
+		{"POST", "/actor/probe/a/exec", "CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)"},
+		{"POST", "/actor/probe/a/exec", "INSERT INTO t (v) VALUES (NULL)"},
+		{"POST", "/actor/probe/a/exec", "ATTACH 'x' AS x"},
+		{"POST", "/actor/probe/a/exec", "SELECT 1; SELECT 2"},
+		{"POST", "/actor/probe/a/exec-durable", "INSERT INTO t (v) VALUES ('x')"},
+		{"POST", "/actor/probe/a/query", "SELECT v FROM t"},
+		{"GET", "/actor/probe/a/status?code=418", ""},
+		{"GET", "/actor/probe/a/nope", ""},
+		{"GET", "/actor/probe/a/spin", ""},
+		{"GET", "/actor/probe/a/alloc?mb=300", ""},
+		{"POST", "/actor/probe/a/trap-in-tx", ""},
+		{"POST", "/actor/probe/a/fail-in-tx", ""},
+		{"POST", "/actor/probe/a/deadlock", ""},
+		{"POST", "/actor/probe/a/query", "SELECT count(*) FROM t"},
+		{"GET", "/actor/probe/a/hits", ""},
+		{"GET", "/actor/probe/a/init-runs", ""},
+	}
+	answers := map[string][]string{}
+	for _, engine := range engines {
+		n := startNodeOn(t, engine, node.Options{Classes: map[string]string{"probe": probe(t)}})
+		for _, r := range requests {
+			code, body, hdr := n.doH(r.method, r.path, r.body, nil)
+			answers[engine] = append(answers[engine], fmt.Sprintf("%d %s %s|%s", code, hdr.Get("Content-Type"), hdr.Get("X-Kind"), body))
+		}
+		n.stop()
+	}
+	for i, r := range requests {
+		a, b := answers[engines[0]][i], answers[engines[1]][i]
+		if a != b {
+			t.Errorf("%s %s: %s answered %.200q, %s answered %.200q", r.method, r.path, engines[0], a, engines[1], b)
+		}
+	}
+	// A sample of what both answered, so a reader sees the failures agree.
+	for _, i := range []int{9, 16, 17, 18} {
+		t.Logf("%s: %s", requests[i].path, strings.SplitN(answers[engines[0]][i], "|", 2)[0])
+	}
+}
