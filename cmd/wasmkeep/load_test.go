@@ -126,3 +126,24 @@ func TestSIGTERMFinishesInFlightRequests(t *testing.T) {
 		t.Errorf("write-ahead log left after a clean stop: %v", err)
 	}
 }
+
+// A CGO_ENABLED=0 build works without the cgo plugins, and asking it for one
+// says that this build lacks it and how to get one that has it.
+func TestPureGoBuild(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "wasmkeep")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("CGO_ENABLED=0 go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "plugins").CombinedOutput()
+	if err != nil || !regexp.MustCompile(`wasmtime +runtime/v1 +not in this build: .*CGO_ENABLED=1`).Match(out) {
+		t.Errorf("plugins of a pure-Go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "serve", "--actor", "probe="+probe(t), "--data-dir", t.TempDir())
+	cmd.Env = append(withoutWasmkeepVars(), "WASMKEEP_RUNTIME__USE=wasmtime")
+	out, err = cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `runtime plugin "wasmtime" is not in this build`) || !strings.Contains(string(out), "CGO_ENABLED=1") {
+		t.Errorf("choosing wasmtime in a pure-Go build: %v\n%s", err, out)
+	}
+}
