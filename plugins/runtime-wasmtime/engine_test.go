@@ -695,3 +695,29 @@ func TestTablesCapped(t *testing.T) {
 		}
 	}
 }
+
+// Without a "memory" export, the memory host functions see is empty (every
+// range out of bounds) and Instance.Memory is nil.
+func TestNoMemory(t *testing.T) {
+	var size uint32 = 1
+	var readable bool
+	fns := []runtime.HostFunction{{Name: "probe", Func: func(_ context.Context, mem runtime.Memory, _ []uint64) {
+		size = mem.Size()
+		_, readable = mem.Read(0, 0)
+	}}}
+	body := []byte{0, 0x10, 0, 0x0b} // call 0
+	wasm := rawModule(
+		sec(1, 1, 0x60, 0, 0),
+		sec(2, cat([]byte{1}, str("wasmkeep"), str("probe"), []byte{0, 0})...),
+		sec(3, 1, 0),
+		sec(7, cat([]byte{1}, str("run"), []byte{0, 1})...),
+		sec(10, append([]byte{1, byte(len(body))}, body...)...))
+	_, in := start(t, runtime.Config{HostFunctions: fns}, wasm, runtime.InstanceConfig{})
+	callOK(t, in, "run")
+	if size != 0 || readable {
+		t.Errorf("host function: Size() = %d, Read(0, 0) ok = %v; want 0, false", size, readable)
+	}
+	if in.Memory() != nil {
+		t.Errorf("Memory() = %v, want nil", in.Memory())
+	}
+}

@@ -80,7 +80,8 @@ func (in *instance) Function(name string) runtime.Function {
 	return f
 }
 
-// Memory is the instance's exported "memory", nil if it has none.
+// Memory is the instance's exported "memory", nil if it exports none (as
+// conformance/runtimetest requires, and wazero's plugin does).
 func (in *instance) Memory() runtime.Memory {
 	if in.st == nil || in.st.mem_state != C.WK_MEM_SOME {
 		return nil
@@ -88,8 +89,8 @@ func (in *instance) Memory() runtime.Memory {
 	return &in.mem
 }
 
-// hostMemory is the memory host functions see: one that refuses every range
-// if the guest exports none.
+// hostMemory is the memory host functions see: for a guest that exports
+// none, one where every range is out of bounds.
 func (in *instance) hostMemory() runtime.Memory {
 	if in.st.mem_state != C.WK_MEM_SOME {
 		return noMemory{}
