@@ -312,3 +312,15 @@ func TestSQLSandbox(t *testing.T) {
 		t.Errorf("exec-durable BEGIN: %q, want not-allowed", body)
 	}
 }
+
+// The book's first tutorial, transcript and restart included.
+func TestVisitsTutorial(t *testing.T) {
+	opts := node.Options{DataDir: t.TempDir(), Classes: map[string]string{"visits": buildGuest(t, "examples/visits", "")}}
+	n := startNode(t, opts)
+	n.expect("GET", "/actor/visits/home?who=alice", "", 200, "hello alice, you are visitor number 1\n")
+	n.expect("GET", "/actor/visits/home?who=bob", "", 200, "hello bob, you are visitor number 2\n")
+	n.expect("GET", "/actor/visits/about?who=carol", "", 200, "hello carol, you are visitor number 1\n")
+	n.stop()
+	n = startNode(t, opts)
+	n.expect("GET", "/actor/visits/home?who=dave", "", 200, "hello dave, you are visitor number 3\n")
+}
