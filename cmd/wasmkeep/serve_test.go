@@ -324,3 +324,19 @@ func TestVisitsTutorial(t *testing.T) {
 	n = startNode(t, opts)
 	n.expect("GET", "/actor/visits/home?who=dave", "", 200, "hello dave, you are visitor number 3\n")
 }
+
+// What a guest prints reaches the node's log, a line per entry, with the
+// actor's address and the stream, control characters escaped.
+func TestGuestOutputReachesTheLog(t *testing.T) {
+	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}})
+	n.expect("GET", "/actor/probe/a/log", "", 200, "logged")
+	log := n.log.String()
+	for _, want := range []string{
+		`msg="line one" actor=default/probe/a stream=stdout`,
+		`msg="to stderr \\u{1b}[31mred" actor=default/probe/a stream=stderr`,
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %s:\n%s", want, log)
+		}
+	}
+}
