@@ -56,10 +56,10 @@ func Info() plugin.Info {
 		New: func(config any) (any, error) {
 			c, ok := config.(*Config)
 			if !ok {
-				return nil, fmt.Errorf("runtime.wasmtime: configuration is %T, want *wasmtimeruntime.Config", config)
+				return nil, fmt.Errorf("configuration is %T, want *wasmtimeruntime.Config", config)
 			}
 			if c.InterruptInterval < minInterruptInterval || c.InterruptInterval > maxInterruptInterval {
-				return nil, fmt.Errorf("runtime.wasmtime: interrupt_interval is %v, want %v to %v",
+				return nil, fmt.Errorf("interrupt_interval is %v, want %v to %v",
 					c.InterruptInterval, minInterruptInterval, maxInterruptInterval)
 			}
 			return &driver{cfg: *c}, nil

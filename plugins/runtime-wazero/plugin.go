@@ -29,7 +29,7 @@ func Info() plugin.Info {
 		New: func(config any) (any, error) {
 			c, ok := config.(*Config)
 			if !ok {
-				return nil, fmt.Errorf("runtime.wazero: configuration is %T, want *wazeroruntime.Config", config)
+				return nil, fmt.Errorf("configuration is %T, want *wazeroruntime.Config", config)
 			}
 			return &driver{cfg: *c}, nil
 		},

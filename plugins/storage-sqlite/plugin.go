@@ -57,27 +57,27 @@ func Info() plugin.Info {
 func New(config any) (storage.Driver, error) {
 	cfg, ok := config.(*Config)
 	if !ok {
-		return nil, fmt.Errorf("storage.sqlite: config is %T, want *sqlitestorage.Config", config)
+		return nil, fmt.Errorf("config is %T, want *sqlitestorage.Config", config)
 	}
 	if err := missing[cfg.Driver]; err != nil {
-		return nil, fmt.Errorf("storage.sqlite: %w", err)
+		return nil, fmt.Errorf("%w", err)
 	}
 	b, ok := bindings[cfg.Driver]
 	if !ok {
-		return nil, fmt.Errorf("storage.sqlite: unknown driver %q (this build has: %s)", cfg.Driver, strings.Join(slices.Sorted(maps.Keys(bindings)), ", "))
+		return nil, fmt.Errorf("unknown driver %q (this build has: %s)", cfg.Driver, strings.Join(slices.Sorted(maps.Keys(bindings)), ", "))
 	}
 	if cfg.Synchronous != "normal" && cfg.Synchronous != "full" {
-		return nil, fmt.Errorf("storage.sqlite: synchronous is %q, want \"normal\" or \"full\"", cfg.Synchronous)
+		return nil, fmt.Errorf("synchronous is %q, want \"normal\" or \"full\"", cfg.Synchronous)
 	}
 	if cfg.StatementCache < 1 {
-		return nil, fmt.Errorf("storage.sqlite: statement_cache is %d, want at least 1", cfg.StatementCache)
+		return nil, fmt.Errorf("statement_cache is %d, want at least 1", cfg.StatementCache)
 	}
 	caps, err := capabilitiesOf(cfg.Driver, b)
 	if err != nil {
-		return nil, fmt.Errorf("storage.sqlite: %w", err)
+		return nil, fmt.Errorf("%w", err)
 	}
 	if err := checkRequired(cfg.Driver, b, caps); err != nil {
-		return nil, fmt.Errorf("storage.sqlite: %w", err)
+		return nil, fmt.Errorf("%w", err)
 	}
 	return &driver{b: b, cfg: *cfg, caps: caps}, nil
 }
