@@ -123,9 +123,12 @@ type InstanceConfig struct {
 type Instance interface {
 	// Function returns an exported function, or nil if there is none.
 	Function(name string) Function
-	// Memory is the instance's exported "memory"; for a module that exports
-	// none, every range is out of bounds.
+	// Memory is the instance's exported "memory", or nil for a module that
+	// exports none (its host functions then get a Memory in which every
+	// range is out of bounds).
 	Memory() Memory
+	// Close frees the instance; it is mandatory (nothing else frees an
+	// instance's memory).
 	Close(ctx context.Context) error
 }
 
@@ -159,7 +162,8 @@ type HostFunction struct {
 	Name string
 	Signature
 	// Func runs on the goroutine (and OS thread) of the Function.Call that
-	// reached it, with that call's ctx. It reads parameters from stack and
+	// reached it, with that call's ctx. It must not call into or close the
+	// instance that called it (engines refuse it with an error). It reads parameters from stack and
 	// writes results to it, as Function.Call does. To fail the guest call it
 	// panics with an error; the engine recovers it and Function.Call returns
 	// an error wrapping it.
@@ -170,8 +174,14 @@ type HostFunction struct {
 // done. context.Cause(ctx) tells the kernel why.
 var ErrInterrupted = errors.New("guest interrupted")
 
-// WASI preview 1, as every engine must provide it: what the guest writes to
-// fds 1 and 2 goes to InstanceConfig's writers; stdin is empty; clocks read
+// Modules: WebAssembly 2.0 (no later proposals), at most 8 tables of at most
+// 2^20 elements each, so both engines accept and refuse the same modules and
+// a table cannot exhaust the host's memory.
+//
+// WASI preview 1, as every engine must provide it: WASI calls return an
+// errno, never trap, whatever their arguments; what the guest writes to fds
+// 1 and 2 goes to InstanceConfig's writers, every buffer of a write in one
+// Write (no short writes); stdin is empty; clocks read
 // the real time (realtime and monotonic); random_get reads a cryptographic
 // source; args and environment are empty; no directory is preopened, so every
 // path operation fails; sock_* calls fail (ENOTSUP or EBADF); poll_oneoff may
