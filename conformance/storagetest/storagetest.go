@@ -39,6 +39,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) storage.Driver) {
 		{"Transactions", txTests},
 		{"Durable", durableTests},
 		{"Quotas", quotaTests},
+		{"Capabilities", capabilityTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -132,3 +132,26 @@ type CaptureInfo struct {
 	Pages    uint32 // the database's size in pages after the captured commits
 	Changed  int    // pages passed to the callback
 }
+
+// Capabilities are SQL features guests may use that depend on how a
+// driver's SQLite was compiled. A driver that implements CapabilityLister
+// declares those it offers; conformance/storagetest tests every declared one
+// and skips, saying why, every one it does not declare. fts5 and rtree are
+// not optional: every storage/v1 driver must offer them.
+const (
+	CapFTS3              = "fts3"                // CREATE VIRTUAL TABLE ... USING fts3
+	CapFTS4              = "fts4"                // ... USING fts4
+	CapFTS5              = "fts5"                // ... USING fts5 (required)
+	CapRTree             = "rtree"               // ... USING rtree (required)
+	CapMath              = "math"                // sqrt, pow, ln, sin, ...
+	CapSoundex           = "soundex"             // soundex()
+	CapOffset            = "sqlite_offset"       // sqlite_offset()
+	CapUpdateDeleteLimit = "update_delete_limit" // UPDATE and DELETE with ORDER BY and LIMIT
+	CapStat4             = "stat4"               // ANALYZE keeps sqlite_stat4
+	CapLikeBlobs         = "like_blobs"          // LIKE and GLOB match blobs as text
+)
+
+// CapabilityLister is an optional interface of a Driver.
+type CapabilityLister interface {
+	Capabilities() []string
+}

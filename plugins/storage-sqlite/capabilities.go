@@ -5,39 +5,22 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
 
-// Capabilities are the parts of guest-visible SQL that depend on how a
-// binding's SQLite was compiled: modernc.org/sqlite and go-sqlite3 compile
+// Capabilities (storage.Cap*) are the parts of guest-visible SQL that depend
+// on how a binding's SQLite was compiled: modernc.org/sqlite and go-sqlite3 compile
 // the same SQLite 3.54 with different options, and go-sqlite3's further
 // depend on build tags. Each is probed from the SQLite the binary links
 // (module, function and compile-option lists), not listed by hand, so a
 // build tag cannot make the list lie. Only what the sandbox lets guests use
 // is listed (geopoly, dbstat and sqlite_dbpage are refused anyway).
-const (
-	capFTS3    = "fts3"    // CREATE VIRTUAL TABLE ... USING fts3 (module fts3)
-	capFTS4    = "fts4"    // ... USING fts4
-	capFTS5    = "fts5"    // ... USING fts5
-	capRTree   = "rtree"   // ... USING rtree
-	capMath    = "math"    // sqrt, pow, ln, sin, ... (SQLITE_ENABLE_MATH_FUNCTIONS)
-	capSoundex = "soundex" // soundex() (SQLITE_SOUNDEX)
-	// sqlite_offset() (SQLITE_ENABLE_OFFSET_SQL_FUNC)
-	capOffset = "sqlite_offset"
-	// UPDATE and DELETE with ORDER BY and LIMIT, which need a parser
-	// generated with SQLITE_ENABLE_UPDATE_DELETE_LIMIT (neither driver's
-	// is). A trigger that used them would make the schema unreadable to a
-	// build without them.
-	capUpdateDeleteLimit = "update_delete_limit"
-	// ANALYZE writes sqlite_stat4 (SQLITE_ENABLE_STAT4).
-	capStat4 = "stat4"
-	// LIKE and GLOB match blobs as text (unless SQLITE_LIKE_DOESNT_MATCH_BLOBS).
-	capLikeBlobs = "like_blobs"
-)
-
+//
 // requiredCaps are what every driver must offer: storage/v1 guests may use
 // full-text search and r-trees (conformance/storagetest checks both), so a
 // build without them is refused rather than failing a guest later.
-var requiredCaps = []string{capFTS5, capRTree}
+var requiredCaps = []string{storage.CapFTS5, storage.CapRTree}
 
 // remedier is a binding whose capabilities depend on how the binary was
 // built; remedy says how to get one it lacks ("" if there is no way).
@@ -102,12 +85,12 @@ func probe(b binding) ([]string, error) {
 		return nil, err
 	}
 	var caps []string
-	for _, m := range []string{capFTS3, capFTS4, capFTS5, capRTree} {
+	for _, m := range []string{storage.CapFTS3, storage.CapFTS4, storage.CapFTS5, storage.CapRTree} {
 		if modules[m] {
 			caps = append(caps, m)
 		}
 	}
-	for f, cap := range map[string]string{"sqrt": capMath, "soundex": capSoundex, "sqlite_offset": capOffset} {
+	for f, cap := range map[string]string{"sqrt": storage.CapMath, "soundex": storage.CapSoundex, "sqlite_offset": storage.CapOffset} {
 		if funcs[f] {
 			caps = append(caps, cap)
 		}
@@ -127,13 +110,13 @@ func probe(b binding) ([]string, error) {
 	}
 	if s, _, err := c.prepare("DELETE FROM probe ORDER BY a LIMIT 1"); err == nil {
 		s.finalize()
-		caps = append(caps, capUpdateDeleteLimit)
+		caps = append(caps, storage.CapUpdateDeleteLimit)
 	}
 	if opts["enable_stat4"] {
-		caps = append(caps, capStat4)
+		caps = append(caps, storage.CapStat4)
 	}
 	if !opts["like_doesnt_match_blobs"] {
-		caps = append(caps, capLikeBlobs)
+		caps = append(caps, storage.CapLikeBlobs)
 	}
 	slices.Sort(caps)
 	return caps, nil

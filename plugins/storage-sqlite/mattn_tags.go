@@ -1,12 +1,16 @@
 package sqlitestorage
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/wasmkeep/wasmkeep/kernel/storage"
+)
 
 // mattnRemedy names the go-sqlite3 build tag that compiles a capability in
 // (its default build has fts3, fts4 and rtree but not fts5, the math
 // functions or stat4).
 func mattnRemedy(capability string) string {
-	tag := map[string]string{capFTS5: "sqlite_fts5", capMath: "sqlite_math_functions", capStat4: "sqlite_stat4"}[capability]
+	tag := map[string]string{storage.CapFTS5: "sqlite_fts5", storage.CapMath: "sqlite_math_functions", storage.CapStat4: "sqlite_stat4"}[capability]
 	if tag == "" {
 		return ""
 	}

@@ -82,7 +82,10 @@ func New(config any) (storage.Driver, error) {
 	return &driver{b: b, cfg: *cfg, caps: caps}, nil
 }
 
-var _ storage.Driver = (*driver)(nil)
+var (
+	_ storage.Driver           = (*driver)(nil)
+	_ storage.CapabilityLister = (*driver)(nil)
+)
 
 type driver struct {
 	b    binding
