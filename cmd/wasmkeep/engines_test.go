@@ -36,6 +36,11 @@ func TestValuesRoundTrip(t *testing.T) {
 		}
 	}
 	n.expect("GET", "/actor/probe/a/numbers", "", 200, "-9223372036854775808 9223372036854775807 0.1 -Inf true <nil>")
+	// The largest body a request may have, into the guest and back out.
+	big := edgeBytes(16 << 20)
+	if code, got := n.do("POST", "/actor/probe/a/mirror", big); code != 200 || got != big {
+		t.Errorf("16 MiB body mirrored: %d, %d bytes, equal: %v", code, len(got), got == big)
+	}
 }
 
 // The same guests on wazero and on wasmtime give the same observable

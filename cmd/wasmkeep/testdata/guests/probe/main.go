@@ -93,6 +93,8 @@ func serve(w wasmkeep.ResponseWriter, r *wasmkeep.Request) {
 		must(wasmkeep.QueryRow("SELECT ?", arg).Scan(&v))
 		w.Header().Set("X-Kind", strconv.Itoa(int(v.Kind())))
 		w.Write(v.Blob())
+	case "/mirror":
+		w.Write(r.Body)
 	case "/numbers":
 		rows, err := wasmkeep.Query("SELECT ?, ?, ?, ?, ?, NULL", int64(math.MinInt64), int64(math.MaxInt64), 0.1, math.Inf(-1), math.Copysign(0, -1))
 		must(err)
