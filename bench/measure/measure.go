@@ -1,6 +1,8 @@
-//go:build linux
-
-package main
+// Package measure measures one WasmKeep node serving one actor class: it
+// starts `wasmkeep serve` as a child process, drives it over loopback
+// HTTP/1.1 keep-alive and reads the server's memory and CPU time from
+// /proc/<pid>, so it runs on Linux only. bench/README.md defines each row.
+package measure
 
 import (
 	"errors"
@@ -18,23 +20,151 @@ import (
 	"time"
 )
 
+// Options says what to measure.
+type Options struct {
+	Wasmkeep string // the server binary
+	Class    string // the actor class the server serves
+	Guest    string // the class's module, a .wasm file
+	// Read and Write are the requests of the read and write rows; the
+	// throughput run sends either, with even odds. Zero means GET and POST
+	// /actor/<Class>/{name}.
+	Read, Write Request
+	// Counter says the guest is examples/counter: every answer must be a
+	// number and each write the previous value plus one, so that a run
+	// cannot time an error path that answers 200.
+	Counter   bool
+	Env       []string // added to the server's environment, such as WASMKEEP_RUNTIME__USE=wasmtime
+	ServeArgs []string // added to `wasmkeep serve`'s arguments
+	// Engine labels the result; empty means the runtime the server names in
+	// its "serving" log line.
+	Engine   string
+	Quick    bool      // small counts, to check the harness rather than to measure
+	Progress io.Writer // one line per phase; nil for none
+}
+
+// Request is one HTTP request to an actor; {name} in Path stands for the
+// actor's name.
+type Request struct {
+	Method, Path, Body string
+}
+
+// ParseRequest reads "METHOD PATH [BODY]", such as
+// "POST /actor/chat/{name} hello": the body is everything after the path.
+func ParseRequest(s string) (Request, error) {
+	method, rest, _ := strings.Cut(strings.TrimSpace(s), " ")
+	path, body, _ := strings.Cut(rest, " ")
+	r := Request{Method: method, Path: path, Body: body}
+	if method == "" || !strings.HasPrefix(path, "/") {
+		return r, fmt.Errorf("request %q: want METHOD PATH [BODY], such as \"GET /actor/counter/{name}\"", s)
+	}
+	// Without {name} every request goes to one actor, and the rows that
+	// wake many actors would measure one.
+	if !strings.Contains(path, "{name}") {
+		return r, fmt.Errorf("request %q: the path needs {name}, which each request replaces with an actor's name", s)
+	}
+	return r, nil
+}
+
+func (r Request) String() string { return strings.TrimSpace(r.Method + " " + r.Path + " " + r.Body) }
+
+// to builds the request to the actor called name at base.
+func (r Request) to(base, name string) (*http.Request, error) {
+	var body io.Reader
+	if r.Body != "" {
+		body = strings.NewReader(r.Body)
+	}
+	return http.NewRequest(r.Method, base+strings.ReplaceAll(r.Path, "{name}", name), body)
+}
+
+// Result is one run's rows, in the order bench/README.md lists them.
+type Result struct {
+	Engine string
+	DataFS string // the file system of the servers' data directories
+	Rows   []Row
+}
+
+// Row is one measured metric.
+type Row struct {
+	Metric string
+	Value  float64
+	Unit   string
+}
+
+// sizes are a run's counts: full for results, quick for tests.
+type sizes struct {
+	starts     int           // server starts per start-up row
+	newActors  int           // first requests to new actors
+	warmup     int           // requests to the resident actor before timing
+	samples    int           // timed reads, and as many writes
+	actors     int           // resident actors for memory and throughput
+	clients    int           // concurrent clients for throughput
+	loadWarmup time.Duration // of untimed load before the throughput run
+	duration   time.Duration // of the throughput run
+}
+
+var (
+	full  = sizes{starts: 3, newActors: 200, warmup: 200, samples: 2000, actors: 1000, clients: 8, loadWarmup: 3 * time.Second, duration: 10 * time.Second}
+	quick = sizes{starts: 1, newActors: 20, warmup: 20, samples: 200, actors: 100, clients: 8, loadWarmup: time.Second, duration: 2 * time.Second}
+)
+
+func (s sizes) String() string {
+	return fmt.Sprintf("%d starts, %d new actors, %d reads and writes, %d actors, %d clients for %v",
+		s.starts, s.newActors, s.samples, s.actors, s.clients, s.duration)
+}
+
+// baseActors are awake when the memory baseline is read: memory per actor
+// is (RSS with every actor awake - RSS with baseActors awake) / the rest.
+const baseActors = 10
+
+// maxInstances is far above the actors a run wakes (actors + newActors + a
+// few), so the server never evicts one and the run never measures wakes.
+const maxInstances = 4096
+
+// Run measures every row, on servers of its own with data directories in a
+// scratch directory under TMPDIR, which it removes.
+func Run(opts Options) (Result, error) {
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	if opts.Read == (Request{}) {
+		opts.Read = Request{Method: http.MethodGet, Path: "/actor/" + opts.Class + "/{name}"}
+	}
+	if opts.Write == (Request{}) {
+		opts.Write = Request{Method: http.MethodPost, Path: "/actor/" + opts.Class + "/{name}"}
+	}
+	sz := full
+	if opts.Quick {
+		sz = quick
+	}
+	scratch, err := os.MkdirTemp("", "wkbench-")
+	if err != nil {
+		return Result{}, err
+	}
+	defer os.RemoveAll(scratch)
+	res := Result{DataFS: dataFS(scratch)}
+	fmt.Fprintf(opts.Progress, "  %s serving %s=%s; %v; data in %s (%s)\n",
+		opts.Wasmkeep, opts.Class, opts.Guest, sz, scratch, res.DataFS)
+	b := &bench{opts: opts, sz: sz, scratch: scratch}
+	res.Rows, res.Engine, err = b.measure()
+	return res, err
+}
+
 // bench holds one run's settings; each method measures one or two rows.
 type bench struct {
-	cfg      config
-	sz       sizes
-	scratch  string
-	progress io.Writer
+	opts    Options
+	sz      sizes
+	scratch string
 }
 
 func (b *bench) logf(format string, args ...any) {
-	fmt.Fprintf(b.progress, "  "+format+"\n", args...)
+	fmt.Fprintf(b.opts.Progress, "  "+format+"\n", args...)
 }
 
-// measure runs every row, on servers of its own, and returns the metrics
-// and the engine the server used.
-func (b *bench) measure() ([]metric, string, error) {
-	var out []metric
-	add := func(name string, v float64, unit string) { out = append(out, metric{name, v, unit}) }
+// measure runs every row, on servers of its own, and returns the rows and
+// the engine the server used.
+func (b *bench) measure() ([]Row, string, error) {
+	var out []Row
+	add := func(name string, v float64, unit string) { out = append(out, Row{name, v, unit}) }
 
 	fresh, restart, err := b.startups()
 	if err != nil {
@@ -47,7 +177,7 @@ func (b *bench) measure() ([]metric, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	srv, _, err := startServer(b.cfg, dir, dir+".log")
+	srv, _, err := startServer(b.opts, dir, dir+".log")
 	if err != nil {
 		return nil, "", err
 	}
@@ -58,7 +188,7 @@ func (b *bench) measure() ([]metric, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	engine := b.cfg.engine
+	engine := b.opts.Engine
 	if engine == "" {
 		if engine, err = srv.engine(); err != nil {
 			return nil, "", err
@@ -74,7 +204,7 @@ func (b *bench) measure() ([]metric, string, error) {
 func (b *bench) startups() (fresh, restart []time.Duration, err error) {
 	var dir string
 	startStop := func(samples *[]time.Duration) error {
-		srv, took, err := startServer(b.cfg, dir, dir+".log")
+		srv, took, err := startServer(b.opts, dir, dir+".log")
 		if err != nil {
 			return err
 		}
@@ -102,7 +232,7 @@ func (b *bench) startups() (fresh, restart []time.Duration, err error) {
 // onServer measures the rows that need one long-running server, in an order
 // where each phase leaves the next what it needs: the memory phase wakes the
 // actors the throughput phase uses.
-func (b *bench) onServer(srv *server) ([]metric, error) {
+func (b *bench) onServer(srv *server) ([]Row, error) {
 	// An actor holds up to three files (database, WAL, shared memory); run
 	// out of them and the rows measure errors.
 	total := 2 + b.sz.newActors + b.sz.actors
@@ -111,10 +241,10 @@ func (b *bench) onServer(srv *server) ([]metric, error) {
 	} else if need := int64(256 + 3*total); limit < need {
 		return nil, fmt.Errorf("the server may hold %d open files for %d actors but its limit is %d: raise the hard limit (ulimit -Hn)", need, total, limit)
 	}
-	var out []metric
-	add := func(name string, v float64, unit string) { out = append(out, metric{name, v, unit}) }
+	var out []Row
+	add := func(name string, v float64, unit string) { out = append(out, Row{name, v, unit}) }
 
-	seq := newClient(srv.base, 1)
+	seq := b.newClient(srv, 1)
 	firsts, err := b.firstRequests(seq)
 	if err != nil {
 		return nil, err
@@ -130,7 +260,7 @@ func (b *bench) onServer(srv *server) ([]metric, error) {
 	add("write_resident_p50", us(percentile(writes, 0.5)), "us")
 	add("write_resident_p99", us(percentile(writes, 0.99)), "us")
 
-	pool := newClient(srv.base, b.sz.clients)
+	pool := b.newClient(srv, b.sz.clients)
 	perActor, rss, err := b.memory(srv, pool)
 	if err != nil {
 		return nil, err
@@ -149,13 +279,13 @@ func (b *bench) onServer(srv *server) ([]metric, error) {
 	return out, nil
 }
 
-// firstRequests times one GET to each of sz.newActors actors that do not
+// firstRequests times one read to each of sz.newActors actors that do not
 // exist yet: the server creates the database and runs on-init.
 func (b *bench) firstRequests(c *client) ([]time.Duration, error) {
 	var ds []time.Duration
 	for i := range b.sz.newActors {
 		start := time.Now()
-		if _, err := c.do(http.MethodGet, "new-"+strconv.Itoa(i)); err != nil {
+		if _, err := c.do(b.opts.Read, "new-"+strconv.Itoa(i)); err != nil {
 			return nil, err
 		}
 		ds = append(ds, time.Since(start))
@@ -164,39 +294,39 @@ func (b *bench) firstRequests(c *client) ([]time.Duration, error) {
 	return ds, nil
 }
 
-// resident times GETs, then POSTs, to one actor that stays awake, on one
-// kept-alive connection, after a warm-up of both. Every POST must answer
-// the previous value plus one, so the run cannot time an error path.
+// resident times reads, then writes, to one actor that stays awake, on one
+// kept-alive connection, after a warm-up of both. With Options.Counter every
+// write must answer the previous value plus one.
 func (b *bench) resident(c *client) (reads, writes []time.Duration, err error) {
 	const name = "resident"
-	value, err := c.do(http.MethodGet, name)
+	value, err := c.do(b.opts.Read, name)
 	if err != nil {
 		return nil, nil, err
 	}
 	for range b.sz.warmup {
-		if _, err := c.do(http.MethodGet, name); err != nil {
+		if _, err := c.do(b.opts.Read, name); err != nil {
 			return nil, nil, err
 		}
-		if value, err = c.do(http.MethodPost, name); err != nil {
+		if value, err = c.do(b.opts.Write, name); err != nil {
 			return nil, nil, err
 		}
 	}
 	for range b.sz.samples {
 		start := time.Now()
-		if _, err := c.do(http.MethodGet, name); err != nil {
+		if _, err := c.do(b.opts.Read, name); err != nil {
 			return nil, nil, err
 		}
 		reads = append(reads, time.Since(start))
 	}
 	for range b.sz.samples {
 		start := time.Now()
-		v, err := c.do(http.MethodPost, name)
+		v, err := c.do(b.opts.Write, name)
 		if err != nil {
 			return nil, nil, err
 		}
 		writes = append(writes, time.Since(start))
-		if v != value+1 {
-			return nil, nil, fmt.Errorf("POST to %s answered %d after %d: the counter did not count", name, v, value)
+		if b.opts.Counter && v != value+1 {
+			return nil, nil, fmt.Errorf("%v to %s answered %d after %d: the counter did not count", b.opts.Write, name, v, value)
 		}
 		value = v
 	}
@@ -217,7 +347,7 @@ func (b *bench) memory(srv *server, c *client) (perActorKiB, rssMiB float64, err
 				if i >= to {
 					return nil
 				}
-				if _, err := c.do(http.MethodGet, actorName(i)); err != nil {
+				if _, err := c.do(b.opts.Read, actorName(i)); err != nil {
 					return err
 				}
 			}
@@ -244,10 +374,10 @@ func (b *bench) memory(srv *server, c *client) (perActorKiB, rssMiB float64, err
 
 func actorName(i int) string { return "a-" + strconv.Itoa(i) }
 
-// throughput runs sz.clients clients, each sending GET or POST (even odds)
-// to a random one of the sz.actors awake actors: first for sz.loadWarmup,
-// as an actor's first requests after waking are slower, then for
-// sz.duration. It returns the requests per second of the second run and the
+// throughput runs sz.clients clients, each sending a read or a write (even
+// odds) to a random one of the sz.actors awake actors: first for
+// sz.loadWarmup, as an actor's first requests after waking are slower, then
+// for sz.duration. It returns the requests per second of the second run and the
 // server's CPU time per request in µs over it.
 func (b *bench) throughput(srv *server, c *client) (perSecond, cpuPerRequestUS float64, err error) {
 	load := func(d time.Duration) (int64, error) {
@@ -256,11 +386,11 @@ func (b *bench) throughput(srv *server, c *client) (perSecond, cpuPerRequestUS f
 		err := fanOut(b.sz.clients, func(stop *atomic.Bool) error {
 			rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 			for !stop.Load() && time.Now().Before(deadline) {
-				method := http.MethodGet
+				req := b.opts.Read
 				if rng.IntN(2) == 1 {
-					method = http.MethodPost
+					req = b.opts.Write
 				}
-				if _, err := c.do(method, actorName(rng.IntN(b.sz.actors))); err != nil {
+				if _, err := c.do(req, actorName(rng.IntN(b.sz.actors))); err != nil {
 					return err
 				}
 				done.Add(1)
@@ -312,15 +442,16 @@ func fanOut(n int, fn func(stop *atomic.Bool) error) error {
 	return errors.Join(errs...)
 }
 
-// client sends requests to counter actors over kept-alive connections.
+// client sends requests to actors over kept-alive connections.
 type client struct {
-	http *http.Client
-	base string
+	http    *http.Client
+	base    string
+	counter bool // answers must be numbers
 }
 
-// newClient keeps up to conns connections open, and never opens more.
-func newClient(base string, conns int) *client {
-	return &client{base: base, http: &http.Client{Transport: &http.Transport{
+// newClient keeps up to conns connections to srv open, and never opens more.
+func (b *bench) newClient(srv *server, conns int) *client {
+	return &client{base: srv.base, counter: b.opts.Counter, http: &http.Client{Transport: &http.Transport{
 		Proxy:               nil,
 		MaxIdleConnsPerHost: conns,
 		MaxConnsPerHost:     conns,
@@ -328,10 +459,10 @@ func newClient(base string, conns int) *client {
 	}}}
 }
 
-// do sends method to the counter called name and returns the value it
-// answered; any status but 200 is an error.
-func (c *client) do(method, name string) (int64, error) {
-	req, err := http.NewRequest(method, c.base+"/actor/counter/"+name, nil)
+// do sends r to the actor called name and, for the counter, returns the
+// value it answered; any status but 200 is an error naming the request.
+func (c *client) do(r Request, name string) (int64, error) {
+	req, err := r.to(c.base, name)
 	if err != nil {
 		return 0, err
 	}
@@ -342,14 +473,17 @@ func (c *client) do(method, name string) (int64, error) {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	resp.Body.Close()
 	if err != nil {
-		return 0, fmt.Errorf("%s %s: reading the answer: %w", method, req.URL.Path, err)
+		return 0, fmt.Errorf("%s %s: reading the answer: %w", req.Method, req.URL.Path, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("%s %s: %s: %s", method, req.URL.Path, resp.Status, strings.TrimSpace(string(body)))
+		return 0, fmt.Errorf("%s %s: %s: %s", req.Method, req.URL.Path, resp.Status, strings.TrimSpace(string(body)))
+	}
+	if !c.counter {
+		return 0, nil
 	}
 	v, err := strconv.ParseInt(strings.TrimSpace(string(body)), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%s %s: answer %q is not a number", method, req.URL.Path, body)
+		return 0, fmt.Errorf("%s %s: answer %q is not a number", req.Method, req.URL.Path, body)
 	}
 	return v, nil
 }

@@ -1,12 +1,11 @@
-//go:build linux
-
-package main
+package measure
 
 import (
 	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -27,9 +26,9 @@ type server struct {
 }
 
 // startServer spawns the server on a free loopback port with dataDir and
-// returns once /actor/counter/x answers 200, with the time that took from
-// spawning.
-func startServer(cfg config, dataDir, logPath string) (*server, time.Duration, error) {
+// returns once the read request to actor x answers 200, with the time that
+// took from spawning.
+func startServer(opts Options, dataDir, logPath string) (*server, time.Duration, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, 0, err
@@ -41,25 +40,26 @@ func startServer(cfg config, dataDir, logPath string) (*server, time.Duration, e
 	defer logFile.Close() // the child holds its own copy
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	args := append([]string{"serve",
-		"--actor", "counter=" + cfg.guest,
+		"--actor", opts.Class + "=" + opts.Guest,
 		"--listen", addr,
 		"--data-dir", dataDir,
 		"--max-instances", strconv.Itoa(maxInstances),
 		"--idle-timeout", "10m", // nothing hibernates during a run
-	}, cfg.serveArgs...)
+	}, opts.ServeArgs...)
 	s := &server{
-		cmd:     exec.Command(cfg.wasmkeep, args...),
+		cmd:     exec.Command(opts.Wasmkeep, args...),
 		base:    "http://" + addr,
 		logPath: logPath,
 		exited:  make(chan struct{}),
 	}
+	s.cmd.Env = append(os.Environ(), opts.Env...)
 	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
 	start := time.Now()
 	if err := s.cmd.Start(); err != nil {
-		return nil, 0, fmt.Errorf("starting %s: %w", cfg.wasmkeep, err)
+		return nil, 0, fmt.Errorf("starting %s: %w", opts.Wasmkeep, err)
 	}
 	go func() { s.waitErr = s.cmd.Wait(); close(s.exited) }()
-	took, err := s.awaitFirstResponse(start)
+	took, err := s.awaitFirstResponse(opts.Read, start)
 	if err != nil {
 		s.stop()
 		return nil, 0, err
@@ -78,9 +78,9 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// awaitFirstResponse polls the first actor every millisecond, so the
+// awaitFirstResponse polls actor x with r every millisecond, so the
 // measured start-up is at most that much late.
-func (s *server) awaitFirstResponse(start time.Time) (time.Duration, error) {
+func (s *server) awaitFirstResponse(r Request, start time.Time) (time.Duration, error) {
 	client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
 	deadline := start.Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
@@ -89,17 +89,23 @@ func (s *server) awaitFirstResponse(start time.Time) (time.Duration, error) {
 			return 0, fmt.Errorf("server exited before answering (%v)%s", s.waitErr, s.logTail())
 		default:
 		}
-		resp, err := client.Get(s.base + "/actor/counter/x")
+		req, err := r.to(s.base, "x")
+		if err != nil {
+			return 0, err
+		}
+		resp, err := client.Do(req)
 		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return time.Since(start), nil
 			}
-			return 0, fmt.Errorf("first request to the server: %s%s", resp.Status, s.logTail())
+			return 0, fmt.Errorf("first request to the server, %s %s: %s: %s%s",
+				req.Method, req.URL.Path, resp.Status, strings.TrimSpace(string(body)), s.logTail())
 		}
 		time.Sleep(time.Millisecond)
 	}
-	return 0, fmt.Errorf("server did not answer /actor/counter/x within 2 minutes%s", s.logTail())
+	return 0, fmt.Errorf("server did not answer %v for actor x within 2 minutes%s", r, s.logTail())
 }
 
 // stop asks the server to shut down, as an operator would, and kills it if
@@ -152,7 +158,7 @@ func (s *server) engine() (string, error) {
 			}
 		}
 	}
-	return "", fmt.Errorf("no runtime= in the server's \"serving\" log line; pass -engine%s", s.logTail())
+	return "", fmt.Errorf("no runtime= in the server's \"serving\" log line; label the engine yourself (wkbench -engine)%s", s.logTail())
 }
 
 func (s *server) pid() int { return s.cmd.Process.Pid }
