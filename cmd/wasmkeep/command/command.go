@@ -52,6 +52,7 @@ func Main(plugins ...plugin.Info) int {
 		SilenceErrors: true,
 	}
 	root.AddCommand(serveCommand(reg), pluginsCommand(reg))
+	root.AddCommand(benchCommand(reg))
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "wasmkeep:", err)
 		return 1
