@@ -182,6 +182,10 @@ func (b *bench) measure() ([]Row, string, error) {
 		return nil, "", err
 	}
 	rows, err := b.onServer(srv)
+	if err != nil {
+		// The answer alone rarely says why; the server's log may.
+		err = fmt.Errorf("%w%s", err, srv.logTail())
+	}
 	if stopErr := srv.stop(); err == nil {
 		err = stopErr
 	}
