@@ -340,3 +340,12 @@ func TestGuestOutputReachesTheLog(t *testing.T) {
 		}
 	}
 }
+
+// A guest's package initialisation (_initialize) may call the host, under
+// the event's limits.
+func TestHostCallsDuringInitialize(t *testing.T) {
+	n := startNode(t, node.Options{Classes: map[string]string{
+		"probe": buildGuest(t, "cmd/wasmkeep/testdata/guests/probe", "-X main.sqlInInit=yes"),
+	}})
+	n.expect("POST", "/actor/probe/a/query", "SELECT count(*) FROM from_init", 200, "ok 0")
+}

@@ -253,11 +253,16 @@ func (a *actor) wake(ctx context.Context) error {
 	if a.inst != nil {
 		return nil
 	}
-	inst, err := a.class.module.Instantiate(ctx, runtime.InstanceConfig{Stdout: &a.stdout, Stderr: &a.stderr})
+	// _initialize runs guest code (Go's package init functions, which may
+	// call the host): it gets the budget and host state of an event.
+	err := a.guest(ctx, abi.ExportInitialize, func(ctx context.Context) error {
+		inst, err := a.class.module.Instantiate(ctx, runtime.InstanceConfig{Stdout: &a.stdout, Stderr: &a.stderr})
+		a.inst = inst
+		return err
+	})
 	if err != nil {
-		return &failure{"actor failed to start", err}
+		return err
 	}
-	a.inst = inst
 	if a.needInit, err = a.initPending(ctx); err != nil {
 		a.discardInstance()
 		return &failure{"internal error", err}
@@ -295,6 +300,33 @@ func (a *actor) recordInit(ctx context.Context) error {
 	return err
 }
 
+// guest runs f, which calls into the guest, under the event's CPU budget.
+// A failure (a trap, a stop) discards the instance and returns a *failure
+// that says which limit stopped it, if one did.
+func (a *actor) guest(ctx context.Context, what string, f func(ctx context.Context) error) error {
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	a.state.watch = cputime.Start(a.node.opts.CPUBudget, func() { stop(errCPUBudget) })
+	err := f(ctx)
+	a.state.watch.Stop()
+	if err == nil {
+		return nil
+	}
+	a.discardInstance()
+	if errors.Is(err, runtime.ErrInterrupted) {
+		switch cause := context.Cause(ctx); {
+		case errors.Is(cause, errCPUBudget):
+			return &failure{"actor exceeded its CPU budget", cause}
+		case errors.Is(cause, errWallClock):
+			return &failure{"actor exceeded its wall-clock limit", cause}
+		default:
+			return &failure{"actor stopped", cause}
+		}
+	}
+	a.node.log.Warn("actor trapped", "actor", a.key, "in", what, "err", err)
+	return &failure{"actor failed", err}
+}
+
 // callHook calls a hook under the event's limits. A hook that fails returns
 // a *failure; one that traps or is stopped also loses its instance.
 func (a *actor) callHook(ctx context.Context, name string, arg int) error {
@@ -302,30 +334,12 @@ func (a *actor) callHook(ctx context.Context, name string, arg int) error {
 	if fn == nil {
 		return nil
 	}
-	ctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	st := &a.state
-	st.watch = cputime.Start(a.node.opts.CPUBudget, func() { stop(errCPUBudget) })
 	a.stack[0] = uint64(uint32(arg))
-	err := fn.Call(ctx, a.stack[:])
-	st.watch.Stop()
-	if err != nil {
-		a.discardInstance()
-		if errors.Is(err, runtime.ErrInterrupted) {
-			switch cause := context.Cause(ctx); {
-			case errors.Is(cause, errCPUBudget):
-				return &failure{"actor exceeded its CPU budget", cause}
-			case errors.Is(cause, errWallClock):
-				return &failure{"actor exceeded its wall-clock limit", cause}
-			default:
-				return &failure{"actor stopped", cause}
-			}
-		}
-		a.node.log.Warn("actor trapped", "actor", a.key, "hook", name, "err", err)
-		return &failure{"actor failed", err}
+	if err := a.guest(ctx, name, func(ctx context.Context) error { return fn.Call(ctx, a.stack[:]) }); err != nil {
+		return err
 	}
 	if code := int32(a.stack[0]); code != 0 {
-		msg := st.hookErr
+		msg := a.state.hookErr
 		if msg == "" {
 			msg = fmt.Sprintf("%s returned %d", name, code)
 		}

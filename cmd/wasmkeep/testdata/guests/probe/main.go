@@ -20,12 +20,19 @@ import (
 var (
 	version       = "v1"
 	failFirstInit = ""
+	sqlInInit     = ""
 )
 
 // hits lives in the instance: it restarts from zero when the instance does.
 var hits int
 
 func init() {
+	if sqlInInit == "yes" {
+		// Package initialisation runs in _initialize, and may use the host.
+		if _, err := wasmkeep.Exec("CREATE TABLE IF NOT EXISTS from_init (v)"); err != nil {
+			panic(err)
+		}
+	}
 	wasmkeep.OnInit(func() error {
 		if _, err := wasmkeep.Exec("CREATE TABLE IF NOT EXISTS init_runs (n INTEGER PRIMARY KEY, version TEXT)"); err != nil {
 			return err
