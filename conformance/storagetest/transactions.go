@@ -12,10 +12,19 @@ var txTests = []test{
 	{"AcrossCalls", func(t *testing.T, s suite) {
 		x := s.open(t, storage.Options{})
 		x.exec("CREATE TABLE t(a)")
+		if x.db.InTransaction() {
+			t.Error("InTransaction before BEGIN")
+		}
 		x.exec("BEGIN")
 		x.exec("INSERT INTO t VALUES(1)")
 		x.exec("INSERT INTO t VALUES(2)")
+		if !x.db.InTransaction() {
+			t.Error("not InTransaction after BEGIN")
+		}
 		x.exec("COMMIT")
+		if x.db.InTransaction() {
+			t.Error("InTransaction after COMMIT")
+		}
 		x.endEvent()
 		if n := x.count("t"); n != 2 {
 			t.Errorf("%d rows after COMMIT, want 2", n)

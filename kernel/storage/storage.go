@@ -76,6 +76,9 @@ type DB interface {
 	// the event's own writes.
 	HostExec(ctx context.Context, sql string, params ...abi.Value) (int64, error)
 	HostQuery(ctx context.Context, sql string, params []abi.Value, w *abi.RowsWriter) error
+	// InTransaction reports whether a transaction is open (BEGIN without its
+	// COMMIT or ROLLBACK yet).
+	InTransaction() bool
 	// EndEvent closes the current event: a transaction still open is rolled
 	// back and the per-event budgets start again.
 	EndEvent(ctx context.Context) error

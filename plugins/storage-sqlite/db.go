@@ -154,6 +154,8 @@ func (d *db) HostQuery(ctx context.Context, sql string, params []abi.Value, w *a
 	return err
 }
 
+func (d *db) InTransaction() bool { return !d.closed && d.c.inTx() }
+
 func (d *db) EndEvent(context.Context) error {
 	if d.closed {
 		return errClosed
