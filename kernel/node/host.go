@@ -161,9 +161,14 @@ func hostFunctions() map[string]runtime.HostFunction {
 			s[0] = st.result(mem, s[0], s[1], st.out, false)
 		}),
 		hostFunc(abi.HostEnvGet, sig(types(i32, i32, i32, i32), i32), func(_ context.Context, st *eventState, mem runtime.Memory, s []uint64) {
-			read(mem, s[0], s[1])
-			st.out = append(st.out[:0], 0) // not set: configuration arrives with --env (a later issue)
-			s[0] = st.result(mem, s[2], s[3], st.out, true)
+			v, ok := st.actor.class.env[string(read(mem, s[0], s[1]))]
+			if !ok {
+				st.out = append(st.out[:0], 0) // not set
+				s[0] = st.result(mem, s[2], s[3], st.out, true)
+				return
+			}
+			st.out = append(st.out[:0], v...)
+			s[0] = st.result(mem, s[2], s[3], st.out, false)
 		}),
 		hostFunc(abi.HostWSSend, sig(types(i64, i32, i32, i32), i32), func(_ context.Context, _ *eventState, _ runtime.Memory, s []uint64) {
 			s[0] = abi.SendUnknownConnection // no WebSockets yet, so no connection is known

@@ -19,6 +19,8 @@ type class struct {
 	version string // hex SHA-256 of the module: on-init reruns when it changes
 	module  runtime.Module
 	hooks   hooks
+	// env is what env_get answers: the class's --env values.
+	env map[string]string
 }
 
 // hooks records which optional exports a module has.

@@ -38,6 +38,7 @@ type Options struct {
 	MaxBodyBytes  int64             // [16 MB] request body
 	AdmissionWait time.Duration     // [250ms] for an idle actor to make room
 	Storage       storage.Options
+	Env           map[string]map[string]string // by class: its configuration (--env), name to value
 	Logger        *slog.Logger
 }
 
@@ -149,6 +150,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 			n.Close()
 			return nil, err
 		}
+		c.env = opts.Env[name]
 		n.classes[name] = c
 		n.log.Info("class loaded", "class", name, "module", opts.Classes[name], "version", c.version[:12])
 	}

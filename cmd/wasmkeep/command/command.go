@@ -83,6 +83,7 @@ func pluginsCommand(reg *plugin.Registry) *cobra.Command {
 type serveFlags struct {
 	config       string
 	actors       []string
+	env          []string
 	dataDir      string
 	listen       string
 	idleTimeout  time.Duration
@@ -96,7 +97,8 @@ func serveCommand(reg *plugin.Registry) *cobra.Command {
 		Use:   "serve",
 		Short: "Serve actors over HTTP at /actor/<class>/<name>",
 		Example: `  wasmkeep serve --actor counter=counter.wasm
-  wasmkeep serve --config plugins.yaml --actor chat=chat.wasm --listen :8080`,
+  wasmkeep serve --config plugins.yaml --actor chat=chat.wasm --listen :8080
+  wasmkeep serve --actor hub=hub.wasm --env hub=/etc/wasmkeep/hub.env`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return serve(cmd, reg, f)
@@ -105,6 +107,7 @@ func serveCommand(reg *plugin.Registry) *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "plugins.yaml to layer over the embedded defaults")
 	fl.StringArrayVar(&f.actors, "actor", nil, "serve a class: CLASS=FILE.wasm (repeatable)")
+	fl.StringArrayVar(&f.env, "env", nil, "configuration for a class's actors: CLASS=FILE of NAME=value lines, read at start (repeatable)")
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory for actor databases and the compile cache (node.data_dir)")
 	fl.StringVar(&f.listen, "listen", "", "address to serve HTTP on (node.listen)")
 	fl.DurationVar(&f.idleTimeout, "idle-timeout", 0, "hibernate an actor after this long without events (node.idle_timeout)")
@@ -160,6 +163,10 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	if err != nil {
 		return err
 	}
+	env, err := readEnv(f.env, ns.Actors, log)
+	if err != nil {
+		return err
+	}
 	rtAny, err := cfg.Plugins[plugin.Runtime].New()
 	if err != nil {
 		return err
@@ -181,6 +188,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	n, err := node.New(ctx, node.Options{
 		DataDir:      ns.DataDir,
 		Classes:      ns.Actors,
+		Env:          env,
 		IdleTimeout:  ns.IdleTimeout,
 		CPUBudget:    time.Duration(ns.CPUBudgetMS) * time.Millisecond,
 		MaxInstances: ns.MaxInstances,

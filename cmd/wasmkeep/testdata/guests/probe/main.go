@@ -141,6 +141,12 @@ func serve(w wasmkeep.ResponseWriter, r *wasmkeep.Request) {
 	case "/self":
 		a := wasmkeep.Self()
 		fmt.Fprintf(w, "%s/%s/%s", a.Tenant, a.Class, a.Name)
+	case "/env":
+		if v, ok := wasmkeep.Env(q.Get("name")); ok {
+			fmt.Fprintf(w, "set %s", v)
+		} else {
+			w.Write([]byte("unset"))
+		}
 	case "/log":
 		fmt.Println("line one")
 		fmt.Fprintln(os.Stderr, "to stderr \x1b[31mred")
