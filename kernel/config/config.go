@@ -56,6 +56,7 @@ type Node struct {
 	CPUBudgetMS  int               `koanf:"cpu_budget_ms"`
 	MaxInstances int               `koanf:"max_instances"`
 	Actors       map[string]string `koanf:"actors"` // class name to module file
+	Access       map[string]string `koanf:"access"` // class name to access mode (open, existing, existing:NAME,..., internal)
 }
 
 // EnvPrefix starts every environment variable the configuration reads.

@@ -52,6 +52,15 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unknown class "+strconv.Quote(route.class), http.StatusNotFound)
 		return
 	}
+	// Every request here comes from outside; refused ones create nothing.
+	switch {
+	case c.access.Mode == Internal:
+		http.Error(w, "class "+strconv.Quote(route.class)+" is internal: outside requests are refused", http.StatusForbidden)
+		return
+	case !c.access.allowsCreate(route.name) && !n.exists(c, route.name):
+		http.Error(w, "unknown actor "+strconv.Quote(route.name), http.StatusNotFound)
+		return
+	}
 	if r.ContentLength > n.opts.MaxBodyBytes {
 		http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
 		return

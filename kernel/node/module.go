@@ -19,6 +19,7 @@ type class struct {
 	version string // hex SHA-256 of the module: on-init reruns when it changes
 	module  runtime.Module
 	hooks   hooks
+	access  Access // for requests from outside
 	// env is what env_get answers: the class's --env values.
 	env map[string]string
 }

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,7 @@ type Options struct {
 	CacheDir      string            // [DataDir/cache] compiled modules, kept across restarts
 	Tenant        string            // [default]
 	Classes       map[string]string // class name to module file
+	Access        map[string]Access // [open] by class: who outside may reach its actors
 	IdleTimeout   time.Duration     // [30s] without events before an actor hibernates
 	CPUBudget     time.Duration     // [50ms] guest CPU per event
 	WallClock     time.Duration     // [30s] wall time per event
@@ -140,6 +142,12 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	for name := range opts.Access {
+		if _, ok := opts.Classes[name]; !ok { // a typo would leave the class open
+			n.Close()
+			return nil, fmt.Errorf("access rule for class %q, which is not served (served: %s)", name, strings.Join(names, ", "))
+		}
+	}
 	for _, name := range names {
 		if !ValidIdent(name) {
 			n.Close()
@@ -151,8 +159,9 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 			return nil, err
 		}
 		c.env = opts.Env[name]
+		c.access = opts.Access[name]
 		n.classes[name] = c
-		n.log.Info("class loaded", "class", name, "module", opts.Classes[name], "version", c.version[:12])
+		n.log.Info("class loaded", "class", name, "module", opts.Classes[name], "version", c.version[:12], "access", c.access.String())
 	}
 	return n, nil
 }
@@ -202,7 +211,7 @@ var (
 // deliver queues ev in the mailbox of tenant/class/name, waking the actor if
 // it has none.
 func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) error {
-	key := n.opts.Tenant + "/" + c.name + "/" + name
+	key := n.actorKey(c, name)
 	for {
 		if n.stopping.Load() {
 			return errStopping
@@ -231,6 +240,24 @@ func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) er
 		go a.run()
 		return nil
 	}
+}
+
+// actorKey is an actor's key in n.actors: tenant/class/name.
+func (n *Node) actorKey(c *class, name string) string {
+	return n.opts.Tenant + "/" + c.name + "/" + name
+}
+
+// exists reports whether the actor is resident or has a database. A file
+// that cannot be checked counts as missing: refusing creates nothing.
+func (n *Node) exists(c *class, name string) bool {
+	n.mu.Lock()
+	a := n.actors[n.actorKey(c, name)]
+	n.mu.Unlock()
+	if a != nil {
+		return true
+	}
+	_, err := os.Stat(dbPath(n.opts.DataDir, n.opts.Tenant, c.name, name))
+	return err == nil
 }
 
 // admit takes a resident slot, hibernating the least recently used idle

@@ -89,6 +89,7 @@ type serveFlags struct {
 	idleTimeout  time.Duration
 	cpuBudgetMS  int
 	maxInstances int
+	access       []string
 }
 
 func serveCommand(reg *plugin.Registry) *cobra.Command {
@@ -113,6 +114,7 @@ func serveCommand(reg *plugin.Registry) *cobra.Command {
 	fl.DurationVar(&f.idleTimeout, "idle-timeout", 0, "hibernate an actor after this long without events (node.idle_timeout)")
 	fl.IntVar(&f.cpuBudgetMS, "cpu-budget-ms", 0, "guest CPU per event, in milliseconds (node.cpu_budget_ms)")
 	fl.IntVar(&f.maxInstances, "max-instances", 0, "actors resident at once (node.max_instances)")
+	fl.StringArrayVar(&f.access, "access", nil, "who outside may reach a class's actors: CLASS=open|existing|existing:NAME,...|internal (repeatable; node.access)")
 	return cmd
 }
 
@@ -153,6 +155,34 @@ func nodeSettings(cmd *cobra.Command, cfg config.Node, f serveFlags) (config.Nod
 	return cfg, nil
 }
 
+// accessRules parses --access, then node.access for the classes no flag
+// names: a flag overrides the file class by class.
+func accessRules(file map[string]string, flags []string) (map[string]node.Access, error) {
+	rules := map[string]node.Access{}
+	for _, s := range flags {
+		class, mode, ok := strings.Cut(s, "=")
+		if !ok || class == "" {
+			return nil, fmt.Errorf("--access %q: want CLASS=MODE", s)
+		}
+		a, err := node.ParseAccess(mode)
+		if err != nil {
+			return nil, fmt.Errorf("--access %q: %w", s, err)
+		}
+		rules[class] = a
+	}
+	for class, mode := range file {
+		if _, set := rules[class]; set {
+			continue
+		}
+		a, err := node.ParseAccess(mode)
+		if err != nil {
+			return nil, fmt.Errorf("node.access.%s: %w", class, err)
+		}
+		rules[class] = a
+	}
+	return rules, nil
+}
+
 func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	cfg, err := config.Load(wasmkeep.DefaultConfig, f.config, os.Environ(), reg, APIs)
@@ -160,6 +190,10 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 		return err
 	}
 	ns, err := nodeSettings(cmd, cfg.Node, f)
+	if err != nil {
+		return err
+	}
+	access, err := accessRules(ns.Access, f.access)
 	if err != nil {
 		return err
 	}
@@ -188,6 +222,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	n, err := node.New(ctx, node.Options{
 		DataDir:      ns.DataDir,
 		Classes:      ns.Actors,
+		Access:       access,
 		Env:          env,
 		IdleTimeout:  ns.IdleTimeout,
 		CPUBudget:    time.Duration(ns.CPUBudgetMS) * time.Millisecond,
