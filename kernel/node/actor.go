@@ -21,6 +21,8 @@ type event struct {
 	ctx     context.Context // the sender's: if done before the event starts, it is not run
 	payload []byte          // the encoded abi.Request
 	reply   chan outcome    // buffered: the actor never waits for the sender
+	chain   []string        // actors waiting in the call chain that sent it (calls only)
+	alarm   bool            // the pending alarm is due (no payload, no reply read)
 }
 
 // outcome is how an event ended.
@@ -59,6 +61,7 @@ type actor struct {
 	done       chan struct{} // closed once db and instance are closed
 	busy       atomic.Bool
 	lastActive atomic.Int64
+	deleted    atomic.Bool // deleted and not created again: no longer "exists" for access rules
 
 	db       storage.DB
 	inst     runtime.Instance
@@ -187,18 +190,18 @@ func (a *actor) handle(ev *event) {
 	}
 	a.busy.Store(true)
 	goruntime.LockOSThread()
-	out := a.runRequest(ev)
+	out := a.runEvent(ev)
 	goruntime.UnlockOSThread()
 	a.lastActive.Store(time.Now().UnixNano())
 	a.busy.Store(false)
 	ev.reply <- out
 }
 
-func (a *actor) runRequest(ev *event) outcome {
+func (a *actor) runEvent(ev *event) outcome {
 	ctx, cancel := context.WithTimeoutCause(a.node.ctx, a.node.opts.WallClock, errWallClock)
 	defer cancel()
 	st := &a.state
-	*st = eventState{actor: a, out: st.out[:0], params: st.params[:0]}
+	*st = eventState{actor: a, out: st.out[:0], params: st.params[:0], chain: ev.chain}
 	ctx = context.WithValue(ctx, stateKey{}, st)
 	defer a.endEvent()
 
@@ -215,6 +218,9 @@ func (a *actor) runRequest(ev *event) outcome {
 		a.needInit = false
 		st.hookErr = ""
 	}
+	if ev.alarm {
+		return outcome{err: a.runAlarm(ctx)}
+	}
 	st.isRequest = true
 	st.pending = ev.payload
 	if err := a.callHook(ctx, abi.ExportOnRequest, len(ev.payload)); err != nil {
@@ -226,14 +232,25 @@ func (a *actor) runRequest(ev *event) outcome {
 	return outcome{resp: st.resp}
 }
 
-// endEvent rolls back what the event left open.
+// endEvent rolls back what the event left open and carries out a
+// delete-self: the next event then starts a fresh actor (a new database, a
+// new instance, on-init again).
 func (a *actor) endEvent() {
-	a.state.pending = nil
-	if a.db == nil {
-		return
+	st := &a.state
+	st.pending = nil
+	if a.db != nil {
+		if err := a.db.EndEvent(context.Background()); err != nil {
+			a.node.log.Error("ending event", "actor", a.key, "err", err)
+		}
 	}
-	if err := a.db.EndEvent(context.Background()); err != nil {
-		a.node.log.Error("ending event", "actor", a.key, "err", err)
+	if st.deleteAtEnd || st.deleted {
+		if err := a.removeDatabase(); err != nil {
+			a.node.log.Error("deleting actor", "actor", a.key, "err", err)
+		}
+		a.discardInstance()
+	}
+	if st.alarmTouched || st.deleteAtEnd || st.deleted {
+		a.scheduleFrom(context.Background())
 	}
 }
 
@@ -249,6 +266,10 @@ func (a *actor) wake(ctx context.Context) error {
 			return &failure{"internal error", fmt.Errorf("opening database: %w", err)}
 		}
 		a.db = db
+		a.deleted.Store(false)
+		if err := a.ensureHostTables(ctx); err != nil {
+			return &failure{"internal error", err}
+		}
 	}
 	if a.inst != nil {
 		return nil
@@ -277,9 +298,6 @@ const metaTable = "_wasmkeep_meta"
 func (a *actor) initPending(ctx context.Context) (bool, error) {
 	if !a.class.hooks.onInit {
 		return false, nil
-	}
-	if _, err := a.db.HostExec(ctx, "CREATE TABLE IF NOT EXISTS "+metaTable+" (key TEXT PRIMARY KEY, value ANY) WITHOUT ROWID"); err != nil {
-		return false, err
 	}
 	var rows abi.RowsWriter
 	err := a.db.HostQuery(ctx, "SELECT value FROM "+metaTable+" WHERE key = 'init_version'", nil, &rows)

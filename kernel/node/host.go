@@ -24,12 +24,17 @@ type eventState struct {
 	pending   []byte // payload awaiting take_pending
 	hookErr   string
 	isRequest bool
-	responded bool
-	resp      abi.Response // copied out of guest memory by respond
-	out       []byte       // encode buffer for host results
-	rows      abi.RowsWriter
-	params    []abi.Value
-	reader    abi.Reader
+	chain     []string // the actors waiting on this event, through calls
+	// deleteAtEnd: delete-self was called; deleted: the database is gone
+	// (delete-self-durable), so storage calls are refused.
+	deleteAtEnd, deleted bool
+	alarmTouched         bool // set-alarm or clear-alarm ran: the timer follows the database
+	responded            bool
+	resp                 abi.Response // copied out of guest memory by respond
+	out                  []byte       // encode buffer for host results
+	rows                 abi.RowsWriter
+	params               []abi.Value
+	reader               abi.Reader
 }
 
 type stateKey struct{}
@@ -137,6 +142,10 @@ func hostFunctions() map[string]runtime.HostFunction {
 				faultf("sql_exec: unknown flags %#x", flags)
 			}
 			sql, params := st.statement(mem, s)
+			if st.deleted {
+				s[0] = st.sqlError(mem, s[5], s[6], errDeleted)
+				return
+			}
 			n, err := st.actor.db.Exec(ctx, sql, params, storage.ExecOptions{Durable: flags&abi.ExecDurable != 0})
 			if err != nil {
 				s[0] = st.sqlError(mem, s[5], s[6], err)
@@ -147,6 +156,10 @@ func hostFunctions() map[string]runtime.HostFunction {
 		}),
 		hostFunc(abi.HostSQLQuery, sig(types(i32, i32, i32, i32, i32, i32), i32), func(ctx context.Context, st *eventState, mem runtime.Memory, s []uint64) {
 			sql, params := st.statement(mem, s)
+			if st.deleted {
+				s[0] = st.sqlError(mem, s[4], s[5], errDeleted)
+				return
+			}
 			st.rows.Buf = st.out[:0]
 			err := st.actor.db.Query(ctx, sql, params, &st.rows)
 			st.out = st.rows.Buf[:0]
@@ -177,12 +190,12 @@ func hostFunctions() map[string]runtime.HostFunction {
 			st.out = abi.AppendU32(st.out[:0], 0)
 			s[0] = st.result(mem, s[0], s[1], st.out, false)
 		}),
-		notYet(abi.HostDeleteSelf, sig(types(i32, i32, i32), i32), int(abi.SQLInternal)),
-		notYet(abi.HostActorCall, sig(types(i32, i32, i32, i32, i32, i32), i32), int(abi.CallFailed)),
+		hostFunc(abi.HostDeleteSelf, sig(types(i32, i32, i32), i32), deleteSelf),
+		hostFunc(abi.HostActorCall, sig(types(i32, i32, i32, i32, i32, i32), i32), actorCall),
 		notYet(abi.HostHTTPFetch, sig(types(i32, i32, i32, i32), i32), int(abi.FetchFailed)),
-		notYet(abi.HostAlarmSet, sig(types(i64)), -1),
-		notYet(abi.HostAlarmGet, sig(nil, i64), -1),
-		notYet(abi.HostAlarmClear, sig(nil), -1),
+		hostFunc(abi.HostAlarmSet, sig(types(i64)), alarmSet),
+		hostFunc(abi.HostAlarmGet, sig(nil, i64), alarmGet),
+		hostFunc(abi.HostAlarmClear, sig(nil), alarmClear),
 		notYet(abi.HostWSClose, sig(types(i64, i32, i32, i32)), -1),
 	}
 	m := make(map[string]runtime.HostFunction, len(fs))

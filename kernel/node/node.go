@@ -97,6 +97,7 @@ type Node struct {
 	wg      sync.WaitGroup    // actor goroutines
 
 	stopping atomic.Bool
+	alarms   *schedule
 }
 
 // New creates a node: it creates the engine, then compiles and checks every
@@ -134,7 +135,8 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		opts: opts, log: opts.Logger, engine: eng, storage: st,
 		classes: map[string]*class{},
 		actors:  map[string]*actor{}, closing: map[string]*actor{},
-		slots: make(chan struct{}, opts.MaxInstances),
+		slots:  make(chan struct{}, opts.MaxInstances),
+		alarms: newSchedule(),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	names := make([]string, 0, len(opts.Classes))
@@ -163,6 +165,11 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		n.classes[name] = c
 		n.log.Info("class loaded", "class", name, "module", opts.Classes[name], "version", c.version[:12], "access", c.access.String())
 	}
+	if err := n.scanAlarms(ctx); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("reading pending alarms from %s: %w", opts.DataDir, err)
+	}
+	go n.runAlarms()
 	return n, nil
 }
 
@@ -253,7 +260,7 @@ func (n *Node) exists(c *class, name string) bool {
 	n.mu.Lock()
 	a := n.actors[n.actorKey(c, name)]
 	n.mu.Unlock()
-	if a != nil {
+	if a != nil && !a.deleted.Load() {
 		return true
 	}
 	_, err := os.Stat(dbPath(n.opts.DataDir, n.opts.Tenant, c.name, name))

@@ -50,6 +50,18 @@ func init() {
 		_, err := wasmkeep.Exec("CREATE TABLE IF NOT EXISTS seen (seq INTEGER)")
 		return err
 	})
+	wasmkeep.OnAlarm(func() error {
+		// Counts each attempt (committed on its own), then fails while the
+		// table fail_alarm has a row.
+		must2(wasmkeep.Exec("CREATE TABLE IF NOT EXISTS alarm_attempts (at INTEGER)"))
+		must2(wasmkeep.Exec("INSERT INTO alarm_attempts VALUES (?)", time.Now().UnixMilli()))
+		var failing int64
+		wasmkeep.QueryRow("SELECT count(*) FROM sqlite_master WHERE name = 'fail_alarm'").Scan(&failing)
+		if failing > 0 {
+			return fmt.Errorf("on-alarm fails on purpose")
+		}
+		return nil
+	})
 	wasmkeep.HandleFunc(serve)
 }
 
@@ -100,6 +112,48 @@ func serve(w wasmkeep.ResponseWriter, r *wasmkeep.Request) {
 		must(wasmkeep.QueryRow("SELECT ?", arg).Scan(&v))
 		w.Header().Set("X-Kind", strconv.Itoa(int(v.Kind())))
 		w.Write(v.Blob())
+	case "/call":
+		// Calls ?to=class/name at ?path= with ?bytes= of body, and answers
+		// "<status> <body>" or "call-error <kind>: <message>".
+		size, _ := strconv.Atoi(q.Get("bytes"))
+		req, err := wasmkeep.NewRequest("POST", q.Get("path"), make([]byte, size))
+		must(err)
+		req.Header.Set("X-Wasmkeep-Caller", "default/forged/by-the-caller")
+		resp, err := wasmkeep.Call(q.Get("to"), req)
+		if ce, ok := err.(*wasmkeep.CallError); ok {
+			fmt.Fprintf(w, "call-error %s: %s", ce.Kind, ce.Message)
+			return
+		}
+		must(err)
+		fmt.Fprintf(w, "%d %s", resp.StatusCode, resp.Body)
+	case "/caller":
+		fmt.Fprintf(w, "%q", r.Header.Values("X-Wasmkeep-Caller"))
+	case "/delete":
+		// Deletes the actor (durably with ?durable=1, inside a transaction
+		// with ?tx=1), then tries to write: "<delete result>; <write result>".
+		if q.Get("tx") == "1" {
+			must2(wasmkeep.Exec("BEGIN"))
+		}
+		del := wasmkeep.DeleteSelf
+		if q.Get("durable") == "1" {
+			del = wasmkeep.DeleteSelfDurable
+		}
+		err := del()
+		_, werr := wasmkeep.Exec("CREATE TABLE IF NOT EXISTS after_delete (v)")
+		fmt.Fprintf(w, "%v; %v", err, werr)
+	case "/alarm-set":
+		ms, _ := strconv.Atoi(q.Get("in"))
+		wasmkeep.SetAlarm(time.Now().UnixMilli() + int64(ms))
+		fmt.Fprint(w, "set")
+	case "/alarm-get":
+		if at, ok := wasmkeep.GetAlarm(); ok {
+			fmt.Fprintf(w, "in %d", at-time.Now().UnixMilli())
+		} else {
+			fmt.Fprint(w, "none")
+		}
+	case "/alarm-clear":
+		wasmkeep.ClearAlarm()
+		fmt.Fprint(w, "cleared")
 	case "/mirror":
 		w.Write(r.Body)
 	case "/numbers":

@@ -1,0 +1,346 @@
+package node
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"io/fs"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/runtime"
+)
+
+// An actor's pending alarm lives in its own database (so it survives
+// hibernation and restarts, and commits or rolls back with the event that
+// set it), in a host table guests cannot see. failures counts the on-alarm
+// attempts that failed in a row: while they are retried, at is the next
+// attempt's time, which get-alarm returns.
+const alarmTable = "_wasmkeep_alarm"
+
+const (
+	alarmRetryFirst = time.Second
+	alarmRetryMax   = 5 * time.Minute
+	// A due alarm refused admission (capacity, a full queue) is tried again
+	// after a delay between half and all of a ceiling from 100 ms to 5 s.
+	admitRetryFirst = 100 * time.Millisecond
+	admitRetryMax   = 5 * time.Second
+)
+
+// ensureHostTables creates the host tables of a database that lacks them and
+// records the actor's name, which the start-up scan reads back (a file name
+// may hold only a hash of a long name).
+func (a *actor) ensureHostTables(ctx context.Context) error {
+	for _, sql := range []string{
+		"CREATE TABLE IF NOT EXISTS " + metaTable + " (key TEXT PRIMARY KEY, value ANY) WITHOUT ROWID",
+		"CREATE TABLE IF NOT EXISTS " + alarmTable + " (id INTEGER PRIMARY KEY CHECK (id = 1), at INTEGER NOT NULL, failures INTEGER NOT NULL)",
+	} {
+		if _, err := a.db.HostExec(ctx, sql); err != nil {
+			return err
+		}
+	}
+	_, err := a.db.HostExec(ctx, "INSERT OR IGNORE INTO "+metaTable+" (key, value) VALUES ('name', ?)", text(a.addr.Name))
+	return err
+}
+
+func text(s string) abi.Value { return abi.Value{Kind: abi.KindText, Bytes: []byte(s)} }
+
+func integer(i int64) abi.Value { return abi.Value{Kind: abi.KindInteger, Int: i} }
+
+// readAlarm returns the pending alarm (ms since the epoch) and its failure
+// count; ok is false if there is none.
+func readAlarm(ctx context.Context, db interface {
+	HostQuery(context.Context, string, []abi.Value, *abi.RowsWriter) error
+}) (at, failures int64, ok bool, err error) {
+	var w abi.RowsWriter
+	if err := db.HostQuery(ctx, "SELECT at, failures FROM "+alarmTable, nil, &w); err != nil {
+		return 0, 0, false, err
+	}
+	r := abi.NewReader(w.Buf)
+	if _, n := r.Columns(); n == 0 {
+		return 0, 0, false, r.Err()
+	}
+	at, failures = r.Value().Int, r.Value().Int
+	return at, failures, true, r.Err()
+}
+
+// Host functions of the alarms interface. After delete-self-durable in the
+// event, get returns none and set and clear do nothing.
+func alarmSet(ctx context.Context, st *eventState, _ runtime.Memory, s []uint64) {
+	if st.deleted {
+		return
+	}
+	st.alarmTouched = true
+	if _, err := st.actor.db.HostExec(ctx, "INSERT INTO "+alarmTable+" (id, at, failures) VALUES (1, ?, 0) ON CONFLICT (id) DO UPDATE SET at = excluded.at, failures = 0", integer(int64(s[0]))); err != nil {
+		faultf("set-alarm: %v", err)
+	}
+}
+
+func alarmGet(ctx context.Context, st *eventState, _ runtime.Memory, s []uint64) {
+	s[0] = uint64(1<<64 - 1) // -1: none
+	if st.deleted {
+		return
+	}
+	at, _, ok, err := readAlarm(ctx, st.actor.db)
+	if err != nil {
+		faultf("get-alarm: %v", err)
+	}
+	if ok {
+		s[0] = uint64(at)
+	}
+}
+
+func alarmClear(ctx context.Context, st *eventState, _ runtime.Memory, _ []uint64) {
+	if st.deleted {
+		return
+	}
+	st.alarmTouched = true
+	if _, err := st.actor.db.HostExec(ctx, "DELETE FROM "+alarmTable); err != nil {
+		faultf("clear-alarm: %v", err)
+	}
+}
+
+// runAlarm handles a due alarm: on-alarm runs if the alarm is still due (the
+// schedule may be stale); success clears it, unless the handler set another;
+// failure schedules a retry after 1 s, doubling up to 5 min, the count kept
+// in the database.
+func (a *actor) runAlarm(ctx context.Context) error {
+	at, failures, ok, err := readAlarm(ctx, a.db)
+	if err != nil {
+		return &failure{"internal error", err}
+	}
+	if !ok || at > time.Now().UnixMilli() {
+		a.state.alarmTouched = true // a stale schedule: follow the database
+		return nil
+	}
+	hookErr := a.callHook(ctx, abi.ExportOnAlarm, 0)
+	if a.state.deleted || a.state.deleteAtEnd {
+		return hookErr
+	}
+	// What the handler left open is rolled back before the host decides,
+	// so a failed attempt is counted on the alarm as committed.
+	if err := a.db.EndEvent(context.Background()); err != nil {
+		return &failure{"internal error", err}
+	}
+	if hookErr == nil {
+		_, err = a.db.HostExec(context.Background(), "DELETE FROM "+alarmTable+" WHERE at = ? AND failures = ?", integer(at), integer(failures))
+	} else {
+		next := time.Now().Add(retryDelay(failures + 1)).UnixMilli()
+		_, err = a.db.HostExec(context.Background(), "UPDATE "+alarmTable+" SET at = ?, failures = failures + 1 WHERE at = ? AND failures = ?",
+			integer(next), integer(at), integer(failures))
+	}
+	a.state.alarmTouched = true
+	if err != nil {
+		return &failure{"internal error", err}
+	}
+	return hookErr
+}
+
+// retryDelay is the wait before attempt n+1 after n failures in a row.
+func retryDelay(failures int64) time.Duration {
+	d := alarmRetryFirst
+	for i := int64(1); i < failures && d < alarmRetryMax; i++ {
+		d *= 2
+	}
+	return min(d, alarmRetryMax)
+}
+
+// schedule is the node's timer: the next due time of every actor with a
+// pending alarm, fed by the events that touch alarms and, at start, by the
+// data directory.
+type schedule struct {
+	mu    sync.Mutex
+	items alarmHeap
+	byKey map[string]*alarmItem
+	kick  chan struct{}
+}
+
+type alarmItem struct {
+	key   string
+	class *class
+	name  string
+	due   time.Time
+	tries int // admission refusals in a row
+	index int
+}
+
+type alarmHeap []*alarmItem
+
+func (h alarmHeap) Len() int           { return len(h) }
+func (h alarmHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h alarmHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].index = i; h[j].index = j }
+func (h *alarmHeap) Push(x any)        { it := x.(*alarmItem); it.index = len(*h); *h = append(*h, it) }
+func (h *alarmHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return it
+}
+
+func newSchedule() *schedule {
+	return &schedule{byKey: map[string]*alarmItem{}, kick: make(chan struct{}, 1)}
+}
+
+// set schedules (or moves) an actor's alarm; clear forgets it.
+func (s *schedule) set(key string, c *class, name string, due time.Time) {
+	s.mu.Lock()
+	if it := s.byKey[key]; it != nil {
+		it.due, it.tries = due, 0
+		heap.Fix(&s.items, it.index)
+	} else {
+		it := &alarmItem{key: key, class: c, name: name, due: due}
+		s.byKey[key] = it
+		heap.Push(&s.items, it)
+	}
+	s.mu.Unlock()
+	s.poke()
+}
+
+func (s *schedule) clear(key string) {
+	s.mu.Lock()
+	if it := s.byKey[key]; it != nil {
+		heap.Remove(&s.items, it.index)
+		delete(s.byKey, key)
+	}
+	s.mu.Unlock()
+}
+
+func (s *schedule) poke() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// next pops the first due alarm, or says how long until one is.
+func (s *schedule) next(now time.Time) (*alarmItem, time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.items) == 0 {
+		return nil, time.Hour
+	}
+	if it := s.items[0]; !it.due.After(now) {
+		heap.Pop(&s.items)
+		delete(s.byKey, it.key)
+		return it, 0
+	}
+	return nil, s.items[0].due.Sub(now)
+}
+
+// runAlarms delivers due alarms until the node stops.
+func (n *Node) runAlarms() {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		it, wait := n.alarms.next(time.Now())
+		if it != nil {
+			n.deliverAlarm(it)
+			continue
+		}
+		t.Reset(wait)
+		select {
+		case <-t.C:
+		case <-n.alarms.kick:
+		case <-n.ctx.Done():
+			return
+		}
+	}
+}
+
+// deliverAlarm queues an alarm event; one refused admission is tried again
+// with backoff and jitter.
+func (n *Node) deliverAlarm(it *alarmItem) {
+	ctx, cancel := context.WithTimeout(n.ctx, n.opts.AdmissionWait)
+	defer cancel()
+	ev := &event{ctx: n.ctx, alarm: true, reply: make(chan outcome, 1)}
+	if err := n.deliver(ctx, it.class, it.name, ev); err != nil {
+		if errors.Is(err, errStopping) {
+			return
+		}
+		ceiling := min(admitRetryFirst<<min(it.tries, 8), admitRetryMax)
+		delay := ceiling/2 + rand.N(ceiling/2+1)
+		n.alarms.mu.Lock()
+		retry := n.alarms.byKey[it.key] == nil // an event may have rescheduled it meanwhile
+		n.alarms.mu.Unlock()
+		if retry {
+			n.alarms.set(it.key, it.class, it.name, time.Now().Add(delay))
+			n.alarms.mu.Lock()
+			n.alarms.byKey[it.key].tries = it.tries + 1
+			n.alarms.mu.Unlock()
+		}
+		n.log.Warn("alarm delivery deferred", "actor", it.key, "err", err, "retry_in", delay)
+	}
+}
+
+// scheduleFrom updates the node's timer from the actor's database, after an
+// event that may have changed its alarm.
+func (a *actor) scheduleFrom(ctx context.Context) {
+	if a.db == nil {
+		a.node.alarms.clear(a.key)
+		return
+	}
+	at, _, ok, err := readAlarm(ctx, a.db)
+	switch {
+	case err != nil:
+		a.node.log.Error("reading alarm", "actor", a.key, "err", err)
+	case ok:
+		a.node.alarms.set(a.key, a.class, a.addr.Name, time.UnixMilli(at))
+	default:
+		a.node.alarms.clear(a.key)
+	}
+}
+
+// scanAlarms feeds the timer, at start, with the pending alarms of every
+// actor database of the served classes in the data directory.
+func (n *Node) scanAlarms(ctx context.Context) error {
+	root := filepath.Join(n.opts.DataDir, "actors", n.opts.Tenant)
+	for name, c := range n.classes {
+		dir := filepath.Join(root, name)
+		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return nil
+				}
+				return err
+			}
+			if d.IsDir() && path != dir {
+				return filepath.SkipDir
+			}
+			if d.IsDir() || !strings.HasSuffix(path, ".db") {
+				return nil
+			}
+			return n.scanAlarm(ctx, c, path)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (n *Node) scanAlarm(ctx context.Context, c *class, path string) error {
+	db, err := n.storage.Open(ctx, path, n.opts.Storage)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	var w abi.RowsWriter
+	if err := db.HostQuery(ctx, "SELECT value FROM "+metaTable+" WHERE key = 'name'", nil, &w); err != nil {
+		return nil // an actor from before host tables existed has no alarm either
+	}
+	r := abi.NewReader(w.Buf)
+	if _, rows := r.Columns(); rows == 0 {
+		return nil
+	}
+	name := string(r.Value().Bytes)
+	at, _, ok, err := readAlarm(ctx, db)
+	if err != nil || !ok {
+		return nil
+	}
+	n.alarms.set(n.opts.Tenant+"/"+c.name+"/"+name, c, name, time.UnixMilli(at))
+	return nil
+}

@@ -1,0 +1,147 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/runtime"
+)
+
+// callerHeader tells a callee which actor is calling; the host removes it
+// from outside requests, so a callee can trust it.
+const callerHeader = "x-wasmkeep-caller"
+
+// actorCall serves actors.call: an HTTP-shaped request to class/name in the
+// caller's tenant, delivered through the callee's mailbox while the caller's
+// event waits. Stack: addr ptr/len, request ptr/len, out ptr/cap.
+func actorCall(ctx context.Context, st *eventState, mem runtime.Memory, s []uint64) {
+	fail := func(kind abi.CallErrorKind, msg string) {
+		st.out = abi.AppendError(st.out[:0], uint8(kind), msg)
+		s[0] = st.result(mem, s[4], s[5], st.out, true)
+	}
+	n := st.actor.node
+	c, name, err := n.parseCallAddress(string(read(mem, s[0], s[1])))
+	if err != nil {
+		fail(abi.CallInvalidAddress, err.Error())
+		return
+	}
+	raw := read(mem, s[2], s[3])
+	if int64(len(raw)) > n.opts.MaxBodyBytes+64<<10 {
+		fail(abi.CallTooLarge, "the request is larger than the 16 MB limit")
+		return
+	}
+	req, err := abi.DecodeRequest(raw)
+	if err != nil {
+		faultf("actor_call: malformed request: %v", err)
+	}
+	if int64(len(req.Body)) > n.opts.MaxBodyBytes {
+		fail(abi.CallTooLarge, "the request body is larger than the 16 MB limit")
+		return
+	}
+	if req.Method == "" || !strings.HasPrefix(req.Path, "/") {
+		fail(abi.CallInvalidAddress, "the request needs a method and a path starting with /")
+		return
+	}
+	key := n.opts.Tenant + "/" + c.name + "/" + name
+	chain := append(slices.Clip(st.chain), st.actor.key)
+	if slices.Contains(chain, key) {
+		fail(abi.CallReentrant, "calling "+c.name+"/"+name+" would re-enter an actor waiting in this call chain")
+		return
+	}
+	// The callee sees who calls, as the host says, never as the caller says.
+	req.Headers = slices.DeleteFunc(req.Headers, func(h abi.Header) bool {
+		return strings.HasPrefix(strings.ToLower(h.Name), "x-wasmkeep-")
+	})
+	a := st.actor.addr
+	req.Headers = append(req.Headers, abi.Header{Name: callerHeader, Value: a.Tenant + "/" + a.Class + "/" + escapeName(a.Name)})
+	// The call ends a little before the caller's own wall clock does, so
+	// that the caller lives to handle the timeout.
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-min(time.Second, n.opts.WallClock/10)))
+		defer cancel()
+	}
+	ev := &event{ctx: ctx, payload: abi.AppendRequest(nil, &req), reply: make(chan outcome, 1), chain: chain}
+	if err := n.deliver(ctx, c, name, ev); err != nil {
+		fail(callErrorOf(ctx, err))
+		return
+	}
+	select {
+	case out := <-ev.reply:
+		switch {
+		case out.skipped:
+			fail(abi.CallTimeout, "the caller's time ran out before the callee started")
+		case out.err != nil:
+			var f *failure
+			msg := "the callee failed"
+			if errors.As(out.err, &f) {
+				msg = f.public
+			}
+			fail(abi.CallFailed, msg)
+		case int64(len(out.resp.Body)) > n.opts.MaxBodyBytes:
+			fail(abi.CallTooLarge, "the response body is larger than the 16 MB limit")
+		default:
+			st.out = abi.AppendResponse(st.out[:0], &out.resp)
+			s[0] = st.result(mem, s[4], s[5], st.out, false)
+		}
+	case <-ctx.Done():
+		fail(abi.CallTimeout, "the callee did not answer within the event's wall-clock limit")
+	}
+}
+
+// parseCallAddress reads class/name (the name percent-encoded where it holds
+// / or %) and checks both.
+func (n *Node) parseCallAddress(addr string) (*class, string, error) {
+	cls, rawName, ok := strings.Cut(addr, "/")
+	if !ok {
+		return nil, "", errors.New("the address must be class/name")
+	}
+	c := n.classes[cls]
+	if c == nil {
+		return nil, "", errors.New("no class " + cls + " is served")
+	}
+	name, err := url.PathUnescape(rawName)
+	if err != nil {
+		return nil, "", errors.New("the name is not valid percent-encoding")
+	}
+	if err := checkName(name); err != nil {
+		return nil, "", err
+	}
+	return c, name, nil
+}
+
+// callErrorOf maps a delivery failure to a call-error.
+func callErrorOf(ctx context.Context, err error) (abi.CallErrorKind, string) {
+	switch {
+	case ctx.Err() != nil:
+		return abi.CallTimeout, "the caller's time ran out while waiting for the callee"
+	case errors.Is(err, errQueueFull):
+		return abi.CallFailed, "the callee's queue is full (429)"
+	case errors.Is(err, errCapacity):
+		return abi.CallFailed, "no resident capacity for the callee (503)"
+	default:
+		return abi.CallFailed, err.Error()
+	}
+}
+
+// escapeName percent-encodes every byte of an actor name but ASCII letters,
+// digits and -._~, as the caller header carries it.
+func escapeName(name string) string {
+	const hexDigits = "0123456789ABCDEF"
+	var b strings.Builder
+	for _, c := range []byte(name) {
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hexDigits[c>>4])
+		b.WriteByte(hexDigits[c&15])
+	}
+	return b.String()
+}

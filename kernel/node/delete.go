@@ -1,0 +1,69 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+
+	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/runtime"
+	"github.com/wasmkeep/wasmkeep/kernel/storage"
+)
+
+// errDeleted refuses storage calls after delete-self-durable in the event.
+var errDeleted = storage.Errorf(abi.SQLNotAllowed, "this actor was deleted in this event")
+
+// deleteSelf serves delete-self (the actor is deleted when the event ends)
+// and, with the durable flag, delete-self-durable (deleted inside the call:
+// database closed, its files removed, the directory fsynced), book ADR 0028.
+// Stack: flags, out ptr/cap.
+func deleteSelf(_ context.Context, st *eventState, mem runtime.Memory, s []uint64) {
+	flags := uint32(s[0])
+	if flags&^abi.DeleteDurable != 0 {
+		faultf("delete_self: unknown flags %#x", flags)
+	}
+	var err error
+	switch {
+	case flags&abi.DeleteDurable == 0:
+		st.deleteAtEnd = true
+	case st.actor.db != nil && st.actor.db.InTransaction():
+		err = storage.Errorf(abi.SQLNotAllowed, "delete-self-durable inside a transaction: commit or roll back first")
+	default:
+		st.deleted = true // storage stays refused, even if removing fails
+		if err = st.actor.removeDatabase(); err != nil {
+			err = storage.Errorf(abi.SQLInternal, "removing the database: %v", err)
+		}
+	}
+	if err != nil {
+		s[0] = st.sqlError(mem, s[1], s[2], err)
+		return
+	}
+	s[0] = st.result(mem, s[1], s[2], nil, false)
+}
+
+// removeDatabase closes the actor's database and removes its files, the
+// write-ahead log first, then fsyncs the directory so the removal is
+// durable. A missing file is not an error: a retry removes what is left.
+func (a *actor) removeDatabase() error {
+	if a.db != nil {
+		err := a.db.Close()
+		a.db = nil
+		if err != nil {
+			return err
+		}
+	}
+	a.deleted.Store(true)
+	path := dbPath(a.node.opts.DataDir, a.addr.Tenant, a.addr.Class, a.addr.Name)
+	for _, p := range []string{path + "-wal", path + "-shm", path} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	return dir.Sync()
+}
