@@ -50,13 +50,14 @@ func (c Choice) New() (any, error) {
 
 // Node is the node's own settings, the `node:` section.
 type Node struct {
-	Listen       string            `koanf:"listen"`
-	DataDir      string            `koanf:"data_dir"`
-	IdleTimeout  time.Duration     `koanf:"idle_timeout"`
-	CPUBudgetMS  int               `koanf:"cpu_budget_ms"`
-	MaxInstances int               `koanf:"max_instances"`
-	Actors       map[string]string `koanf:"actors"` // class name to module file
-	Access       map[string]string `koanf:"access"` // class name to access mode (open, existing, existing:NAME,..., internal)
+	Listen        string            `koanf:"listen"`
+	DataDir       string            `koanf:"data_dir"`
+	IdleTimeout   time.Duration     `koanf:"idle_timeout"`
+	CPUBudgetMS   int               `koanf:"cpu_budget_ms"`
+	MaxInstances  int               `koanf:"max_instances"`
+	MetricsListen string            `koanf:"metrics_listen"`
+	Actors        map[string]string `koanf:"actors"` // class name to module file
+	Access        map[string]string `koanf:"access"` // class name to access mode (open, existing, existing:NAME,..., internal)
 }
 
 // EnvPrefix starts every environment variable the configuration reads.

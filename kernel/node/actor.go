@@ -177,6 +177,7 @@ func (a *actor) discardInstance() {
 	}
 	a.inst.Close(context.Background())
 	a.inst = nil
+	a.node.metrics.hibernations.Inc()
 	a.stdout.flush()
 	a.stderr.flush()
 }
@@ -185,13 +186,20 @@ func (a *actor) discardInstance() {
 // that thread is the event's.
 func (a *actor) handle(ev *event) {
 	if ev.ctx.Err() != nil {
+		a.node.metrics.requestsAbandoned.Inc()
 		ev.reply <- outcome{skipped: true}
 		return
 	}
 	a.busy.Store(true)
+	start := time.Now()
 	goruntime.LockOSThread()
 	out := a.runEvent(ev)
 	goruntime.UnlockOSThread()
+	kind := kindRequest
+	if ev.alarm {
+		kind = kindAlarm
+	}
+	a.node.metrics.event(a.class.name, kind, out.err != nil, time.Since(start))
 	a.lastActive.Store(time.Now().UnixNano())
 	a.busy.Store(false)
 	ev.reply <- out
@@ -209,7 +217,9 @@ func (a *actor) runEvent(ev *event) outcome {
 		return outcome{err: err}
 	}
 	if a.needInit {
-		if err := a.callHook(ctx, abi.ExportOnInit, 0); err != nil {
+		err := a.callHook(ctx, abi.ExportOnInit, 0)
+		a.node.metrics.event(a.class.name, kindInit, err != nil, 0)
+		if err != nil {
 			return outcome{err: err}
 		}
 		if err := a.recordInit(ctx); err != nil {
@@ -276,6 +286,7 @@ func (a *actor) wake(ctx context.Context) error {
 	}
 	// _initialize runs guest code (Go's package init functions, which may
 	// call the host): it gets the budget and host state of an event.
+	start := time.Now()
 	err := a.guest(ctx, abi.ExportInitialize, func(ctx context.Context) error {
 		inst, err := a.class.module.Instantiate(ctx, runtime.InstanceConfig{Stdout: &a.stdout, Stderr: &a.stderr})
 		a.inst = inst
@@ -284,6 +295,8 @@ func (a *actor) wake(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.node.metrics.instantiate.Observe(time.Since(start).Seconds())
+	a.node.metrics.wakes.Inc()
 	if a.needInit, err = a.initPending(ctx); err != nil {
 		a.discardInstance()
 		return &failure{"internal error", err}
@@ -334,8 +347,10 @@ func (a *actor) guest(ctx context.Context, what string, f func(ctx context.Conte
 	if errors.Is(err, runtime.ErrInterrupted) {
 		switch cause := context.Cause(ctx); {
 		case errors.Is(cause, errCPUBudget):
+			a.node.metrics.cpuBudget.Inc()
 			return &failure{"actor exceeded its CPU budget", cause}
 		case errors.Is(cause, errWallClock):
+			a.node.metrics.cuts.WithLabelValues("wall").Inc()
 			return &failure{"actor exceeded its wall-clock limit", cause}
 		default:
 			return &failure{"actor stopped", cause}

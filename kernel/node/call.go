@@ -68,6 +68,7 @@ func actorCall(ctx context.Context, st *eventState, mem runtime.Memory, s []uint
 	}
 	ev := &event{ctx: ctx, payload: abi.AppendRequest(nil, &req), reply: make(chan outcome, 1), chain: chain}
 	if err := n.deliver(ctx, c, name, ev); err != nil {
+		n.countRefusal(err)
 		fail(callErrorOf(ctx, err))
 		return
 	}

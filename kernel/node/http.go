@@ -55,9 +55,11 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Every request here comes from outside; refused ones create nothing.
 	switch {
 	case c.access.Mode == Internal:
+		n.metrics.refused.WithLabelValues(refusedAccess).Inc()
 		http.Error(w, "class "+strconv.Quote(route.class)+" is internal: outside requests are refused", http.StatusForbidden)
 		return
 	case !c.access.allowsCreate(route.name) && !n.exists(c, route.name):
+		n.metrics.refused.WithLabelValues(refusedAccess).Inc()
 		http.Error(w, "unknown actor "+strconv.Quote(route.name), http.StatusNotFound)
 		return
 	}
@@ -76,6 +78,7 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ev := &event{ctx: r.Context(), payload: payload, reply: make(chan outcome, 1)}
 	if err := n.deliver(r.Context(), c, route.name, ev); err != nil {
+		n.countRefusal(err)
 		switch {
 		case errors.Is(err, errQueueFull):
 			http.Error(w, "too many requests for this actor", http.StatusTooManyRequests)

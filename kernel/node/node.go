@@ -98,6 +98,7 @@ type Node struct {
 
 	stopping atomic.Bool
 	alarms   *schedule
+	metrics  *metrics
 }
 
 // New creates a node: it creates the engine, then compiles and checks every
@@ -139,6 +140,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		alarms: newSchedule(),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.metrics = newMetrics(n)
 	names := make([]string, 0, len(opts.Classes))
 	for name := range opts.Classes {
 		names = append(names, name)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -89,6 +90,7 @@ type serveFlags struct {
 	idleTimeout  time.Duration
 	cpuBudgetMS  int
 	maxInstances int
+	metricsAddr  string
 	access       []string
 }
 
@@ -114,6 +116,7 @@ func serveCommand(reg *plugin.Registry) *cobra.Command {
 	fl.DurationVar(&f.idleTimeout, "idle-timeout", 0, "hibernate an actor after this long without events (node.idle_timeout)")
 	fl.IntVar(&f.cpuBudgetMS, "cpu-budget-ms", 0, "guest CPU per event, in milliseconds (node.cpu_budget_ms)")
 	fl.IntVar(&f.maxInstances, "max-instances", 0, "actors resident at once (node.max_instances)")
+	fl.StringVar(&f.metricsAddr, "metrics-listen", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9100 (node.metrics_listen; off by default)")
 	fl.StringArrayVar(&f.access, "access", nil, "who outside may reach a class's actors: CLASS=open|existing|existing:NAME,...|internal (repeatable; node.access)")
 	return cmd
 }
@@ -135,6 +138,9 @@ func nodeSettings(cmd *cobra.Command, cfg config.Node, f serveFlags) (config.Nod
 	}
 	if set("max-instances") {
 		cfg.MaxInstances = f.maxInstances
+	}
+	if set("metrics-listen") {
+		cfg.MetricsListen = f.metricsAddr
 	}
 	if len(f.actors) > 0 && cfg.Actors == nil {
 		cfg.Actors = map[string]string{}
@@ -240,6 +246,17 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	srv := n.NewServer(ns.Listen)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
+	if ns.MetricsListen != "" {
+		ml, err := net.Listen("tcp", ns.MetricsListen)
+		if err != nil {
+			n.Close()
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+		// The page names classes and counts events: bind it where only
+		// Prometheus reaches.
+		go (&http.Server{Handler: n.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}).Serve(ml)
+		log.Info("metrics", "listen", ml.Addr().String())
+	}
 	log.Info("serving", "listen", l.Addr().String(), "runtime", cfg.Plugins[plugin.Runtime].Info.Name,
 		"storage", cfg.Plugins[plugin.Storage].Info.Name, "data_dir", ns.DataDir)
 	select {

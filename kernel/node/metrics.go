@@ -1,0 +1,131 @@
+package node
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Event kinds and outcomes, the labels of wasmkeep_events_total.
+const (
+	kindRequest = "request"
+	kindAlarm   = "alarm"
+	kindInit    = "init"
+)
+
+// Reasons of wasmkeep_admission_refused_total.
+const (
+	refusedAccess      = "access"
+	refusedCapacity    = "capacity"
+	refusedOverloaded  = "overloaded"
+	refusedUnavailable = "unavailable"
+)
+
+// metrics are the book's single-node metrics (Monitoring), on a registry of
+// the node's own so that several nodes in one process do not collide. Labels
+// are class names, event kinds and fixed reasons, never actor names.
+type metrics struct {
+	reg               *prometheus.Registry
+	events            *prometheus.CounterVec
+	duration          *prometheus.HistogramVec
+	cuts              *prometheus.CounterVec
+	cpuBudget         prometheus.Counter
+	instantiate       prometheus.Histogram
+	wakes             prometheus.Counter
+	hibernations      prometheus.Counter
+	refused           *prometheus.CounterVec
+	alarmRetries      prometheus.Counter
+	requestsAbandoned prometheus.Counter
+}
+
+func newMetrics(n *Node) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmkeep_events_total", Help: "Events run, by class, kind (request, alarm, init) and outcome (ok, failed).",
+		}, []string{"class", "kind", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "wasmkeep_event_duration_seconds", Help: "Time an event took, from its start in the actor to its end.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}, []string{"class"}),
+		cuts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmkeep_event_cuts_total", Help: "Events the host stopped, by reason (wall: past the wall-clock limit).",
+		}, []string{"reason"}),
+		cpuBudget: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmkeep_cpu_budget_exceeded_total", Help: "Guest calls stopped for using their CPU budget.",
+		}),
+		instantiate: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "wasmkeep_instantiate_seconds", Help: "Creating an actor's instance (its _initialize included): the wake cost.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}),
+		wakes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmkeep_wakes_total", Help: "Actor instances created (first request or wake).",
+		}),
+		hibernations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmkeep_hibernations_total", Help: "Actor instances dropped (hibernated, evicted, discarded after a failure, deleted, shut down).",
+		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmkeep_admission_refused_total", Help: "Requests and actor calls refused before their event ran, by reason.",
+		}, []string{"reason"}),
+		alarmRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmkeep_alarm_admission_retries_total", Help: "Alarm deliveries rescheduled because resident capacity or an actor queue was full.",
+		}),
+		requestsAbandoned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmkeep_requests_abandoned_total", Help: "Requests and calls not run because their sender had gone while they waited.",
+		}),
+	}
+	for _, r := range []string{refusedAccess, refusedCapacity, refusedOverloaded, refusedUnavailable} {
+		m.refused.WithLabelValues(r) // every reason is on the page from the start
+	}
+	m.cuts.WithLabelValues("wall")
+	ready := func() float64 {
+		if n.stopping.Load() {
+			return 0
+		}
+		return 1
+	}
+	m.reg.MustRegister(m.events, m.duration, m.cuts, m.cpuBudget, m.instantiate, m.wakes, m.hibernations,
+		m.refused, m.alarmRetries, m.requestsAbandoned,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_actors_resident", Help: "Actors in memory now (registered mailboxes)."},
+			func() float64 { n.mu.Lock(); defer n.mu.Unlock(); return float64(len(n.actors)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_classes", Help: "Classes served."},
+			func() float64 { return float64(len(n.classes)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_ready", Help: "1 when /_wasmkeep/ready answers 200."}, ready),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "wasmkeep_not_ready", Help: "1 while the node is not ready, with the reason.", ConstLabels: prometheus.Labels{"reason": "shutting down"},
+		}, func() float64 { return 1 - ready() }),
+	)
+	return m
+}
+
+// MetricsHandler serves the node's metrics page (--metrics-listen).
+func (n *Node) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{Registry: n.metrics.reg})
+}
+
+// event counts one event of a class.
+func (m *metrics) event(class, kind string, failed bool, took time.Duration) {
+	outcome := "ok"
+	if failed {
+		outcome = "failed"
+	}
+	m.events.WithLabelValues(class, kind, outcome).Inc()
+	if kind != kindInit {
+		m.duration.WithLabelValues(class).Observe(took.Seconds())
+	}
+}
+
+// countRefusal counts a request or call that deliver refused.
+func (n *Node) countRefusal(err error) {
+	switch {
+	case errors.Is(err, errQueueFull):
+		n.metrics.refused.WithLabelValues(refusedOverloaded).Inc()
+	case errors.Is(err, errCapacity):
+		n.metrics.refused.WithLabelValues(refusedCapacity).Inc()
+	case errors.Is(err, errStopping):
+		n.metrics.refused.WithLabelValues(refusedUnavailable).Inc()
+	}
+}
