@@ -52,7 +52,7 @@ type actor struct {
 	node  *Node
 	class *class
 	addr  abi.Address
-	key   string
+	key   string // tenant/class/name, or "stateless": names it in the log
 	prev  *actor // the previous incarnation, possibly still closing
 
 	queue      chan *event
@@ -82,9 +82,8 @@ func newActor(n *Node, c *class, addr abi.Address, key string, prev *actor) *act
 	}
 	a.state.actor = a
 	a.lastActive.Store(time.Now().UnixNano())
-	name := addr.Tenant + "/" + addr.Class + "/" + addr.Name
-	a.stdout = guestLog{log: n.log, actor: name, stream: "stdout"}
-	a.stderr = guestLog{log: n.log, actor: name, stream: "stderr"}
+	a.stdout = guestLog{log: n.log, actor: key, stream: "stdout"}
+	a.stderr = guestLog{log: n.log, actor: key, stream: "stderr"}
 	return a
 }
 
@@ -214,12 +213,18 @@ func (a *actor) runEvent(ev *event) outcome {
 	defer a.endEvent()
 
 	if err := a.wake(ctx); err != nil {
+		if ev.alarm {
+			a.alarmNotRun()
+		}
 		return outcome{err: err}
 	}
 	if a.needInit {
 		err := a.callHook(ctx, abi.ExportOnInit, 0)
 		a.node.metrics.event(a.class.name, kindInit, err != nil, 0)
 		if err != nil {
+			if ev.alarm {
+				a.alarmNotRun()
+			}
 			return outcome{err: err}
 		}
 		if err := a.recordInit(ctx); err != nil {
@@ -266,7 +271,7 @@ func (a *actor) endEvent() {
 
 // wake opens the database and creates an instance, as needed.
 func (a *actor) wake(ctx context.Context) error {
-	if a.db == nil {
+	if a.db == nil && !a.class.stateless {
 		path := dbPath(a.node.opts.DataDir, a.addr.Tenant, a.addr.Class, a.addr.Name)
 		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 			return &failure{"internal error", err}
@@ -309,7 +314,7 @@ const metaTable = "_wasmkeep_meta"
 // initPending reports whether on-init must run: the module has it and the
 // database has not recorded a successful run for this module version.
 func (a *actor) initPending(ctx context.Context) (bool, error) {
-	if !a.class.hooks.onInit {
+	if !a.class.hooks.onInit || a.class.stateless { // no database to record it in
 		return false, nil
 	}
 	var rows abi.RowsWriter

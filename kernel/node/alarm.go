@@ -129,15 +129,40 @@ func (a *actor) runAlarm(ctx context.Context) error {
 	if hookErr == nil {
 		_, err = a.db.HostExec(context.Background(), "DELETE FROM "+alarmTable+" WHERE at = ? AND failures = ?", integer(at), integer(failures))
 	} else {
-		next := time.Now().Add(retryDelay(failures + 1)).UnixMilli()
-		_, err = a.db.HostExec(context.Background(), "UPDATE "+alarmTable+" SET at = ?, failures = failures + 1 WHERE at = ? AND failures = ?",
-			integer(next), integer(at), integer(failures))
+		err = a.retryAlarm(at, failures)
 	}
 	a.state.alarmTouched = true
 	if err != nil {
 		return &failure{"internal error", err}
 	}
 	return hookErr
+}
+
+// retryAlarm counts a failed attempt and moves the alarm to the next one,
+// unless the event set another alarm meanwhile.
+func (a *actor) retryAlarm(at, failures int64) error {
+	next := time.Now().Add(retryDelay(failures + 1)).UnixMilli()
+	_, err := a.db.HostExec(context.Background(), "UPDATE "+alarmTable+" SET at = ?, failures = failures + 1 WHERE at = ? AND failures = ?",
+		integer(next), integer(at), integer(failures))
+	return err
+}
+
+// alarmNotRun handles a due alarm whose event failed before on-alarm could
+// run (the actor could not wake, or on-init failed): it is an attempt that
+// failed, retried with the same backoff, so the alarm is neither lost nor
+// retried in a tight loop.
+func (a *actor) alarmNotRun() {
+	if a.db == nil {
+		a.node.alarms.set(a.key, a.class, a.addr.Name, time.Now().Add(alarmRetryFirst))
+		return
+	}
+	a.db.EndEvent(context.Background())
+	if at, failures, ok, err := readAlarm(context.Background(), a.db); err == nil && ok && at <= time.Now().UnixMilli() {
+		if err := a.retryAlarm(at, failures); err != nil {
+			a.node.log.Error("rescheduling alarm", "actor", a.key, "err", err)
+		}
+	}
+	a.state.alarmTouched = true
 }
 
 // retryDelay is the wait before attempt n+1 after n failures in a row.
