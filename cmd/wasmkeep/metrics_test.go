@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strconv"
@@ -65,4 +67,42 @@ func TestMetricsMove(t *testing.T) {
 	waitFor(t, 10*time.Second, "the alarm event", func() bool {
 		return n.metric(`wasmkeep_events_total{class="probe",kind="alarm",outcome="ok"}`) == 1
 	})
+}
+
+// Refusals by reason, abandoned requests and readiness.
+func TestMetricsOfRefusals(t *testing.T) {
+	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}, MaxInstances: 1, QueueLimit: 1})
+	running := make(chan struct{})
+	go func() {
+		defer close(running)
+		n.do("POST", "/actor/probe/a/seen?seq=1&ms=800", "")
+	}()
+	time.Sleep(200 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", n.url+"/actor/probe/a/seen?seq=2&ms=0", nil)
+	http.DefaultClient.Do(req) // queued, then its client leaves
+	if code, _ := n.do("GET", "/actor/probe/a/hits", ""); code != 429 {
+		t.Errorf("a full queue answered %d", code)
+	}
+	if code, _ := n.do("GET", "/actor/probe/b/hits", ""); code != 503 {
+		t.Errorf("no capacity answered %d", code)
+	}
+	<-running
+	waitFor(t, 5*time.Second, "the abandoned request", func() bool {
+		return n.metric(`wasmkeep_requests_abandoned_total`) == 1
+	})
+	for reason, want := range map[string]float64{"overloaded": 1, "capacity": 1, "access": 0, "unavailable": 0} {
+		if got := n.metric(`wasmkeep_admission_refused_total{reason="` + reason + `"}`); got != want {
+			t.Errorf("refused %s = %v, want %v", reason, got, want)
+		}
+	}
+	stopped := &testNode{t: t, node: n.node} // its page still answers once stopped
+	n.stop()
+	if got := stopped.metric(`wasmkeep_not_ready{reason="shutting down"}`); got != 1 {
+		t.Errorf("not_ready after shutdown = %v", got)
+	}
+	if got := stopped.metric(`wasmkeep_ready`); got != 0 {
+		t.Errorf("ready after shutdown = %v", got)
+	}
 }
