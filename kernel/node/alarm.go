@@ -69,8 +69,10 @@ func readAlarm(ctx context.Context, db interface {
 }
 
 // Host functions of the alarms interface. After delete-self-durable in the
-// event, get returns none and set and clear do nothing.
+// event, get returns none and set and clear do nothing; the stateless
+// component has no alarms.
 func alarmSet(ctx context.Context, st *eventState, _ runtime.Memory, s []uint64) {
+	st.actorOnly("alarm_set")
 	if st.deleted {
 		return
 	}
@@ -81,6 +83,7 @@ func alarmSet(ctx context.Context, st *eventState, _ runtime.Memory, s []uint64)
 }
 
 func alarmGet(ctx context.Context, st *eventState, _ runtime.Memory, s []uint64) {
+	st.actorOnly("alarm_get")
 	s[0] = uint64(1<<64 - 1) // -1: none
 	if st.deleted {
 		return
@@ -95,6 +98,7 @@ func alarmGet(ctx context.Context, st *eventState, _ runtime.Memory, s []uint64)
 }
 
 func alarmClear(ctx context.Context, st *eventState, _ runtime.Memory, _ []uint64) {
+	st.actorOnly("alarm_clear")
 	if st.deleted {
 		return
 	}

@@ -24,6 +24,10 @@ func actorCall(ctx context.Context, st *eventState, mem runtime.Memory, s []uint
 		st.out = abi.AppendError(st.out[:0], uint8(kind), msg)
 		s[0] = st.result(mem, s[4], s[5], st.out, true)
 	}
+	if st.actor.class.stateless { // there is no caller actor to name
+		fail(abi.CallFailed, "the stateless component has no actors.call: it reaches actors over HTTP")
+		return
+	}
 	n := st.actor.node
 	c, name, err := n.parseCallAddress(string(read(mem, s[0], s[1])))
 	if err != nil {

@@ -25,6 +25,8 @@ func deleteSelf(_ context.Context, st *eventState, mem runtime.Memory, s []uint6
 	}
 	var err error
 	switch {
+	case st.actor.class.stateless:
+		err = errStateless
 	case flags&abi.DeleteDurable == 0:
 		st.deleteAtEnd = true
 	case st.actor.db != nil && st.actor.db.InTransaction():

@@ -142,8 +142,8 @@ func hostFunctions() map[string]runtime.HostFunction {
 				faultf("sql_exec: unknown flags %#x", flags)
 			}
 			sql, params := st.statement(mem, s)
-			if st.deleted {
-				s[0] = st.sqlError(mem, s[5], s[6], errDeleted)
+			if err := st.storageRefused(); err != nil {
+				s[0] = st.sqlError(mem, s[5], s[6], err)
 				return
 			}
 			n, err := st.actor.db.Exec(ctx, sql, params, storage.ExecOptions{Durable: flags&abi.ExecDurable != 0})
@@ -156,8 +156,8 @@ func hostFunctions() map[string]runtime.HostFunction {
 		}),
 		hostFunc(abi.HostSQLQuery, sig(types(i32, i32, i32, i32, i32, i32), i32), func(ctx context.Context, st *eventState, mem runtime.Memory, s []uint64) {
 			sql, params := st.statement(mem, s)
-			if st.deleted {
-				s[0] = st.sqlError(mem, s[4], s[5], errDeleted)
+			if err := st.storageRefused(); err != nil {
+				s[0] = st.sqlError(mem, s[4], s[5], err)
 				return
 			}
 			st.rows.Buf = st.out[:0]
@@ -170,6 +170,7 @@ func hostFunctions() map[string]runtime.HostFunction {
 			s[0] = st.result(mem, s[4], s[5], st.rows.Buf, false)
 		}),
 		hostFunc(abi.HostSelfAddress, sig(types(i32, i32), i32), func(_ context.Context, st *eventState, mem runtime.Memory, s []uint64) {
+			st.actorOnly("self_address")
 			st.out = abi.AppendAddress(st.out[:0], st.actor.addr)
 			s[0] = st.result(mem, s[0], s[1], st.out, false)
 		}),
@@ -203,6 +204,17 @@ func hostFunctions() map[string]runtime.HostFunction {
 		m[f.Name] = f
 	}
 	return m
+}
+
+// storageRefused says why storage calls fail in this event, if they do.
+func (st *eventState) storageRefused() error {
+	switch {
+	case st.actor.class.stateless:
+		return errStateless
+	case st.deleted:
+		return errDeleted
+	}
+	return nil
 }
 
 // statement reads the SQL text and parameters of sql_exec and sql_query.

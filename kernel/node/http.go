@@ -24,7 +24,8 @@ func (n *Node) NewServer(addr string) *http.Server {
 	}
 }
 
-// ServeHTTP routes /actor/..., and /_wasmkeep/health and /ready.
+// ServeHTTP routes /actor/..., /_wasmkeep/health and /ready, and every other
+// path to the stateless component, if there is one.
 func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/_wasmkeep/health":
@@ -40,6 +41,9 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	route, ok, err := parseActorPath(r.URL.EscapedPath())
 	switch {
+	case !ok && n.stateless != nil && !strings.HasPrefix(r.URL.Path, "/_wasmkeep/"):
+		n.serveStateless(w, r)
+		return
 	case !ok:
 		http.NotFound(w, r)
 		return
@@ -63,30 +67,14 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unknown actor "+strconv.Quote(route.name), http.StatusNotFound)
 		return
 	}
-	if r.ContentLength > n.opts.MaxBodyBytes {
-		http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
-		return
-	}
-	payload, err := n.encodeRequest(r, route)
-	if err != nil {
-		if errors.Is(err, errBodyTooLarge) {
-			http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
-		} else {
-			http.Error(w, "reading request body: "+err.Error(), http.StatusBadRequest)
-		}
+	payload, ok := n.readRequest(w, r, route.rest)
+	if !ok {
 		return
 	}
 	ev := &event{ctx: r.Context(), payload: payload, reply: make(chan outcome, 1)}
 	if err := n.deliver(r.Context(), c, route.name, ev); err != nil {
-		n.countRefusal(err)
-		switch {
-		case errors.Is(err, errQueueFull):
-			http.Error(w, "too many requests for this actor", http.StatusTooManyRequests)
-		case errors.Is(err, errCapacity), errors.Is(err, errStopping):
-			w.Header().Set("Retry-After", "1")
-			http.Error(w, "server at capacity, retry", http.StatusServiceUnavailable)
-		}
-		return // otherwise the client left while waiting for admission
+		n.refuse(w, err)
+		return
 	}
 	select {
 	case out := <-ev.reply:
@@ -96,12 +84,43 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// refuse answers and counts a request that could not be delivered.
+func (n *Node) refuse(w http.ResponseWriter, err error) {
+	n.countRefusal(err)
+	switch {
+	case errors.Is(err, errQueueFull):
+		http.Error(w, "too many requests for this actor", http.StatusTooManyRequests)
+	case errors.Is(err, errCapacity), errors.Is(err, errStopping):
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "server at capacity, retry", http.StatusServiceUnavailable)
+	}
+	// otherwise the client left while waiting for admission
+}
+
+// readRequest encodes r for the guest with path (escaped, without the
+// query), or answers the client and returns false.
+func (n *Node) readRequest(w http.ResponseWriter, r *http.Request, path string) ([]byte, bool) {
+	if r.ContentLength > n.opts.MaxBodyBytes {
+		http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+		return nil, false
+	}
+	payload, err := n.encodeRequest(r, path)
+	if err != nil {
+		if errors.Is(err, errBodyTooLarge) {
+			http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+		} else {
+			http.Error(w, "reading request body: "+err.Error(), http.StatusBadRequest)
+		}
+		return nil, false
+	}
+	return payload, true
+}
+
 var errBodyTooLarge = errors.New("request body too large")
 
-// encodeRequest builds the abi.Request the actor receives, reading the body
+// encodeRequest builds the abi.Request the guest receives, reading the body
 // straight into the payload.
-func (n *Node) encodeRequest(r *http.Request, route actorRoute) ([]byte, error) {
-	path := route.rest
+func (n *Node) encodeRequest(r *http.Request, path string) ([]byte, error) {
 	if r.URL.RawQuery != "" {
 		path += "?" + r.URL.RawQuery
 	}

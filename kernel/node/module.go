@@ -20,6 +20,9 @@ type class struct {
 	module  runtime.Module
 	hooks   hooks
 	access  Access // for requests from outside
+	// stateless: the stateless component, which has no database, address
+	// or alarms, and gets a fresh instance per request.
+	stateless bool
 	// env is what env_get answers: the class's --env values.
 	env map[string]string
 }
@@ -54,20 +57,20 @@ var (
 	voidSig    = runtime.Signature{}
 )
 
-// loadClass reads, compiles and checks a module file.
-func loadClass(ctx context.Context, eng runtime.Engine, host map[string]runtime.HostFunction, name, path string) (*class, error) {
+// loadClass reads, compiles and checks a module file; the caller names it.
+func loadClass(ctx context.Context, eng runtime.Engine, host map[string]runtime.HostFunction, path string) (*class, error) {
 	wasm, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("class %s: %w", name, err)
+		return nil, err
 	}
 	mod, err := eng.Compile(ctx, wasm)
 	if err != nil {
-		return nil, fmt.Errorf("class %s: compiling %s: %w", name, path, err)
+		return nil, fmt.Errorf("compiling %s: %w", path, err)
 	}
-	c := &class{name: name, module: mod}
+	c := &class{module: mod}
 	if c.hooks, err = checkModule(mod, host); err != nil {
 		mod.Close(ctx)
-		return nil, fmt.Errorf("class %s: %s: %w", name, path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	sum := sha256.Sum256(wasm)
 	c.version = hex.EncodeToString(sum[:])

@@ -34,13 +34,14 @@ type Options struct {
 	IdleTimeout   time.Duration     // [30s] without events before an actor hibernates
 	CPUBudget     time.Duration     // [50ms] guest CPU per event
 	WallClock     time.Duration     // [30s] wall time per event
-	MaxInstances  int               // [1000] actors resident at once
+	MaxInstances  int               // [1000] instances at once: resident actors and stateless requests
 	MemoryLimit   uint32            // [128 MiB] per linear memory, in bytes
 	QueueLimit    int               // [1024] events waiting per actor
 	MaxBodyBytes  int64             // [16 MB] request body
 	AdmissionWait time.Duration     // [250ms] for an idle actor to make room
 	Storage       storage.Options
 	Env           map[string]map[string]string // by class: its configuration (--env), name to value
+	Stateless     string                       // module file of the stateless component ("" for none)
 	Logger        *slog.Logger
 }
 
@@ -87,14 +88,16 @@ type Node struct {
 	storage storage.Driver
 	classes map[string]*class
 
+	stateless *class // answers paths outside /actor/ and /_wasmkeep/; nil for none
+
 	ctx    context.Context // ends when the node stops: stops running guests
 	cancel context.CancelFunc
 
 	mu      sync.Mutex
 	actors  map[string]*actor // registered mailboxes, by tenant/class/name
 	closing map[string]*actor // incarnations still closing their resources
-	slots   chan struct{}     // one token per resident actor
-	wg      sync.WaitGroup    // actor goroutines
+	slots   chan struct{}     // one token per instance: resident actor or stateless request
+	wg      sync.WaitGroup    // actor goroutines and stateless requests
 
 	stopping atomic.Bool
 	alarms   *schedule
@@ -157,15 +160,26 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 			n.Close()
 			return nil, fmt.Errorf("class name %q must match [a-z][a-z0-9-]{0,63}", name)
 		}
-		c, err := loadClass(ctx, eng, host, name, opts.Classes[name])
+		c, err := loadClass(ctx, eng, host, opts.Classes[name])
 		if err != nil {
 			n.Close()
-			return nil, err
+			return nil, fmt.Errorf("class %s: %w", name, err)
 		}
+		c.name = name
 		c.env = opts.Env[name]
 		c.access = opts.Access[name]
 		n.classes[name] = c
 		n.log.Info("class loaded", "class", name, "module", opts.Classes[name], "version", c.version[:12], "access", c.access.String())
+	}
+	if opts.Stateless != "" {
+		c, err := loadClass(ctx, eng, host, opts.Stateless)
+		if err != nil {
+			n.Close()
+			return nil, fmt.Errorf("stateless component: %w", err)
+		}
+		c.stateless = true
+		n.stateless = c
+		n.log.Info("stateless component loaded", "module", opts.Stateless, "version", c.version[:12])
 	}
 	if err := n.scanAlarms(ctx); err != nil {
 		n.Close()
@@ -207,6 +221,9 @@ func (n *Node) Close() {
 	}
 	for _, c := range n.classes {
 		c.module.Close(context.Background())
+	}
+	if n.stateless != nil {
+		n.stateless.module.Close(context.Background())
 	}
 	n.engine.Close(context.Background())
 }

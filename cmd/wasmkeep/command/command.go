@@ -92,18 +92,23 @@ type serveFlags struct {
 	maxInstances int
 	metricsAddr  string
 	access       []string
+	stateless    string // the positional argument
 }
 
 func serveCommand(reg *plugin.Registry) *cobra.Command {
 	var f serveFlags
 	cmd := &cobra.Command{
-		Use:   "serve",
-		Short: "Serve actors over HTTP at /actor/<class>/<name>",
+		Use:   "serve [STATELESS.wasm]",
+		Short: "Serve actors over HTTP at /actor/<class>/<name>, and a stateless component at every other path",
 		Example: `  wasmkeep serve --actor counter=counter.wasm
   wasmkeep serve --config plugins.yaml --actor chat=chat.wasm --listen :8080
-  wasmkeep serve --actor hub=hub.wasm --env hub=/etc/wasmkeep/hub.env`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+  wasmkeep serve --actor hub=hub.wasm --env hub=/etc/wasmkeep/hub.env
+  wasmkeep serve site.wasm --actor cart=cart.wasm`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				f.stateless = args[0]
+			}
 			return serve(cmd, reg, f)
 		},
 	}
@@ -115,7 +120,7 @@ func serveCommand(reg *plugin.Registry) *cobra.Command {
 	fl.StringVar(&f.listen, "listen", "", "address to serve HTTP on (node.listen)")
 	fl.DurationVar(&f.idleTimeout, "idle-timeout", 0, "hibernate an actor after this long without events (node.idle_timeout)")
 	fl.IntVar(&f.cpuBudgetMS, "cpu-budget-ms", 0, "guest CPU per event, in milliseconds (node.cpu_budget_ms)")
-	fl.IntVar(&f.maxInstances, "max-instances", 0, "actors resident at once (node.max_instances)")
+	fl.IntVar(&f.maxInstances, "max-instances", 0, "instances at once: resident actors and stateless requests (node.max_instances)")
 	fl.StringVar(&f.metricsAddr, "metrics-listen", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9100 (node.metrics_listen; off by default)")
 	fl.StringArrayVar(&f.access, "access", nil, "who outside may reach a class's actors: CLASS=open|existing|existing:NAME,...|internal (repeatable; node.access)")
 	return cmd
@@ -152,8 +157,8 @@ func nodeSettings(cmd *cobra.Command, cfg config.Node, f serveFlags) (config.Nod
 		}
 		cfg.Actors[class] = file
 	}
-	if len(cfg.Actors) == 0 {
-		return cfg, errors.New("no actor class to serve: add --actor CLASS=FILE.wasm (or node.actors in the config)")
+	if len(cfg.Actors) == 0 && f.stateless == "" {
+		return cfg, errors.New("nothing to serve: add --actor CLASS=FILE.wasm (or node.actors in the config), or a stateless component")
 	}
 	if cfg.CPUBudgetMS < 0 || cfg.MaxInstances < 0 || cfg.IdleTimeout < 0 {
 		return cfg, errors.New("cpu budget, max instances and idle timeout cannot be negative")
@@ -230,6 +235,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 		Classes:      ns.Actors,
 		Access:       access,
 		Env:          env,
+		Stateless:    f.stateless,
 		IdleTimeout:  ns.IdleTimeout,
 		CPUBudget:    time.Duration(ns.CPUBudgetMS) * time.Millisecond,
 		MaxInstances: ns.MaxInstances,
