@@ -58,6 +58,10 @@ type Node struct {
 	MetricsListen string            `koanf:"metrics_listen"`
 	Actors        map[string]string `koanf:"actors"` // class name to module file
 	Access        map[string]string `koanf:"access"` // class name to access mode (open, existing, existing:NAME,..., internal)
+
+	// Lines a second per actor instance; 0 discards them all. A pointer,
+	// since unset (the default) and 0 differ.
+	GuestLogRate *int `koanf:"guest_log_rate"`
 }
 
 // EnvPrefix starts every environment variable the configuration reads.

@@ -66,6 +66,7 @@ type actor struct {
 	db       storage.DB
 	inst     runtime.Instance
 	needInit bool
+	logLimit guestLimit // the instance's, shared by stdout and stderr
 	stdout   guestLog
 	stderr   guestLog
 	state    eventState
@@ -82,8 +83,9 @@ func newActor(n *Node, c *class, addr abi.Address, key string, prev *actor) *act
 	}
 	a.state.actor = a
 	a.lastActive.Store(time.Now().UnixNano())
-	a.stdout = guestLog{log: n.log, actor: key, stream: "stdout"}
-	a.stderr = guestLog{log: n.log, actor: key, stream: "stderr"}
+	a.logLimit = newGuestLimit(n, key)
+	a.stdout = guestLog{limit: &a.logLimit, stream: "stdout"}
+	a.stderr = guestLog{limit: &a.logLimit, stream: "stderr"}
 	return a
 }
 
@@ -179,6 +181,7 @@ func (a *actor) discardInstance() {
 	a.node.metrics.hibernations.Inc()
 	a.stdout.flush()
 	a.stderr.flush()
+	a.logLimit.endInstance()
 }
 
 // handle runs one event on a thread of its own, so that the CPU clock of

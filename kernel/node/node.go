@@ -39,6 +39,7 @@ type Options struct {
 	QueueLimit    int               // [1024] events waiting per actor
 	MaxBodyBytes  int64             // [16 MB] request body
 	AdmissionWait time.Duration     // [250ms] for an idle actor to make room
+	GuestLogRate  int               // [50] lines a second each actor instance may print, bursts of twice that; DiscardGuestLogs for none
 	Storage       storage.Options
 	Env           map[string]map[string]string // by class: its configuration (--env), name to value
 	Stateless     string                       // module file of the stateless component ("" for none)
@@ -69,6 +70,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.QueueLimit == 0 {
 		o.QueueLimit = 1024
+	}
+	if o.GuestLogRate == 0 {
+		o.GuestLogRate = defaultGuestLogRate
 	}
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = 16 << 20
@@ -102,6 +106,10 @@ type Node struct {
 	stopping atomic.Bool
 	alarms   *schedule
 	metrics  *metrics
+
+	guestLogBucket  *bucket // the node-wide limit on guest log lines
+	guestLogLines   atomic.Int64
+	guestLogDropped atomic.Int64
 }
 
 // New creates a node: it creates the engine, then compiles and checks every
@@ -141,6 +149,8 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		actors:  map[string]*actor{}, closing: map[string]*actor{},
 		slots:  make(chan struct{}, opts.MaxInstances),
 		alarms: newSchedule(),
+
+		guestLogBucket: newBucket(nodeGuestLogRate),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.metrics = newMetrics(n)

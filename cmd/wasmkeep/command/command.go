@@ -90,6 +90,7 @@ type serveFlags struct {
 	idleTimeout  time.Duration
 	cpuBudgetMS  int
 	maxInstances int
+	guestLogRate int
 	metricsAddr  string
 	access       []string
 	stateless    string // the positional argument
@@ -121,6 +122,7 @@ func serveCommand(reg *plugin.Registry) *cobra.Command {
 	fl.DurationVar(&f.idleTimeout, "idle-timeout", 0, "hibernate an actor after this long without events (node.idle_timeout)")
 	fl.IntVar(&f.cpuBudgetMS, "cpu-budget-ms", 0, "guest CPU per event, in milliseconds (node.cpu_budget_ms)")
 	fl.IntVar(&f.maxInstances, "max-instances", 0, "instances at once: resident actors and stateless requests (node.max_instances)")
+	fl.IntVar(&f.guestLogRate, "guest-log-rate", 50, "lines a second each actor instance may print to the log, bursts of twice that; 0 discards them (node.guest_log_rate)")
 	fl.StringVar(&f.metricsAddr, "metrics-listen", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9100 (node.metrics_listen; off by default)")
 	fl.StringArrayVar(&f.access, "access", nil, "who outside may reach a class's actors: CLASS=open|existing|existing:NAME,...|internal (repeatable; node.access)")
 	return cmd
@@ -144,6 +146,9 @@ func nodeSettings(cmd *cobra.Command, cfg config.Node, f serveFlags) (config.Nod
 	if set("max-instances") {
 		cfg.MaxInstances = f.maxInstances
 	}
+	if set("guest-log-rate") {
+		cfg.GuestLogRate = &f.guestLogRate
+	}
 	if set("metrics-listen") {
 		cfg.MetricsListen = f.metricsAddr
 	}
@@ -160,8 +165,8 @@ func nodeSettings(cmd *cobra.Command, cfg config.Node, f serveFlags) (config.Nod
 	if len(cfg.Actors) == 0 && f.stateless == "" {
 		return cfg, errors.New("nothing to serve: add --actor CLASS=FILE.wasm (or node.actors in the config), or a stateless component")
 	}
-	if cfg.CPUBudgetMS < 0 || cfg.MaxInstances < 0 || cfg.IdleTimeout < 0 {
-		return cfg, errors.New("cpu budget, max instances and idle timeout cannot be negative")
+	if cfg.CPUBudgetMS < 0 || cfg.MaxInstances < 0 || cfg.IdleTimeout < 0 || (cfg.GuestLogRate != nil && *cfg.GuestLogRate < 0) {
+		return cfg, errors.New("cpu budget, max instances, idle timeout and guest log rate cannot be negative")
 	}
 	return cfg, nil
 }
@@ -239,6 +244,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 		IdleTimeout:  ns.IdleTimeout,
 		CPUBudget:    time.Duration(ns.CPUBudgetMS) * time.Millisecond,
 		MaxInstances: ns.MaxInstances,
+		GuestLogRate: guestLogRate(ns.GuestLogRate),
 		Logger:       log,
 	}, rt, st)
 	if err != nil {
@@ -275,4 +281,16 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	err = n.Shutdown(srv, 10*time.Second)
 	log.Info("stopped")
 	return err
+}
+
+// guestLogRate maps node.guest_log_rate to node.Options, where 0 is the
+// default and discarding is DiscardGuestLogs.
+func guestLogRate(rate *int) int {
+	switch {
+	case rate == nil:
+		return 0
+	case *rate == 0:
+		return node.DiscardGuestLogs
+	}
+	return *rate
 }

@@ -205,6 +205,12 @@ func serve(w wasmkeep.ResponseWriter, r *wasmkeep.Request) {
 		fmt.Println("line one")
 		fmt.Fprintln(os.Stderr, "to stderr \x1b[31mred")
 		w.Write([]byte("logged"))
+	case "/flood":
+		n, _ := strconv.Atoi(q.Get("n"))
+		for i := range n {
+			fmt.Println("flood", i)
+		}
+		w.Write([]byte("flooded"))
 	case "/status":
 		code, _ := strconv.Atoi(q.Get("code"))
 		w.Header().Set("X-Probe", "yes")
