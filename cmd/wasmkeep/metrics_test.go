@@ -60,6 +60,13 @@ func TestMetricsMove(t *testing.T) {
 	n.do("POST", "/actor/probe/a/seen?seq=1&ms=3000", "")
 	check(`wasmkeep_event_cuts_total{reason="wall"}`, 1)
 
+	n.expect("GET", "/actor/probe/a/log", "", 200, "logged")
+	check(`wasmkeep_guest_log_lines_total`, 2)
+	n.expect("GET", "/actor/probe/a/flood?n=300", "", 200, "flooded")
+	if got := n.metric(`wasmkeep_guest_log_dropped_total`); got < 100 {
+		t.Errorf("guest log lines dropped = %v after a flood of 300, want at least 100", got)
+	}
+
 	n.do("GET", "/actor/hidden/x/hits", "")
 	check(`wasmkeep_admission_refused_total{reason="access"}`, 1)
 
