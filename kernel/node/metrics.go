@@ -110,8 +110,11 @@ func (n *Node) MetricsHandler() http.Handler {
 	return promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{Registry: n.metrics.reg})
 }
 
-// event counts one event of a class.
+// event counts one event of a class ("" for the stateless component).
 func (m *metrics) event(class, kind string, failed bool, took time.Duration) {
+	if class == "" {
+		class = ":stateless" // the stateless component; no class name can hold a colon
+	}
 	outcome := "ok"
 	if failed {
 		outcome = "failed"
