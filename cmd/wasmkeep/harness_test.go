@@ -212,3 +212,36 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// serveBinary runs `bin serve --listen ADDR args...` on a free loopback
+// port, waits until the node is ready and returns its URL, the process (killed
+// at cleanup if still running) and its output.
+func serveBinary(t *testing.T, bin string, args ...string) (string, *exec.Cmd, *syncBuffer) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	logs := &syncBuffer{}
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", addr}, args...)...)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	url := "http://" + addr
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get(url + "/_wasmkeep/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return url, cmd, logs
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not start: %v\n%s", err, logs.String())
+		}
+	}
+}

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -75,33 +73,8 @@ func withoutWasmkeepVars() []string {
 // every database closed.
 func TestSIGTERMFinishesInFlightRequests(t *testing.T) {
 	bin := wasmkeepBinary(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
 	data := t.TempDir()
-	var logs bytes.Buffer
-	cmd := exec.Command(bin, "serve", "--listen", addr, "--data-dir", data, "--actor", "probe="+probe(t))
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	url := "http://" + addr
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get(url + "/_wasmkeep/ready")
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server did not start: %v\n%s", err, logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	url, cmd, logs := serveBinary(t, bin, "--data-dir", data, "--actor", "probe="+probe(t))
 	result := make(chan string, 1)
 	go func() {
 		resp, err := http.Post(url+"/actor/probe/a/seen?seq=7&ms=1000", "", nil)

@@ -3,14 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"net/http"
 	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 )
@@ -75,21 +73,9 @@ func TestStatelessUnknownImportIsRefused(t *testing.T) {
 // stateless component.
 func TestServeStatelessArgument(t *testing.T) {
 	bin := wasmkeepBinary(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	var logs bytes.Buffer
-	cmd := exec.Command(bin, "serve", site(t), "--listen", addr, "--data-dir", t.TempDir(), "--actor", "probe="+probe(t))
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
+	url, _, _ := serveBinary(t, bin, site(t), "--data-dir", t.TempDir(), "--actor", "probe="+probe(t))
 	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + addr + path)
+		resp, err := http.Get(url + path)
 		if err != nil {
 			return 0, err.Error()
 		}
@@ -97,13 +83,6 @@ func TestServeStatelessArgument(t *testing.T) {
 		var b bytes.Buffer
 		b.ReadFrom(resp.Body)
 		return resp.StatusCode, b.String()
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for code, _ := get("/_wasmkeep/ready"); code != 200; code, _ = get("/_wasmkeep/ready") {
-		if time.Now().After(deadline) {
-			t.Fatalf("server did not start:\n%s", logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	for path, want := range map[string]string{"/hello": "GET /hello []", "/actor/probe/a/hits": "1"} {
 		if code, body := get(path); code != 200 || body != want {
