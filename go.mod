@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/bytecodealliance/wasmtime-go/v39 v39.0.1
+	github.com/coder/websocket v1.8.15
 	github.com/go-viper/mapstructure/v2 v2.4.0
 	github.com/knadh/koanf/parsers/yaml v1.1.1
 	github.com/knadh/koanf/providers/env/v2 v2.0.2

@@ -16,13 +16,15 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
 
-// event is one thing for an actor to handle. Only HTTP requests exist so far.
+// event is one thing for an actor to handle: an HTTP request or call, an
+// alarm, or a WebSocket open, message or close.
 type event struct {
 	ctx     context.Context // the sender's: if done before the event starts, it is not run
 	payload []byte          // the encoded abi.Request
 	reply   chan outcome    // buffered: the actor never waits for the sender
 	chain   []string        // actors waiting in the call chain that sent it (calls only)
 	alarm   bool            // the pending alarm is due (no payload, no reply read)
+	ws      *wsEvent        // a WebSocket event; payload is what its hook finds pending
 }
 
 // outcome is how an event ended.
@@ -70,7 +72,7 @@ type actor struct {
 	stdout   guestLog
 	stderr   guestLog
 	state    eventState
-	stack    [2]uint64
+	stack    [3]uint64
 }
 
 func newActor(n *Node, c *class, addr abi.Address, key string, prev *actor) *actor {
@@ -198,8 +200,11 @@ func (a *actor) handle(ev *event) {
 	out := a.runEvent(ev)
 	goruntime.UnlockOSThread()
 	kind := kindRequest
-	if ev.alarm {
+	switch {
+	case ev.alarm:
 		kind = kindAlarm
+	case ev.ws != nil:
+		kind = kindWebSocket
 	}
 	a.node.metrics.event(a.class.name, kind, out.err != nil, time.Since(start))
 	a.lastActive.Store(time.Now().UnixNano())
@@ -239,9 +244,12 @@ func (a *actor) runEvent(ev *event) outcome {
 	if ev.alarm {
 		return outcome{err: a.runAlarm(ctx)}
 	}
-	st.isRequest = true
 	st.pending = ev.payload
-	if err := a.callHook(ctx, abi.ExportOnRequest, len(ev.payload)); err != nil {
+	if ev.ws != nil {
+		return outcome{err: a.runWebSocket(ctx, ev.ws, uint64(len(ev.payload)))}
+	}
+	st.isRequest = true
+	if err := a.callHook(ctx, abi.ExportOnRequest, uint64(len(ev.payload))); err != nil {
 		return outcome{err: err}
 	}
 	if !st.responded {
@@ -370,12 +378,12 @@ func (a *actor) guest(ctx context.Context, what string, f func(ctx context.Conte
 
 // callHook calls a hook under the event's limits. A hook that fails returns
 // a *failure; one that traps or is stopped also loses its instance.
-func (a *actor) callHook(ctx context.Context, name string, arg int) error {
+func (a *actor) callHook(ctx context.Context, name string, args ...uint64) error {
 	fn := a.inst.Function(name)
 	if fn == nil {
 		return nil
 	}
-	a.stack[0] = uint64(uint32(arg))
+	copy(a.stack[:], args)
 	if err := a.guest(ctx, name, func(ctx context.Context) error { return fn.Call(ctx, a.stack[:]) }); err != nil {
 		return err
 	}
@@ -388,4 +396,19 @@ func (a *actor) callHook(ctx context.Context, name string, arg int) error {
 		return &failure{"actor error: " + msg, errors.New(msg)}
 	}
 	return nil
+}
+
+// runWebSocket calls the hook of a WebSocket event. Without
+// on-websocket-open the actor refuses WebSockets.
+func (a *actor) runWebSocket(ctx context.Context, ev *wsEvent, n uint64) error {
+	switch ev.hook {
+	case abi.ExportOnWebSocketOpen:
+		if a.inst.Function(ev.hook) == nil {
+			return &failure{"actor error: this actor accepts no WebSockets", errors.New("no " + ev.hook)}
+		}
+		return a.callHook(ctx, ev.hook, ev.conn, n)
+	case abi.ExportOnWebSocketClose:
+		return a.callHook(ctx, ev.hook, ev.conn, uint64(uint32(int32(ev.code))), n)
+	}
+	return a.callHook(ctx, ev.hook, ev.conn, n)
 }

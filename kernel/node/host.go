@@ -184,11 +184,9 @@ func hostFunctions() map[string]runtime.HostFunction {
 			st.out = append(st.out[:0], v...)
 			s[0] = st.result(mem, s[2], s[3], st.out, false)
 		}),
-		hostFunc(abi.HostWSSend, sig(types(i64, i32, i32, i32), i32), func(_ context.Context, _ *eventState, _ runtime.Memory, s []uint64) {
-			s[0] = abi.SendUnknownConnection // no WebSockets yet, so no connection is known
-		}),
+		hostFunc(abi.HostWSSend, sig(types(i64, i32, i32, i32), i32), wsSend),
 		hostFunc(abi.HostWSList, sig(types(i32, i32), i32), func(_ context.Context, st *eventState, mem runtime.Memory, s []uint64) {
-			st.out = abi.AppendU32(st.out[:0], 0)
+			st.out = st.actor.node.wsList(st.actor.key, st.out[:0])
 			s[0] = st.result(mem, s[0], s[1], st.out, false)
 		}),
 		hostFunc(abi.HostDeleteSelf, sig(types(i32, i32, i32), i32), deleteSelf),
@@ -197,7 +195,7 @@ func hostFunctions() map[string]runtime.HostFunction {
 		hostFunc(abi.HostAlarmSet, sig(types(i64)), alarmSet),
 		hostFunc(abi.HostAlarmGet, sig(nil, i64), alarmGet),
 		hostFunc(abi.HostAlarmClear, sig(nil), alarmClear),
-		notYet(abi.HostWSClose, sig(types(i64, i32, i32, i32)), -1),
+		hostFunc(abi.HostWSClose, sig(types(i64, i32, i32, i32)), wsClose),
 	}
 	m := make(map[string]runtime.HostFunction, len(fs))
 	for _, f := range fs {

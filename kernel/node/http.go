@@ -67,6 +67,14 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unknown actor "+strconv.Quote(route.name), http.StatusNotFound)
 		return
 	}
+	if isUpgrade(r) {
+		path := route.rest
+		if r.URL.RawQuery != "" {
+			path += "?" + r.URL.RawQuery
+		}
+		n.serveWebSocket(w, r, c, route.name, path)
+		return
+	}
 	payload, ok := n.readRequest(w, r, route.rest)
 	if !ok {
 		return

@@ -11,9 +11,10 @@ import (
 
 // Event kinds and outcomes, the labels of wasmkeep_events_total.
 const (
-	kindRequest = "request"
-	kindAlarm   = "alarm"
-	kindInit    = "init"
+	kindRequest   = "request"
+	kindAlarm     = "alarm"
+	kindInit      = "init"
+	kindWebSocket = "websocket"
 )
 
 // Reasons of wasmkeep_admission_refused_total.
@@ -45,7 +46,7 @@ func newMetrics(n *Node) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wasmkeep_events_total", Help: "Events run, by class, kind (request, alarm, init) and outcome (ok, failed).",
+			Name: "wasmkeep_events_total", Help: "Events run, by class, kind (request, alarm, websocket, init) and outcome (ok, failed).",
 		}, []string{"class", "kind", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "wasmkeep_event_duration_seconds", Help: "Time an event took, from its start in the actor to its end.",
@@ -95,6 +96,8 @@ func newMetrics(n *Node) *metrics {
 			func() float64 { return float64(n.GuestLogLines()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "wasmkeep_guest_log_dropped_total", Help: "Lines actors printed that were dropped over the rate."},
 			func() float64 { return float64(n.GuestLogDropped()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_websockets_open", Help: "Registered WebSockets, including pending close cleanup."},
+			func() float64 { n.ws.mu.Lock(); defer n.ws.mu.Unlock(); return float64(len(n.ws.all)) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_classes", Help: "Classes served."},
 			func() float64 { return float64(len(n.classes)) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_ready", Help: "1 when /_wasmkeep/ready answers 200."}, ready),

@@ -55,6 +55,8 @@ var (
 	hookSig    = runtime.Signature{Results: []runtime.ValueType{runtime.I32}}
 	requestSig = runtime.Signature{Params: []runtime.ValueType{runtime.I32}, Results: []runtime.ValueType{runtime.I32}}
 	voidSig    = runtime.Signature{}
+	wsSig      = runtime.Signature{Params: []runtime.ValueType{runtime.I64, runtime.I32}, Results: []runtime.ValueType{runtime.I32}}
+	wsCloseSig = runtime.Signature{Params: []runtime.ValueType{runtime.I64, runtime.I32, runtime.I32}, Results: []runtime.ValueType{runtime.I32}}
 )
 
 // loadClass reads, compiles and checks a module file; the caller names it.
@@ -110,6 +112,10 @@ func checkModule(mod runtime.Module, host map[string]runtime.HostFunction) (hook
 		abi.ExportOnInit:     hookSig,
 		abi.ExportInitialize: voidSig,
 		abi.VersionExport:    voidSig,
+
+		abi.ExportOnWebSocketOpen:    wsSig,
+		abi.ExportOnWebSocketMessage: wsSig,
+		abi.ExportOnWebSocketClose:   wsCloseSig,
 	}
 	for n, sig := range want {
 		got, ok := exports[n]

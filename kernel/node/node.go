@@ -44,6 +44,11 @@ type Options struct {
 	Env           map[string]map[string]string // by class: its configuration (--env), name to value
 	Stateless     string                       // module file of the stateless component ("" for none)
 	Logger        *slog.Logger
+
+	WebSocketsPerActor int           // [1000] open WebSockets per actor; more get 503
+	WebSocketsPerNode  int           // [50000] open WebSockets per node; more get 503
+	WebSocketPingAfter time.Duration // [25s] of client silence before a ping
+	WebSocketPongWait  time.Duration // [30s] for the pong before the socket closes
 }
 
 func (o Options) withDefaults() Options {
@@ -56,6 +61,14 @@ func (o Options) withDefaults() Options {
 	def(&o.CPUBudget, 50*time.Millisecond)
 	def(&o.WallClock, 30*time.Second)
 	def(&o.AdmissionWait, 250*time.Millisecond)
+	def(&o.WebSocketPingAfter, 25*time.Second)
+	def(&o.WebSocketPongWait, 30*time.Second)
+	if o.WebSocketsPerActor == 0 {
+		o.WebSocketsPerActor = 1000
+	}
+	if o.WebSocketsPerNode == 0 {
+		o.WebSocketsPerNode = 50000
+	}
 	if o.Tenant == "" {
 		o.Tenant = "default"
 	}
@@ -106,6 +119,7 @@ type Node struct {
 	stopping atomic.Bool
 	alarms   *schedule
 	metrics  *metrics
+	ws       sockets
 
 	guestLogBucket  *bucket // the node-wide limit on guest log lines
 	guestLogLines   atomic.Int64
@@ -207,6 +221,7 @@ func (n *Node) Shutdown(srv *http.Server, grace time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	err := srv.Shutdown(ctx)
+	n.closeSockets()
 	n.hibernateAll()
 	n.Close()
 	return err
