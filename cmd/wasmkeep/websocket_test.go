@@ -132,7 +132,8 @@ func TestWebSocketRefusedAndTooBig(t *testing.T) {
 }
 
 func TestWebSocketLimitsAndShutdown(t *testing.T) {
-	tn := startRoom(t, node.Options{WebSocketsPerActor: 2})
+	dir := t.TempDir()
+	tn := startRoom(t, node.Options{DataDir: dir, WebSocketsPerActor: 2})
 	a, b := dial(t, tn, "/actor/room/r3/"), dial(t, tn, "/actor/room/r3/")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -144,6 +145,11 @@ func TestWebSocketLimitsAndShutdown(t *testing.T) {
 	tn.stop()
 	expectClose(t, a, websocket.StatusServiceRestart, "node stopping")
 	expectClose(t, b, websocket.StatusServiceRestart, "node stopping")
+	// Their close events ran before the room's database closed.
+	tn = startRoom(t, node.Options{DataDir: dir})
+	if _, body := tn.do("GET", "/actor/room/r3/", ""); body != "1012 node stopping\n1012 node stopping\n" {
+		t.Fatalf("close events %q, want two 1012", body)
+	}
 }
 
 func TestWebSocketBackpressure(t *testing.T) {

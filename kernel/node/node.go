@@ -264,7 +264,7 @@ var (
 func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) error {
 	key := n.actorKey(c, name)
 	for {
-		if n.stopping.Load() {
+		if n.stopping.Load() && !ev.isWSClose() {
 			return errStopping
 		}
 		n.mu.Lock()

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -253,7 +254,8 @@ func (n *Node) wsRead(s *socket) {
 		msg = append(append(msg, byte(wsKind(kind))), data...)
 		ev := &event{ctx: n.ctx, payload: msg, reply: make(chan outcome, 1),
 			ws: &wsEvent{hook: abi.ExportOnWebSocketMessage, conn: s.id}}
-		if err := n.deliverPatiently(s, ev, n.opts.WallClock); err != nil {
+		err = n.deliverPatiently(s, ev, n.opts.WallClock)
+		if err != nil && !errors.Is(err, errStopping) { // stopping closes it with 1012
 			n.wsCloseWith(s, websocket.StatusTryAgainLater, "actor overloaded")
 		}
 	}
@@ -267,18 +269,24 @@ func wsKind(t websocket.MessageType) abi.MessageKind {
 }
 
 // deliverPatiently retries a delivery refused for capacity or a full queue,
-// for up to wait (forever if wait is 0), while the node runs.
+// for up to wait, or while the node runs if wait is 0 (up to the wall-clock
+// limit once it stops).
 func (n *Node) deliverPatiently(s *socket, ev *event, wait time.Duration) error {
-	deadline := time.Now().Add(wait)
+	start := time.Now()
+	limit := cmp.Or(wait, n.opts.WallClock)
 	for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
 		err := n.deliver(n.ctx, s.class, s.name, ev)
 		if err == nil || errors.Is(err, errStopping) || n.ctx.Err() != nil ||
-			(wait > 0 && time.Now().After(deadline)) {
+			((wait > 0 || n.stopping.Load()) && time.Since(start) > limit) {
 			return err
 		}
 		time.Sleep(delay)
 	}
 }
+
+// isWSClose reports whether ev is a WebSocket close, which is delivered
+// while the node stops too: the sockets it closes get their close events.
+func (ev *event) isWSClose() bool { return ev.ws != nil && ev.ws.hook == abi.ExportOnWebSocketClose }
 
 // wsClosed hides a closed socket and delivers its close event; the socket
 // counts against the limits until that is delivered.
