@@ -168,3 +168,12 @@ const (
 	FetchTooManyRequests         FetchErrorKind = 8
 	FetchFailed                  FetchErrorKind = 9
 )
+
+var fetchErrorKindNames = [...]string{"invalid-request", "destination-ip-prohibited", "HTTP-request-denied", "dns-error", "connection-refused", "timeout", "tls-error", "too-large", "too-many-requests", "failed"}
+
+func (k FetchErrorKind) String() string {
+	if int(k) < len(fetchErrorKindNames) {
+		return fetchErrorKindNames[k]
+	}
+	return "unknown"
+}

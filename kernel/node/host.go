@@ -97,21 +97,6 @@ func hostFunc(name string, s runtime.Signature, f func(ctx context.Context, st *
 	}}
 }
 
-// notYet serves a host function of ABI v1 whose issue has not landed:
-// functions with an error payload answer one saying so; the others fail the
-// event, since they have no way to report it.
-func notYet(name string, s runtime.Signature, errKind int) runtime.HostFunction {
-	msg := "wasmkeep." + name + " is not implemented by this host yet (docs/abi.md, section 8)"
-	if errKind < 0 {
-		return hostFunc(name, s, func(context.Context, *eventState, runtime.Memory, []uint64) { faultf("%s", msg) })
-	}
-	return hostFunc(name, s, func(_ context.Context, st *eventState, mem runtime.Memory, stack []uint64) {
-		outAt := len(s.Params) - 2 // the output buffer is the last two parameters
-		st.out = abi.AppendError(st.out[:0], uint8(errKind), msg)
-		stack[0] = st.result(mem, stack[outAt], stack[outAt+1], st.out, true)
-	})
-}
-
 // hostFunctions is the wasmkeep module every guest may import.
 func hostFunctions() map[string]runtime.HostFunction {
 	fs := []runtime.HostFunction{
@@ -191,7 +176,7 @@ func hostFunctions() map[string]runtime.HostFunction {
 		}),
 		hostFunc(abi.HostDeleteSelf, sig(types(i32, i32, i32), i32), deleteSelf),
 		hostFunc(abi.HostActorCall, sig(types(i32, i32, i32, i32, i32, i32), i32), actorCall),
-		notYet(abi.HostHTTPFetch, sig(types(i32, i32, i32, i32), i32), int(abi.FetchFailed)),
+		hostFunc(abi.HostHTTPFetch, sig(types(i32, i32, i32, i32), i32), httpFetch),
 		hostFunc(abi.HostAlarmSet, sig(types(i64)), alarmSet),
 		hostFunc(abi.HostAlarmGet, sig(nil, i64), alarmGet),
 		hostFunc(abi.HostAlarmClear, sig(nil), alarmClear),

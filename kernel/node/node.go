@@ -7,10 +7,12 @@ package node
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -49,6 +51,13 @@ type Options struct {
 	WebSocketsPerNode  int           // [50000] open WebSockets per node; more get 503
 	WebSocketPingAfter time.Duration // [25s] of client silence before a ping
 	WebSocketPongWait  time.Duration // [30s] for the pong before the socket closes
+
+	// Outbound HTTP (http_fetch): public addresses only, but for these.
+	AllowOutbound      []netip.Prefix      // ranges guests may reach though they are not public
+	AllowOutboundPorts []int               // ports guests may reach though the Fetch standard blocks them
+	OutboundCAs        []*x509.Certificate // trusted besides the system roots
+	Resolver           Resolver            // [net.DefaultResolver]
+	MaxFetches         int                 // [256] outbound requests in flight on the node
 }
 
 func (o Options) withDefaults() Options {
@@ -87,6 +96,9 @@ func (o Options) withDefaults() Options {
 	if o.GuestLogRate == 0 {
 		o.GuestLogRate = defaultGuestLogRate
 	}
+	if o.MaxFetches == 0 {
+		o.MaxFetches = 256
+	}
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = 16 << 20
 	}
@@ -119,6 +131,7 @@ type Node struct {
 	stopping atomic.Bool
 	alarms   *schedule
 	metrics  *metrics
+	fetch    *fetcher
 	ws       sockets
 
 	guestLogBucket  *bucket // the node-wide limit on guest log lines
@@ -142,6 +155,10 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	if err := os.MkdirAll(opts.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
+	fetch, err := newFetcher(opts)
+	if err != nil {
+		return nil, err
+	}
 	host := hostFunctions()
 	hostList := make([]runtime.HostFunction, 0, len(host))
 	for _, f := range host {
@@ -163,6 +180,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		actors:  map[string]*actor{}, closing: map[string]*actor{},
 		slots:  make(chan struct{}, opts.MaxInstances),
 		alarms: newSchedule(),
+		fetch:  fetch,
 
 		guestLogBucket: newBucket(nodeGuestLogRate),
 	}

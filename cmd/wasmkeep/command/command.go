@@ -94,6 +94,10 @@ type serveFlags struct {
 	metricsAddr  string
 	access       []string
 	stateless    string // the positional argument
+
+	allowOutbound      []string
+	allowOutboundPorts []string
+	outboundCAs        []string
 }
 
 func serveCommand(reg *plugin.Registry) *cobra.Command {
@@ -125,6 +129,9 @@ func serveCommand(reg *plugin.Registry) *cobra.Command {
 	fl.IntVar(&f.guestLogRate, "guest-log-rate", 50, "lines a second each actor instance may print to the log, bursts of twice that; 0 discards them (node.guest_log_rate)")
 	fl.StringVar(&f.metricsAddr, "metrics-listen", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9100 (node.metrics_listen; off by default)")
 	fl.StringArrayVar(&f.access, "access", nil, "who outside may reach a class's actors: CLASS=open|existing|existing:NAME,...|internal (repeatable; node.access)")
+	fl.StringArrayVar(&f.allowOutbound, "allow-outbound", nil, "let guests' http_fetch reach this non-public range, e.g. 10.1.0.0/16 (repeatable)")
+	fl.StringArrayVar(&f.allowOutboundPorts, "allow-outbound-port", nil, "let guests' http_fetch reach this port, which the Fetch standard blocks (repeatable)")
+	fl.StringArrayVar(&f.outboundCAs, "outbound-ca", nil, "trust the CA certificates of this PEM file for guests' https fetches, besides the system roots (repeatable)")
 	return cmd
 }
 
@@ -235,7 +242,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	n, err := node.New(ctx, node.Options{
+	opts := node.Options{
 		DataDir:      ns.DataDir,
 		Classes:      ns.Actors,
 		Access:       access,
@@ -246,7 +253,11 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 		MaxInstances: ns.MaxInstances,
 		GuestLogRate: guestLogRate(ns.GuestLogRate),
 		Logger:       log,
-	}, rt, st)
+	}
+	if err := outbound(&opts, f); err != nil {
+		return err
+	}
+	n, err := node.New(ctx, opts, rt, st)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 // the same names mean; net/url itself is not used because it would add
 // about 1 MB to every actor.
 type URL struct {
+	Scheme   string // set only in a request for Fetch: "http" or "https"
+	Host     string // set only in a request for Fetch: host or host:port
 	Path     string // decoded: "/a b"
 	RawPath  string // the encoded path, set only when it is not the default encoding of Path
 	RawQuery string // encoded, without the "?"

@@ -126,6 +126,22 @@ func serve(w wasmkeep.ResponseWriter, r *wasmkeep.Request) {
 		}
 		must(err)
 		fmt.Fprintf(w, "%d %s", resp.StatusCode, resp.Body)
+	case "/fetch":
+		// Fetches ?url= (with a per-step ?timeout= in ms) and answers
+		// "<status> <body>", "fetch-error <kind>: <message>" or "bad-url: ...".
+		req, err := wasmkeep.FetchRequest("GET", q.Get("url"), nil)
+		if err != nil {
+			fmt.Fprintf(w, "bad-url: %v", err)
+			return
+		}
+		ms, _ := strconv.Atoi(q.Get("timeout"))
+		resp, err := wasmkeep.FetchWithTimeout(req, time.Duration(ms)*time.Millisecond)
+		if fe, ok := err.(*wasmkeep.FetchError); ok {
+			fmt.Fprintf(w, "fetch-error %s: %s", fe.Kind, fe.Message)
+			return
+		}
+		must(err)
+		fmt.Fprintf(w, "%d %s", resp.StatusCode, resp.Body)
 	case "/caller":
 		fmt.Fprintf(w, "%q", r.Header.Values("X-Wasmkeep-Caller"))
 	case "/delete":
