@@ -1,0 +1,48 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/wasmkeep/wasmkeep/kernel/node"
+)
+
+// The chat-room example: broadcast, history for newcomers, leaves
+// announced, and the room's sockets kept across its hibernation.
+func TestChatRoomExample(t *testing.T) {
+	n := startNode(t, node.Options{
+		Classes:     map[string]string{"chat": buildGuest(t, "examples/chat-room", "")},
+		IdleTimeout: 300 * time.Millisecond,
+	})
+	alice := dial(t, n, "/actor/chat/lobby")
+	bob := dial(t, n, "/actor/chat/lobby")
+	expectLine := func(c *websocket.Conn, suffix string) {
+		t.Helper()
+		if got := readText(t, c); !strings.HasSuffix(got, suffix) {
+			t.Fatalf("got %q, want a line ending in %q", got, suffix)
+		}
+	}
+	write(t, alice, "hi")
+	expectLine(alice, ": hi")
+	expectLine(bob, ": hi")
+
+	time.Sleep(900 * time.Millisecond) // the room hibernates; its sockets stay
+	write(t, bob, "still here")
+	expectLine(alice, ": still here")
+	expectLine(bob, ": still here")
+
+	alice.Close(websocket.StatusNormalClosure, "")
+	expectLine(bob, " left")
+
+	carol := dial(t, n, "/actor/chat/lobby")
+	for _, want := range []string{": hi", ": still here", " left"} {
+		expectLine(carol, want)
+	}
+	code, history := n.do("GET", "/actor/chat/lobby", "")
+	if code != 200 || strings.Count(history, "\n") != 3 {
+		t.Errorf("history: %d %q", code, history)
+	}
+}
