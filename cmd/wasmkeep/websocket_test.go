@@ -157,7 +157,8 @@ func TestWebSocketBackpressure(t *testing.T) {
 	c := dial(t, tn, "/actor/room/r4/")
 	c.SetReadLimit(1 << 20)
 	readText(t, c)
-	write(t, c, "flood 300") // 19 MiB at once, against a 4 MiB queue
+	write(t, c, "flood 1000") // 64 MiB at once, against a 4 MiB queue
+	time.Sleep(time.Second)   // not reading meanwhile
 	for {
 		typ, b, err := c.Read(context.Background())
 		if err != nil {
