@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -21,8 +22,11 @@ func TestChatRoomExample(t *testing.T) {
 	bob := dial(t, n, "/actor/chat/lobby")
 	expectLine := func(c *websocket.Conn, suffix string) {
 		t.Helper()
-		if got := readText(t, c); !strings.HasSuffix(got, suffix) {
-			t.Fatalf("got %q, want a line ending in %q", got, suffix)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, b, err := c.Read(ctx)
+		if err != nil || !strings.HasSuffix(string(b), suffix) {
+			t.Fatalf("got %q, %v; want a line ending in %q\nnode log:\n%s", b, err, suffix, n.log.String())
 		}
 	}
 	write(t, alice, "hi")

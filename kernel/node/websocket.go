@@ -180,6 +180,18 @@ func (n *Node) serveWebSocket(w http.ResponseWriter, r *http.Request, c *class, 
 		n.wsRelease(id, key)
 		return
 	}
+	// An accepted socket joins the actor's connections before the client
+	// sees the 101, so every event after that sees it (a broadcast, say).
+	if out.err == nil {
+		s.mu.Lock()
+		closed := s.closing // by on-websocket-open itself
+		s.mu.Unlock()
+		if !closed {
+			n.ws.mu.Lock()
+			n.ws.byActor[key] = append(n.ws.byActor[key], s)
+			n.ws.mu.Unlock()
+		}
+	}
 	// No Origin check: the book sets no origin rule, and the actor sees
 	// only the path, so the host could not let it decide either.
 	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
@@ -202,14 +214,8 @@ func (n *Node) serveWebSocket(w http.ResponseWriter, r *http.Request, c *class, 
 		return
 	}
 	conn.SetReadLimit(wsMaxMessage)
-	s.mu.Lock()
-	closed := s.closing // by on-websocket-open itself
-	s.mu.Unlock()
 	n.ws.mu.Lock()
 	s.conn = conn
-	if !closed {
-		n.ws.byActor[key] = append(n.ws.byActor[key], s)
-	}
 	n.ws.mu.Unlock()
 	n.ws.wg.Add(3)
 	go n.wsWrite(s)
