@@ -77,18 +77,7 @@ func parseActorPath(escaped string) (r actorRoute, ok bool, err error) {
 // distinct names stay distinct files); a name whose encoding is too long for
 // a file system keeps a readable prefix and a hash of the whole name.
 func dbFileName(name string) string {
-	const hexDigits = "0123456789ABCDEF"
-	var b strings.Builder
-	for _, c := range []byte(name) {
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' {
-			b.WriteByte(c)
-			continue
-		}
-		b.WriteByte('%')
-		b.WriteByte(hexDigits[c>>4])
-		b.WriteByte(hexDigits[c&15])
-	}
-	enc := b.String()
+	enc := percentEncode(name, func(c byte) bool { return isAlnum(c) || c == '_' || c == '-' })
 	if len(enc) > 200 {
 		sum := sha256.Sum256([]byte(name))
 		enc = enc[:120] + "~" + hex.EncodeToString(sum[:16])
@@ -99,4 +88,24 @@ func dbFileName(name string) string {
 // dbPath is where an actor's database lives.
 func dbPath(dataDir, tenant, class, name string) string {
 	return filepath.Join(dataDir, "actors", tenant, class, dbFileName(name))
+}
+
+// percentEncode writes every byte of s that keep refuses as %XX.
+func percentEncode(s string, keep func(byte) bool) string {
+	const hexDigits = "0123456789ABCDEF"
+	var b strings.Builder
+	for _, c := range []byte(s) {
+		if keep(c) {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hexDigits[c>>4])
+		b.WriteByte(hexDigits[c&15])
+	}
+	return b.String()
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 }

@@ -137,16 +137,5 @@ func callErrorOf(ctx context.Context, err error) (abi.CallErrorKind, string) {
 // escapeName percent-encodes every byte of an actor name but ASCII letters,
 // digits and -._~, as the caller header carries it.
 func escapeName(name string) string {
-	const hexDigits = "0123456789ABCDEF"
-	var b strings.Builder
-	for _, c := range []byte(name) {
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' {
-			b.WriteByte(c)
-			continue
-		}
-		b.WriteByte('%')
-		b.WriteByte(hexDigits[c>>4])
-		b.WriteByte(hexDigits[c&15])
-	}
-	return b.String()
+	return percentEncode(name, func(c byte) bool { return isAlnum(c) || c == '-' || c == '.' || c == '_' || c == '~' })
 }
