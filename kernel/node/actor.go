@@ -328,17 +328,23 @@ func (a *actor) initPending(ctx context.Context) (bool, error) {
 	if !a.class.hooks.onInit || a.class.stateless { // no database to record it in
 		return false, nil
 	}
-	var rows abi.RowsWriter
-	err := a.db.HostQuery(ctx, "SELECT value FROM "+metaTable+" WHERE key = 'init_version'", nil, &rows)
-	if err != nil {
-		return false, err
+	v, ok, err := metaValue(ctx, a.db, "init_version")
+	return !ok || v != a.class.version, err
+}
+
+// metaValue reads one value of the actor's host metadata; ok is false if
+// it is not recorded.
+func metaValue(ctx context.Context, db storage.DB, key string) (string, bool, error) {
+	var w abi.RowsWriter
+	if err := db.HostQuery(ctx, "SELECT value FROM "+metaTable+" WHERE key = ?", []abi.Value{text(key)}, &w); err != nil {
+		return "", false, err
 	}
-	r := abi.NewReader(rows.Buf)
+	r := abi.NewReader(w.Buf)
 	if _, n := r.Columns(); n == 0 {
-		return true, r.Err()
+		return "", false, r.Err()
 	}
 	v := r.Value()
-	return string(v.Bytes) != a.class.version, r.Err()
+	return string(v.Bytes), true, r.Err()
 }
 
 func (a *actor) recordInit(ctx context.Context) error {

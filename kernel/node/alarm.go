@@ -358,15 +358,10 @@ func (n *Node) scanAlarm(ctx context.Context, c *class, path string) error {
 		return err
 	}
 	defer db.Close()
-	var w abi.RowsWriter
-	if err := db.HostQuery(ctx, "SELECT value FROM "+metaTable+" WHERE key = 'name'", nil, &w); err != nil {
+	name, ok, err := metaValue(ctx, db, "name")
+	if err != nil || !ok {
 		return nil // an actor from before host tables existed has no alarm either
 	}
-	r := abi.NewReader(w.Buf)
-	if _, rows := r.Columns(); rows == 0 {
-		return nil
-	}
-	name := string(r.Value().Bytes)
 	at, _, ok, err := readAlarm(ctx, db)
 	if err != nil || !ok {
 		return nil
