@@ -2,13 +2,25 @@
 // (bucket/v1): the cluster's only shared state. Every ownership decision and
 // every replicated write is a conditional create or replace, so a provider
 // must honour conditions exactly (ADR 0007, 0020). bucket-fs and bucket-s3
-// implement it; conformance/buckettest holds its rules.
+// implement it; conformance/buckettest holds its rules, and Probe is the
+// check a node runs before it trusts a bucket.
+//
+// Keys. A key is 1 to 1024 bytes of A-Z a-z 0-9 - . _ ~ % and /; / separates
+// segments, each 1 to 255 bytes and neither "." nor "..", so a key never
+// starts or ends with / nor holds //. That is every character the kernel
+// writes (actor names are percent-encoded into the unreserved set), it is
+// the same string on every store, and a file-system provider can map each
+// segment to a file name. The kernel never makes a key both an object and
+// the parent of others (k and k/x): a file-system provider may refuse that.
+// CheckKey and CheckPrefix apply the rule; providers call them first.
 package bucket
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 	"time"
 )
 
@@ -18,33 +30,45 @@ const API = "bucket/v1"
 // Bucket is what a bucket plugin's New returns. It is safe for concurrent use.
 type Bucket interface {
 	// Get reads an object, whole or a byte range of it, with its version.
-	// A missing key is ErrNotFound.
+	// A missing key is ErrNotFound; a range that does not start inside the
+	// object is ErrRange.
 	Get(ctx context.Context, key string, opts GetOptions) (*Object, error)
-	// Put writes an object under a condition and returns its new version.
-	// A condition that does not hold is ErrPrecondition.
+	// Put writes size bytes of body under a condition and returns the new
+	// version; body is read once, as a stream. A condition that does not
+	// hold is ErrPrecondition, and the object is then unchanged. A body
+	// shorter or longer than size is an error and writes nothing.
 	Put(ctx context.Context, key string, body io.Reader, size int64, cond Condition) (Version, error)
-	// Delete removes an object, optionally only at a version. A missing key
-	// is ErrNotFound; a version that no longer matches is ErrPrecondition.
+	// Delete removes an object, unconditionally or (cond.IfVersion) only at
+	// that version. A missing key is ErrNotFound; a version that no longer
+	// matches is ErrPrecondition. IfAbsent is refused.
 	Delete(ctx context.Context, key string, cond Condition) error
-	// List returns keys under prefix in ascending byte order, after
-	// StartAfter, at most Limit of them (the provider's page size if 0).
+	// List returns the objects whose keys start with prefix, in ascending
+	// byte order of key, after StartAfter, at most Limit of them (the
+	// provider's page size if 0; a negative Limit is an error).
 	List(ctx context.Context, prefix string, opts ListOptions) (ListPage, error)
 	Close() error
 }
 
 // Version is an object's version token (an ETag on S3). Only equality means
-// anything.
+// anything, and only between tokens of one provider: a write's token may
+// differ from a read's for the same object (R2), so the kernel hands tokens
+// back to the bucket and never compares them. A token is never empty.
 type Version string
 
 // Condition is the precondition of a write or delete. The zero value is
 // unconditional; Put with IfAbsent creates only if the key is absent; with
-// IfVersion it replaces only the object at that version.
+// IfVersion it replaces only the object at that version. Setting both is an
+// error.
 type Condition struct {
 	IfAbsent  bool
 	IfVersion Version
 }
 
-// GetOptions select a byte range: Length 0 reads to the end.
+// GetOptions select a byte range: Offset 0 and Length 0 read the whole
+// object; Length 0 reads to the end; a Length past the end stops at the end.
+// A range must start inside the object (Offset < Size): any other, or a
+// negative Offset or Length, is ErrRange. That is S3's rule (416), so an
+// S3 provider maps it rather than emulating another.
 type GetOptions struct {
 	Offset, Length int64
 }
@@ -70,7 +94,8 @@ type ListPage struct {
 	Next    string
 }
 
-// Entry is one listed object.
+// Entry is one listed object. Its Version is the one Get returns for the
+// object as listed.
 type Entry struct {
 	Key     string
 	Size    int64
@@ -87,4 +112,77 @@ var (
 	// ErrTransient: a fault a retry may get past (a timeout, throttling, a
 	// 5xx). Providers wrap such errors so that errors.Is matches it.
 	ErrTransient = errors.New("bucket: transient failure")
+	// ErrRange: a Get's range does not start inside the object.
+	ErrRange = errors.New("bucket: range not satisfiable")
+	// ErrInvalidKey: a key or prefix breaks the key rule (package doc).
+	ErrInvalidKey = errors.New("bucket: invalid key")
 )
+
+// MaxKeyLen and MaxSegmentLen bound a key and each of its segments, in bytes.
+const (
+	MaxKeyLen     = 1024
+	MaxSegmentLen = 255
+)
+
+// CheckKey returns an error wrapping ErrInvalidKey, naming the key and what
+// is wrong with it, if key breaks the key rule.
+func CheckKey(key string) error {
+	if err := checkKey(key); err != nil {
+		return fmt.Errorf("%w %q: %s", ErrInvalidKey, key, err)
+	}
+	return nil
+}
+
+// CheckPrefix checks a List prefix: "" or the start of some valid key.
+func CheckPrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	// A prefix is valid if some key starts with it: itself, or itself and
+	// one more letter (which completes a trailing "/", "." or "..").
+	if checkKey(prefix) == nil {
+		return nil
+	}
+	if err := checkKey(prefix + "x"); err != nil {
+		return fmt.Errorf("%w: prefix %q: %s", ErrInvalidKey, prefix, err)
+	}
+	return nil
+}
+
+func checkKey(key string) error {
+	if key == "" {
+		return errors.New("empty")
+	}
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("%d bytes long (at most %d)", len(key), MaxKeyLen)
+	}
+	for i := 0; i < len(key); i++ {
+		if !keyByte(key[i]) {
+			return fmt.Errorf("byte %q at %d is not one of A-Z a-z 0-9 - . _ ~ %% /", key[i:i+1], i)
+		}
+	}
+	for seg := range strings.SplitSeq(key, "/") {
+		switch {
+		case seg == "":
+			return errors.New("has an empty segment (a leading, trailing or double /)")
+		case seg == "." || seg == "..":
+			return fmt.Errorf("has a %q segment", seg)
+		case len(seg) > MaxSegmentLen:
+			return fmt.Errorf("has a segment of %d bytes (at most %d)", len(seg), MaxSegmentLen)
+		}
+	}
+	return nil
+}
+
+func keyByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == '-' || c == '.' || c == '_' || c == '~' || c == '%' || c == '/'
+}
+
+// Check refuses a Condition setting both IfAbsent and IfVersion.
+func (c Condition) Check() error {
+	if c.IfAbsent && c.IfVersion != "" {
+		return errors.New("bucket: a condition cannot be both IfAbsent and IfVersion")
+	}
+	return nil
+}

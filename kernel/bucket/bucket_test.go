@@ -1,0 +1,67 @@
+package bucket
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestCheckKey(t *testing.T) {
+	for _, key := range []string{
+		"a",
+		"nodes/node-1",
+		"leases/acme/chat/caf%C3%A9%20room",
+		"owners/t/c/x.attrs",
+		"actors/t/c/~n_a.m-e/wal/0000000000000001-0000000000000002.ltx",
+		".x/..y/...",
+		strings.Repeat("a", MaxSegmentLen) + "/b",
+		strings.Repeat("abc/", 255) + "abcd", // 1024 bytes
+	} {
+		if err := CheckKey(key); err != nil {
+			t.Errorf("CheckKey(%q): %v", key, err)
+		}
+	}
+	for key, why := range map[string]string{
+		"":                                "empty",
+		"/a":                              "empty segment",
+		"a/":                              "empty segment",
+		"a//b":                            "empty segment",
+		"a/./b":                           `"." segment`,
+		"..":                              `".." segment`,
+		"a b":                             `byte " " at 1`,
+		"a\x00":                           `byte "\x00" at 1`,
+		"caf\u00e9":                       `byte "\xc3" at 3`,
+		"a+b":                             `byte "+"`,
+		strings.Repeat("a", 256):          "segment of 256 bytes",
+		strings.Repeat("abc/", 256) + "a": "1025 bytes long",
+	} {
+		err := CheckKey(key)
+		if !errors.Is(err, ErrInvalidKey) || !strings.Contains(err.Error(), why) {
+			t.Errorf("CheckKey(%q) = %v, want ErrInvalidKey saying %q", key, err, why)
+		}
+	}
+}
+
+func TestCheckPrefix(t *testing.T) {
+	for _, p := range []string{"", "a", "nodes/", "a/.", "a/..", strings.Repeat("abc/", 255) + "abcd"} {
+		if err := CheckPrefix(p); err != nil {
+			t.Errorf("CheckPrefix(%q): %v", p, err)
+		}
+	}
+	for _, p := range []string{"/", "a//", "a/./", "a b", strings.Repeat("abc/", 256)} {
+		if err := CheckPrefix(p); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("CheckPrefix(%q) = %v, want ErrInvalidKey", p, err)
+		}
+	}
+}
+
+func TestConditionCheck(t *testing.T) {
+	if err := (Condition{IfAbsent: true, IfVersion: "v"}).Check(); err == nil {
+		t.Error("IfAbsent with IfVersion accepted")
+	}
+	for _, c := range []Condition{{}, {IfAbsent: true}, {IfVersion: "v"}} {
+		if err := c.Check(); err != nil {
+			t.Errorf("%+v: %v", c, err)
+		}
+	}
+}
