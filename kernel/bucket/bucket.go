@@ -35,8 +35,9 @@ type Bucket interface {
 	Get(ctx context.Context, key string, opts GetOptions) (*Object, error)
 	// Put writes size bytes of body under a condition and returns the new
 	// version; body is read once, as a stream. A condition that does not
-	// hold is ErrPrecondition, and the object is then unchanged. A body
-	// shorter or longer than size is an error and writes nothing.
+	// hold is ErrPrecondition, and the object is then unchanged (IfVersion
+	// on a missing key included). A body shorter or longer than size is an
+	// error and writes nothing (SizedBody checks it).
 	Put(ctx context.Context, key string, body io.Reader, size int64, cond Condition) (Version, error)
 	// Delete removes an object, unconditionally or (cond.IfVersion) only at
 	// that version. A missing key is ErrNotFound; a version that no longer
@@ -49,10 +50,14 @@ type Bucket interface {
 	Close() error
 }
 
-// Version is an object's version token (an ETag on S3). Only equality means
-// anything, and only between tokens of one provider: a write's token may
-// differ from a read's for the same object (R2), so the kernel hands tokens
-// back to the bucket and never compares them. A token is never empty.
+// Version is an object's version token (an ETag on S3), never empty. The
+// tokens Put, Get and List give for an object are each accepted by
+// IfVersion until the object changes, and refused after; they need not be
+// equal (R2 returns another token from a write than from a read), so the
+// kernel hands them back to the bucket and never compares them. Every write
+// of new content gets a new token; two writes of the same bytes may share
+// one (an ETag hashes the content), so the kernel makes each write it
+// conditions on unique.
 type Version string
 
 // Condition is the precondition of a write or delete. The zero value is
@@ -94,8 +99,7 @@ type ListPage struct {
 	Next    string
 }
 
-// Entry is one listed object. Its Version is the one Get returns for the
-// object as listed.
+// Entry is one listed object.
 type Entry struct {
 	Key     string
 	Size    int64
@@ -185,4 +189,59 @@ func (c Condition) Check() error {
 		return errors.New("bucket: a condition cannot be both IfAbsent and IfVersion")
 	}
 	return nil
+}
+
+// SizedBody reads body as Put must: exactly size bytes. If body ends early
+// or holds more, the read fails before the last byte is handed on, so an
+// upload streaming from it (with Content-Length size) aborts instead of
+// storing a wrong object.
+func SizedBody(body io.Reader, size int64) io.Reader {
+	return &sizedBody{r: body, size: size}
+}
+
+type sizedBody struct {
+	r         io.Reader
+	size, got int64
+	err       error // sticky: io.EOF once done
+}
+
+func (s *sizedBody) Read(p []byte) (int, error) {
+	switch {
+	case s.err != nil:
+		return 0, s.err
+	case s.size < 0:
+		s.err = fmt.Errorf("bucket: negative body size %d", s.size)
+		return 0, s.err
+	case len(p) == 0:
+		return 0, nil
+	}
+	left := s.size - s.got
+	if left > 1 { // all but the last byte pass straight through
+		n, err := s.r.Read(p[:min(int64(len(p)), left-1)])
+		s.got += int64(n)
+		if err == io.EOF {
+			err = s.short()
+		}
+		s.err = err
+		return n, err
+	}
+	// The last byte and what follows it, which must be nothing.
+	var tail [2]byte
+	n, err := io.ReadFull(s.r, tail[:left+1])
+	switch {
+	case int64(n) > left:
+		s.err = fmt.Errorf("bucket: body longer than its declared %d bytes", s.size)
+	case int64(n) < left:
+		s.err = s.short()
+	case err != io.EOF && err != io.ErrUnexpectedEOF:
+		s.err = err
+	default:
+		s.err = io.EOF
+		return copy(p, tail[:n]), io.EOF
+	}
+	return 0, s.err
+}
+
+func (s *sizedBody) short() error {
+	return fmt.Errorf("bucket: body ended after %d of its declared %d bytes: %w", s.got, s.size, io.ErrUnexpectedEOF)
 }

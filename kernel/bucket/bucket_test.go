@@ -2,8 +2,10 @@ package bucket
 
 import (
 	"errors"
+	"io"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 func TestCheckKey(t *testing.T) {
@@ -63,5 +65,31 @@ func TestConditionCheck(t *testing.T) {
 		if err := c.Check(); err != nil {
 			t.Errorf("%+v: %v", c, err)
 		}
+	}
+}
+
+func TestSizedBody(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		size int64
+		ok   bool
+	}{
+		{"", 0, true}, {"a", 1, true}, {"hello world", 11, true},
+		{"", 1, false}, {"hello", 11, false}, {"a", 0, false}, {"hello world", 5, false}, {"ab", 1, false}, {"a", -1, false},
+	} {
+		for _, r := range []io.Reader{strings.NewReader(c.body), iotest.OneByteReader(strings.NewReader(c.body)), iotest.DataErrReader(strings.NewReader(c.body))} {
+			got, err := io.ReadAll(SizedBody(r, c.size))
+			if c.ok && (err != nil || string(got) != c.body) {
+				t.Errorf("%q as %d bytes: %q, %v", c.body, c.size, got, err)
+			}
+			// A wrong body never hands on as many bytes as declared.
+			if !c.ok && (err == nil || int64(len(got)) >= max(c.size, 1)) {
+				t.Errorf("%q as %d bytes: %q, %v; want an error before byte %d", c.body, c.size, got, err, c.size)
+			}
+		}
+	}
+	_, err := io.ReadAll(SizedBody(iotest.ErrReader(errors.New("disk on fire")), 3))
+	if err == nil || err.Error() != "disk on fire" {
+		t.Errorf("a failing body: %v", err)
 	}
 }
