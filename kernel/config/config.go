@@ -29,8 +29,26 @@ import (
 type Config struct {
 	Node Node
 	// Plugins holds the chosen plugin of each kind that has one (runtime
-	// and storage always; bucket and transport only in a cluster).
+	// and storage always; bucket and transport when chosen).
 	Plugins map[plugin.Kind]Choice
+
+	unbuilt map[plugin.Kind]string // optional kinds chosen, but with no plugin in this build
+}
+
+// required are the kinds every node needs; the others (bucket, transport)
+// are optional until a command needs them (Plugin).
+var required = []plugin.Kind{plugin.Runtime, plugin.Storage}
+
+// Plugin returns the chosen plugin of a kind, or an error saying why there is
+// none: what a command that needs an optional kind calls.
+func (c *Config) Plugin(kind plugin.Kind) (Choice, error) {
+	if ch, ok := c.Plugins[kind]; ok {
+		return ch, nil
+	}
+	if use, ok := c.unbuilt[kind]; ok {
+		return Choice{}, fmt.Errorf("%s.use: %s plugin %q chosen, but this build has no %s plugin", kind, kind, use, kind)
+	}
+	return Choice{}, fmt.Errorf("no %s plugin chosen (set %s.use)", kind, kind)
 }
 
 // Choice is the plugin chosen for a kind, with its decoded settings.
@@ -93,7 +111,7 @@ func Load(defaults []byte, path string, environ []string, reg *plugin.Registry, 
 		return nil, fmt.Errorf("environment: %w", err)
 	}
 
-	cfg := &Config{Plugins: map[plugin.Kind]Choice{}}
+	cfg := &Config{Plugins: map[plugin.Kind]Choice{}, unbuilt: map[plugin.Kind]string{}}
 	valid := []string{"node"}
 	for _, kind := range plugin.Kinds {
 		valid = append(valid, string(kind))
@@ -107,6 +125,14 @@ func Load(defaults []byte, path string, environ []string, reg *plugin.Registry, 
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
 	for _, kind := range plugin.Kinds {
+		// A build without any plugin of an optional kind still runs on the
+		// defaults that name one: its section waits for a build that has.
+		if !slices.Contains(required, kind) && len(reg.Names(kind, true)) == 0 {
+			if use := k.String(string(kind) + ".use"); use != "" {
+				cfg.unbuilt[kind] = use
+			}
+			continue
+		}
 		ch, ok, err := choose(k, kind, reg, apis[kind])
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", source, err)
@@ -115,9 +141,9 @@ func Load(defaults []byte, path string, environ []string, reg *plugin.Registry, 
 			cfg.Plugins[kind] = ch
 		}
 	}
-	for _, kind := range []plugin.Kind{plugin.Runtime, plugin.Storage} {
-		if _, ok := cfg.Plugins[kind]; !ok {
-			return nil, fmt.Errorf("%s: no %s plugin chosen (set %s.use)", source, kind, kind)
+	for _, kind := range required {
+		if _, err := cfg.Plugin(kind); err != nil {
+			return nil, fmt.Errorf("%s: %w", source, err)
 		}
 	}
 	return cfg, nil

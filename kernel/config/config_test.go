@@ -41,6 +41,11 @@ node: {listen: "127.0.0.1:8080", idle_timeout: 30s, cpu_budget_ms: 50}
 
 func load(t *testing.T, file string, env ...string) (*Config, error) {
 	t.Helper()
+	return loadWith(t, defaults, registry(t), file, env...)
+}
+
+func loadWith(t *testing.T, defaults string, reg *plugin.Registry, file string, env ...string) (*Config, error) {
+	t.Helper()
 	path := ""
 	if file != "" {
 		path = filepath.Join(t.TempDir(), "plugins.yaml")
@@ -48,7 +53,11 @@ func load(t *testing.T, file string, env ...string) (*Config, error) {
 			t.Fatal(err)
 		}
 	}
-	return Load([]byte(defaults), path, env, registry(t), apis)
+	all := map[plugin.Kind]string{plugin.Bucket: "bucket/v1"}
+	for k, v := range apis {
+		all[k] = v
+	}
+	return Load([]byte(defaults), path, env, reg, all)
 }
 
 func TestLayers(t *testing.T) {
@@ -89,6 +98,99 @@ func TestRefusals(t *testing.T) {
 	}
 	// Settings for a plugin this build lacks are accepted, for builds that have it.
 	if _, err := load(t, "runtime: {native: {anything: 1}}\n"); err != nil {
+		t.Error(err)
+	}
+}
+
+type fsSettings struct {
+	Dir string `koanf:"dir"`
+}
+
+type s3Settings struct {
+	Endpoint string `koanf:"endpoint"`
+	Region   string `koanf:"region"`
+}
+
+// withBuckets is registry(t) plus bucket plugins.
+func withBuckets(t *testing.T) *plugin.Registry {
+	t.Helper()
+	infos := []plugin.Info{
+		{Kind: plugin.Bucket, Name: "fs", API: "bucket/v1", NewConfig: func() any { return &fsSettings{Dir: "./bucket"} }, New: func(c any) (any, error) { return c, nil }},
+		{Kind: plugin.Bucket, Name: "s3", API: "bucket/v1", NewConfig: func() any { return &s3Settings{Region: "us-east-1"} }, New: func(c any) (any, error) { return c, nil }},
+		{Kind: plugin.Bucket, Name: "old", API: "bucket/v0", New: func(c any) (any, error) { return c, nil }},
+	}
+	for _, in := range registry(t).List() {
+		infos = append(infos, in)
+	}
+	reg, err := plugin.NewRegistry(infos...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+// The bucket section loads like the runtime's, and is optional.
+func TestBucket(t *testing.T) {
+	reg := withBuckets(t)
+	cfg, err := loadWith(t, defaults, reg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cfg.Plugin(plugin.Bucket); err == nil || err.Error() != "no bucket plugin chosen (set bucket.use)" {
+		t.Errorf("no bucket section: %v", err)
+	}
+
+	withFS := defaults + "bucket:\n  use: fs\n  fs: {dir: /srv/bucket}\n"
+	cfg, err = loadWith(t, withFS, reg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch, err := cfg.Plugin(plugin.Bucket); err != nil || ch.Info.Name != "fs" || ch.Config.(*fsSettings).Dir != "/srv/bucket" {
+		t.Errorf("bucket from the defaults: %+v, %v", ch, err)
+	}
+
+	cfg, err = loadWith(t, withFS, reg, "bucket: {fs: {dir: /data}}\n", "WASMKEEP_BUCKET__USE=s3", "WASMKEEP_BUCKET__S3__ENDPOINT=http://127.0.0.1:7070")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := cfg.Plugins[plugin.Bucket]
+	if s3, ok := ch.Config.(*s3Settings); !ok || s3.Endpoint != "http://127.0.0.1:7070" || s3.Region != "us-east-1" {
+		t.Errorf("bucket from the environment: %+v", ch)
+	}
+
+	// A file can turn the default bucket off.
+	cfg, err = loadWith(t, withFS, reg, "bucket: {use: ''}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cfg.Plugins[plugin.Bucket]; ok {
+		t.Error("bucket.use '' still chose a bucket")
+	}
+
+	for file, want := range map[string]string{
+		"bucket: {use: s4}\n":              `bucket.use: unknown bucket plugin "s4" (this build has: fs, old, s3)`,
+		"bucket: {fs: {directory: x}}\n":   "unknown key bucket.fs.directory (valid: dir)",
+		"bucket: {use: old}\n":             "plugin bucket.old implements bucket/v0, but this kernel requires bucket/v1",
+		"bucket: {s3: {region: [a, b]}}\n": "bucket.s3",
+	} {
+		if _, err := loadWith(t, withFS, reg, file); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want an error containing %q", file, err, want)
+		}
+	}
+}
+
+// A build without bucket plugins runs on defaults that choose one, and says
+// so to a command that needs it.
+func TestBucketNotInBuild(t *testing.T) {
+	cfg, err := loadWith(t, defaults+"bucket:\n  use: fs\n  fs: {dir: /srv/bucket}\n", registry(t), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cfg.Plugin(plugin.Bucket)
+	if want := `bucket.use: bucket plugin "fs" chosen, but this build has no bucket plugin`; err == nil || err.Error() != want {
+		t.Errorf("got %v, want %q", err, want)
+	}
+	if _, err := cfg.Plugin(plugin.Runtime); err != nil {
 		t.Error(err)
 	}
 }
