@@ -1,0 +1,323 @@
+package processbucket
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+)
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(testProviderEnv); mode != "" {
+		serveTestProvider(mode)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// syncBuffer is a log destination tests read while the provider writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// openFake starts the test binary as the fake provider.
+func openFake(t *testing.T, mode string, settings map[string]any) (*Bucket, *syncBuffer) {
+	t.Helper()
+	logs := &syncBuffer{}
+	b, err := Open(Config{
+		Path:         os.Args[0],
+		Env:          map[string]string{testProviderEnv: mode},
+		Settings:     settings,
+		StartTimeout: 30 * time.Second,
+	}, slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b, logs
+}
+
+func pid(t *testing.T, b *Bucket) int {
+	t.Helper()
+	p, err := strconv.Atoi(b.pc.ID())
+	if err != nil {
+		t.Fatalf("provider pid %q: %v", b.pc.ID(), err)
+	}
+	return p
+}
+
+func read(t *testing.T, b *Bucket, key string, opts bucket.GetOptions) (string, *bucket.Object) {
+	t.Helper()
+	obj, err := b.Get(context.Background(), key, opts)
+	if err != nil {
+		t.Fatalf("Get %q: %v", key, err)
+	}
+	defer obj.Body.Close()
+	data, err := io.ReadAll(obj.Body)
+	if err != nil {
+		t.Fatalf("reading %q: %v", key, err)
+	}
+	return string(data), obj
+}
+
+func TestRoundTrip(t *testing.T) {
+	b, logs := openFake(t, "v1", map[string]any{"greeting": "hello from the provider"})
+	ctx := context.Background()
+	put := func(key, body string, cond bucket.Condition) (bucket.Version, error) {
+		return b.Put(ctx, key, strings.NewReader(body), int64(len(body)), cond)
+	}
+
+	v1, err := put("a/1", "first", bucket.Condition{IfAbsent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := put("a/1", "again", bucket.Condition{IfAbsent: true}); !errors.Is(err, bucket.ErrPrecondition) {
+		t.Fatalf("second create: %v, want ErrPrecondition", err)
+	}
+	v2, err := put("a/1", "second", bucket.Condition{IfVersion: v1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := put("a/1", "stale", bucket.Condition{IfVersion: v1}); !errors.Is(err, bucket.ErrPrecondition) {
+		t.Fatalf("stale replace: %v, want ErrPrecondition", err)
+	}
+	data, obj := read(t, b, "a/1", bucket.GetOptions{})
+	if data != "second" || obj.Version != v2 || obj.Size != 6 || !obj.ModTime.Equal(time.Unix(1700000000, 123)) {
+		t.Fatalf("Get = %q %+v, want \"second\" at %s, size 6, the provider's time", data, obj, v2)
+	}
+	if data, obj := read(t, b, "a/1", bucket.GetOptions{Offset: 1, Length: 3}); data != "eco" || obj.Size != 6 {
+		t.Fatalf("ranged Get = %q (size %d), want \"eco\" (size 6)", data, obj.Size)
+	}
+	if _, err := put("a/2", "", bucket.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := read(t, b, "a/2", bucket.GetOptions{}); data != "" {
+		t.Fatalf("empty object read as %q", data)
+	}
+
+	// 2,345 keys: a page of 2,000 crosses several List messages.
+	for i := range 2345 {
+		if _, err := put("l/"+strconv.Itoa(10000+i), "x", bucket.Condition{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page, err := b.List(ctx, "l/", bucket.ListOptions{Limit: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Entries) != 2000 || page.Entries[0].Key != "l/10000" || page.Entries[1999].Key != "l/11999" || page.Next != "l/11999" {
+		t.Fatalf("first page: %d entries, next %q", len(page.Entries), page.Next)
+	}
+	page, err = b.List(ctx, "l/", bucket.ListOptions{StartAfter: page.Next, Limit: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Entries) != 345 || page.Next != "" || page.Entries[0].Size != 1 || page.Entries[0].Version == "" {
+		t.Fatalf("last page: %d entries, next %q, first %+v", len(page.Entries), page.Next, page.Entries[0])
+	}
+
+	if err := b.Delete(ctx, "a/1", bucket.Condition{IfVersion: v1}); !errors.Is(err, bucket.ErrPrecondition) {
+		t.Fatalf("stale delete: %v, want ErrPrecondition", err)
+	}
+	if err := b.Delete(ctx, "a/1", bucket.Condition{IfVersion: v2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Get(ctx, "a/1", bucket.GetOptions{}); !errors.Is(err, bucket.ErrNotFound) {
+		t.Fatalf("Get after delete: %v, want ErrNotFound", err)
+	}
+
+	if !strings.Contains(logs.String(), "hello from the provider") {
+		t.Errorf("the provider's stderr is not in the node's log:\n%s", logs)
+	}
+}
+
+// Every contract error the provider returns matches the same sentinel on
+// the host, and no other; any other error crosses as its message.
+func TestErrorKinds(t *testing.T) {
+	b, _ := openFake(t, "v1", nil)
+	for name := range errorKeys {
+		_, err := b.Get(context.Background(), "err/"+name, bucket.GetOptions{})
+		if err == nil {
+			t.Fatalf("%s: no error", name)
+		}
+		for other, sentinel := range errorKeys {
+			if other == "other" {
+				continue
+			}
+			if got := errors.Is(err, sentinel); got != (other == name) {
+				t.Errorf("%s: errors.Is(%v, %s) = %v", name, err, other, got)
+			}
+		}
+		if !strings.Contains(err.Error(), `fake get "err/`+name+`"`) || !strings.Contains(err.Error(), "bucket provider ") {
+			t.Errorf("%s: %q lacks the provider's message or the provider's name", name, err)
+		}
+	}
+}
+
+func TestVersionMismatch(t *testing.T) {
+	_, err := Open(Config{Path: os.Args[0], Env: map[string]string{testProviderEnv: "v2"}, StartTimeout: 30 * time.Second}, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "protocol version 2") || !strings.Contains(err.Error(), "speaks version 1") {
+		t.Fatalf("Open of a version 2 provider: %v, want an error naming both versions", err)
+	}
+}
+
+func TestBadSettings(t *testing.T) {
+	_, err := Open(Config{
+		Path: os.Args[0], Env: map[string]string{testProviderEnv: "v1"},
+		Settings: map[string]any{"greting": "typo"}, StartTimeout: 30 * time.Second,
+	}, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "greting") {
+		t.Fatalf("Open with an unknown setting: %v, want an error naming it", err)
+	}
+}
+
+func TestMissingBinary(t *testing.T) {
+	_, err := Open(Config{Path: t.TempDir() + "/nope"}, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "/nope") {
+		t.Fatalf("Open of a missing binary: %v, want an error naming it", err)
+	}
+}
+
+func TestChecksum(t *testing.T) {
+	_, err := Open(Config{
+		Path: os.Args[0], Env: map[string]string{testProviderEnv: "v1"},
+		SHA256: strings.Repeat("ab", 32), StartTimeout: 30 * time.Second,
+	}, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "checksum") {
+		t.Fatalf("Open with a wrong sha256: %v, want a checksum error", err)
+	}
+}
+
+// Run by hand (no magic cookie), a provider explains itself and exits.
+func TestByHand(t *testing.T) {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), testProviderEnv+"=v1")
+	out, err := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); err == nil || code != 1 {
+		t.Fatalf("exit code %d (%v), want 1", code, err)
+	}
+	for _, want := range []string{"WasmKeep bucket provider", "not run by hand", "use: process", "path: " + os.Args[0]} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// A caller's deadline ends the provider's call too.
+func TestDeadlinePropagates(t *testing.T) {
+	b, _ := openFake(t, "v1", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	obj, err := b.Get(ctx, "block", bucket.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = io.ReadAll(obj.Body)
+	obj.Body.Close()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("read past the deadline: %v, want DeadlineExceeded", err)
+	}
+	// The provider sees its context end: with the deadline that crossed, or
+	// cancelled as the host gave up, whichever it notices first.
+	for {
+		data, _ := read(t, b, "blocked-err", bucket.GetOptions{})
+		if data == context.DeadlineExceeded.Error() || data == context.Canceled.Error() {
+			break
+		}
+		if data != "" {
+			t.Fatalf("the provider's blocked read ended with %q", data)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A body that fails mid-put writes nothing.
+func TestPutBodyFails(t *testing.T) {
+	b, _ := openFake(t, "v1", nil)
+	body := io.MultiReader(bytes.NewReader(make([]byte, 3*chunkSize)), failingReader{})
+	_, err := b.Put(context.Background(), "k", body, 4*chunkSize, bucket.Condition{})
+	if err == nil || !strings.Contains(err.Error(), "reading the body") {
+		t.Fatalf("Put with a failing body: %v", err)
+	}
+	if _, err := b.Get(context.Background(), "k", bucket.GetOptions{}); !errors.Is(err, bucket.ErrNotFound) {
+		t.Fatalf("Get after the failed put: %v, want ErrNotFound", err)
+	}
+}
+
+type failingReader struct{}
+
+func (failingReader) Read([]byte) (int, error) { return 0, errors.New("disk read error") }
+
+// A provider that dies mid-call fails the call promptly, and every later
+// call at once, with ErrExited.
+func TestProviderCrash(t *testing.T) {
+	b, _ := openFake(t, "v1", nil)
+	obj, err := b.Get(context.Background(), "block", bucket.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obj.Body.Close()
+	if _, err := io.ReadFull(obj.Body, make([]byte, chunkSize)); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid(t, b), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := io.ReadAll(obj.Body)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrExited) || errors.Is(err, bucket.ErrTransient) {
+			t.Fatalf("read from a killed provider: %v, want ErrExited", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("read from a killed provider still blocked after 10s")
+	}
+	_, err = b.Put(context.Background(), "k", strings.NewReader("x"), 1, bucket.Condition{})
+	if !errors.Is(err, ErrExited) || !strings.Contains(err.Error(), "pid ") {
+		t.Fatalf("Put after the crash: %v, want ErrExited naming the provider", err)
+	}
+}
+
+// Close stops the process: nothing is left running.
+func TestCloseStopsProvider(t *testing.T) {
+	b, _ := openFake(t, "v1", nil)
+	p := pid(t, b)
+	if err := syscall.Kill(p, 0); err != nil {
+		t.Fatalf("provider %d not running before Close: %v", p, err)
+	}
+	b.Close()
+	if err := syscall.Kill(p, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("provider %d after Close: signal 0 gives %v, want ESRCH", p, err)
+	}
+	if _, err := b.Get(context.Background(), "k", bucket.GetOptions{}); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("Get after Close: %v", err)
+	}
+}
