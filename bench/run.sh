@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Builds the server and the counter guest from this checkout into a scratch
-# directory and measures them. With `engines` first, `wasmkeep bench`
-# compares the runtime engines and writes
-# bench/results/<date>-<commit>-engines-<engines>.csv; otherwise
-# bench/cmd/wkbench measures the configured one and writes
-# bench/results/<date>-<commit>.csv. The other arguments go to the tool, for
-# example -quick (wkbench), --quick or --engines wasmtime,wazero (engines).
+# directory and measures them.
+#   ./bench/run.sh            bench/cmd/wkbench: the configured engine, the Go
+#                             counter; writes bench/results/<date>-<commit>.csv
+#   ./bench/run.sh engines    wasmkeep bench: every engine side by side;
+#                             writes ...-engines-<engines>.csv
+#   ./bench/run.sh workerd    bench/cmd/compare: workerd (installed here from
+#                             bench/workerd/package-lock.json with npm ci), then
+#                             wazero and wasmtime with the Go counter, 3 runs;
+#                             writes ...-workerd-run<N>.csv and -workerd-median.csv
+# The other arguments go to the tool, for example -quick (wkbench, compare),
+# --quick or --engines wasmtime,wazero (engines), -runs 5 (compare).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
@@ -14,10 +19,21 @@ trap 'rm -rf "$tmp"' EXIT
 # binary, which GOFLAGS=-buildvcs=false would leave out.
 go build -buildvcs=true -o "$tmp/wasmkeep" ./cmd/wasmkeep
 GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$tmp/counter.wasm" ./examples/counter
-if [[ ${1-} == engines ]]; then
+case ${1-} in
+engines)
 	shift
 	"$tmp/wasmkeep" bench --actor counter="$tmp/counter.wasm" --out bench/results "$@"
-else
+	;;
+workerd)
+	shift
+	# Exactly the version package-lock.json pins; its install script only
+	# links a launcher, and compare runs the platform package's binary.
+	npm ci --ignore-scripts --no-audit --no-fund --prefix bench/workerd
+	go build -o "$tmp/compare" ./bench/cmd/compare
+	"$tmp/compare" -workerd bench/workerd -wasmkeep "$tmp/wasmkeep" -guest go="$tmp/counter.wasm" -out bench/results "$@"
+	;;
+*)
 	go build -o "$tmp/wkbench" ./bench/cmd/wkbench
 	"$tmp/wkbench" -wasmkeep "$tmp/wasmkeep" -guest "$tmp/counter.wasm" -out bench/results "$@"
-fi
+	;;
+esac

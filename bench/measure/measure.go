@@ -1,10 +1,12 @@
-// Package measure measures one WasmKeep node serving one actor class: it
-// starts `wasmkeep serve` as a child process, drives it over loopback
-// HTTP/1.1 keep-alive and reads the server's memory and CPU time from
-// /proc/<pid>, so it runs on Linux only. bench/README.md defines each row.
+// Package measure measures one server serving one actor class (a WasmKeep
+// node, or workerd serving the counter as a Durable Object): it starts the
+// server as a child process, drives it over loopback HTTP/1.1 keep-alive and
+// reads the server's memory and CPU time from /proc/<pid>, so it runs on
+// Linux only. bench/README.md defines each row.
 package measure
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -22,24 +24,26 @@ import (
 
 // Options says what to measure.
 type Options struct {
-	Wasmkeep string // the server binary
-	Class    string // the actor class the server serves
-	Guest    string // the class's module, a .wasm file
+	Server Server // what to start
+	Class  string // the actor class the server serves
 	// Read and Write are the requests of the read and write rows; the
 	// throughput run sends either, with even odds. Zero means GET and POST
 	// /actor/<Class>/{name}.
 	Read, Write Request
-	// Counter says the guest is examples/counter: every answer must be a
-	// number and each write the previous value plus one, so that a run
-	// cannot time an error path that answers 200.
-	Counter   bool
-	Env       []string // added to the server's environment, such as WASMKEEP_RUNTIME__USE=wasmtime
-	ServeArgs []string // added to `wasmkeep serve`'s arguments
-	// Engine labels the result; empty means the runtime the server names in
-	// its "serving" log line.
-	Engine   string
-	Quick    bool      // small counts, to check the harness rather than to measure
-	Progress io.Writer // one line per phase; nil for none
+	// DurableWrite, if set, is the request of the durable write rows: a
+	// write that answers once it is on disk (exec-durable).
+	DurableWrite Request
+	// Counter says the actor is the counter (examples/counter): every answer
+	// must be a number, each write the previous value plus one, and a value
+	// written must still be there after a restart, so that a run cannot
+	// time an error path that answers 200.
+	Counter bool
+	// Engine and Guest label the result in the CSV, and Label in a table;
+	// an empty Engine means what Server.Engine reads in the server's log,
+	// an empty Label the engine.
+	Engine, Guest, Label string
+	Quick                bool      // small counts, to check the harness rather than to measure
+	Progress             io.Writer // one line per phase; nil for none
 }
 
 // Request is one HTTP request to an actor; {name} in Path stands for the
@@ -78,9 +82,9 @@ func (r Request) to(base, name string) (*http.Request, error) {
 
 // Result is one run's rows, in the order bench/README.md lists them.
 type Result struct {
-	Engine string
-	DataFS string // the file system of the servers' data directories
-	Rows   []Row
+	Engine, Guest, Label string
+	DataFS               string // the file system of the servers' data directories
+	Rows                 []Row
 }
 
 // Row is one measured metric.
@@ -123,6 +127,9 @@ const maxInstances = 4096
 // Run measures every row, on servers of its own with data directories in a
 // scratch directory under TMPDIR, which it removes.
 func Run(opts Options) (Result, error) {
+	if opts.Server == nil {
+		return Result{}, errors.New("measure: Options.Server is nil: say which server to start")
+	}
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
 	}
@@ -141,11 +148,11 @@ func Run(opts Options) (Result, error) {
 		return Result{}, err
 	}
 	defer os.RemoveAll(scratch)
-	res := Result{DataFS: dataFS(scratch)}
-	fmt.Fprintf(opts.Progress, "  %s serving %s=%s; %v; data in %s (%s)\n",
-		opts.Wasmkeep, opts.Class, opts.Guest, sz, scratch, res.DataFS)
+	res := Result{Guest: opts.Guest, DataFS: dataFS(scratch)}
+	fmt.Fprintf(opts.Progress, "  %v; %v; data in %s (%s)\n", opts.Server, sz, scratch, res.DataFS)
 	b := &bench{opts: opts, sz: sz, scratch: scratch}
 	res.Rows, res.Engine, err = b.measure()
+	res.Label = cmp.Or(opts.Label, res.Engine)
 	return res, err
 }
 
@@ -194,8 +201,8 @@ func (b *bench) measure() ([]Row, string, error) {
 	}
 	engine := b.opts.Engine
 	if engine == "" {
-		if engine, err = srv.engine(); err != nil {
-			return nil, "", err
+		if engine, err = b.opts.Server.Engine(srv.logPath); err != nil {
+			return nil, "", fmt.Errorf("%w%s", err, srv.logTail())
 		}
 	}
 	return append(out, rows...), engine, nil
@@ -204,28 +211,46 @@ func (b *bench) measure() ([]Row, string, error) {
 // startups starts and stops the server sz.starts times on fresh data
 // directories (the guest compiled from scratch, actor x created), then as
 // many times on the last of them (whatever the server keeps between runs
-// reused, actor x woken from its database).
+// reused, actor x woken from its database). For the counter, the last fresh
+// start adds one to x and every restart must still read it.
 func (b *bench) startups() (fresh, restart []time.Duration, err error) {
 	var dir string
-	startStop := func(samples *[]time.Duration) error {
+	startStop := func(samples *[]time.Duration, then func(*client) error) error {
 		srv, took, err := startServer(b.opts, dir, dir+".log")
 		if err != nil {
 			return err
 		}
 		*samples = append(*samples, took)
-		return srv.stop()
+		if b.opts.Counter {
+			err = then(b.newClient(srv, 1))
+		}
+		if stopErr := srv.stop(); err == nil {
+			err = stopErr
+		}
+		return err
 	}
-	for range b.sz.starts {
+	none := func(*client) error { return nil }
+	for i := range b.sz.starts {
 		if dir, err = os.MkdirTemp(b.scratch, "data-"); err != nil {
 			return nil, nil, err
 		}
-		if err := startStop(&fresh); err != nil {
+		then := none
+		if i == b.sz.starts-1 {
+			then = func(c *client) error { return c.expect(b.opts.Write, "x", 1) }
+		}
+		if err := startStop(&fresh, then); err != nil {
 			return nil, nil, err
 		}
 	}
 	b.logf("start-up on a fresh data dir: %v", fresh)
 	for range b.sz.starts {
-		if err := startStop(&restart); err != nil {
+		persisted := func(c *client) error {
+			if err := c.expect(b.opts.Read, "x", 1); err != nil {
+				return fmt.Errorf("after a restart: %w", err)
+			}
+			return nil
+		}
+		if err := startStop(&restart, persisted); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -255,7 +280,7 @@ func (b *bench) onServer(srv *server) ([]Row, error) {
 	}
 	add("first_request_new_actor_p50", us(percentile(firsts, 0.5)), "us")
 
-	reads, writes, err := b.resident(seq)
+	reads, writes, durable, err := b.resident(seq)
 	if err != nil {
 		return nil, err
 	}
@@ -263,6 +288,10 @@ func (b *bench) onServer(srv *server) ([]Row, error) {
 	add("read_resident_p99", us(percentile(reads, 0.99)), "us")
 	add("write_resident_p50", us(percentile(writes, 0.5)), "us")
 	add("write_resident_p99", us(percentile(writes, 0.99)), "us")
+	if durable != nil {
+		add("write_durable_resident_p50", us(percentile(durable, 0.5)), "us")
+		add("write_durable_resident_p99", us(percentile(durable, 0.99)), "us")
+	}
 
 	pool := b.newClient(srv, b.sz.clients)
 	perActor, rss, err := b.memory(srv, pool)
@@ -298,44 +327,64 @@ func (b *bench) firstRequests(c *client) ([]time.Duration, error) {
 	return ds, nil
 }
 
-// resident times reads, then writes, to one actor that stays awake, on one
-// kept-alive connection, after a warm-up of both. With Options.Counter every
-// write must answer the previous value plus one.
-func (b *bench) resident(c *client) (reads, writes []time.Duration, err error) {
+// resident times reads, then writes, then durable writes if the run has
+// them, to one actor that stays awake, on one kept-alive connection, after
+// a warm-up of each. With Options.Counter every write must answer the
+// previous value plus one.
+func (b *bench) resident(c *client) (reads, writes, durable []time.Duration, err error) {
 	const name = "resident"
 	value, err := c.do(b.opts.Read, name)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	for range b.sz.warmup {
-		if _, err := c.do(b.opts.Read, name); err != nil {
-			return nil, nil, err
-		}
-		if value, err = c.do(b.opts.Write, name); err != nil {
-			return nil, nil, err
-		}
-	}
-	for range b.sz.samples {
-		start := time.Now()
-		if _, err := c.do(b.opts.Read, name); err != nil {
-			return nil, nil, err
-		}
-		reads = append(reads, time.Since(start))
-	}
-	for range b.sz.samples {
-		start := time.Now()
-		v, err := c.do(b.opts.Write, name)
+	write := func(r Request) error {
+		v, err := c.do(r, name)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
-		writes = append(writes, time.Since(start))
 		if b.opts.Counter && v != value+1 {
-			return nil, nil, fmt.Errorf("%v to %s answered %d after %d: the counter did not count", b.opts.Write, name, v, value)
+			return fmt.Errorf("%v to %s answered %d after %d: the counter did not count", r, name, v, value)
 		}
 		value = v
+		return nil
 	}
-	b.logf("%d reads and %d writes to a resident actor", len(reads), len(writes))
-	return reads, writes, nil
+	timed := func(n int, send func() error) ([]time.Duration, error) {
+		ds := make([]time.Duration, 0, n)
+		for range n {
+			start := time.Now()
+			if err := send(); err != nil {
+				return nil, err
+			}
+			ds = append(ds, time.Since(start))
+		}
+		return ds, nil
+	}
+	read := func() error { _, err := c.do(b.opts.Read, name); return err }
+	for range b.sz.warmup {
+		if err := read(); err != nil {
+			return nil, nil, nil, err
+		}
+		if err := write(b.opts.Write); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if reads, err = timed(b.sz.samples, read); err != nil {
+		return nil, nil, nil, err
+	}
+	if writes, err = timed(b.sz.samples, func() error { return write(b.opts.Write) }); err != nil {
+		return nil, nil, nil, err
+	}
+	if b.opts.DurableWrite != (Request{}) {
+		durableWrite := func() error { return write(b.opts.DurableWrite) }
+		if _, err = timed(b.sz.warmup, durableWrite); err != nil {
+			return nil, nil, nil, err
+		}
+		if durable, err = timed(b.sz.samples, durableWrite); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	b.logf("%d reads, %d writes and %d durable writes to a resident actor", len(reads), len(writes), len(durable))
+	return reads, writes, durable, nil
 }
 
 // memory wakes sz.actors actors and returns the server's growth per actor
@@ -461,6 +510,16 @@ func (b *bench) newClient(srv *server, conns int) *client {
 		MaxConnsPerHost:     conns,
 		DisableCompression:  true,
 	}}}
+}
+
+// expect sends r to the counter called name and checks that it answers
+// want.
+func (c *client) expect(r Request, name string, want int64) error {
+	v, err := c.do(r, name)
+	if err == nil && v != want {
+		err = fmt.Errorf("%v to %s answered %d, want %d", r, name, v, want)
+	}
+	return err
 }
 
 // do sends r to the actor called name and, for the counter, returns the

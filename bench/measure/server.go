@@ -10,13 +10,96 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 )
 
-// server is one `wasmkeep serve` child process.
+// Server is a server program the harness can start.
+type Server interface {
+	// Command returns the process that serves HTTP on addr (host:port) with
+	// its data in dataDir, an empty directory or one the same server used.
+	Command(addr, dataDir string) *exec.Cmd
+	// Engine names what served, given the server's log (stdout and stderr).
+	Engine(logPath string) (string, error)
+	String() string
+}
+
+// Wasmkeep is `Binary serve` with one actor class, Class=Guest.
+type Wasmkeep struct {
+	Binary, Class, Guest string
+	Env                  []string // added to the environment, such as WASMKEEP_RUNTIME__USE=wasmtime
+	ServeArgs            []string // added to `wasmkeep serve`'s arguments
+}
+
+func (w Wasmkeep) Command(addr, dataDir string) *exec.Cmd {
+	args := append([]string{"serve",
+		"--actor", w.Class + "=" + w.Guest,
+		"--listen", addr,
+		"--data-dir", dataDir,
+		"--max-instances", strconv.Itoa(maxInstances),
+		"--idle-timeout", "10m", // nothing hibernates during a run
+	}, w.ServeArgs...)
+	cmd := exec.Command(w.Binary, args...)
+	cmd.Env = append(os.Environ(), w.Env...)
+	return cmd
+}
+
+// Engine is the runtime plugin the server names in its "serving" log line.
+func (w Wasmkeep) Engine(logPath string) (string, error) {
+	f, err := os.Open(logPath)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.Contains(line, "msg=serving") {
+			continue
+		}
+		for _, field := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(field, "runtime="); ok {
+				return v, nil
+			}
+		}
+	}
+	return "", errors.New(`no runtime= in the server's "serving" log line; label the engine yourself (Options.Engine)`)
+}
+
+func (w Wasmkeep) String() string {
+	return strings.TrimSpace(strings.Join(w.Env, " ") + " " + w.Binary + " serve --actor " + w.Class + "=" + w.Guest)
+}
+
+// Workerd is `Binary serve Config` (bench/workerd/config.capnp): the config's
+// socket "http" is moved to the harness's address and its disk directory
+// "data", where the Durable Objects keep their databases, to the run's data
+// directory.
+type Workerd struct {
+	Binary, Config string
+}
+
+func (w Workerd) Command(addr, dataDir string) *exec.Cmd {
+	// workerd, unlike a Go program, does not raise its soft limit on open
+	// files, and each resident object holds up to three (database, WAL,
+	// shared memory): the shell raises it to the hard limit, as wasmkeep
+	// serve does for itself, and exec keeps the process (and pid) the same.
+	cmd := exec.Command("/bin/sh", "-c", `ulimit -n "$(ulimit -Hn)" && exec "$0" "$@"`,
+		w.Binary, "serve", filepath.Base(w.Config),
+		"--socket-addr", "http="+addr,
+		"--directory-path", "data="+dataDir)
+	// The config embeds counter.js by a path relative to itself.
+	cmd.Dir = filepath.Dir(w.Config)
+	return cmd
+}
+
+func (Workerd) Engine(string) (string, error) { return "workerd", nil }
+
+func (w Workerd) String() string { return w.Binary + " serve " + w.Config }
+
+// server is one running server process.
 type server struct {
 	cmd     *exec.Cmd
 	base    string // http://127.0.0.1:PORT
@@ -39,24 +122,16 @@ func startServer(opts Options, dataDir, logPath string) (*server, time.Duration,
 	}
 	defer logFile.Close() // the child holds its own copy
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	args := append([]string{"serve",
-		"--actor", opts.Class + "=" + opts.Guest,
-		"--listen", addr,
-		"--data-dir", dataDir,
-		"--max-instances", strconv.Itoa(maxInstances),
-		"--idle-timeout", "10m", // nothing hibernates during a run
-	}, opts.ServeArgs...)
 	s := &server{
-		cmd:     exec.Command(opts.Wasmkeep, args...),
+		cmd:     opts.Server.Command(addr, dataDir),
 		base:    "http://" + addr,
 		logPath: logPath,
 		exited:  make(chan struct{}),
 	}
-	s.cmd.Env = append(os.Environ(), opts.Env...)
 	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
 	start := time.Now()
 	if err := s.cmd.Start(); err != nil {
-		return nil, 0, fmt.Errorf("starting %s: %w", opts.Wasmkeep, err)
+		return nil, 0, fmt.Errorf("starting %v: %w", opts.Server, err)
 	}
 	go func() { s.waitErr = s.cmd.Wait(); close(s.exited) }()
 	took, err := s.awaitFirstResponse(opts.Read, start)
@@ -137,28 +212,6 @@ func (s *server) logTail() string {
 		lines = lines[len(lines)-20:]
 	}
 	return "\nserver log:\n  " + strings.Join(lines, "\n  ")
-}
-
-// engine is the runtime plugin the server says it serves with.
-func (s *server) engine() (string, error) {
-	f, err := os.Open(s.logPath)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.Contains(line, "msg=serving") {
-			continue
-		}
-		for _, field := range strings.Fields(line) {
-			if v, ok := strings.CutPrefix(field, "runtime="); ok {
-				return v, nil
-			}
-		}
-	}
-	return "", fmt.Errorf("no runtime= in the server's \"serving\" log line; label the engine yourself (wkbench -engine)%s", s.logTail())
 }
 
 func (s *server) pid() int { return s.cmd.Process.Pid }

@@ -7,15 +7,12 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 
 	"github.com/wasmkeep/wasmkeep/bench/measure"
 )
@@ -31,17 +28,18 @@ func main() {
 
 // run parses args, measures and returns the path of the CSV it wrote.
 func run(args []string, stdout io.Writer) (string, error) {
-	opts := measure.Options{Class: "counter", Counter: true, Progress: stdout}
-	var out, guestLabel string
+	srv := measure.Wasmkeep{Class: "counter"}
+	opts := measure.Options{Class: srv.Class, Counter: true, Progress: stdout}
+	var out string
 	fs := flag.NewFlagSet("wkbench", flag.ContinueOnError)
-	fs.StringVar(&opts.Wasmkeep, "wasmkeep", "", "the wasmkeep binary to measure (required)")
-	fs.StringVar(&opts.Guest, "guest", "", "the counter guest, a .wasm file (required)")
+	fs.StringVar(&srv.Binary, "wasmkeep", "", "the wasmkeep binary to measure (required)")
+	fs.StringVar(&srv.Guest, "guest", "", "the counter guest, a .wasm file (required)")
 	fs.StringVar(&out, "out", "bench/results", "directory for the CSV")
 	fs.StringVar(&opts.Engine, "engine", "", "engine label for the CSV (default: the runtime the server logs at start)")
-	fs.StringVar(&guestLabel, "guest-label", "go-counter", "guest label for the CSV")
+	fs.StringVar(&opts.Guest, "guest-label", "go-counter", "guest label for the CSV")
 	fs.BoolVar(&opts.Quick, "quick", false, "small counts, to check the harness rather than to measure")
 	fs.Func("serve-arg", "extra argument for `wasmkeep serve`, such as --config=plugins.yaml (repeatable)", func(v string) error {
-		opts.ServeArgs = append(opts.ServeArgs, v)
+		srv.ServeArgs = append(srv.ServeArgs, v)
 		return nil
 	})
 	if err := fs.Parse(args); err != nil {
@@ -50,10 +48,10 @@ func run(args []string, stdout io.Writer) (string, error) {
 	if fs.NArg() > 0 {
 		return "", fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if opts.Wasmkeep == "" || opts.Guest == "" {
+	if srv.Binary == "" || srv.Guest == "" {
 		return "", errors.New("-wasmkeep and -guest are required")
 	}
-	for _, p := range []*string{&opts.Wasmkeep, &opts.Guest} {
+	for _, p := range []*string{&srv.Binary, &srv.Guest} {
 		abs, err := filepath.Abs(*p)
 		if err != nil {
 			return "", err
@@ -63,34 +61,16 @@ func run(args []string, stdout io.Writer) (string, error) {
 		}
 		*p = abs
 	}
-	commit, err := checkoutCommit()
+	commit, err := measure.CheckoutCommit()
 	if err != nil {
 		return "", err
 	}
-	fmt.Fprintf(stdout, "wkbench: %s at %s\n", opts.Wasmkeep, commit)
+	fmt.Fprintf(stdout, "wkbench: %s at %s\n", srv.Binary, commit)
+	opts.Server = srv
 	res, err := measure.Run(opts)
 	if err != nil {
 		return "", err
 	}
 	measure.PrintTable(stdout, res)
-	return measure.WriteCSV(out, commit, "", guestLabel, res)
-}
-
-// checkoutCommit names the checkout wkbench runs in, which run.sh builds the
-// server from: its short hash, with -dirty if anything differs from it,
-// untracked files included.
-func checkoutCommit() (string, error) {
-	rev, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
-		return "", fmt.Errorf("git rev-parse --short HEAD (run wkbench inside the repository): %w", err)
-	}
-	status, err := exec.Command("git", "status", "--porcelain").Output()
-	if err != nil {
-		return "", fmt.Errorf("git status: %w", err)
-	}
-	commit := strings.TrimSpace(string(rev))
-	if len(bytes.TrimSpace(status)) > 0 {
-		commit += "-dirty"
-	}
-	return commit, nil
+	return measure.WriteCSV(out, commit, "", res)
 }

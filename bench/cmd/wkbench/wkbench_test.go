@@ -19,7 +19,7 @@ func TestQuickRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if engines := benchtest.CheckCSV(t, path); len(engines) != 1 {
-		t.Errorf("%s has rows for engines %v, want one engine", path, engines)
+	if servers := benchtest.CheckCSV(t, path, benchtest.Metrics); len(servers) != 1 {
+		t.Errorf("%s has rows for %v, want one server", path, servers)
 	}
 }

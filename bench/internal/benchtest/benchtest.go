@@ -41,11 +41,14 @@ var Metrics = []string{
 	"throughput", "server_cpu_per_request", "throughput_clients",
 }
 
+// WithDurable are the rows of a run with measure.Options.DurableWrite.
+var WithDurable = slices.Concat(Metrics, []string{"write_durable_resident_p50", "write_durable_resident_p99"})
+
 // CheckCSV checks a CSV that measure.WriteCSV wrote: its header, and each
-// engine's rows, every metric once with a positive value. It returns the
-// engines in the order the file lists them. It never judges the numbers
-// themselves.
-func CheckCSV(t testing.TB, path string) (engines []string) {
+// server's rows (engine and guest), every one of metrics once with a
+// positive value and nothing else. It returns the servers as engine/guest
+// in the order the file lists them. It never judges the numbers themselves.
+func CheckCSV(t testing.TB, path string, metrics []string) (servers []string) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -60,37 +63,38 @@ func CheckCSV(t testing.TB, path string) (engines []string) {
 	if len(records) == 0 || !slices.Equal(records[0], header) {
 		t.Fatalf("%s starts with %v, want the header %v", path, records[:min(len(records), 1)], header)
 	}
-	values := map[string]map[string]float64{} // engine, metric
+	values := map[string]map[string]float64{} // engine/guest, metric
 	for _, r := range records[1:] {
-		if r[1] == "" || r[2] == "" || r[6] == "" {
-			t.Errorf("row %v lacks a commit, engine or unit", r)
+		if r[1] == "" || r[2] == "" || r[3] == "" || r[6] == "" {
+			t.Errorf("row %v lacks a commit, engine, guest or unit", r)
 		}
 		v, err := strconv.ParseFloat(r[5], 64)
 		if err != nil {
 			t.Errorf("metric %s: value %q: %v", r[4], r[5], err)
 		}
-		if values[r[2]] == nil {
-			values[r[2]] = map[string]float64{}
-			engines = append(engines, r[2])
+		server := r[2] + "/" + r[3]
+		if values[server] == nil {
+			values[server] = map[string]float64{}
+			servers = append(servers, server)
 		}
-		if _, dup := values[r[2]][r[4]]; dup {
-			t.Errorf("%s repeats metric %s for engine %s", path, r[4], r[2])
+		if _, dup := values[server][r[4]]; dup {
+			t.Errorf("%s repeats metric %s for %s", path, r[4], server)
 		}
-		values[r[2]][r[4]] = v
+		values[server][r[4]] = v
 	}
-	for _, e := range engines {
-		for _, m := range Metrics {
-			v, ok := values[e][m]
+	for _, s := range servers {
+		for _, m := range metrics {
+			v, ok := values[s][m]
 			switch {
 			case !ok:
-				t.Errorf("engine %s: metric %s missing from %s", e, m, path)
+				t.Errorf("%s: metric %s missing from %s", s, m, path)
 			case v <= 0:
-				t.Errorf("engine %s: metric %s = %v, want a positive value", e, m, v)
+				t.Errorf("%s: metric %s = %v, want a positive value", s, m, v)
 			}
 		}
-		if len(values[e]) != len(Metrics) {
-			t.Errorf("engine %s: %d metrics in %s, want %d", e, len(values[e]), path, len(Metrics))
+		if len(values[s]) != len(metrics) {
+			t.Errorf("%s: %d metrics in %s, want %d", s, len(values[s]), path, len(metrics))
 		}
 	}
-	return engines
+	return servers
 }

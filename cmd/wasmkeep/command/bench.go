@@ -70,6 +70,7 @@ func bench(cmd *cobra.Command, reg *plugin.Registry, f benchFlags) error {
 		return err
 	}
 	opts := measure.Options{Quick: f.quick, Progress: cmd.ErrOrStderr()}
+	var srv measure.Wasmkeep
 	class, file, ok := strings.Cut(f.actor, "=")
 	if !ok || class == "" || file == "" {
 		return fmt.Errorf("--actor %q: want CLASS=FILE.wasm", f.actor)
@@ -78,9 +79,10 @@ func bench(cmd *cobra.Command, reg *plugin.Registry, f benchFlags) error {
 	if _, err := os.Stat(file); err != nil {
 		return fmt.Errorf("--actor: %w", err)
 	}
-	opts.Class, opts.Guest = class, file
+	opts.Class, opts.Guest = class, class
+	srv.Class, srv.Guest = class, file
 	if f.config != "" {
-		opts.ServeArgs = []string{"--config", f.config}
+		srv.ServeArgs = []string{"--config", f.config}
 	}
 	if f.read != "" {
 		if opts.Read, err = measure.ParseRequest(f.read); err != nil {
@@ -93,7 +95,7 @@ func bench(cmd *cobra.Command, reg *plugin.Registry, f benchFlags) error {
 		}
 	}
 	// The servers are this binary, so the build measured is this one.
-	if opts.Wasmkeep, err = os.Executable(); err != nil {
+	if srv.Binary, err = os.Executable(); err != nil {
 		return err
 	}
 
@@ -102,7 +104,8 @@ func bench(cmd *cobra.Command, reg *plugin.Registry, f benchFlags) error {
 	// cores and each measure the other.
 	for _, engine := range engines {
 		fmt.Fprintf(cmd.ErrOrStderr(), "engine %s:\n", engine)
-		opts.Env = []string{config.EnvPrefix + "RUNTIME__USE=" + engine}
+		srv.Env = []string{config.EnvPrefix + "RUNTIME__USE=" + engine}
+		opts.Server = srv
 		res, err := measure.Run(opts)
 		if err != nil {
 			return fmt.Errorf("engine %s: %w", engine, err)
@@ -113,7 +116,7 @@ func bench(cmd *cobra.Command, reg *plugin.Registry, f benchFlags) error {
 		results = append(results, res)
 	}
 	measure.PrintTable(cmd.OutOrStdout(), results...)
-	path, err := measure.WriteCSV(f.out, buildLabel(), "-engines-"+strings.Join(engines, "-"), class, results...)
+	path, err := measure.WriteCSV(f.out, buildLabel(), "-engines-"+strings.Join(engines, "-"), results...)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,259 @@
+//go:build linux
+
+// Command compare measures the counter on WasmKeep and on workerd in one
+// run, with the same client and harness (package measure): workerd serving
+// the counter as a Durable Object with SQLite storage (bench/workerd), and
+// wasmkeep serve on each engine with each counter guest given (the Go and
+// the C counter). It starts one server at a time, repeats the whole round
+// -runs times, servers interleaved, and reports the median of the runs with
+// each server's ratio to the first (workerd), then the issue's targets met
+// or missed. It writes each run's rows and the medians as CSV files in
+// -out. bench/README.md defines each row.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/wasmkeep/wasmkeep/bench/measure"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(1)
+	}
+}
+
+// workerdBinary is where npm ci in bench/workerd puts workerd's own binary;
+// node_modules/.bin/workerd may be a Node.js launcher, whose process would
+// be measured instead.
+const workerdBinary = "node_modules/@cloudflare/workerd-linux-64/bin/workerd"
+
+type flags struct {
+	wasmkeep, workerd, out string
+	engines                string
+	guests                 []guest
+	serveArgs              []string
+	runs                   int
+	quick                  bool
+}
+
+// server is one server of a round, and the engine it must say it served
+// with.
+type server struct {
+	opts   measure.Options
+	engine string
+}
+
+// guest is a counter module: its language, as in go-counter, and its file.
+type guest struct{ lang, file string }
+
+// run parses args, measures every target -runs times and writes the CSVs.
+func run(args []string, stdout io.Writer) error {
+	var f flags
+	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
+	fs.StringVar(&f.wasmkeep, "wasmkeep", "", "the wasmkeep binary (required with -guest)")
+	fs.Func("guest", "a counter guest, LANG=FILE.wasm such as go=counter.wasm or c=c-counter.wasm (repeatable)", func(v string) error {
+		lang, file, ok := strings.Cut(v, "=")
+		if !ok || lang == "" || file == "" {
+			return fmt.Errorf("%q: want LANG=FILE.wasm", v)
+		}
+		f.guests = append(f.guests, guest{lang, file})
+		return nil
+	})
+	fs.StringVar(&f.engines, "engines", "wazero,wasmtime", "the runtime plugins to run each guest on")
+	fs.StringVar(&f.workerd, "workerd", "", "the bench/workerd directory, after npm ci in it; empty leaves workerd out")
+	fs.IntVar(&f.runs, "runs", 3, "rounds of every server; each row reports their median")
+	fs.BoolVar(&f.quick, "quick", false, "small counts, to check the harness rather than to measure")
+	fs.StringVar(&f.out, "out", "bench/results", "directory for the CSVs")
+	fs.Func("serve-arg", "extra argument for `wasmkeep serve`, such as --config=plugins.yaml (repeatable)", func(v string) error {
+		f.serveArgs = append(f.serveArgs, v)
+		return nil
+	})
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	targets, err := f.targets()
+	if err != nil {
+		return err
+	}
+	commit, err := measure.CheckoutCommit()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "compare: %d servers, %d runs, at %s\n", len(targets), f.runs, commit)
+
+	runs := make([][]measure.Result, len(targets)) // by target, then run
+	for r := range f.runs {
+		var round []measure.Result
+		// One server at a time: two would share the cores and measure each
+		// other.
+		for i, t := range targets {
+			fmt.Fprintf(stdout, "run %d/%d, %s:\n", r+1, f.runs, t.opts.Label)
+			t.opts.Progress = stdout
+			res, err := measure.Run(t.opts)
+			if err != nil {
+				return fmt.Errorf("%s: %w", t.opts.Label, err)
+			}
+			if res.Engine != t.engine {
+				return fmt.Errorf("%s: the server served with %s", t.opts.Label, res.Engine)
+			}
+			runs[i] = append(runs[i], res)
+			round = append(round, res)
+		}
+		path, err := measure.WriteCSV(f.out, commit, "-workerd-run"+strconv.Itoa(r+1), round...)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "wrote", path)
+	}
+	medians := make([]measure.Result, len(targets))
+	for i, rs := range runs {
+		if medians[i], err = measure.Median(rs); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "\nmedians of %d runs, with each server's ratio to the first:\n", f.runs)
+	measure.PrintTable(stdout, medians...)
+	if medians[0].Engine == "workerd" {
+		fmt.Fprintln(stdout, "\ntargets (issue 6), as ratios to workerd:")
+		printTargets(stdout, medians[0], medians[1:])
+	}
+	path, err := measure.WriteCSV(f.out, commit, "-workerd-median", medians...)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "wrote", path)
+	return nil
+}
+
+// targets lists the servers of a round: workerd first, the baseline of the
+// ratios, then each guest on each engine.
+func (f flags) targets() ([]server, error) {
+	if f.runs < 1 {
+		return nil, fmt.Errorf("-runs %d: want at least 1", f.runs)
+	}
+	counter := func(label, engine, guest string, srv measure.Server) server {
+		return server{engine: engine, opts: measure.Options{
+			Server: srv, Class: "counter", Counter: true,
+			// The Go and C counters make this write with exec-durable;
+			// workerd's counter ignores the /durable and writes as always,
+			// waiting for the disk.
+			DurableWrite: measure.Request{Method: "POST", Path: "/actor/counter/{name}/durable"},
+			Engine:       engine, Guest: guest, Label: label,
+			Quick: f.quick,
+		}}
+	}
+	var out []server
+	if f.workerd != "" {
+		dir, err := filepath.Abs(f.workerd)
+		if err != nil {
+			return nil, err
+		}
+		srv := measure.Workerd{Binary: filepath.Join(dir, workerdBinary), Config: filepath.Join(dir, "config.capnp")}
+		if _, err := os.Stat(srv.Binary); err != nil {
+			return nil, fmt.Errorf("-workerd: %w (install it: npm ci --prefix %s)", err, f.workerd)
+		}
+		if _, err := os.Stat(srv.Config); err != nil {
+			return nil, fmt.Errorf("-workerd: %w", err)
+		}
+		out = append(out, counter("workerd", "workerd", "js-counter", srv))
+	}
+	if len(f.guests) > 0 {
+		bin, err := absFile("-wasmkeep", f.wasmkeep)
+		if err != nil {
+			return nil, err
+		}
+		engines := strings.Split(f.engines, ",")
+		for _, g := range f.guests {
+			file, err := absFile("-guest "+g.lang, g.file)
+			if err != nil {
+				return nil, err
+			}
+			for _, e := range engines {
+				srv := measure.Wasmkeep{
+					Binary: bin, Class: "counter", Guest: file, ServeArgs: f.serveArgs,
+					Env: []string{"WASMKEEP_RUNTIME__USE=" + e},
+				}
+				t := counter(e+"/"+g.lang, e, g.lang+"-counter", srv)
+				// Left to the server's log, which names the engine it
+				// served with: run checks that the environment took.
+				t.opts.Engine = ""
+				out = append(out, t)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("nothing to measure: give -workerd, or -wasmkeep and -guest")
+	}
+	return out, nil
+}
+
+func absFile(flag, path string) (string, error) {
+	if path == "" {
+		return "", fmt.Errorf("%s is required", flag)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return "", fmt.Errorf("%s: %w", flag, err)
+	}
+	return abs, nil
+}
+
+// goal is one of issue 6's targets: for guests in lang, metric at most max
+// times workerd's baseline metric.
+type goal struct {
+	lang, metric, baseline string
+	max                    float64
+}
+
+var goals = []goal{
+	{"c", "server_cpu_per_request", "server_cpu_per_request", 0.4},
+	{"c", "read_resident_p50", "read_resident_p50", 0.3},
+	{"c", "memory_per_resident_actor", "memory_per_resident_actor", 0.8},
+	{"c", "first_request_new_actor_p50", "first_request_new_actor_p50", 0.5},
+	// workerd waits for the disk on every write: our durable write against
+	// its only kind.
+	{"c", "write_durable_resident_p50", "write_resident_p50", 1},
+	{"go", "server_cpu_per_request", "server_cpu_per_request", 0.6},
+}
+
+// printTargets prints, for each goal and each server with its guest, the
+// ratio to workerd and whether it meets the goal.
+func printTargets(w io.Writer, workerd measure.Result, others []measure.Result) {
+	for _, g := range goals {
+		base, ok := workerd.Value(g.baseline)
+		if !ok {
+			continue
+		}
+		for _, r := range others {
+			v, ok := r.Value(g.metric)
+			if !ok || r.Guest != g.lang+"-counter" {
+				continue
+			}
+			verdict := "missed"
+			if base > 0 && v/base <= g.max {
+				verdict = "met"
+			}
+			against := ""
+			if g.baseline != g.metric {
+				against = " (workerd's " + g.baseline + ")"
+			}
+			fmt.Fprintf(w, "  %-12s %-28s %6.2fx workerd%s, target <= %.1fx: %s\n",
+				r.Label, g.metric, v/base, against, g.max, verdict)
+		}
+	}
+}
