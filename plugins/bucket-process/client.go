@@ -178,6 +178,11 @@ func (b *Bucket) fail(ctx context.Context, op string, err error) error {
 	if perr := fromStatus(b.desc, err); perr != nil {
 		return perr
 	}
+	// The deadline crossed with the call and may fire on the provider's
+	// side a moment before the caller's.
+	if status.Code(err) == codes.DeadlineExceeded {
+		return fmt.Errorf("%s: %s: %w", b.desc, op, context.DeadlineExceeded)
+	}
 	if b.waitExited() {
 		return b.exited()
 	}
