@@ -75,6 +75,33 @@ func buildGuest(t testing.TB, pkg, ldflags string) string {
 	return out
 }
 
+// buildCGuest compiles the C guest in dir (relative to the repository
+// root, every .c file of it) with the C SDK's sdk/c/wkcc, warnings as
+// errors, and returns the .wasm path. Without clang wkcc fails saying what
+// to install.
+func buildCGuest(t testing.TB, dir string) string {
+	t.Helper()
+	name := "c_" + strings.ReplaceAll(dir, "/", "_") + ".wasm"
+	out := filepath.Join(guestDir, name)
+	once, _ := guestOnce.LoadOrStore(name, new(sync.Once))
+	once.(*sync.Once).Do(func() {
+		root := repoRoot(t)
+		srcs, _ := filepath.Glob(filepath.Join(root, dir, "*.c"))
+		if len(srcs) == 0 {
+			guestErrs.Store(name, fmt.Errorf("building %s: no .c files there", dir))
+			return
+		}
+		cmd := exec.Command(filepath.Join(root, "sdk/c/wkcc"), append([]string{"-Werror", "-o", out}, srcs...)...)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			guestErrs.Store(name, fmt.Errorf("building %s: %v\n%s", dir, err, b))
+		}
+	})
+	if err, ok := guestErrs.Load(name); ok {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func probe(t testing.TB) string   { return buildGuest(t, "cmd/wasmkeep/testdata/guests/probe", "") }
 func counter(t testing.TB) string { return buildGuest(t, "examples/counter", "") }
 

@@ -356,45 +356,29 @@ static const char *kind_name(const char *const *names, size_t n, int kind) {
 /* set_error records a failure and its text, as the Go SDK words it: "sql
  * syntax: ...", "call timeout", "fetch dns-error: ...". */
 static void set_error(wk_error_source source, int kind, wk_bytes detail) {
-  const char *prefix = "";
+  last = (wk_error){source, kind, detail};
+  const char *prefix = "", *name = "";
   switch (source) {
   case WK_ERR_SQL:
-    prefix = "sql ";
+    prefix = "sql ", name = kind_name(sql_kinds, LEN(sql_kinds), kind);
     break;
   case WK_ERR_CALL:
-    prefix = "call ";
+    prefix = "call ", name = kind_name(call_kinds, LEN(call_kinds), kind);
     break;
   case WK_ERR_FETCH:
-    prefix = "fetch ";
+    prefix = "fetch ", name = kind_name(fetch_kinds, LEN(fetch_kinds), kind);
     break;
   case WK_ERR_HOST:
     prefix = "wasmkeep: ";
     break;
-  default:
-    break;
-  }
-  const char *name = "";
-  switch (source) {
-  case WK_ERR_SQL:
-    name = kind_name(sql_kinds, LEN(sql_kinds), kind);
-    break;
-  case WK_ERR_CALL:
-    name = kind_name(call_kinds, LEN(call_kinds), kind);
-    break;
-  case WK_ERR_FETCH:
-    name = kind_name(fetch_kinds, LEN(fetch_kinds), kind);
-    break;
-  default:
-    break;
-  }
-  last = (wk_error){source, kind, detail};
-  if (source == WK_ERR_MEMORY) { /* nothing more can be allocated */
-    last_msg = out_of_memory;
+  default: /* WK_ERR_MEMORY: nothing more can be allocated */
+    last_msg = (const char *)detail.ptr;
     return;
   }
   wk_buf b = {0};
   bool ok = wk_buf_str(&b, prefix) && wk_buf_str(&b, name) &&
-            (detail.len == 0 || ((*name == 0 || wk_buf_write(&b, ": ", 2)) && wk_buf_write(&b, detail.ptr, detail.len)));
+            (detail.len == 0 ||
+             ((*name == 0 || wk_buf_write(&b, ": ", 2)) && wk_buf_write(&b, detail.ptr, detail.len)));
   last_msg = ok ? (const char *)b.ptr : name;
 }
 
@@ -419,8 +403,7 @@ wk_value wk_text(const char *s) { return (wk_value){.kind = WK_TEXT, .u.b = wk_s
 wk_value wk_text_n(wk_bytes s) { return (wk_value){.kind = WK_TEXT, .u.b = s}; }
 wk_value wk_blob(const void *p, size_t n) { return (wk_value){.kind = WK_BLOB, .u.b = {p, n}}; }
 
-/* parse_int parses a whole decimal integer with an optional sign. */
-static bool parse_int(wk_bytes s, int64_t *out) {
+bool wk_parse_int(wk_bytes s, int64_t *out) {
   size_t i = 0;
   bool neg = false;
   if (s.len > 0 && (s.ptr[0] == '+' || s.ptr[0] == '-'))
@@ -450,7 +433,7 @@ int64_t wk_value_int(const wk_value *v) {
       return (int64_t)v->u.f;
     return 0;
   case WK_TEXT:
-    return parse_int(v->u.b, &i) ? i : 0;
+    return wk_parse_int(v->u.b, &i) ? i : 0;
   default:
     return 0;
   }

@@ -40,6 +40,10 @@ wk_bytes wk_str(const char *s);
 wk_bytes wk_bytes_of(const void *p, size_t n);
 /* wk_eq compares bytes with a C string. */
 bool wk_eq(wk_bytes b, const char *s);
+/* wk_parse_int parses the whole of s as a decimal integer with an optional
+ * sign (as Go's strconv.ParseInt(s, 10, 64)); false if it is not one or
+ * overflows. */
+bool wk_parse_int(wk_bytes s, int64_t *out);
 
 /* ---- Hooks: define the ones the actor needs ----
  * Each returns 0 for success, anything else for failure (see wk_fail).
