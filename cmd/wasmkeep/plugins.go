@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
+	processbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-process"
 	wasmtimeruntime "github.com/wasmkeep/wasmkeep/plugins/runtime-wasmtime"
 	wazeroruntime "github.com/wasmkeep/wasmkeep/plugins/runtime-wazero"
 	sqlitestorage "github.com/wasmkeep/wasmkeep/plugins/storage-sqlite"
@@ -15,5 +16,6 @@ func plugins() []plugin.Info {
 		wazeroruntime.Info(),
 		wasmtimeruntime.Info(),
 		sqlitestorage.Info(),
+		processbucket.Info(),
 	}
 }
