@@ -26,6 +26,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,8 +42,9 @@ type Options struct {
 	ListKeys int
 	// LargeSize is the large object's size in bytes (64 MiB; 4 MiB).
 	LargeSize int64
-	// Prefix is where the run writes, ending in "/"
-	// (buckettest/<time>-<random>/).
+	// Prefix is where the run writes, ending in "/": NewPrefix's by
+	// default. Each rule writes under Prefix + its name + "/"; the probe
+	// rule writes under probe/ (bucket.ProbePrefix), as a node does.
 	Prefix string
 	// Timeout bounds each rule (5 minutes).
 	Timeout time.Duration
@@ -69,7 +71,7 @@ func (o Options) withDefaults() Options {
 		}
 	}
 	if o.Prefix == "" {
-		o.Prefix = "buckettest/" + unique() + "/"
+		o.Prefix = NewPrefix("buckettest/")
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 5 * time.Minute
@@ -84,14 +86,18 @@ func (o Options) check() error {
 	case o.Rounds < 1 || o.ListKeys < 1 || o.LargeSize < 1 || o.Timeout < 0:
 		return fmt.Errorf("buckettest: rounds (%d), list keys (%d) and large size (%d) must be positive", o.Rounds, o.ListKeys, o.LargeSize)
 	}
+	if !strings.HasSuffix(o.Prefix, "/") {
+		return fmt.Errorf("buckettest: prefix %q must end in /", o.Prefix)
+	}
 	return bucket.CheckPrefix(o.Prefix)
 }
 
-// unique names a run or an object: the time, then random hex.
-func unique() string {
+// NewPrefix returns a prefix under base that no other run uses:
+// base<time>-<random>/.
+func NewPrefix(base string) string {
 	var r [6]byte
 	rand.Read(r[:])
-	return time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(r[:])
+	return base + time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(r[:]) + "/"
 }
 
 // Rule is one rule of the contract.

@@ -51,7 +51,7 @@ func TestFlawsCaught(t *testing.T) {
 
 func TestOptions(t *testing.T) {
 	m := NewMemory(Flaws{})
-	for _, o := range []Options{{Writers: 1}, {Rounds: -1}, {Prefix: "/x/"}} {
+	for _, o := range []Options{{Writers: 1}, {Rounds: -1}, {Prefix: "/x/"}, {Prefix: "x"}} {
 		if _, err := Check(context.Background(), m, o, nil); err == nil {
 			t.Errorf("%+v accepted", o)
 		}

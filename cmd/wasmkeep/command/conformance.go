@@ -1,0 +1,120 @@
+package command
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/wasmkeep/wasmkeep"
+	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/config"
+	"github.com/wasmkeep/wasmkeep/kernel/plugin"
+)
+
+func conformanceCommand(reg *plugin.Registry) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "conformance",
+		Short: "Check that a configured provider keeps its contract",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(conformanceBucketCommand(reg))
+	return cmd
+}
+
+type conformanceFlags struct {
+	config string
+	base   string
+	opts   buckettest.Options
+}
+
+func conformanceBucketCommand(reg *plugin.Registry) *cobra.Command {
+	var f conformanceFlags
+	cmd := &cobra.Command{
+		Use:   "bucket",
+		Short: "Run the bucket conformance suite against the configured bucket (bucket.use)",
+		Long: `Run the bucket conformance suite (conformance/buckettest) against the bucket
+that plugins.yaml chooses, loaded as serve loads it (the embedded defaults,
+--config, then WASMKEEP_* variables), and print each rule passed or failed.
+The run writes under --prefix plus a name of its own, deletes what it wrote,
+and exits with status 1 if any rule failed. The bucket must be one a node
+may write to: the start-time probe writes (and deletes) under probe/.`,
+		Example: `  wasmkeep conformance bucket --config s3.yaml
+  WASMKEEP_BUCKET__USE=fs WASMKEEP_BUCKET__FS__DIR=/tmp/b wasmkeep conformance bucket --quick`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return conformanceBucket(cmd, reg, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.config, "config", "", "plugins.yaml to layer over the embedded defaults")
+	fl.StringVar(&f.base, "prefix", "buckettest/", "where in the bucket the run writes (under a name of its own); ends in /")
+	fl.IntVar(&f.opts.Writers, "writers", 0, "writers racing on one create and one replace (default 16, --quick 4)")
+	fl.IntVar(&f.opts.Rounds, "rounds", 0, "rounds of each race (default 20, --quick 3)")
+	fl.IntVar(&f.opts.ListKeys, "list-keys", 0, "keys the listing rule writes (default 2500, --quick 300)")
+	fl.Int64Var(&f.opts.LargeSize, "large-size", 0, "bytes of the large object (default 64 MiB, --quick 4 MiB)")
+	fl.DurationVar(&f.opts.Timeout, "timeout", 5*time.Minute, "time each rule may take")
+	fl.BoolVar(&f.opts.Quick, "quick", false, "smaller counts: every rule, on less data")
+	return cmd
+}
+
+func conformanceBucket(cmd *cobra.Command, reg *plugin.Registry, f conformanceFlags) error {
+	cfg, err := config.Load(wasmkeep.DefaultConfig, f.config, os.Environ(), reg, APIs)
+	if err != nil {
+		return err
+	}
+	ch, err := cfg.Plugin(plugin.Bucket)
+	if err != nil {
+		return err
+	}
+	b, err := openBucket(ch)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	f.opts.Prefix = buckettest.NewPrefix(f.base)
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "bucket plugin %s (%s), writing under %s\n", ch.Info.Name, ch.Info.API, f.opts.Prefix)
+	width := 0
+	for _, r := range buckettest.Rules() {
+		width = max(width, len(r.Name))
+	}
+	failed := 0
+	// A line as each rule ends: the large and racing rules take a while.
+	results, err := buckettest.Check(ctx, b, f.opts, func(r buckettest.Result) {
+		status, why := "passed", r.Rule.Summary
+		if r.Err != nil {
+			status, why = "FAILED", r.Err.Error()
+			failed++
+		}
+		fmt.Fprintf(out, "%s  %-*s %7.2fs  %s\n", status, width, r.Rule.Name, r.Elapsed.Seconds(), why)
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%d rules: %d passed, %d failed\n", len(results), len(results)-failed, failed)
+	if failed > 0 {
+		return fmt.Errorf("bucket plugin %s failed %d of %d conformance rules", ch.Info.Name, failed, len(results))
+	}
+	return nil
+}
+
+// openBucket builds the chosen bucket plugin.
+func openBucket(ch config.Choice) (bucket.Bucket, error) {
+	v, err := ch.New()
+	if err != nil {
+		return nil, err
+	}
+	b, ok := v.(bucket.Bucket)
+	if !ok {
+		return nil, errors.New("plugin " + ch.Info.ID() + " does not implement " + bucket.API)
+	}
+	return b, nil
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
+)
+
+// runConformance runs `bin conformance bucket args...` with a plugins.yaml
+// holding yaml, without the caller's WASMKEEP_* variables.
+func runConformance(t *testing.T, bin, yaml string, args ...string) (string, error) {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "plugins.yaml")
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, append([]string{"conformance", "bucket", "--config", cfg}, args...)...)
+	cmd.Env = withoutWasmkeepVars()
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// A custom build with buckettest's reference bucket as a plugin: the command
+// passes it, and fails it (exit status 1, each broken rule named with its
+// reason) once plugins.yaml makes it ignore conditions.
+func TestConformanceBucketPassesAndFails(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "wasmkeep-memory")
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/bucketbuild").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	rules := buckettest.Rules()
+	out, err := runConformance(t, bin, "bucket: {use: memory}\n", "--quick", "--prefix", "mine/")
+	if err != nil {
+		t.Fatalf("an honest bucket: %v\n%s", err, out)
+	}
+	if !regexp.MustCompile(`bucket plugin memory \(bucket/v1\), writing under mine/\d{8}T\d{6}-[0-9a-f]{12}/`).MatchString(out) {
+		t.Errorf("no header naming the plugin and the prefix:\n%s", out)
+	}
+	for _, r := range rules {
+		if !regexp.MustCompile(`(?m)^passed  ` + r.Name + ` `).MatchString(out) {
+			t.Errorf("no line saying %s passed:\n%s", r.Name, out)
+		}
+	}
+	if want := "17 rules: 17 passed, 0 failed"; !strings.Contains(out, want) {
+		t.Errorf("no %q:\n%s", want, out)
+	}
+
+	out, err = runConformance(t, bin, "bucket:\n  use: memory\n  memory: {ignore_conditions: true}\n", "--writers", "3", "--rounds", "2", "--list-keys", "50", "--large-size", "1000")
+	if exitCode(err) != 1 {
+		t.Fatalf("a bucket ignoring conditions: %v, want exit status 1\n%s", err, out)
+	}
+	for _, want := range []string{
+		"FAILED  CreateIfAbsent ",
+		"a create over buckettest/",
+		"FAILED  RaceCreate ",
+		"round 0: 3 of 3 writers",
+		"passed  ListPages ",
+		"17 rules: 7 passed, 10 failed",
+		"wasmkeep: bucket plugin memory failed 10 of 17 conformance rules",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q:\n%s", want, out)
+		}
+	}
+}
+
+// exitCode is an exec error's exit status.
+func exitCode(err error) int {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+// The standard build: a bucket it lacks, or none chosen, is an error that
+// says so, before anything is written.
+func TestConformanceBucketRefusals(t *testing.T) {
+	bin := wasmkeepBinary(t)
+	for yaml, want := range map[string]string{
+		"bucket: {use: ''}\n":  "no bucket plugin chosen (set bucket.use)",
+		"bucket: {use: s4}\n":  `bucket plugin "s4"`,
+		"bucket: {nope: {}}\n": `bucket.nope`,
+	} {
+		out, err := runConformance(t, bin, yaml)
+		if err == nil || !strings.Contains(out, want) {
+			t.Errorf("config %q: %v, %s; want an error containing %q", yaml, err, out, want)
+		}
+	}
+}

@@ -1,0 +1,36 @@
+// Command bucketbuild is a custom wasmkeep build for the tests of `wasmkeep
+// conformance bucket`: the standard runtime and storage plugins and a bucket
+// plugin "memory" (buckettest's reference bucket), whose flaws plugins.yaml
+// sets, so that the command is seen failing a provider as well as passing one.
+package main
+
+import (
+	"os"
+
+	"github.com/wasmkeep/wasmkeep/cmd/wasmkeep/command"
+	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/plugin"
+	wazeroruntime "github.com/wasmkeep/wasmkeep/plugins/runtime-wazero"
+	sqlitestorage "github.com/wasmkeep/wasmkeep/plugins/storage-sqlite"
+)
+
+type flaws struct {
+	IgnoreConditions bool `koanf:"ignore_conditions"`
+	ReverseList      bool `koanf:"reverse_list"`
+}
+
+func main() {
+	memory := plugin.Info{
+		Kind:      plugin.Bucket,
+		Name:      "memory",
+		API:       bucket.API,
+		Summary:   "buckettest's reference bucket, in memory, for tests",
+		NewConfig: func() any { return &flaws{} },
+		New: func(c any) (any, error) {
+			f := c.(*flaws)
+			return buckettest.NewMemory(buckettest.Flaws{IgnoreConditions: f.IgnoreConditions, ReverseList: f.ReverseList}), nil
+		},
+	}
+	os.Exit(command.Main(wazeroruntime.Info(), sqlitestorage.Info(), memory))
+}
