@@ -1,0 +1,533 @@
+package fsbucket
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+)
+
+// The directory's layout. An object is a regular file at <dir>/<key> (a key
+// is a path of valid file names: the key rule rules out "", "." and "..").
+// Its first headerLen bytes are the magic and the random half of its
+// version; the object's bytes follow. Files are never changed in place: a
+// write fills a temporary file, fsyncs it and renames it over the key, so an
+// open file keeps the version and bytes it was opened with. The bucket's own
+// files are under metaDir, a name no key can have ('@' is outside the key
+// rule).
+const (
+	magic     = "wkbucket"
+	headerLen = int64(len(magic) + 16)
+	metaDir   = "@fsbucket"
+
+	// pageSize is List's page when the caller gives no Limit.
+	pageSize = 1000
+	// pruneRetries bounds how often a write recreates a parent directory
+	// that a concurrent delete removed as empty.
+	pruneRetries = 20
+)
+
+var errClosed = errors.New("bucket-fs: the bucket is closed")
+
+type fsBucket struct {
+	root  string // absolute
+	tmp   string // temporary files of writes in progress
+	locks *shards
+}
+
+var _ bucket.Bucket = (*fsBucket)(nil)
+
+// Open opens (creating it if needed) the bucket in dir. It refuses a file
+// system on which flock does not exclude other machines' processes (NFS,
+// SMB) or whose names ignore case (keys A and a would be one file), and it
+// removes temporary files that crashed writers left behind.
+func Open(dir string) (bucket.Bucket, error) {
+	root, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("bucket-fs: dir %q: %w", dir, err)
+	}
+	b := &fsBucket{root: root, tmp: filepath.Join(root, metaDir, "tmp")}
+	lockDir := filepath.Join(root, metaDir, "locks")
+	for _, d := range []string{b.tmp, lockDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("bucket-fs: %w", err)
+		}
+	}
+	if err := checkFileSystem(root); err != nil {
+		return nil, fmt.Errorf("bucket-fs: dir %s: %w", root, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, metaDir, "LOCKS")); err == nil {
+		return nil, fmt.Errorf("bucket-fs: dir %s: the file system ignores case in names, so keys that differ only in case would be one file; use a case-sensitive one", root)
+	}
+	if b.locks, err = openShards(lockDir); err != nil {
+		return nil, fmt.Errorf("bucket-fs: %w", err)
+	}
+	if err := cleanTemps(b.tmp); err != nil {
+		b.locks.close()
+		return nil, fmt.Errorf("bucket-fs: %w", err)
+	}
+	return b, nil
+}
+
+func (b *fsBucket) path(key string) string { return b.root + "/" + key }
+
+func (b *fsBucket) Get(ctx context.Context, key string, opts bucket.GetOptions) (*bucket.Object, error) {
+	if err := b.begin(ctx, key); err != nil {
+		return nil, fmt.Errorf("get %q: %w", key, err)
+	}
+	f, info, v, err := b.open(key)
+	if err != nil {
+		return nil, fmt.Errorf("get %q: %w", key, err)
+	}
+	size := info.Size() - headerLen
+	off, n, err := span(opts, size)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("get %q: %w", key, err)
+	}
+	return &bucket.Object{
+		Body:    readCloser{io.NewSectionReader(f, headerLen+off, n), f},
+		Size:    size,
+		Version: v,
+		ModTime: info.ModTime(),
+	}, nil
+}
+
+// span turns a GetOptions into the offset and length to read (the
+// contract's rule: a range starts inside the object, 0/0 is the whole).
+func span(opts bucket.GetOptions, size int64) (off, n int64, err error) {
+	switch {
+	case opts.Offset < 0 || opts.Length < 0:
+		return 0, 0, fmt.Errorf("%w: offset %d, length %d", bucket.ErrRange, opts.Offset, opts.Length)
+	case opts.Offset == 0 && opts.Length == 0:
+		return 0, size, nil
+	case opts.Offset >= size:
+		return 0, 0, fmt.Errorf("%w: offset %d of a %d-byte object", bucket.ErrRange, opts.Offset, size)
+	case opts.Length == 0 || opts.Length > size-opts.Offset:
+		return opts.Offset, size - opts.Offset, nil
+	}
+	return opts.Offset, opts.Length, nil
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+func (b *fsBucket) Put(ctx context.Context, key string, body io.Reader, size int64, cond bucket.Condition) (bucket.Version, error) {
+	v, err := b.put(ctx, key, body, size, cond)
+	if err != nil {
+		return "", fmt.Errorf("put %q: %w", key, err)
+	}
+	return v, nil
+}
+
+func (b *fsBucket) put(ctx context.Context, key string, body io.Reader, size int64, cond bucket.Condition) (bucket.Version, error) {
+	if err := b.begin(ctx, key); err != nil {
+		return "", err
+	}
+	if err := cond.Check(); err != nil {
+		return "", err
+	}
+	if size < 0 {
+		return "", fmt.Errorf("size is %d", size)
+	}
+	// Fail before streaming the body when the condition already fails; the
+	// check under the lock is the one that counts.
+	if err := b.holds(key, cond); err != nil {
+		return "", err
+	}
+	tmp, v, err := b.writeTemp(ctx, body, size)
+	if err != nil {
+		return "", err
+	}
+	defer func() {
+		os.Remove(tmp.Name()) // fails harmlessly once renamed into place
+		tmp.Close()           // releases the temp file's flock
+	}()
+	unlock, err := b.locks.lock(key)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if err := b.holds(key, cond); err != nil {
+		return "", err
+	}
+	if err := b.install(tmp.Name(), key); err != nil {
+		return "", err
+	}
+	return v, nil
+}
+
+// holds checks a Put's condition against the object as it is now.
+func (b *fsBucket) holds(key string, cond bucket.Condition) error {
+	if cond == (bucket.Condition{}) {
+		return nil
+	}
+	v, err := b.version(key)
+	switch {
+	case errors.Is(err, bucket.ErrNotFound) && cond.IfAbsent:
+		return nil
+	case errors.Is(err, bucket.ErrNotFound):
+		return fmt.Errorf("%w: no object to replace at version %s", bucket.ErrPrecondition, cond.IfVersion)
+	case err != nil:
+		return err
+	case cond.IfAbsent:
+		return fmt.Errorf("%w: the object exists", bucket.ErrPrecondition)
+	case v != cond.IfVersion:
+		return fmt.Errorf("%w: the object is at version %s, not %s", bucket.ErrPrecondition, v, cond.IfVersion)
+	}
+	return nil
+}
+
+// writeTemp streams the object into a new temporary file and fsyncs it. The
+// file is flocked while its writer lives, which tells cleanTemps it is not
+// litter.
+func (b *fsBucket) writeTemp(ctx context.Context, body io.Reader, size int64) (*os.File, bucket.Version, error) {
+	f, err := os.CreateTemp(b.tmp, "put-")
+	if err != nil {
+		return nil, "", err
+	}
+	fail := func(err error) (*os.File, bucket.Version, error) {
+		os.Remove(f.Name())
+		f.Close()
+		return nil, "", err
+	}
+	if err := flock(f, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return fail(err)
+	}
+	hdr := make([]byte, headerLen)
+	copy(hdr, magic)
+	rand.Read(hdr[len(magic):])
+	if _, err := f.Write(hdr); err != nil {
+		return fail(err)
+	}
+	n, err := io.Copy(f, io.LimitReader(ctxReader{ctx, body}, size))
+	if err != nil {
+		return fail(err)
+	}
+	if n < size {
+		return fail(fmt.Errorf("the body ended after %d of %d bytes", n, size))
+	}
+	if extra, err := io.Copy(io.Discard, io.LimitReader(ctxReader{ctx, body}, 1)); err != nil {
+		return fail(err)
+	} else if extra > 0 {
+		return fail(fmt.Errorf("the body is longer than its size, %d bytes", size))
+	}
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	return f, versionOf(hdr), nil
+}
+
+func versionOf(hdr []byte) bucket.Version {
+	return bucket.Version(hex.EncodeToString(hdr[len(magic):headerLen]))
+}
+
+// ctxReader stops a stream when its context ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// install renames a written temporary file over key (under key's lock) and
+// makes the rename durable.
+func (b *fsBucket) install(tmp, key string) error {
+	path := b.path(key)
+	for attempt := 0; ; attempt++ {
+		err := b.mkdirs(key)
+		if err == nil {
+			err = os.Rename(tmp, path)
+		}
+		switch {
+		case err == nil:
+			return syncDir(filepath.Dir(path))
+		case errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST):
+			return fmt.Errorf("%w: bucket-fs cannot hold a key both as an object and as the parent of others (%s)", bucket.ErrInvalidKey, err)
+		case !errors.Is(err, fs.ErrNotExist) || attempt == pruneRetries:
+			return err
+		}
+		// A delete removed a parent directory as empty: make it again.
+	}
+}
+
+// mkdirs makes key's parent directories, each made one durable in its
+// parent.
+func (b *fsBucket) mkdirs(key string) error {
+	i := strings.LastIndexByte(key, '/')
+	if i < 0 {
+		return nil
+	}
+	if info, err := os.Stat(b.path(key[:i])); err == nil && info.IsDir() {
+		return nil
+	}
+	for j := 0; j <= i; j++ {
+		if j < i && key[j] != '/' {
+			continue
+		}
+		err := os.Mkdir(b.path(key[:j]), 0o755)
+		if err == nil {
+			err = syncDir(filepath.Dir(b.path(key[:j])))
+		} else if errors.Is(err, fs.ErrExist) {
+			// A directory someone made, or an object where a directory is
+			// needed (then the rename fails with ENOTDIR).
+			err = nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *fsBucket) Delete(ctx context.Context, key string, cond bucket.Condition) error {
+	if err := b.delete(ctx, key, cond); err != nil {
+		return fmt.Errorf("delete %q: %w", key, err)
+	}
+	return nil
+}
+
+func (b *fsBucket) delete(ctx context.Context, key string, cond bucket.Condition) error {
+	if err := b.begin(ctx, key); err != nil {
+		return err
+	}
+	if cond.IfAbsent {
+		return errors.New("a delete cannot be conditional on the object being absent")
+	}
+	unlock, err := b.locks.lock(key)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	v, err := b.version(key)
+	if err != nil {
+		return err
+	}
+	if cond.IfVersion != "" && v != cond.IfVersion {
+		return fmt.Errorf("%w: the object is at version %s, not %s", bucket.ErrPrecondition, v, cond.IfVersion)
+	}
+	if err := os.Remove(b.path(key)); err != nil {
+		return err
+	}
+	// Remove the parents the delete left empty, then make the removal
+	// durable in the deepest directory that remains. Other deletes may
+	// remove the same parents meanwhile, and a write that needs a removed
+	// parent makes it again (install).
+	for dir := filepath.Dir(b.path(key)); ; dir = filepath.Dir(dir) {
+		if dir == b.root {
+			return syncDir(dir)
+		}
+		if err := syscall.Rmdir(dir); err == nil || errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err := syncDir(dir); !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+}
+
+func (b *fsBucket) List(ctx context.Context, prefix string, opts bucket.ListOptions) (bucket.ListPage, error) {
+	page, err := b.list(ctx, prefix, opts)
+	if err != nil {
+		return bucket.ListPage{}, fmt.Errorf("list %q: %w", prefix, err)
+	}
+	return page, nil
+}
+
+func (b *fsBucket) list(ctx context.Context, prefix string, opts bucket.ListOptions) (bucket.ListPage, error) {
+	if b.locks.closed() {
+		return bucket.ListPage{}, errClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return bucket.ListPage{}, err
+	}
+	if err := bucket.CheckPrefix(prefix); err != nil {
+		return bucket.ListPage{}, err
+	}
+	limit := opts.Limit
+	switch {
+	case limit < 0:
+		return bucket.ListPage{}, fmt.Errorf("limit is %d", limit)
+	case limit == 0:
+		limit = pageSize
+	}
+	// Every key under prefix lies under prefix's directory part.
+	base := prefix[:strings.LastIndexByte(prefix, '/')+1]
+	l := lister{b: b, ctx: ctx, prefix: prefix, after: opts.StartAfter, want: limit + 1}
+	if err := l.walk(base); err != nil {
+		return bucket.ListPage{}, err
+	}
+	page := bucket.ListPage{Entries: l.entries}
+	if len(page.Entries) > limit {
+		page.Entries = page.Entries[:limit]
+		page.Next = page.Entries[limit-1].Key
+	}
+	return page, nil
+}
+
+// lister walks the tree depth first in key order. In a directory, an
+// object sorts by its name and a subdirectory by its name and "/", the
+// least string its keys start with; since a name holds no "/", every key
+// under the subdirectory sorts before the next entry, so the walk yields
+// keys in byte order.
+type lister struct {
+	b             *fsBucket
+	ctx           context.Context
+	prefix, after string
+	want          int
+	entries       []bucket.Entry
+}
+
+// walk lists the directory of keys starting with dir ("" or ending in "/").
+func (l *lister) walk(dir string) error {
+	if err := l.ctx.Err(); err != nil {
+		return err
+	}
+	des, err := os.ReadDir(l.b.path(dir))
+	if err != nil {
+		if notExist(err) { // never made, or removed by a delete meanwhile
+			return nil
+		}
+		return err
+	}
+	type item struct {
+		key   string // for a directory, ending in "/"
+		isDir bool
+	}
+	items := make([]item, 0, len(des))
+	for _, de := range des {
+		key := dir + de.Name()
+		if bucket.CheckKey(key) != nil {
+			continue // the bucket's own files, or a name no key can have
+		}
+		switch {
+		case de.IsDir():
+			items = append(items, item{key + "/", true})
+		case de.Type().IsRegular():
+			items = append(items, item{key, false})
+		}
+	}
+	slices.SortFunc(items, func(a, b item) int { return strings.Compare(a.key, b.key) })
+	for _, it := range items {
+		if len(l.entries) == l.want {
+			return nil
+		}
+		if it.isDir {
+			inPrefix := strings.HasPrefix(it.key, l.prefix) || strings.HasPrefix(l.prefix, it.key)
+			allBefore := l.after >= it.key && !strings.HasPrefix(l.after, it.key)
+			if inPrefix && !allBefore {
+				if err := l.walk(it.key); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if !strings.HasPrefix(it.key, l.prefix) || it.key <= l.after {
+			continue
+		}
+		f, info, v, err := l.b.open(it.key)
+		if errors.Is(err, bucket.ErrNotFound) {
+			continue // deleted since the directory was read
+		}
+		if err != nil {
+			return err
+		}
+		f.Close()
+		l.entries = append(l.entries, bucket.Entry{Key: it.key, Size: info.Size() - headerLen, Version: v, ModTime: info.ModTime()})
+	}
+	return nil
+}
+
+func (b *fsBucket) Close() error {
+	b.locks.close()
+	return nil
+}
+
+// begin refuses work on a closed bucket, after ctx ended, or on an invalid
+// key.
+func (b *fsBucket) begin(ctx context.Context, key string) error {
+	if b.locks.closed() {
+		return errClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return bucket.CheckKey(key)
+}
+
+// open opens key's object and reads its header: the file, its stat and the
+// object's version, which names exactly the bytes the file holds.
+func (b *fsBucket) open(key string) (*os.File, fs.FileInfo, bucket.Version, error) {
+	// unix.Open, not os.Open: a regular file needs no poller, and skipping
+	// its registration saves a system call per listed entry.
+	path := b.path(key)
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if notExist(err) {
+		return nil, nil, "", bucket.ErrNotFound
+	}
+	if err != nil {
+		return nil, nil, "", &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	info, err := f.Stat()
+	if err == nil && info.IsDir() {
+		err = bucket.ErrNotFound // the parent of other keys, not an object
+	}
+	hdr := make([]byte, headerLen)
+	if err == nil {
+		if _, err = f.ReadAt(hdr, 0); errors.Is(err, io.EOF) || err == nil && string(hdr[:len(magic)]) != magic {
+			err = fmt.Errorf("%s is not a bucket-fs object (no %q header)", f.Name(), magic)
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, "", err
+	}
+	return f, info, versionOf(hdr), nil
+}
+
+// version is key's current version.
+func (b *fsBucket) version(key string) (bucket.Version, error) {
+	f, _, v, err := b.open(key)
+	if err != nil {
+		return "", err
+	}
+	f.Close()
+	return v, nil
+}
+
+func notExist(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)
+}
+
+// syncDir makes the entries of a directory durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,262 @@
+package fsbucket
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/plugin"
+	"golang.org/x/sys/unix"
+)
+
+func put(t testing.TB, b bucket.Bucket, key, body string) bucket.Version {
+	t.Helper()
+	v, err := b.Put(t.Context(), key, strings.NewReader(body), int64(len(body)), bucket.Condition{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestLayout: an object is a file at its key's path under the directory,
+// holding the header and then its bytes; the bucket's own files are never
+// listed, and neither are names no key can have.
+func TestLayout(t *testing.T) {
+	dir := t.TempDir()
+	b := openT(t, dir)
+	put(t, b, "owners/acme/chat/caf%C3%A9", "x")
+	put(t, b, ".hidden/..dots/~n", "yz")
+	data, err := os.ReadFile(filepath.Join(dir, "owners", "acme", "chat", "caf%C3%A9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) != int(headerLen)+1 || string(data[:len(magic)]) != magic || data[headerLen] != 'x' {
+		t.Fatalf("the object's file holds %q", data)
+	}
+	for _, stray := range []string{"has space", "UPPER@x", "owners/acme/bad name"} {
+		if err := os.WriteFile(filepath.Join(dir, stray), []byte("not an object"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := listKeys(t, b, ""), []string{".hidden/..dots/~n", "owners/acme/chat/caf%C3%A9"}; !slices.Equal(got, want) {
+		t.Fatalf("listed %q, want %q", got, want)
+	}
+}
+
+// TestForeignFile: a file with a key's name but no header is refused by
+// name, not served as an object.
+func TestForeignFile(t *testing.T) {
+	dir := t.TempDir()
+	b := openT(t, dir)
+	if err := os.WriteFile(filepath.Join(dir, "notes"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Get(t.Context(), "notes", bucket.GetOptions{}); err == nil || !strings.Contains(err.Error(), "is not a bucket-fs object") {
+		t.Fatalf("Get of a foreign file: %v", err)
+	}
+	if _, err := b.List(t.Context(), "", bucket.ListOptions{}); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "notes")) {
+		t.Fatalf("List over a foreign file: %v", err)
+	}
+}
+
+// TestObjectAndParent: a key cannot be both an object and the parent of
+// others here (the contract lets a file-system provider refuse it); the
+// refusal is ErrInvalidKey, and the refused write leaves nothing.
+func TestObjectAndParent(t *testing.T) {
+	dir := t.TempDir()
+	b := openT(t, dir)
+	put(t, b, "a/b", "1")
+	put(t, b, "c", "2")
+	for _, key := range []string{"a", "c/d", "c/d/e"} {
+		_, err := b.Put(t.Context(), key, strings.NewReader("x"), 1, bucket.Condition{})
+		if !errors.Is(err, bucket.ErrInvalidKey) {
+			t.Errorf("Put %s: %v, want ErrInvalidKey", key, err)
+		}
+		if _, err := b.Get(t.Context(), key, bucket.GetOptions{}); !errors.Is(err, bucket.ErrNotFound) {
+			t.Errorf("Get %s: %v, want ErrNotFound", key, err)
+		}
+	}
+	if got, want := listKeys(t, b, ""), []string{"a/b", "c"}; !slices.Equal(got, want) {
+		t.Fatalf("listed %q, want %q", got, want)
+	}
+	if des, _ := os.ReadDir(filepath.Join(dir, metaDir, "tmp")); len(des) != 0 {
+		t.Fatalf("refused writes left %d temporary files", len(des))
+	}
+}
+
+// TestDeletePrunes: a delete removes the directories it leaves empty, and
+// only those.
+func TestDeletePrunes(t *testing.T) {
+	dir := t.TempDir()
+	b := openT(t, dir)
+	put(t, b, "x/y/z/1", "a")
+	put(t, b, "x/2", "b")
+	if err := b.Delete(t.Context(), "x/y/z/1", bucket.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x", "y")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("x/y is left after its last object went: %v", err)
+	}
+	if got := readAll(t, b, "x/2"); got != "b" {
+		t.Fatalf("x/2 holds %q", got)
+	}
+}
+
+// TestWritesRaceDeletes: writes into a directory that deletes keep
+// emptying and removing all succeed (a write makes a removed parent again).
+func TestWritesRaceDeletes(t *testing.T) {
+	const workers, rounds = 4, 60
+	b := openT(t, t.TempDir())
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for r := range rounds {
+				key := fmt.Sprintf("shared/dir/w%d-%d", w, r%3)
+				if _, err := b.Put(t.Context(), key, strings.NewReader("v"), 1, bucket.Condition{}); err != nil {
+					errs <- err
+					return
+				}
+				if err := b.Delete(t.Context(), key, bucket.Condition{}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if keys := listKeys(t, b, ""); len(keys) != 0 {
+		t.Fatalf("left %q", keys)
+	}
+}
+
+// TestListWalksInKeyOrder: directories sort by their name and "/", so a
+// key like a-b (- is below /) comes before a/..., and a0 (0 is above /)
+// after; prefixes that end inside a segment and StartAfter inside a
+// directory page correctly.
+func TestListWalksInKeyOrder(t *testing.T) {
+	b := openT(t, t.TempDir())
+	keys := []string{"a-b", "a.c/x", "a/b/c", "a/b~", "a/b-", "a/b.d/e", "a0", "a~/x", "b", "%2F", "A/z", "_"}
+	for _, k := range keys {
+		put(t, b, k, k)
+	}
+	slices.Sort(keys)
+	if got := listKeys(t, b, ""); !slices.Equal(got, keys) {
+		t.Fatalf("listed %q, want %q", got, keys)
+	}
+	var paged []string
+	for after := ""; ; {
+		page, err := b.List(t.Context(), "a", bucket.ListOptions{StartAfter: after, Limit: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range page.Entries {
+			paged = append(paged, e.Key)
+		}
+		if page.Next == "" {
+			break
+		}
+		after = page.Next
+	}
+	var want []string
+	for _, k := range keys {
+		if strings.HasPrefix(k, "a") {
+			want = append(want, k)
+		}
+	}
+	if !slices.Equal(paged, want) {
+		t.Fatalf("pages of 2 under \"a\": %q, want %q", paged, want)
+	}
+	for prefix, want := range map[string][]string{
+		"a/b":  {"a/b-", "a/b.d/e", "a/b/c", "a/b~"},
+		"a/b/": {"a/b/c"},
+		"a/b.": {"a/b.d/e"},
+		"a/c":  nil,
+		"z/":   nil,
+	} {
+		if got := listKeys(t, b, prefix); !slices.Equal(got, want) {
+			t.Errorf("under %q: %q, want %q", prefix, got, want)
+		}
+	}
+	page, err := b.List(t.Context(), "", bucket.ListOptions{StartAfter: "a/b/c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Entries) == 0 || page.Entries[0].Key != "a/b~" {
+		t.Fatalf("after a/b/c: %+v", page.Entries)
+	}
+}
+
+func TestClosed(t *testing.T) {
+	b := openT(t, t.TempDir())
+	put(t, b, "k", "v")
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Put(t.Context(), "k", strings.NewReader("w"), 1, bucket.Condition{}); !errors.Is(err, errClosed) {
+		t.Errorf("Put after Close: %v", err)
+	}
+	if _, err := b.Get(t.Context(), "k", bucket.GetOptions{}); !errors.Is(err, errClosed) {
+		t.Errorf("Get after Close: %v", err)
+	}
+	if err := b.Close(); err != nil {
+		t.Errorf("a second Close: %v", err)
+	}
+}
+
+// TestRefusedFileSystems: network file systems, and file systems that
+// ignore case (seen through the lock directory's name in capitals).
+func TestRefusedFileSystems(t *testing.T) {
+	if err := refuseFileSystem(unix.NFS_SUPER_MAGIC); err == nil || !strings.Contains(err.Error(), "NFS") {
+		t.Errorf("NFS: %v", err)
+	}
+	if err := refuseFileSystem(unix.EXT4_SUPER_MAGIC); err != nil {
+		t.Errorf("ext4: %v", err)
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, metaDir, "LOCKS"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "ignores case") {
+		t.Errorf("a directory whose locks answer to LOCKS: %v", err)
+	}
+}
+
+func TestPlugin(t *testing.T) {
+	reg, err := plugin.NewRegistry(Info())
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := reg.Lookup(plugin.Bucket, "fs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plugin.CheckAPI(in, bucket.API); err != nil {
+		t.Fatal(err)
+	}
+	cfg := in.NewConfig().(*Config)
+	cfg.Dir = filepath.Join(t.TempDir(), "new", "bucket")
+	v, err := in.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := v.(bucket.Bucket)
+	defer b.Close()
+	put(t, b, "k", "v")
+	if _, err := os.Stat(filepath.Join(cfg.Dir, "k")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.New(&Config{}); err == nil || !strings.Contains(err.Error(), "bucket.fs.dir") {
+		t.Errorf("an empty dir: %v", err)
+	}
+}

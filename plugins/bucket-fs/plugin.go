@@ -1,0 +1,51 @@
+// Package fsbucket is the bucket/v1 plugin on a local directory: each object
+// a file at its key's path, conditional creates and replaces atomic across
+// the processes of one machine (a flock per key shard around the check and
+// the rename), so several nodes on one machine can share the directory as
+// their bucket. See README.md for what it guarantees and ADR 0006 for why it
+// is not built on gocloud.dev's fileblob.
+package fsbucket
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/plugin"
+)
+
+// Config is the plugin's configuration (plugins.yaml, strictly decoded).
+type Config struct {
+	// Dir is the bucket's root directory, created if missing. Nodes that
+	// give the same directory share one bucket.
+	Dir string `koanf:"dir"`
+}
+
+// NewConfig returns the defaults.
+func NewConfig() *Config {
+	return &Config{Dir: "./wasmkeep-data/bucket"}
+}
+
+// Info describes the plugin to the kernel's registry.
+func Info() plugin.Info {
+	return plugin.Info{
+		Kind:      plugin.Bucket,
+		Name:      "fs",
+		API:       bucket.API,
+		Summary:   "a local directory, shared by the nodes of one machine (conditional writes under flock)",
+		NewConfig: func() any { return NewConfig() },
+		New:       func(config any) (any, error) { return New(config) },
+	}
+}
+
+// New opens the bucket of a *Config.
+func New(config any) (bucket.Bucket, error) {
+	cfg, ok := config.(*Config)
+	if !ok {
+		return nil, fmt.Errorf("config is %T, want *fsbucket.Config", config)
+	}
+	if cfg.Dir == "" {
+		return nil, errors.New("dir is empty: set bucket.fs.dir to the bucket's directory")
+	}
+	return Open(cfg.Dir)
+}
