@@ -813,6 +813,53 @@ bool wk_header_get(const wk_header *hs, size_t n, const char *name, wk_bytes *va
   return false;
 }
 
+static int unhex(uint8_t c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  c |= 0x20;
+  return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* unescape percent-decodes s into the arena; "+" is a space. A "%" without
+ * two hex digits stays as it is. */
+static bool unescape(wk_bytes s, wk_bytes *out) {
+  uint8_t *p = wk_alloc(s.len + 1);
+  if (p == NULL)
+    return false;
+  size_t n = 0;
+  for (size_t i = 0; i < s.len; i++) {
+    int hi, lo;
+    if (s.ptr[i] == '%' && i + 2 < s.len && (hi = unhex(s.ptr[i + 1])) >= 0 && (lo = unhex(s.ptr[i + 2])) >= 0) {
+      p[n++] = (uint8_t)(hi << 4 | lo);
+      i += 2;
+    } else {
+      p[n++] = s.ptr[i] == '+' ? ' ' : s.ptr[i];
+    }
+  }
+  p[n] = 0;
+  *out = (wk_bytes){p, n};
+  return true;
+}
+
+bool wk_url_param(wk_bytes path, const char *name, wk_bytes *value) {
+  const uint8_t *q = memchr(path.ptr, '?', path.len);
+  if (q == NULL)
+    return false;
+  const uint8_t *end = path.ptr + path.len;
+  for (const uint8_t *p = q + 1; p < end;) {
+    const uint8_t *amp = memchr(p, '&', (size_t)(end - p));
+    const uint8_t *stop = amp != NULL ? amp : end;
+    const uint8_t *eq = memchr(p, '=', (size_t)(stop - p));
+    wk_bytes key, val = {stop, 0};
+    if (eq != NULL)
+      val = (wk_bytes){eq + 1, (size_t)(stop - eq - 1)};
+    if (unescape((wk_bytes){p, (size_t)((eq != NULL ? eq : stop) - p)}, &key) && wk_eq(key, name))
+      return unescape(val, value);
+    p = stop + 1;
+  }
+  return false;
+}
+
 /* encode_response encodes the writer's response for respond. */
 static bool encode_response(wk_writer *w, wk_buf *b) {
   size_t n;

@@ -111,6 +111,11 @@ bool wk_write_int(wk_writer *w, int64_t v);
  * Go's http.Error does. */
 bool wk_http_error(wk_writer *w, int status, const char *msg);
 
+/* wk_url_param gives the first value of the query parameter name in path
+ * (a request's path and query), percent-decoded and with "+" as a space, or
+ * false if there is none. */
+bool wk_url_param(wk_bytes path, const char *name, wk_bytes *value);
+
 /* wk_header_get returns the first header named name (any case), or false. */
 bool wk_header_get(const wk_header *hs, size_t n, const char *name, wk_bytes *value);
 
