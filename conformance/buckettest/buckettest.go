@@ -172,15 +172,15 @@ func runRule(ctx context.Context, b bucket.Bucket, opts Options, r Rule) Result 
 	}
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer ccancel()
-	if cerr := deleteAll(cctx, b, e.prefix); cerr != nil && err == nil {
+	if cerr := DeleteAll(cctx, b, e.prefix); cerr != nil && err == nil {
 		err = fmt.Errorf("deleting what the rule wrote under %s: %w", e.prefix, cerr)
 	}
 	return Result{Rule: r, Err: err, Elapsed: time.Since(start)}
 }
 
-// deleteAll deletes every object under prefix, a page at a time, until
+// DeleteAll deletes every object under prefix, a page at a time, until
 // none is listed. It trusts List no further than that: the rules judge it.
-func deleteAll(ctx context.Context, b bucket.Bucket, prefix string) error {
+func DeleteAll(ctx context.Context, b bucket.Bucket, prefix string) error {
 	for round := 0; ; round++ {
 		page, err := b.List(ctx, prefix, bucket.ListOptions{})
 		if err != nil {
