@@ -31,7 +31,14 @@ var ErrExited = errors.New("the provider process exited")
 
 // chunkSize is the most data one message carries, well under gRPC's
 // default 4 MiB message limit.
-const chunkSize = 256 << 10
+const chunkSize = 1 << 20
+
+// chunkLen is the buffer for streaming an object of size bytes: a chunk,
+// or less for a small object, with a byte to spare so that one read sees
+// the end.
+func chunkLen(size int64) int {
+	return int(min(chunkSize, max(size, 0)+1))
+}
 
 // exitGrace is how long a call whose connection broke waits for go-plugin
 // to see the process exit, to say "exited" rather than "unreachable".
@@ -282,19 +289,20 @@ func (b *Bucket) Put(ctx context.Context, key string, body io.Reader, size int64
 	if err != nil {
 		return "", b.fail(ctx, op, err)
 	}
-	err = stream.Send(&bucketpb.PutRequest{Header: &bucketpb.PutHeader{Key: key, Size: size, Condition: toCondition(cond)}})
-	buf := make([]byte, chunkSize)
-	for err == nil {
+	// The first message has the header and the first chunk: a small object
+	// is one message.
+	msg := &bucketpb.PutRequest{Header: &bucketpb.PutHeader{Key: key, Size: size, Condition: toCondition(cond)}}
+	buf := make([]byte, chunkLen(size))
+	for {
 		n, rerr := io.ReadFull(body, buf)
-		if n > 0 {
-			err = stream.Send(&bucketpb.PutRequest{Data: buf[:n]})
-		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			break
-		}
-		if rerr != nil {
+		if rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
 			return "", fmt.Errorf("%s: %s: reading the body: %w", b.desc, op, rerr)
 		}
+		msg.Data = buf[:n]
+		if err = stream.Send(msg); err != nil || rerr != nil {
+			break
+		}
+		msg = &bucketpb.PutRequest{}
 	}
 	// io.EOF from Send: the provider ended the call early; CloseAndRecv
 	// has its answer.

@@ -162,25 +162,24 @@ func (s *server) Get(req *bucketpb.GetRequest, stream bucketpb.Bucket_GetServer)
 		return toStatus(err)
 	}
 	defer obj.Body.Close()
-	info := &bucketpb.ObjectInfo{Size: obj.Size, Version: string(obj.Version), ModTimeUnixNano: toNano(obj.ModTime)}
-	if err := stream.Send(&bucketpb.GetResponse{Info: info}); err != nil {
-		return err
-	}
+	// The first message has the info and the first chunk: a small object
+	// is one message.
+	msg := &bucketpb.GetResponse{Info: &bucketpb.ObjectInfo{Size: obj.Size, Version: string(obj.Version), ModTimeUnixNano: toNano(obj.ModTime)}}
 	for {
 		// A fresh buffer each time: gRPC may hold a sent message.
-		buf := make([]byte, chunkSize)
+		buf := make([]byte, chunkLen(obj.Size))
 		n, err := io.ReadFull(obj.Body, buf)
-		if n > 0 {
-			if serr := stream.Send(&bucketpb.GetResponse{Data: buf[:n]}); serr != nil {
-				return serr
-			}
-		}
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return nil
-		}
-		if err != nil {
+		if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
 			return toStatus(err)
 		}
+		msg.Data = buf[:n]
+		if serr := stream.Send(msg); serr != nil {
+			return serr
+		}
+		if err != nil {
+			return nil
+		}
+		msg = &bucketpb.GetResponse{}
 	}
 }
 
