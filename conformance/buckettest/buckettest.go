@@ -86,11 +86,14 @@ func (o Options) check() error {
 	case o.Rounds < 1 || o.ListKeys < 1 || o.LargeSize < 1 || o.Timeout < 0:
 		return fmt.Errorf("buckettest: rounds (%d), list keys (%d) and large size (%d) must be positive", o.Rounds, o.ListKeys, o.LargeSize)
 	}
-	if !strings.HasSuffix(o.Prefix, "/") {
-		return fmt.Errorf("buckettest: prefix %q must end in /", o.Prefix)
+	if !strings.HasSuffix(o.Prefix, "/") || len(o.Prefix) > maxPrefix {
+		return fmt.Errorf("buckettest: prefix %q must end in / and be at most %d bytes (the rules' keys follow it)", o.Prefix, maxPrefix)
 	}
 	return bucket.CheckPrefix(o.Prefix)
 }
+
+// maxPrefix leaves room in a key for the longest names the rules append.
+const maxPrefix = 512
 
 // NewPrefix returns a prefix under base that no other run uses:
 // base<time>-<random>/.

@@ -3,6 +3,7 @@ package buckettest
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
@@ -51,9 +52,19 @@ func TestFlawsCaught(t *testing.T) {
 
 func TestOptions(t *testing.T) {
 	m := NewMemory(Flaws{})
-	for _, o := range []Options{{Writers: 1}, {Rounds: -1}, {Prefix: "/x/"}, {Prefix: "x"}} {
+	for _, o := range []Options{{Writers: 1}, {Rounds: -1}, {Prefix: "/x/"}, {Prefix: "x"}, {Prefix: strings.Repeat("p/", 300)}} {
 		if _, err := Check(context.Background(), m, o, nil); err == nil {
 			t.Errorf("%+v accepted", o)
+		}
+	}
+}
+
+func TestLongestKey(t *testing.T) {
+	for n := 1; n <= maxPrefix+20; n++ {
+		start := strings.Repeat("abcdefg/", n/8+1)[:n-1] + "x"
+		k := longestKey(start)
+		if len(k) != bucket.MaxKeyLen || bucket.CheckKey(k) != nil {
+			t.Fatalf("after %d bytes: %d bytes, %v", n, len(k), bucket.CheckKey(k))
 		}
 	}
 }

@@ -347,8 +347,7 @@ func invalidKeys(e *env) error {
 	}
 	// The rules before this one cleaned up: anything in the run is a
 	// refused key written after all (".." resolved, "//" collapsed).
-	run := strings.TrimSuffix(e.opts.Prefix, "/")
-	entries, err := listAll(e.ctx, e.b, run, bucket.ListOptions{})
+	entries, err := listAll(e.ctx, e.b, e.opts.Prefix, bucket.ListOptions{})
 	if err != nil {
 		return err
 	}
@@ -381,12 +380,7 @@ func kernelKeys(e *env) error {
 		keys = append(keys, e.key(k))
 	}
 	keys = append(keys, e.key("long/"+strings.Repeat("x", bucket.MaxSegmentLen)))
-	// The longest key: the prefix, then segments of 200 bytes, to 1024 bytes.
-	long := e.key("max")
-	for len(long) < bucket.MaxKeyLen {
-		long += "/" + strings.Repeat("m", min(200, bucket.MaxKeyLen-len(long)-1))
-	}
-	keys = append(keys, long)
+	keys = append(keys, longestKey(e.key("max")))
 	for _, k := range keys {
 		if _, err := e.put(k, []byte(k), create); err != nil {
 			return err
@@ -411,6 +405,20 @@ func kernelKeys(e *env) error {
 		return err
 	}
 	return sameKeys("List "+sub, entries, under(keys, sub))
+}
+
+// longestKey extends start with segments of up to 200 bytes to a key of
+// exactly MaxKeyLen bytes.
+func longestKey(start string) string {
+	long := start
+	for rem := bucket.MaxKeyLen - len(long); rem > 0; rem = bucket.MaxKeyLen - len(long) {
+		seg := min(200, rem-1)
+		if rem-seg-1 == 1 { // one byte left could not make a segment
+			seg--
+		}
+		long += "/" + strings.Repeat("m", seg)
+	}
+	return long
 }
 
 // under filters sorted keys by prefix.
