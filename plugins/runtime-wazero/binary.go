@@ -16,6 +16,12 @@ import (
 //   - table.grow is bounded only by a table's declared maximum, and a table
 //     element takes 8 bytes: one instruction could ask for 32 GiB. prepare
 //     caps every table (see maxTables, maxTableElements).
+//   - wazero copies a module's data segments into every instance's memory
+//     and keeps a slice header per segment and instance: a standard Go
+//     guest has about 28,000 segments (650 KiB of slice headers per
+//     instance) over 1.1 MiB of memory. prepare takes the segments out of a
+//     module that only initialises its own memory, and gives their bytes as
+//     one image, which instances map copy-on-write (see memoryImage).
 //   - wazero checks whether a ctx stopped the guest only at loop headers, so
 //     a guest whose calls fan out without looping (naive recursive
 //     Fibonacci, say) would run on long after its ctx is done (wazero PR
@@ -87,6 +93,10 @@ type rawImport struct {
 type prepared struct {
 	wasm    []byte
 	imports []rawImport // in declaration order
+	// image is the initial contents of the module's memory from offset 0,
+	// which its data segments (no longer in wasm) wrote; nil if the module
+	// keeps its data segments.
+	image []byte
 }
 
 // section is one section of a binary module.
@@ -116,7 +126,7 @@ func prepare(wasm []byte) (*prepared, error) {
 	}
 
 	p := &prepared{}
-	var importedGlobals, importedTables uint32
+	var importedGlobals, importedTables, importedMemories uint32
 	var globals, tables []byte // rewritten payloads
 	hasCode := false
 	for _, s := range secs {
@@ -127,6 +137,7 @@ func prepare(wasm []byte) (*prepared, error) {
 			for _, imp := range p.imports {
 				importedGlobals += b2u(imp.kind == kindGlobal)
 				importedTables += b2u(imp.kind == kindTable)
+				importedMemories += b2u(imp.kind == kindMemory)
 			}
 		case tableSection:
 			tables, err = capTables(s.payload, importedTables)
@@ -140,6 +151,10 @@ func prepare(wasm []byte) (*prepared, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sectionName(s.id), err)
 		}
+	}
+
+	if importedMemories == 0 {
+		p.image = memoryImage(secs)
 	}
 
 	// The counter goes last among the globals: no index changes.
@@ -167,6 +182,10 @@ func prepare(wasm []byte) (*prepared, error) {
 		}
 		switch s.id {
 		case globalSection:
+		case dataSection:
+			if p.image == nil {
+				out = append(out, s.raw...)
+			}
 		case tableSection:
 			out = appendSection(out, tableSection, tables)
 		case codeSection:
@@ -181,6 +200,66 @@ func prepare(wasm []byte) (*prepared, error) {
 	}
 	p.wasm = out
 	return p, nil
+}
+
+// memoryImage returns the initial contents of the memory a module defines,
+// from offset 0 to the end of its last data segment, if every segment can
+// be replaced by it: the module defines one memory and imports none; every
+// segment is active, in memory 0, at an i32.const offset, and lies within
+// the memory's minimum (else instantiating must fail, as wazero will say);
+// and there is no data count section (without it no instruction can name a
+// segment). Segments apply in order, so a later one overwrites an earlier
+// one where they overlap. It returns nil otherwise, or if the image would be
+// mostly empty (more than twice its bytes plus 1 MiB), so that a small
+// module never makes the host hold a large image.
+func memoryImage(secs []section) []byte {
+	type segment struct {
+		offset uint32
+		bytes  []byte
+	}
+	var segs []segment
+	var minBytes, end, total uint64
+	memories := 0
+	for _, s := range secs {
+		r := reader{b: s.payload}
+		switch s.id {
+		case dataCountSection:
+			return nil
+		case memorySection:
+			memories = int(r.count())
+			flags, min, _ := r.limits()
+			if flags&2 != 0 { // shared
+				return nil
+			}
+			minBytes = uint64(min) << 16
+		case dataSection:
+			for n := r.count(); n > 0 && r.err == nil; n-- {
+				if r.u32() != 0 || r.byte() != 0x41 { // active in memory 0, i32.const
+					return nil
+				}
+				offset := uint32(r.i32())
+				if r.byte() != 0x0b { // end
+					return nil
+				}
+				b := r.b[:r.count()]
+				r.skip(uint32(len(b)))
+				segs = append(segs, segment{offset, b})
+				end = max(end, uint64(offset)+uint64(len(b)))
+				total += uint64(len(b))
+			}
+			if r.end() != nil {
+				return nil
+			}
+		}
+	}
+	if memories != 1 || len(segs) == 0 || end > minBytes || end > 2*total+1<<20 {
+		return nil
+	}
+	image := make([]byte, end)
+	for _, s := range segs {
+		copy(image[s.offset:], s.bytes)
+	}
+	return image
 }
 
 // afterGlobals reports whether sections with id come after the global
@@ -442,6 +521,27 @@ func (r *reader) u32() uint32 {
 		c := r.byte()
 		v |= uint32(c&0x7f) << (7 * i)
 		if c&0x80 == 0 {
+			return v
+		}
+	}
+	r.failf("integer representation too long")
+	return 0
+}
+
+// i32 reads a signed LEB128 number of up to 5 bytes.
+func (r *reader) i32() int32 {
+	var v int32
+	for i := 0; i < 5; i++ {
+		c := r.byte()
+		v |= int32(c&0x7f) << (7 * i)
+		switch {
+		case i == 4 && c&0x78 != 0 && c&0x78 != 0x78: // bits past 32 must extend the sign
+			r.failf("integer too large")
+			return 0
+		case c&0x80 == 0:
+			if i < 4 && c&0x40 != 0 {
+				v |= -1 << (7 * (i + 1))
+			}
 			return v
 		}
 	}

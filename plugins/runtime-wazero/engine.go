@@ -162,6 +162,11 @@ func (e *engine) Compile(ctx context.Context, wasm []byte) (runtime.Module, erro
 		return nil, errors.Join(fmt.Errorf("wazero: reading imports: %w", err), cm.Close(ctx))
 	}
 	m := &module{e: e, cm: cm, imports: imps, memories: map[string]bool{}}
+	if p.image != nil {
+		if m.image, err = newImage(p.image); err != nil {
+			return nil, errors.Join(fmt.Errorf("wazero: %w", err), cm.Close(ctx))
+		}
+	}
 	for name, def := range cm.ExportedFunctions() {
 		m.exports = append(m.exports, runtime.Export{Name: name, Signature: runtime.Signature{
 			Params: valueTypes(def.ParamTypes()), Results: valueTypes(def.ResultTypes()),

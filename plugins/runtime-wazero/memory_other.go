@@ -2,8 +2,19 @@
 
 package wazeroruntime
 
-import "context"
+import (
+	"context"
 
-// withMappedMemory keeps wazero's heap-backed memories where mappings are
-// not available.
-func withMappedMemory(ctx context.Context) context.Context { return ctx }
+	"github.com/tetratelabs/wazero/experimental"
+)
+
+// withMemory keeps wazero's heap-backed memories where mappings are not
+// available, starting with img (nil for none).
+func withMemory(ctx context.Context, img *image) context.Context {
+	if img == nil {
+		return ctx
+	}
+	return experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(_, _ uint64) experimental.LinearMemory {
+		return newHeapMemory(img)
+	}))
+}

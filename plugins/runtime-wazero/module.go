@@ -21,20 +21,23 @@ type module struct {
 	exports    []runtime.Export // by name
 	memories   map[string]bool  // exported memories
 	initialize bool             // exports _initialize
+	image      *image           // the initial memory, for a module prepare took the data segments of
 }
 
 var _ runtime.Module = (*module)(nil)
 
-func (m *module) Imports() []runtime.Import       { return slices.Clone(m.imports) }
-func (m *module) Exports() []runtime.Export       { return slices.Clone(m.exports) }
-func (m *module) ExportsMemory(name string) bool  { return m.memories[name] }
-func (m *module) Close(ctx context.Context) error { return m.cm.Close(ctx) }
+func (m *module) Imports() []runtime.Import      { return slices.Clone(m.imports) }
+func (m *module) Exports() []runtime.Export      { return slices.Clone(m.exports) }
+func (m *module) ExportsMemory(name string) bool { return m.memories[name] }
+func (m *module) Close(ctx context.Context) error {
+	return errors.Join(m.cm.Close(ctx), m.image.Close())
+}
 
 func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (runtime.Instance, error) {
 	in := &instance{ctx: ctx}
 	defer func() { in.ctx = nil }()
 	mc := m.e.instance.WithStdout(cfg.Stdout).WithStderr(cfg.Stderr).WithNanosleep(in.sleep)
-	mod, err := m.e.rt.InstantiateModule(withMappedMemory(ctx), m.cm, mc)
+	mod, err := m.e.rt.InstantiateModule(withMemory(ctx, m.image), m.cm, mc)
 	if err != nil {
 		return nil, fmt.Errorf("wazero: instantiate: %w", callError(ctx, err))
 	}

@@ -1,0 +1,47 @@
+package wazeroruntime
+
+import (
+	"os"
+
+	"github.com/tetratelabs/wazero/experimental"
+)
+
+// image is a module's initial memory (prepared.image), which every instance
+// starts from.
+type image struct {
+	data []byte
+	// file holds data, to be mapped copy-on-write into each instance's
+	// memory; nil where that is not available, and data is copied instead.
+	file *os.File
+}
+
+func (img *image) Close() error {
+	if img == nil || img.file == nil {
+		return nil
+	}
+	return img.file.Close()
+}
+
+// heapMemory is wazero's default behaviour (a Go slice grown by copying),
+// for where mappings are not available.
+type heapMemory struct{ buf []byte }
+
+func newHeapMemory(img *image) experimental.LinearMemory {
+	m := &heapMemory{}
+	if img != nil {
+		m.buf = append(make([]byte, 0, len(img.data)), img.data...)
+	}
+	return m
+}
+
+func (m *heapMemory) Reallocate(size uint64) []byte {
+	if size > uint64(cap(m.buf)) {
+		grown := make([]byte, size, size+size/2)
+		copy(grown, m.buf)
+		m.buf = grown
+	}
+	m.buf = m.buf[:size]
+	return m.buf
+}
+
+func (m *heapMemory) Free() { m.buf = nil }
