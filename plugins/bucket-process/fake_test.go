@@ -86,6 +86,11 @@ func (f *fake) Get(ctx context.Context, key string, opts bucket.GetOptions) (*bu
 	return f.Memory.Get(ctx, key, opts)
 }
 
+func (f *fake) Close() error {
+	fmt.Fprintln(os.Stderr, "fake bucket closed")
+	return f.Memory.Close()
+}
+
 type blockingBody struct {
 	f    *fake
 	ctx  context.Context

@@ -319,9 +319,10 @@ func TestProviderCrash(t *testing.T) {
 	}
 }
 
-// Close stops the process: nothing is left running.
+// Close stops the provider, which closes its bucket: nothing is left
+// running.
 func TestCloseStopsProvider(t *testing.T) {
-	b, _ := openFake(t, "v1", nil)
+	b, logs := openFake(t, "v1", nil)
 	p := pid(t, b)
 	if err := syscall.Kill(p, 0); err != nil {
 		t.Fatalf("provider %d not running before Close: %v", p, err)
@@ -329,6 +330,9 @@ func TestCloseStopsProvider(t *testing.T) {
 	b.Close()
 	if err := syscall.Kill(p, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Fatalf("provider %d after Close: signal 0 gives %v, want ESRCH", p, err)
+	}
+	if !strings.Contains(logs.String(), "fake bucket closed") {
+		t.Errorf("the provider did not close its bucket:\n%s", logs)
 	}
 	if _, err := b.Get(context.Background(), "k", bucket.GetOptions{}); err == nil || !strings.Contains(err.Error(), "closed") {
 		t.Fatalf("Get after Close: %v", err)

@@ -62,12 +62,16 @@ func checkInfo(info plugin.Info) error {
 // (tests serve others).
 func serve(info plugin.Info, version int) {
 	s := &server{info: info}
+	// go-plugin points os.Stdout and os.Stderr at pipes it forwards to the
+	// host while it serves; after, only the real stderr reaches the host.
+	stdout, stderr := os.Stdout, os.Stderr
 	goplugin.Serve(&goplugin.ServeConfig{
 		HandshakeConfig:  Handshake,
 		VersionedPlugins: versions(version, &grpcPlugin{server: s}),
 		GRPCServer:       goplugin.DefaultGRPCServer,
 		Logger:           hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: os.Stderr}),
 	})
+	os.Stdout, os.Stderr = stdout, stderr
 	if err := s.close(); err != nil {
 		fmt.Fprintf(os.Stderr, "closing the bucket: %v\n", err)
 	}
