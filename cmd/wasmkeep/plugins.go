@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
+	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
 	processbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-process"
 	wasmtimeruntime "github.com/wasmkeep/wasmkeep/plugins/runtime-wasmtime"
 	wazeroruntime "github.com/wasmkeep/wasmkeep/plugins/runtime-wazero"
@@ -16,6 +17,7 @@ func plugins() []plugin.Info {
 		wazeroruntime.Info(),
 		wasmtimeruntime.Info(),
 		sqlitestorage.Info(),
+		fsbucket.Info(),
 		processbucket.Info(),
 	}
 }
