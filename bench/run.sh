@@ -7,8 +7,9 @@
 #                             writes ...-engines-<engines>.csv
 #   ./bench/run.sh workerd    bench/cmd/compare: workerd (installed here from
 #                             bench/workerd/package-lock.json with npm ci), then
-#                             wazero and wasmtime with the Go counter, 3 runs;
-#                             writes ...-workerd-run<N>.csv and -workerd-median.csv
+#                             the Go and the C counter (sdk/c/wkcc) on wazero and
+#                             wasmtime, 3 runs; writes ...-workerd-run<N>.csv
+#                             and ...-workerd-median.csv
 # The other arguments go to the tool, for example -quick (wkbench, compare),
 # --quick or --engines wasmtime,wazero (engines), -runs 5 (compare).
 set -euo pipefail
@@ -29,8 +30,10 @@ workerd)
 	# Exactly the version package-lock.json pins; its install script only
 	# links a launcher, and compare runs the platform package's binary.
 	npm ci --ignore-scripts --no-audit --no-fund --prefix bench/workerd
+	sdk/c/wkcc -o "$tmp/c-counter.wasm" examples/c/counter/counter.c
 	go build -o "$tmp/compare" ./bench/cmd/compare
-	"$tmp/compare" -workerd bench/workerd -wasmkeep "$tmp/wasmkeep" -guest go="$tmp/counter.wasm" -out bench/results "$@"
+	"$tmp/compare" -workerd bench/workerd -wasmkeep "$tmp/wasmkeep" \
+		-guest go="$tmp/counter.wasm" -guest c="$tmp/c-counter.wasm" -out bench/results "$@"
 	;;
 *)
 	go build -o "$tmp/wkbench" ./bench/cmd/wkbench

@@ -149,7 +149,7 @@ func Run(opts Options) (Result, error) {
 	}
 	defer os.RemoveAll(scratch)
 	res := Result{Guest: opts.Guest, DataFS: dataFS(scratch)}
-	fmt.Fprintf(opts.Progress, "  %v; %v; data in %s (%s)\n", opts.Server, sz, scratch, res.DataFS)
+	fmt.Fprintf(opts.Progress, "  %v; %v; data in %s (%s); load average %s\n", opts.Server, sz, scratch, res.DataFS, loadAverage())
 	b := &bench{opts: opts, sz: sz, scratch: scratch}
 	res.Rows, res.Engine, err = b.measure()
 	res.Label = cmp.Or(opts.Label, res.Engine)

@@ -319,3 +319,13 @@ func thp() string {
 	}
 	return s[i+1 : j]
 }
+
+// loadAverage is the machine's 1, 5 and 15 minute load averages: on a
+// shared machine, what else ran during the run.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
+}

@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -38,7 +39,7 @@ const workerdBinary = "node_modules/@cloudflare/workerd-linux-64/bin/workerd"
 
 type flags struct {
 	wasmkeep, workerd, out string
-	engines                string
+	engines, durable       string
 	guests                 []guest
 	serveArgs              []string
 	runs                   int
@@ -69,6 +70,7 @@ func run(args []string, stdout io.Writer) error {
 		return nil
 	})
 	fs.StringVar(&f.engines, "engines", "wazero,wasmtime", "the runtime plugins to run each guest on")
+	fs.StringVar(&f.durable, "durable", "go", "the guests (LANGs) whose counter answers POST /actor/counter/<name>/durable with exec-durable; the others get no durable write rows")
 	fs.StringVar(&f.workerd, "workerd", "", "the bench/workerd directory, after npm ci in it; empty leaves workerd out")
 	fs.IntVar(&f.runs, "runs", 3, "rounds of every server; each row reports their median")
 	fs.BoolVar(&f.quick, "quick", false, "small counts, to check the harness rather than to measure")
@@ -143,14 +145,16 @@ func (f flags) targets() ([]server, error) {
 	if f.runs < 1 {
 		return nil, fmt.Errorf("-runs %d: want at least 1", f.runs)
 	}
+	// workerd's counter ignores the /durable and writes as always, waiting
+	// for the disk. A guest without the route would answer it with a plain
+	// write, which no answer tells apart: only the guests -durable names
+	// are sent it.
+	durableWrite := measure.Request{Method: "POST", Path: "/actor/counter/{name}/durable"}
+	durable := strings.Split(f.durable, ",")
 	counter := func(label, engine, guest string, srv measure.Server) server {
 		return server{engine: engine, opts: measure.Options{
-			Server: srv, Class: "counter", Counter: true,
-			// The Go and C counters make this write with exec-durable;
-			// workerd's counter ignores the /durable and writes as always,
-			// waiting for the disk.
-			DurableWrite: measure.Request{Method: "POST", Path: "/actor/counter/{name}/durable"},
-			Engine:       engine, Guest: guest, Label: label,
+			Server: srv, Class: "counter", Counter: true, DurableWrite: durableWrite,
+			Engine: engine, Guest: guest, Label: label,
 			Quick: f.quick,
 		}}
 	}
@@ -186,6 +190,9 @@ func (f flags) targets() ([]server, error) {
 					Env: []string{"WASMKEEP_RUNTIME__USE=" + e},
 				}
 				t := counter(e+"/"+g.lang, e, g.lang+"-counter", srv)
+				if !slices.Contains(durable, g.lang) {
+					t.opts.DurableWrite = measure.Request{}
+				}
 				// Left to the server's log, which names the engine it
 				// served with: run checks that the environment took.
 				t.opts.Engine = ""
