@@ -92,3 +92,18 @@ func TestConformanceBucketRefusals(t *testing.T) {
 		}
 	}
 }
+
+// The standard build checks an out-of-process provider: the fs bucket served
+// by cmd/wasmkeep-bucket-fs through the process plugin.
+func TestConformanceBucketProcess(t *testing.T) {
+	bin := wasmkeepBinary(t)
+	provider := filepath.Join(t.TempDir(), "wasmkeep-bucket-fs")
+	if out, err := exec.Command("go", "build", "-o", provider, "../wasmkeep-bucket-fs").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	yaml := "bucket:\n  use: process\n  process:\n    path: " + provider + "\n    settings: {dir: " + t.TempDir() + "}\n"
+	out, err := runConformance(t, bin, yaml, "--quick")
+	if err != nil || !strings.Contains(out, "bucket plugin process (bucket/v1)") || !strings.Contains(out, "17 rules: 17 passed, 0 failed") {
+		t.Errorf("the fs bucket out of process: %v\n%s", err, out)
+	}
+}

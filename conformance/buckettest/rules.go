@@ -478,8 +478,9 @@ func listPages(e *env) error {
 			}
 		}
 	}
-	// Small pages under a prefix that ends inside a segment.
-	sub := base + "d"
+	// Small pages under a prefix that ends inside a segment ("d-/" and
+	// leaves starting "d-", a fifth of the keys).
+	sub := base + "d-"
 	entries, err := listAll(e.ctx, e.b, sub, bucket.ListOptions{Limit: 7})
 	if err != nil {
 		return err
