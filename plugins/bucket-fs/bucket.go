@@ -21,12 +21,13 @@ import (
 
 // The directory's layout. An object is a regular file at <dir>/<key> (a key
 // is a path of valid file names: the key rule rules out "", "." and "..").
-// Its first headerLen bytes are the magic and the random half of its
+// Its first headerLen bytes are the magic and 16 random bytes, the object's
 // version; the object's bytes follow. Files are never changed in place: a
 // write fills a temporary file, fsyncs it and renames it over the key, so an
 // open file keeps the version and bytes it was opened with. The bucket's own
 // files are under metaDir, a name no key can have ('@' is outside the key
-// rule).
+// rule). Files and directories are the owner's alone (0600, 0700): every
+// node sharing the directory runs as one user.
 const (
 	magic     = "wkbucket"
 	headerLen = int64(len(magic) + 16)
@@ -49,10 +50,10 @@ type fsBucket struct {
 
 var _ bucket.Bucket = (*fsBucket)(nil)
 
-// Open opens (creating it if needed) the bucket in dir. It refuses a file
-// system on which flock does not exclude other machines' processes (NFS,
-// SMB) or whose names ignore case (keys A and a would be one file), and it
-// removes temporary files that crashed writers left behind.
+// Open opens (creating it if needed) the bucket in dir. It refuses a network
+// file system (NFS, SMB) and one whose names ignore case (keys A and a would
+// be one file), and it removes temporary files that crashed writers left
+// behind.
 func Open(dir string) (bucket.Bucket, error) {
 	root, err := filepath.Abs(dir)
 	if err != nil {
@@ -61,7 +62,7 @@ func Open(dir string) (bucket.Bucket, error) {
 	b := &fsBucket{root: root, tmp: filepath.Join(root, metaDir, "tmp")}
 	lockDir := filepath.Join(root, metaDir, "locks")
 	for _, d := range []string{b.tmp, lockDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("bucket-fs: %w", err)
 		}
 	}
@@ -141,9 +142,6 @@ func (b *fsBucket) put(ctx context.Context, key string, body io.Reader, size int
 	if err := cond.Check(); err != nil {
 		return "", err
 	}
-	if size < 0 {
-		return "", fmt.Errorf("size is %d", size)
-	}
 	// Fail before streaming the body when the condition already fails; the
 	// check under the lock is the one that counts.
 	if err := b.holds(key, cond); err != nil {
@@ -153,9 +151,12 @@ func (b *fsBucket) put(ctx context.Context, key string, body io.Reader, size int
 	if err != nil {
 		return "", err
 	}
+	installed := false
 	defer func() {
-		os.Remove(tmp.Name()) // fails harmlessly once renamed into place
-		tmp.Close()           // releases the temp file's flock
+		if !installed {
+			os.Remove(tmp.Name())
+		}
+		tmp.Close() // releases the temporary file's flock
 	}()
 	unlock, err := b.locks.lock(key)
 	if err != nil {
@@ -165,7 +166,7 @@ func (b *fsBucket) put(ctx context.Context, key string, body io.Reader, size int
 	if err := b.holds(key, cond); err != nil {
 		return "", err
 	}
-	if err := b.install(tmp.Name(), key); err != nil {
+	if installed, err = b.install(tmp.Name(), key); err != nil {
 		return "", err
 	}
 	return v, nil
@@ -214,17 +215,8 @@ func (b *fsBucket) writeTemp(ctx context.Context, body io.Reader, size int64) (*
 	if _, err := f.Write(hdr); err != nil {
 		return fail(err)
 	}
-	n, err := io.Copy(f, io.LimitReader(ctxReader{ctx, body}, size))
-	if err != nil {
+	if _, err := io.Copy(f, ctxReader{ctx, bucket.SizedBody(body, size)}); err != nil {
 		return fail(err)
-	}
-	if n < size {
-		return fail(fmt.Errorf("the body ended after %d of %d bytes", n, size))
-	}
-	if extra, err := io.Copy(io.Discard, io.LimitReader(ctxReader{ctx, body}, 1)); err != nil {
-		return fail(err)
-	} else if extra > 0 {
-		return fail(fmt.Errorf("the body is longer than its size, %d bytes", size))
 	}
 	if err := f.Sync(); err != nil {
 		return fail(err)
@@ -250,8 +242,9 @@ func (c ctxReader) Read(p []byte) (int, error) {
 }
 
 // install renames a written temporary file over key (under key's lock) and
-// makes the rename durable.
-func (b *fsBucket) install(tmp, key string) error {
+// makes the rename durable; renamed says whether the file left its
+// temporary name.
+func (b *fsBucket) install(tmp, key string) (renamed bool, err error) {
 	path := b.path(key)
 	for attempt := 0; ; attempt++ {
 		err := b.mkdirs(key)
@@ -260,11 +253,11 @@ func (b *fsBucket) install(tmp, key string) error {
 		}
 		switch {
 		case err == nil:
-			return syncDir(filepath.Dir(path))
+			return true, syncDir(filepath.Dir(path))
 		case errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST):
-			return fmt.Errorf("%w: bucket-fs cannot hold a key both as an object and as the parent of others (%s)", bucket.ErrInvalidKey, err)
+			return false, fmt.Errorf("%w: bucket-fs cannot hold a key both as an object and as the parent of others (%s)", bucket.ErrInvalidKey, err)
 		case !errors.Is(err, fs.ErrNotExist) || attempt == pruneRetries:
-			return err
+			return false, err
 		}
 		// A delete removed a parent directory as empty: make it again.
 	}
@@ -284,7 +277,7 @@ func (b *fsBucket) mkdirs(key string) error {
 		if j < i && key[j] != '/' {
 			continue
 		}
-		err := os.Mkdir(b.path(key[:j]), 0o755)
+		err := os.Mkdir(b.path(key[:j]), 0o700)
 		if err == nil {
 			err = syncDir(filepath.Dir(b.path(key[:j])))
 		} else if errors.Is(err, fs.ErrExist) {

@@ -29,7 +29,7 @@ type shards struct {
 func openShards(dir string) (*shards, error) {
 	s := &shards{}
 	for i := range s.files {
-		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("%02x", i)), os.O_RDWR|os.O_CREATE, 0o644)
+		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("%02x", i)), os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
 			s.close()
 			return nil, err
