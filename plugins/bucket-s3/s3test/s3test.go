@@ -1,0 +1,221 @@
+// Package s3test runs a real S3 server for tests: VersityGW
+// (github.com/versity/versitygw) on a free port of 127.0.0.1, over a
+// temporary directory, with fresh buckets on demand. ./scripts/test
+// installs it; a test that needs it and cannot find it fails saying so.
+package s3test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	s3bucket "github.com/wasmkeep/wasmkeep/plugins/bucket-s3"
+)
+
+// Version is the VersityGW release the tests run.
+const Version = "v1.8.0"
+
+// InstallHint says how to get the server.
+const InstallHint = "run ./scripts/test, which installs versitygw (go install github.com/versity/versitygw/cmd/versitygw@" + Version + ")"
+
+// Region is the region the server answers for.
+const Region = "us-east-1"
+
+// Server is a running VersityGW.
+type Server struct {
+	Endpoint  string // http://127.0.0.1:PORT
+	AccessKey string
+	SecretKey string
+	Dir       string // the directory it serves; each bucket is a subdirectory
+
+	cmd     *exec.Cmd
+	done    chan struct{}
+	client  *s3.Client
+	buckets atomic.Int64
+}
+
+// Binary finds versitygw in PATH or in $(go env GOPATH)/bin.
+func Binary() (string, error) {
+	if p, err := exec.LookPath("versitygw"); err == nil {
+		return p, nil
+	}
+	gopath := os.Getenv("GOPATH")
+	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+		gopath = strings.TrimSpace(string(out))
+	}
+	for dir := range strings.SplitSeq(gopath, string(os.PathListSeparator)) {
+		p := filepath.Join(dir, "bin", "versitygw")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("versitygw is not in PATH nor in GOPATH/bin (%s): %s", gopath, InstallHint)
+}
+
+// Start runs a server for the test and stops it when the test ends.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	s, err := StartServer(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// StartServer runs a server over dir (for a TestMain or a benchmark; Stop
+// it when done). It returns once the server answers.
+func StartServer(dir string) (*Server, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{AccessKey: "wasmkeep-test", SecretKey: "wasmkeep-test-secret", Dir: filepath.Join(dir, "root"), done: make(chan struct{})}
+	// Object metadata goes to a sidecar directory rather than extended
+	// attributes, which not every file system under a CI runner has.
+	sidecar := filepath.Join(dir, "meta")
+	for _, d := range []string{s.Dir, sidecar} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	// A port that was free a moment ago; if another process takes it
+	// first, the server exits and the wait below says so.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	s.Endpoint = "http://" + addr
+	logf, err := os.Create(filepath.Join(dir, "versitygw.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	s.cmd = exec.Command(bin, "--access", s.AccessKey, "--secret", s.SecretKey, "--region", Region,
+		"--port", addr, "--quiet", "posix", "--sidecar", sidecar, s.Dir)
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	if err := s.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	go func() { s.cmd.Wait(); close(s.done) }()
+	s.client = s3.New(s3.Options{
+		Region:       Region,
+		BaseEndpoint: aws.String(s.Endpoint),
+		UsePathStyle: true,
+		Credentials:  credentials.NewStaticCredentialsProvider(s.AccessKey, s.SecretKey, ""),
+	})
+	if err := s.waitReady(logf.Name()); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// waitReady polls until the server answers an S3 request.
+func (s *Server) waitReady(logName string) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := s.client.ListBuckets(ctx, &s3.ListBucketsInput{})
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-s.done:
+			log, _ := os.ReadFile(logName)
+			return fmt.Errorf("versitygw exited at start (%v):\n%s", s.cmd.ProcessState, log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("versitygw at %s did not answer within 20s: %w", s.Endpoint, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Stop ends the server.
+func (s *Server) Stop() {
+	if s.cmd.Process != nil {
+		s.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-s.done:
+		case <-time.After(5 * time.Second):
+			s.cmd.Process.Kill()
+			<-s.done
+		}
+	}
+}
+
+// NewBucket creates an empty bucket with a name unique on this server.
+func (s *Server) NewBucket(t testing.TB) string {
+	t.Helper()
+	name, err := s.CreateBucket(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// CreateBucket creates an empty bucket with a name unique on this server.
+func (s *Server) CreateBucket(ctx context.Context) (string, error) {
+	var r [4]byte
+	rand.Read(r[:])
+	name := fmt.Sprintf("wasmkeep-%d-%s", s.buckets.Add(1), hex.EncodeToString(r[:]))
+	if _, err := s.client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+		return "", fmt.Errorf("creating bucket %s on versitygw: %w", name, err)
+	}
+	return name, nil
+}
+
+// Config is the plugin's configuration for a bucket on this server, with
+// the server's credentials.
+func (s *Server) Config(bucketName string) *s3bucket.Config {
+	cfg := s3bucket.NewConfig()
+	cfg.Bucket = bucketName
+	cfg.Endpoint = s.Endpoint
+	cfg.Region = Region
+	cfg.AllowHTTP = true
+	cfg.Credentials = credentials.NewStaticCredentialsProvider(s.AccessKey, s.SecretKey, "")
+	return cfg
+}
+
+// Environ is the AWS_* environment that reaches this server, for a process
+// (a node, an out-of-process provider) that reads its settings from it.
+func (s *Server) Environ() []string {
+	return []string{
+		"AWS_ACCESS_KEY_ID=" + s.AccessKey,
+		"AWS_SECRET_ACCESS_KEY=" + s.SecretKey,
+		"AWS_REGION=" + Region,
+		"AWS_ENDPOINT=" + s.Endpoint,
+		"AWS_ALLOW_HTTP=true",
+	}
+}
+
+// Open builds the plugin's bucket on a fresh bucket of this server and
+// closes it when the test ends.
+func (s *Server) Open(t testing.TB) bucket.Bucket {
+	t.Helper()
+	b, err := s3bucket.New(s.Config(s.NewBucket(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
