@@ -37,6 +37,7 @@ func TestMain(m *testing.M) {
 //
 //	create KEY         -> won | lost          (Put IfAbsent, body "child ID")
 //	replace KEY VER    -> won VER2 | lost     (Put IfVersion VER, body "child ID")
+//	delete KEY VER     -> won | lost          (Delete IfVersion VER; lost also if already gone)
 //	rewrite KEY N SIZE -> N lines "VER ID"    (N unconditional Puts of SIZE bytes of one letter each)
 //	hang KEY SIZE      -> never answers       (a Put whose body stops after half of SIZE)
 //
@@ -65,6 +66,14 @@ func serveChild(id, dir string) int {
 			v, err = b.Put(ctx, f[1], strings.NewReader(body), int64(len(body)), bucket.Condition{IfVersion: bucket.Version(f[2])})
 			if err == nil {
 				fmt.Fprintln(out, "won", v)
+			}
+		case len(f) == 3 && f[0] == "delete":
+			err = b.Delete(ctx, f[1], bucket.Condition{IfVersion: bucket.Version(f[2])})
+			if errors.Is(err, bucket.ErrNotFound) {
+				err = bucket.ErrPrecondition
+			}
+			if err == nil {
+				fmt.Fprintln(out, "won")
 			}
 		case len(f) == 4 && f[0] == "rewrite":
 			n, _ := strconv.Atoi(f[2])
@@ -155,9 +164,10 @@ func (c *child) read(t *testing.T) string {
 }
 
 // TestProcessesRace: processes sharing the directory race, round after
-// round, to create one key and to replace one version of another; exactly
-// one wins each race, the others see ErrPrecondition, and the object is the
-// winner's.
+// round, to create one key, to replace one version of another, then to
+// delete that key at the winner's version; exactly one wins each race, the
+// others see ErrPrecondition (or, for the delete, ErrNotFound), and the
+// object is the winner's.
 func TestProcessesRace(t *testing.T) {
 	const processes, rounds = 8, 40
 	dir := t.TempDir()
@@ -185,28 +195,37 @@ func TestProcessesRace(t *testing.T) {
 		if winner < 0 {
 			t.Fatalf("%s: nobody won", cmd)
 		}
-		if got := readAll(t, b, key); got != fmt.Sprintf("child %d", winner) {
-			t.Fatalf("%s: child %d won, but the object holds %q", cmd, winner, got)
-		}
 		return winner, line
+	}
+	holds := func(key string, winner int) {
+		if got := readAll(t, b, key); got != fmt.Sprintf("child %d", winner) {
+			t.Fatalf("%s: child %d won, but the object holds %q", key, winner, got)
+		}
 	}
 	for r := range rounds {
 		key := fmt.Sprintf("race/create-%d", r)
-		race(key, "create "+key)
+		winner, _ := race(key, "create "+key)
+		holds(key, winner)
 
 		key = fmt.Sprintf("race/replace-%d", r)
 		v, err := b.Put(ctx, key, strings.NewReader("first"), 5, bucket.Condition{IfAbsent: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, line := race(key, fmt.Sprintf("replace %s %s", key, v))
+		winner, line := race(key, fmt.Sprintf("replace %s %s", key, v))
+		holds(key, winner)
 		obj, err := b.Get(ctx, key, bucket.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		obj.Body.Close()
-		if want := strings.TrimPrefix(line, "won "); string(obj.Version) != want {
-			t.Fatalf("%s: the winner's version is %s, Get's %s", key, want, obj.Version)
+		won := strings.TrimPrefix(line, "won ")
+		if string(obj.Version) != won {
+			t.Fatalf("%s: the winner's version is %s, Get's %s", key, won, obj.Version)
+		}
+		race(key, fmt.Sprintf("delete %s %s", key, won))
+		if _, err := b.Get(ctx, key, bucket.GetOptions{}); !errors.Is(err, bucket.ErrNotFound) {
+			t.Fatalf("%s after the delete race: %v, want ErrNotFound", key, err)
 		}
 	}
 }
