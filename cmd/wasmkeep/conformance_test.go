@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
 )
 
 // runConformance runs `bin conformance bucket args...` with a plugins.yaml
@@ -77,33 +79,58 @@ func exitCode(err error) int {
 	return -1
 }
 
-// The standard build: a bucket it lacks, or none chosen, is an error that
-// says so, before anything is written.
-func TestConformanceBucketRefusals(t *testing.T) {
+// The standard build (one binary for the subtests: linking it is most of
+// their time).
+func TestConformanceBucketStandard(t *testing.T) {
 	bin := wasmkeepBinary(t)
-	for yaml, want := range map[string]string{
-		"bucket: {use: ''}\n":  "no bucket plugin chosen (set bucket.use)",
-		"bucket: {use: s4}\n":  `bucket plugin "s4"`,
-		"bucket: {nope: {}}\n": `bucket.nope`,
-	} {
-		out, err := runConformance(t, bin, yaml)
-		if err == nil || !strings.Contains(out, want) {
-			t.Errorf("config %q: %v, %s; want an error containing %q", yaml, err, out, want)
-		}
-	}
-}
 
-// The standard build checks an out-of-process provider: the fs bucket served
-// by cmd/wasmkeep-bucket-fs through the process plugin.
-func TestConformanceBucketProcess(t *testing.T) {
-	bin := wasmkeepBinary(t)
-	provider := filepath.Join(t.TempDir(), "wasmkeep-bucket-fs")
-	if out, err := exec.Command("go", "build", "-o", provider, "../wasmkeep-bucket-fs").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	yaml := "bucket:\n  use: process\n  process:\n    path: " + provider + "\n    settings: {dir: " + t.TempDir() + "}\n"
-	out, err := runConformance(t, bin, yaml, "--quick")
-	if err != nil || !strings.Contains(out, "bucket plugin process (bucket/v1)") || !strings.Contains(out, "17 rules: 17 passed, 0 failed") {
-		t.Errorf("the fs bucket out of process: %v\n%s", err, out)
-	}
+	// A bucket it lacks, or none chosen, is an error that says so, before
+	// anything is written.
+	t.Run("Refusals", func(t *testing.T) {
+		for yaml, want := range map[string]string{
+			"bucket: {use: ''}\n":  "no bucket plugin chosen (set bucket.use)",
+			"bucket: {use: s4}\n":  `bucket plugin "s4"`,
+			"bucket: {nope: {}}\n": `bucket.nope`,
+		} {
+			out, err := runConformance(t, bin, yaml)
+			if err == nil || !strings.Contains(out, want) {
+				t.Errorf("config %q: %v, %s; want an error containing %q", yaml, err, out, want)
+			}
+		}
+	})
+
+	// The embedded default bucket (fs), its directory set from the
+	// environment as WASMKEEP_* variables layer over the file: every rule
+	// passes, and the run leaves no object behind.
+	t.Run("FS", func(t *testing.T) {
+		dir := t.TempDir()
+		cmd := exec.Command(bin, "conformance", "bucket", "--quick")
+		cmd.Env = append(withoutWasmkeepVars(), "WASMKEEP_BUCKET__FS__DIR="+dir)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "bucket plugin fs (bucket/v1)") || !strings.Contains(string(out), "17 rules: 17 passed, 0 failed") {
+			t.Fatalf("the fs bucket: %v\n%s", err, out)
+		}
+		b, err := fsbucket.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		if page, err := b.List(t.Context(), "", bucket.ListOptions{}); err != nil || len(page.Entries) != 0 {
+			t.Errorf("left behind: %+v (%v)", page.Entries, err)
+		}
+	})
+
+	// An out-of-process provider: the fs bucket served by
+	// cmd/wasmkeep-bucket-fs through the process plugin.
+	t.Run("Process", func(t *testing.T) {
+		provider := filepath.Join(t.TempDir(), "wasmkeep-bucket-fs")
+		if out, err := exec.Command("go", "build", "-o", provider, "../wasmkeep-bucket-fs").CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, out)
+		}
+		yaml := "bucket:\n  use: process\n  process:\n    path: " + provider + "\n    settings: {dir: " + t.TempDir() + "}\n"
+		out, err := runConformance(t, bin, yaml, "--quick")
+		if err != nil || !strings.Contains(out, "bucket plugin process (bucket/v1)") || !strings.Contains(out, "17 rules: 17 passed, 0 failed") {
+			t.Errorf("the fs bucket out of process: %v\n%s", err, out)
+		}
+	})
 }
