@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
@@ -46,6 +47,16 @@ func TestLayout(t *testing.T) {
 	}
 	if got, want := listKeys(t, b, ""), []string{".hidden/..dots/~n", "owners/acme/chat/caf%C3%A9"}; !slices.Equal(got, want) {
 		t.Fatalf("listed %q, want %q", got, want)
+	}
+	// Keys that would leave the directory never reach the file system.
+	outside := filepath.Join(filepath.Dir(dir), "escaped")
+	for _, key := range []string{"../escaped", "a/../../escaped", "/" + outside, "a/./../../escaped"} {
+		if _, err := b.Put(t.Context(), key, strings.NewReader("x"), 1, bucket.Condition{}); !errors.Is(err, bucket.ErrInvalidKey) {
+			t.Errorf("Put %q: %v, want ErrInvalidKey", key, err)
+		}
+	}
+	if _, err := os.Stat(outside); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a write escaped the directory: %v", err)
 	}
 }
 
@@ -258,5 +269,28 @@ func TestPlugin(t *testing.T) {
 	}
 	if _, err := in.New(&Config{}); err == nil || !strings.Contains(err.Error(), "bucket.fs.dir") {
 		t.Errorf("an empty dir: %v", err)
+	}
+}
+
+// TestTempFileAge: Open leaves an unlocked temporary file alone while it is
+// young (its writer may not have locked it yet), and removes it once old.
+func TestTempFileAge(t *testing.T) {
+	dir := t.TempDir()
+	openT(t, dir)
+	tmp := filepath.Join(dir, metaDir, "tmp", "put-young")
+	if err := os.WriteFile(tmp, []byte(magic), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	openT(t, dir)
+	if _, err := os.Stat(tmp); err != nil {
+		t.Fatalf("Open removed a temporary file created a moment ago: %v", err)
+	}
+	old := time.Now().Add(-2 * staleAfter)
+	if err := os.Chtimes(tmp, old, old); err != nil {
+		t.Fatal(err)
+	}
+	openT(t, dir)
+	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Open left an old, unlocked temporary file: %v", err)
 	}
 }
