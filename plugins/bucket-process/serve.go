@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/go-viper/mapstructure/v2"
@@ -120,11 +121,12 @@ func decodeSettings(info plugin.Info, settings []byte) (any, error) {
 	if err := json.Unmarshal(settings, &m); err != nil {
 		return nil, fmt.Errorf("settings: %w", err)
 	}
+	var md mapstructure.Metadata
 	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
 		Result:           cfg,
 		TagName:          "koanf",
 		WeaklyTypedInput: true,
-		ErrorUnused:      true,
+		Metadata:         &md,
 		DecodeHook: mapstructure.ComposeDecodeHookFunc(
 			mapstructure.StringToTimeDurationHookFunc(),
 			mapstructure.TextUnmarshallerHookFunc()),
@@ -133,7 +135,11 @@ func decodeSettings(info plugin.Info, settings []byte) (any, error) {
 		return nil, err
 	}
 	if err := dec.Decode(m); err != nil {
-		return nil, fmt.Errorf("settings of %s (bucket.process.settings): %w", info.ID(), err)
+		return nil, fmt.Errorf("bucket.process.settings (for %s): %w", info.ID(), err)
+	}
+	if len(md.Unused) > 0 {
+		slices.Sort(md.Unused)
+		return nil, fmt.Errorf("bucket.process.settings: unknown key %q for %s", md.Unused[0], info.ID())
 	}
 	return cfg, nil
 }
