@@ -28,6 +28,8 @@ func TestFlawsCaught(t *testing.T) {
 		fail  []string
 	}{
 		{"IgnoreConditions", Flaws{IgnoreConditions: true}, conditional},
+		{"RefusedPutsLand", Flaws{RefusedPutsLand: true}, []string{"CreateIfAbsent", "ReplaceIfVersion",
+			"StaleVersion", "ErrorsDistinct", "EmptyObject", "RaceCreate", "RaceReplace", "Probe"}},
 		{"ReverseList", Flaws{ReverseList: true}, []string{"KernelKeys", "ListPages"}},
 		{"Unreachable", Flaws{Unreachable: true}, all},
 	} {

@@ -28,6 +28,7 @@ type Memory struct {
 // Flaws make a Memory bucket break the contract on purpose.
 type Flaws struct {
 	IgnoreConditions bool // Put and Delete write whatever the condition
+	RefusedPutsLand  bool // a Put refused with ErrPrecondition writes all the same
 	ReverseList      bool // each List page comes in descending key order
 	Unreachable      bool // every call fails with ErrTransient
 }
@@ -94,12 +95,16 @@ func (m *Memory) Put(ctx context.Context, key string, body io.Reader, size int64
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.holds(key, cond); err != nil {
+	err = m.holds(key, cond)
+	if err != nil && !m.flaws.RefusedPutsLand {
 		return "", err
 	}
 	m.seq++
 	v := bucket.Version(fmt.Sprintf("v%d", m.seq))
 	m.objs[key] = memObject{data: data, version: v, mod: time.Now()}
+	if err != nil {
+		return "", err
+	}
 	return v, nil
 }
 

@@ -22,8 +22,8 @@ const ProbePrefix = "probe/"
 // Probe is the check a node runs before it trusts a bucket (the book's
 // start-time probe): on a throwaway object under probe/, a create over the
 // existing object and a replace with a stale version must both be refused
-// with ErrPrecondition, and leave the object as it was. The object is
-// deleted after.
+// with ErrPrecondition, and leave the object as it was (read back after
+// each). The object is deleted after.
 //
 // The error, if any, says which step failed:
 //   - ErrIgnoresConditions: the bucket must not be used (for good);
@@ -63,6 +63,9 @@ func Probe(ctx context.Context, b Bucket) (err error) {
 	} else if !errors.Is(err, ErrPrecondition) {
 		return step("create over", err)
 	}
+	if err := expect(ctx, b, key, "probe 1"); err != nil {
+		return step("read back", err)
+	}
 	v2, err := put("probe 3", Condition{IfVersion: v1})
 	if err != nil {
 		return step("replace at the version its create returned", err)
@@ -81,7 +84,7 @@ func Probe(ctx context.Context, b Bucket) (err error) {
 	return nil
 }
 
-// expect checks that the refused writes left the object as it was.
+// expect checks that a refused write left the object as it was.
 func expect(ctx context.Context, b Bucket, key, want string) error {
 	obj, err := b.Get(ctx, key, GetOptions{})
 	if err != nil {
@@ -93,7 +96,7 @@ func expect(ctx context.Context, b Bucket, key, want string) error {
 		return err
 	}
 	if !bytes.Equal(got, []byte(want)) {
-		return fmt.Errorf("holds %q after refusing two writes, want %q: %w", got, want, ErrIgnoresConditions)
+		return fmt.Errorf("holds %q after refusing a write, want %q: %w", got, want, ErrIgnoresConditions)
 	}
 	return nil
 }

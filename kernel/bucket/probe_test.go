@@ -3,6 +3,7 @@ package bucket_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
@@ -28,6 +29,12 @@ func TestProbe(t *testing.T) {
 	}
 	if page, _ := lax.List(ctx, bucket.ProbePrefix, bucket.ListOptions{}); len(page.Entries) != 0 {
 		t.Errorf("a failed probe left %+v", page.Entries)
+	}
+
+	// Refusing a write but storing it all the same is caught on reading back.
+	leaky := buckettest.NewMemory(buckettest.Flaws{RefusedPutsLand: true})
+	if err := bucket.Probe(ctx, leaky); !errors.Is(err, bucket.ErrIgnoresConditions) || !strings.Contains(err.Error(), "after refusing a write") {
+		t.Errorf("a bucket storing refused writes: %v", err)
 	}
 
 	down := buckettest.NewMemory(buckettest.Flaws{Unreachable: true})
