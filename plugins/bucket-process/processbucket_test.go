@@ -1,9 +1,11 @@
 package processbucket
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -19,10 +21,23 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 )
 
+// testHostEnv makes the test binary a host that starts the fake provider,
+// prints its pid and waits to be killed.
+const testHostEnv = "PROCESSBUCKET_TEST_HOST"
+
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(testProviderEnv); mode != "" {
 		serveTestProvider(mode)
 		os.Exit(0)
+	}
+	if os.Getenv(testHostEnv) != "" {
+		b, err := Open(Config{Path: os.Args[0], Env: map[string]string{testProviderEnv: "v1"}}, slog.New(slog.DiscardHandler))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Println(b.pc.ID())
+		select {}
 	}
 	os.Exit(m.Run())
 }
@@ -337,4 +352,49 @@ func TestCloseStopsProvider(t *testing.T) {
 	if _, err := b.Get(context.Background(), "k", bucket.GetOptions{}); err == nil || !strings.Contains(err.Error(), "closed") {
 		t.Fatalf("Get after Close: %v", err)
 	}
+}
+
+// A node killed before it closes the bucket leaves no provider behind.
+func TestProviderExitsWithHost(t *testing.T) {
+	host := exec.Command(os.Args[0])
+	host.Env = append(os.Environ(), testHostEnv+"=1")
+	host.Stderr = os.Stderr
+	out, err := host.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := host.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		host.Process.Kill()
+		t.Fatalf("the host printed no provider pid: %v", err)
+	}
+	p, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host.Process.Kill()
+	host.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for running(p) {
+		if time.Now().After(deadline) {
+			syscall.Kill(p, syscall.SIGKILL)
+			t.Fatalf("provider %d still runs 10s after its host was killed", p)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// running reports whether pid is a live process (not gone, not a zombie
+// nobody reaped).
+func running(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the command name's closing parenthesis.
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
 }

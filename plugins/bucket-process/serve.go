@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/hashicorp/go-hclog"
@@ -66,6 +67,7 @@ func serve(info plugin.Info, version int) {
 	// go-plugin points os.Stdout and os.Stderr at pipes it forwards to the
 	// host while it serves; after, only the real stderr reaches the host.
 	stdout, stderr := os.Stdout, os.Stderr
+	go s.exitWithParent(stderr)
 	goplugin.Serve(&goplugin.ServeConfig{
 		HandshakeConfig:  Handshake,
 		VersionedPlugins: versions(version, &grpcPlugin{server: s}),
@@ -75,6 +77,27 @@ func serve(info plugin.Info, version int) {
 	os.Stdout, os.Stderr = stdout, stderr
 	if err := s.close(); err != nil {
 		fmt.Fprintf(os.Stderr, "closing the bucket: %v\n", err)
+	}
+}
+
+// orphanCheck is how often a provider checks that the wasmkeep that
+// started it still runs.
+const orphanCheck = 500 * time.Millisecond
+
+// exitWithParent ends the provider once its parent is gone: a node killed
+// before it could close the bucket leaves no provider behind. (Linux's
+// Pdeathsig would follow the thread that started the provider, which Go
+// may end, not the node.)
+func (s *server) exitWithParent(stderr io.Writer) {
+	parent := os.Getppid()
+	for range time.Tick(orphanCheck) {
+		if os.Getppid() != parent {
+			fmt.Fprintf(stderr, "the wasmkeep that started this provider (pid %d) is gone; closing the bucket and exiting\n", parent)
+			if err := s.close(); err != nil {
+				fmt.Fprintf(stderr, "closing the bucket: %v\n", err)
+			}
+			os.Exit(1)
+		}
 	}
 }
 
