@@ -66,9 +66,9 @@ type fake struct {
 	*buckettest.Memory
 
 	mu sync.Mutex
-	// blockedErr is why the last "block" read stopped: the context's error
-	// as the provider saw it.
-	blockedErr string
+	// blocked is how the last "block-get" ended, as the provider saw it:
+	// whether its context had a deadline, and its error.
+	blocked string
 }
 
 func (f *fake) Get(ctx context.Context, key string, opts bucket.GetOptions) (*bucket.Object, error) {
@@ -77,11 +77,18 @@ func (f *fake) Get(ctx context.Context, key string, opts bucket.GetOptions) (*bu
 	}
 	switch key {
 	case "block": // a chunk, then nothing until the call ends
-		return &bucket.Object{Body: &blockingBody{f: f, ctx: ctx}, Size: 1 << 30, Version: "1"}, nil
-	case "blocked-err":
+		return &bucket.Object{Body: &blockingBody{ctx: ctx}, Size: 1 << 30, Version: "1"}, nil
+	case "block-get": // nothing until the call ends
+		<-ctx.Done()
+		_, deadline := ctx.Deadline()
+		f.mu.Lock()
+		f.blocked = fmt.Sprintf("deadline %v, %v", deadline, ctx.Err())
+		f.mu.Unlock()
+		return nil, ctx.Err()
+	case "blocked":
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		return &bucket.Object{Body: io.NopCloser(strings.NewReader(f.blockedErr)), Version: "1"}, nil
+		return &bucket.Object{Body: io.NopCloser(strings.NewReader(f.blocked)), Version: "1"}, nil
 	}
 	return f.Memory.Get(ctx, key, opts)
 }
@@ -92,7 +99,6 @@ func (f *fake) Close() error {
 }
 
 type blockingBody struct {
-	f    *fake
 	ctx  context.Context
 	sent bool
 }
@@ -103,9 +109,6 @@ func (b *blockingBody) Read(p []byte) (int, error) {
 		return copy(p, bytes.Repeat([]byte("x"), chunkSize)), nil
 	}
 	<-b.ctx.Done()
-	b.f.mu.Lock()
-	b.f.blockedErr = b.ctx.Err().Error()
-	b.f.mu.Unlock()
 	return 0, b.ctx.Err()
 }
 

@@ -255,31 +255,43 @@ func TestByHand(t *testing.T) {
 	}
 }
 
-// A caller's deadline ends the provider's call too.
-func TestDeadlinePropagates(t *testing.T) {
+// The caller's deadline and cancellation reach the provider's call.
+func TestContextPropagates(t *testing.T) {
 	b, _ := openFake(t, "v1", nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	obj, err := b.Get(ctx, "block", bucket.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = io.ReadAll(obj.Body)
-	obj.Body.Close()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("read past the deadline: %v, want DeadlineExceeded", err)
-	}
-	// The provider sees its context end: with the deadline that crossed, or
-	// cancelled as the host gave up, whichever it notices first.
-	for {
-		data, _ := read(t, b, "blocked-err", bucket.GetOptions{})
-		if data == context.DeadlineExceeded.Error() || data == context.Canceled.Error() {
-			break
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want error
+		seen string // what the provider saw
+	}{
+		{"deadline", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), time.Second)
+		}, context.DeadlineExceeded, "deadline true, "},
+		{"cancel", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(200*time.Millisecond, cancel)
+			return ctx, cancel
+		}, context.Canceled, "deadline false, context canceled"},
+	} {
+		ctx, cancel := tc.ctx()
+		_, err := b.Get(ctx, "block-get", bucket.GetOptions{})
+		cancel()
+		if !errors.Is(err, tc.want) {
+			t.Fatalf("%s: Get = %v, want %v", tc.name, err, tc.want)
 		}
-		if data != "" {
-			t.Fatalf("the provider's blocked read ended with %q", data)
+		// The provider's call ends as the host gives up, or on its own
+		// deadline, whichever it notices first.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			seen, _ := read(t, b, "blocked", bucket.GetOptions{})
+			if strings.HasPrefix(seen, tc.seen) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the provider's call ended with %q, want %q...", tc.name, seen, tc.seen)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
