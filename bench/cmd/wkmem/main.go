@@ -40,6 +40,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -187,9 +188,11 @@ func measure(o options) (*report, error) {
 		return nil, err
 	}
 	mark := rec.count()
+	cpu0 := cpuTime()
 	if err := wake(n, baseActors, baseActors+o.actors, o.posts); err != nil {
 		return nil, err
 	}
+	cpu := cpuTime() - cpu0
 	after, err := readSnapshot()
 	if err != nil {
 		return nil, err
@@ -205,7 +208,16 @@ func measure(o options) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &report{o: o, layout: layout, before: before, after: after, collected: collected, linear: lin, elapsed: elapsed}, nil
+	return &report{o: o, layout: layout, before: before, after: after, collected: collected, linear: lin, elapsed: elapsed, cpu: cpu}, nil
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // wake sends each actor from..to-1 a GET (which creates and wakes it), then
@@ -509,7 +521,7 @@ type report struct {
 	layout                   layout
 	before, after, collected snapshot
 	linear                   linear
-	elapsed                  time.Duration
+	elapsed, cpu             time.Duration // of waking the measured actors
 }
 
 func (r *report) print(w io.Writer) {
@@ -522,6 +534,8 @@ func (r *report) print(w io.Writer) {
 	goHeap := d(func(s snapshot) int64 { return s.goMapped })
 	fmt.Fprintf(w, "engine %s: %d actors woken (GET + %d POST each) after %d, in %v; guest %s\n",
 		r.o.engine, r.o.actors, r.o.posts, baseActors, r.elapsed.Round(time.Millisecond), r.o.guest)
+	fmt.Fprintf(w, "  process CPU per request: %.0f µs (the node, SQLite and the guest; %d requests)\n",
+		float64(r.cpu.Microseconds())/n/float64(r.o.posts+1), r.o.actors*(r.o.posts+1))
 	fmt.Fprintf(w, "  guest layout: data segments %d KiB up to %d KiB, initial memory %d KiB; linear memory now %d KiB on average (%d instances)\n",
 		r.layout.data>>10, r.layout.dataEnd>>10, r.layout.initial>>10, lin.size/int64(max(lin.instances, 1))>>10, lin.instances)
 	fmt.Fprintf(w, "  KiB per actor                 \n")
