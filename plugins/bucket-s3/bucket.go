@@ -136,12 +136,13 @@ func (b *Bucket) Put(ctx context.Context, key string, r io.Reader, size int64, c
 			return v, nil
 		}
 	}
-	err = b.fail(ctx, "put", key, err)
-	if errors.Is(err, bucket.ErrNotFound) {
-		// A multipart upload the store no longer knows: try the Put again.
-		err = fmt.Errorf("%w: %w", bucket.ErrTransient, err)
+	sentinel := classify(ctx, err)
+	if sentinel == bucket.ErrNotFound {
+		// If-Match on a missing key: S3 answers 404, the contract says the
+		// condition does not hold.
+		sentinel = bucket.ErrPrecondition
 	}
-	return "", err
+	return "", b.wrap("put", key, sentinel, err)
 }
 
 // writtenBy reports whether the object at key carries token, with its
@@ -285,7 +286,31 @@ func version(etag string) bucket.Version {
 
 // fail wraps an error of op on key with the contract's sentinel for it.
 func (b *Bucket) fail(ctx context.Context, op, key string, err error) error {
+	return b.wrap(op, key, classify(ctx, err), err)
+}
+
+func (b *Bucket) wrap(op, key string, sentinel, err error) error {
 	what := fmt.Sprintf("s3 bucket %s: %s %q", b.name, op, key)
+	switch sentinel {
+	case nil:
+		return fmt.Errorf("%s: %w", what, err)
+	case errNoBucket:
+		return fmt.Errorf("%s: the bucket does not exist (or is not at this endpoint and region): %w", what, err)
+	case errDenied:
+		return fmt.Errorf("%s: access denied: check the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) and their rights on the bucket: %w", what, err)
+	}
+	return fmt.Errorf("%w: %s: %w", sentinel, what, err)
+}
+
+// Errors of the store's configuration rather than of an object.
+var (
+	errNoBucket = errors.New("no such bucket")
+	errDenied   = errors.New("access denied")
+)
+
+// classify returns the contract's sentinel for an error (or errNoBucket,
+// errDenied), nil for any other.
+func classify(ctx context.Context, err error) error {
 	var code string
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
@@ -296,31 +321,29 @@ func (b *Bucket) fail(ctx context.Context, op, key string, err error) error {
 	if errors.As(err, &re) {
 		status = re.HTTPStatusCode()
 	}
-	var sentinel error
 	switch {
 	case code == "NoSuchBucket":
-		return fmt.Errorf("%s: the bucket does not exist (or is not at this endpoint and region): %w", what, err)
+		return errNoBucket
 	case code == "PreconditionFailed" || status == 412:
-		sentinel = bucket.ErrPrecondition
-	case code == "NoSuchKey" || code == "NotFound" || code == "NoSuchUpload" || status == 404:
-		sentinel = bucket.ErrNotFound
+		return bucket.ErrPrecondition
+	case code == "NoSuchUpload" || code == "ConditionalRequestConflict" || status == 408 || status == 429 || status >= 500:
+		// A multipart upload the store no longer knows, a write racing
+		// another, throttling, a fault of the store: worth a retry.
+		return bucket.ErrTransient
+	case code == "NoSuchKey" || code == "NotFound" || status == 404:
+		return bucket.ErrNotFound
 	case code == "InvalidRange" || status == 416:
-		sentinel = bucket.ErrRange
-	case code == "ConditionalRequestConflict" || status == 408 || status == 429 || status >= 500:
-		sentinel = bucket.ErrTransient
+		return bucket.ErrRange
 	case status == 401 || status == 403:
-		return fmt.Errorf("%s: access denied: check the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) and their rights on the bucket: %w", what, err)
+		return errDenied
 	case status != 0:
-		// Any other answer is the store's definite refusal.
+		return nil // any other answer is the store's definite refusal
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
-		// The caller gave up.
+		return nil // the caller gave up
 	case isTransport(err):
-		sentinel = bucket.ErrTransient
+		return bucket.ErrTransient
 	}
-	if sentinel == nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return fmt.Errorf("%w: %s: %w", sentinel, what, err)
+	return nil
 }
 
 // isTransport reports a fault on the way to the store: a try that timed
