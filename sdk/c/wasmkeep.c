@@ -845,10 +845,10 @@ bool wk_url_param(wk_bytes path, const char *name, wk_bytes *value) {
   const uint8_t *q = memchr(path.ptr, '?', path.len);
   if (q == NULL)
     return false;
-  const uint8_t *end = path.ptr + path.len;
-  for (const uint8_t *p = q + 1; p < end;) {
-    const uint8_t *amp = memchr(p, '&', (size_t)(end - p));
-    const uint8_t *stop = amp != NULL ? amp : end;
+  const uint8_t *stop_at = path.ptr + path.len;
+  for (const uint8_t *p = q + 1; p < stop_at;) {
+    const uint8_t *amp = memchr(p, '&', (size_t)(stop_at - p));
+    const uint8_t *stop = amp != NULL ? amp : stop_at;
     const uint8_t *eq = memchr(p, '=', (size_t)(stop - p));
     wk_bytes key, val = {stop, 0};
     if (eq != NULL)
@@ -881,6 +881,16 @@ static bool encode_response(wk_writer *w, wk_buf *b) {
 /* ---- Exports (docs/abi.md section 1) ---- */
 
 #define EXPORT(name) __attribute__((export_name(name)))
+
+/* The exports are external (a static function is not exported); these
+ * prototypes say they are meant to be. */
+void wasmkeep_abi_v1(void);
+int32_t wasmkeep_on_init(void);
+int32_t wasmkeep_on_alarm(void);
+int32_t wasmkeep_on_request(int32_t n);
+int32_t wasmkeep_on_websocket_open(uint64_t conn, int32_t n);
+int32_t wasmkeep_on_websocket_message(uint64_t conn, int32_t n);
+int32_t wasmkeep_on_websocket_close(uint64_t conn, int32_t code, int32_t n);
 
 int wk_fail(const char *msg) {
   wk_bytes copy;
