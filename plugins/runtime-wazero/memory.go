@@ -2,6 +2,7 @@ package wazeroruntime
 
 import (
 	"os"
+	"sync"
 
 	"github.com/tetratelabs/wazero/experimental"
 )
@@ -11,15 +12,25 @@ import (
 type image struct {
 	data []byte
 	// file holds data, to be mapped copy-on-write into each instance's
-	// memory; nil where that is not available, and data is copied instead.
+	// memory; nil where that is not available (or once closed), and data is
+	// copied instead. mu keeps Close from freeing its descriptor, which
+	// another file could then reuse, while an instance maps it.
+	mu   sync.RWMutex
 	file *os.File
 }
 
 func (img *image) Close() error {
-	if img == nil || img.file == nil {
+	if img == nil {
 		return nil
 	}
-	return img.file.Close()
+	img.mu.Lock()
+	defer img.mu.Unlock()
+	if img.file == nil {
+		return nil
+	}
+	err := img.file.Close()
+	img.file = nil
+	return err
 }
 
 // heapMemory is wazero's default behaviour (a Go slice grown by copying),

@@ -46,6 +46,8 @@ func mapMemory(max uint64, img *image) experimental.LinearMemory {
 
 // mapInto maps the image's file over the start of b, copy-on-write.
 func (img *image) mapInto(b []byte) bool {
+	img.mu.RLock()
+	defer img.mu.RUnlock()
 	if img.file == nil || len(img.data) == 0 {
 		return false
 	}
