@@ -60,7 +60,7 @@ var _ bucket.Bucket = (*Bucket)(nil)
 
 // Open starts the provider binary cfg names, agrees on the protocol
 // version, hands it its settings and returns the bucket it serves. log
-// receives the provider's stderr.
+// receives what the provider prints, and go-plugin's own messages.
 func Open(cfg Config, log *slog.Logger) (*Bucket, error) {
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = defaultStartTimeout
@@ -117,6 +117,9 @@ func Open(cfg Config, log *slog.Logger) (*Bucket, error) {
 	return b, nil
 }
 
+// pluginVersionRE finds the provider's version in go-plugin's mismatch
+// error, which calls the protocol "API" and lists the host's versions as a
+// Go slice.
 var pluginVersionRE = regexp.MustCompile(`Plugin version: (\d+)`)
 
 func (b *Bucket) start(path string, settings []byte, timeout time.Duration) error {
@@ -137,6 +140,9 @@ func (b *Bucket) start(path string, settings []byte, timeout time.Duration) erro
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	resp, err := b.rpc.Configure(ctx, &bucketpb.ConfigureRequest{SettingsJson: settings})
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: no answer to configure within start_timeout (%s)", b.desc, timeout)
+	}
 	if err != nil {
 		return b.fail(ctx, "configure", err)
 	}
@@ -180,7 +186,7 @@ func (b *Bucket) exited() error {
 // or the connection failing.
 func (b *Bucket) fail(ctx context.Context, op string, err error) error {
 	if ctx.Err() != nil {
-		return fmt.Errorf("%s: %s: %w", b.desc, op, context.Cause(ctx))
+		return fmt.Errorf("%s: %s: %w", b.desc, op, ctx.Err())
 	}
 	if perr := fromStatus(b.desc, err); perr != nil {
 		return perr
@@ -224,12 +230,13 @@ func (b *Bucket) Get(ctx context.Context, key string, opts bucket.GetOptions) (*
 		return nil, b.fail(ctx, op, err)
 	}
 	first, err := stream.Recv()
-	if err == nil && first.Info == nil {
-		err = errors.New("protocol error: the first message has no object info")
-	}
 	if err != nil {
 		cancel()
 		return nil, b.fail(ctx, op, err)
+	}
+	if first.Info == nil {
+		cancel()
+		return nil, fmt.Errorf("%s: %s: protocol error: the first message has no object info", b.desc, op)
 	}
 	return &bucket.Object{
 		Body:    &getBody{b: b, ctx: ctx, op: op, stream: stream, cancel: cancel, buf: first.Data},
