@@ -4,6 +4,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
 	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
 	processbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-process"
+	s3bucket "github.com/wasmkeep/wasmkeep/plugins/bucket-s3"
 	wasmtimeruntime "github.com/wasmkeep/wasmkeep/plugins/runtime-wasmtime"
 	wazeroruntime "github.com/wasmkeep/wasmkeep/plugins/runtime-wazero"
 	sqlitestorage "github.com/wasmkeep/wasmkeep/plugins/storage-sqlite"
@@ -19,5 +20,6 @@ func plugins() []plugin.Info {
 		sqlitestorage.Info(),
 		fsbucket.Info(),
 		processbucket.Info(),
+		s3bucket.Info(),
 	}
 }

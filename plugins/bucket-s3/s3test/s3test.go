@@ -48,22 +48,27 @@ type Server struct {
 	buckets atomic.Int64
 }
 
-// Binary finds versitygw in PATH or in $(go env GOPATH)/bin.
+// Binary finds versitygw in PATH, else where go install puts it: GOBIN,
+// or the first GOPATH's bin.
 func Binary() (string, error) {
 	if p, err := exec.LookPath("versitygw"); err == nil {
 		return p, nil
 	}
-	gopath := os.Getenv("GOPATH")
-	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-		gopath = strings.TrimSpace(string(out))
+	out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output()
+	if err != nil {
+		return "", fmt.Errorf("versitygw is not in PATH, and go env failed (%v): %s", err, InstallHint)
 	}
-	for dir := range strings.SplitSeq(gopath, string(os.PathListSeparator)) {
-		p := filepath.Join(dir, "bin", "versitygw")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
+	gobin, gopath, _ := strings.Cut(string(out), "\n")
+	gobin, gopath = strings.TrimSpace(gobin), strings.TrimSpace(gopath)
+	if gobin == "" {
+		gopath, _, _ = strings.Cut(gopath, string(os.PathListSeparator))
+		gobin = filepath.Join(gopath, "bin")
 	}
-	return "", fmt.Errorf("versitygw is not in PATH nor in GOPATH/bin (%s): %s", gopath, InstallHint)
+	p := filepath.Join(gobin, "versitygw")
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("versitygw is not in PATH nor in %s: %s", gobin, InstallHint)
+	}
+	return p, nil
 }
 
 // Start runs a server for the test and stops it when the test ends.
