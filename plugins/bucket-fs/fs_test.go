@@ -151,63 +151,6 @@ func TestWritesRaceDeletes(t *testing.T) {
 	}
 }
 
-// TestListWalksInKeyOrder: directories sort by their name and "/", so a
-// key like a-b (- is below /) comes before a/..., and a0 (0 is above /)
-// after; prefixes that end inside a segment and StartAfter inside a
-// directory page correctly.
-func TestListWalksInKeyOrder(t *testing.T) {
-	b := openT(t, t.TempDir())
-	keys := []string{"a-b", "a.c/x", "a/b/c", "a/b~", "a/b-", "a/b.d/e", "a0", "a~/x", "b", "%2F", "A/z", "_"}
-	for _, k := range keys {
-		put(t, b, k, k)
-	}
-	slices.Sort(keys)
-	if got := listKeys(t, b, ""); !slices.Equal(got, keys) {
-		t.Fatalf("listed %q, want %q", got, keys)
-	}
-	var paged []string
-	for after := ""; ; {
-		page, err := b.List(t.Context(), "a", bucket.ListOptions{StartAfter: after, Limit: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range page.Entries {
-			paged = append(paged, e.Key)
-		}
-		if page.Next == "" {
-			break
-		}
-		after = page.Next
-	}
-	var want []string
-	for _, k := range keys {
-		if strings.HasPrefix(k, "a") {
-			want = append(want, k)
-		}
-	}
-	if !slices.Equal(paged, want) {
-		t.Fatalf("pages of 2 under \"a\": %q, want %q", paged, want)
-	}
-	for prefix, want := range map[string][]string{
-		"a/b":  {"a/b-", "a/b.d/e", "a/b/c", "a/b~"},
-		"a/b/": {"a/b/c"},
-		"a/b.": {"a/b.d/e"},
-		"a/c":  nil,
-		"z/":   nil,
-	} {
-		if got := listKeys(t, b, prefix); !slices.Equal(got, want) {
-			t.Errorf("under %q: %q, want %q", prefix, got, want)
-		}
-	}
-	page, err := b.List(t.Context(), "", bucket.ListOptions{StartAfter: "a/b/c"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(page.Entries) == 0 || page.Entries[0].Key != "a/b~" {
-		t.Fatalf("after a/b/c: %+v", page.Entries)
-	}
-}
-
 func TestClosed(t *testing.T) {
 	b := openT(t, t.TempDir())
 	put(t, b, "k", "v")
