@@ -151,6 +151,39 @@ func TestWritesRaceDeletes(t *testing.T) {
 	}
 }
 
+// TestOpensRace: several opens of one directory in one process (as two
+// nodes in one test binary would be) race on one create per round; the
+// flock, which belongs to each open's own file description, lets exactly
+// one win.
+func TestOpensRace(t *testing.T) {
+	const opens, rounds = 4, 50
+	dir := t.TempDir()
+	bs := make([]bucket.Bucket, opens)
+	for i := range bs {
+		bs[i] = openT(t, dir)
+	}
+	for r := range rounds {
+		key := fmt.Sprintf("race/%d", r)
+		wins := make(chan int, opens)
+		var wg sync.WaitGroup
+		for i, b := range bs {
+			wg.Go(func() {
+				_, err := b.Put(t.Context(), key, strings.NewReader("x"), 1, bucket.Condition{IfAbsent: true})
+				switch {
+				case err == nil:
+					wins <- i
+				case !errors.Is(err, bucket.ErrPrecondition):
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if len(wins) != 1 {
+			t.Fatalf("round %d: %d opens won the create", r, len(wins))
+		}
+	}
+}
+
 func TestClosed(t *testing.T) {
 	b := openT(t, t.TempDir())
 	put(t, b, "k", "v")
