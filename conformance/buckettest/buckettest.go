@@ -26,6 +26,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,7 +112,7 @@ type Rule struct {
 }
 
 // Rules lists every rule, in the order Check and Run take them.
-func Rules() []Rule { return rules }
+func Rules() []Rule { return slices.Clone(rules) }
 
 // Result is one rule's outcome: Err is nil if it passed.
 type Result struct {
