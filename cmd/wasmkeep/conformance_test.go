@@ -11,6 +11,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
+	"github.com/wasmkeep/wasmkeep/plugins/bucket-s3/s3test"
 )
 
 // runConformance runs `bin conformance bucket args...` with a plugins.yaml
@@ -117,6 +118,20 @@ func TestConformanceBucketStandard(t *testing.T) {
 		defer b.Close()
 		if page, err := b.List(t.Context(), "", bucket.ListOptions{}); err != nil || len(page.Entries) != 0 {
 			t.Errorf("left behind: %+v (%v)", page.Entries, err)
+		}
+	})
+
+	// An S3-compatible store (VersityGW) as a user reaches theirs: the
+	// bucket named in WASMKEEP_* variables, the endpoint and credentials in
+	// the standard AWS_* ones.
+	t.Run("S3", func(t *testing.T) {
+		srv := s3test.Start(t)
+		cmd := exec.Command(bin, "conformance", "bucket", "--quick")
+		cmd.Env = append(append(withoutWasmkeepVars(), srv.Environ()...),
+			"WASMKEEP_BUCKET__USE=s3", "WASMKEEP_BUCKET__S3__BUCKET="+srv.NewBucket(t))
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "bucket plugin s3 (bucket/v1)") || !strings.Contains(string(out), "17 rules: 17 passed, 0 failed") {
+			t.Errorf("VersityGW: %v\n%s", err, out)
 		}
 	})
 
