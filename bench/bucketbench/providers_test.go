@@ -9,6 +9,7 @@ import (
 
 	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
 	processbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-process"
+	"github.com/wasmkeep/wasmkeep/plugins/bucket-s3/s3test"
 )
 
 // The fs bucket on a temporary directory (each write fsynced).
@@ -34,4 +35,11 @@ func BenchmarkProcessFS(b *testing.B) {
 	}
 	b.Cleanup(func() { bk.Close() }) // after Run's own clean-up
 	Run(b, bk)
+}
+
+// The s3 bucket against a local VersityGW (its posix backend on a temporary
+// directory) over loopback: the client's and the protocol's cost, not a
+// cloud store's.
+func BenchmarkS3(b *testing.B) {
+	Run(b, s3test.Start(b).Open(b))
 }
