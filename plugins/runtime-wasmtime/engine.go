@@ -18,6 +18,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/wasmkeep/wasmkeep/internal/linearmem"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
@@ -271,7 +272,11 @@ func (e *engine) Compile(ctx context.Context, wasm []byte) (runtime.Module, erro
 	if err != nil {
 		return nil, fmt.Errorf("wasmtime: compile: %w", err)
 	}
-	return newModule(e, ptr), nil
+	m := newModule(e, ptr)
+	if l, err := linearmem.ReadLayout(wasm); err == nil {
+		m.zeroFrom = int(min(l.End, 1<<32))
+	}
+	return m, nil
 }
 
 // compile compiles wasm, which is not empty.

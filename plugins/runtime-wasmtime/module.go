@@ -17,6 +17,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/wasmkeep/wasmkeep/internal/linearmem"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
@@ -30,6 +31,12 @@ type module struct {
 	// each instance's call buffer.
 	arity      int
 	initialize bool // exports a function _initialize
+	// zeroFrom is where the module's data ends in its memory, past which
+	// the memory starts as zeros in an anonymous mapping (Wasmtime's
+	// copy-on-write image covers the data only); -1 if unknown. Zero pages
+	// there can be dropped: they read as zeros again, where below zeroFrom
+	// they could read as the image's bytes.
+	zeroFrom int
 
 	// mu guards ptr and pre against Close: instantiations hold it shared.
 	mu  sync.RWMutex
@@ -45,7 +52,7 @@ type module struct {
 var _ runtime.Module = (*module)(nil)
 
 func newModule(e *engine, ptr *C.wasmtime_module_t) *module {
-	m := &module{e: e, ptr: ptr, funcs: map[string]runtime.Export{}, memories: map[string]bool{}, arity: 1}
+	m := &module{e: e, ptr: ptr, funcs: map[string]runtime.Export{}, memories: map[string]bool{}, arity: 1, zeroFrom: -1}
 
 	var imps C.wasm_importtype_vec_t
 	C.wasmtime_module_imports(ptr, &imps)
@@ -206,6 +213,12 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 				in.Close(ctx)
 				return nil, fmt.Errorf("wasmtime: _initialize: %w", err)
 			}
+		}
+		// A Go guest's runtime zeroes some 200 KiB of fresh memory as it
+		// starts.
+		if mem := in.Memory(); mem != nil && m.zeroFrom >= 0 {
+			view, _ := mem.Read(0, mem.Size())
+			linearmem.ReleaseZeroPages(view[min(m.zeroFrom, len(view)):])
 		}
 	}
 	return in, nil

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+
+	"github.com/wasmkeep/wasmkeep/internal/linearmem"
 )
 
 // prepare checks and rewrites a module before wazero sees it, for three
@@ -126,7 +128,7 @@ func prepare(wasm []byte) (*prepared, error) {
 	}
 
 	p := &prepared{}
-	var importedGlobals, importedTables, importedMemories uint32
+	var importedGlobals, importedTables uint32
 	var globals, tables []byte // rewritten payloads
 	hasCode := false
 	for _, s := range secs {
@@ -137,7 +139,6 @@ func prepare(wasm []byte) (*prepared, error) {
 			for _, imp := range p.imports {
 				importedGlobals += b2u(imp.kind == kindGlobal)
 				importedTables += b2u(imp.kind == kindTable)
-				importedMemories += b2u(imp.kind == kindMemory)
 			}
 		case tableSection:
 			tables, err = capTables(s.payload, importedTables)
@@ -153,9 +154,7 @@ func prepare(wasm []byte) (*prepared, error) {
 		}
 	}
 
-	if importedMemories == 0 {
-		p.image = memoryImage(secs)
-	}
+	p.image = memoryImage(wasm)
 
 	// The counter goes last among the globals: no index changes.
 	var counter uint32
@@ -204,62 +203,17 @@ func prepare(wasm []byte) (*prepared, error) {
 
 // memoryImage returns the initial contents of the memory a module defines,
 // from offset 0 to the end of its last data segment, if every segment can
-// be replaced by it: the module defines one memory and imports none; every
-// segment is active, in memory 0, at an i32.const offset, and lies within
-// the memory's minimum (else instantiating must fail, as wazero will say);
-// and there is no data count section (without it no instruction can name a
-// segment). Segments apply in order, so a later one overwrites an earlier
-// one where they overlap. It returns nil otherwise, or if the image would be
-// mostly empty (more than twice its bytes plus 1 MiB), so that a small
-// module never makes the host hold a large image.
-func memoryImage(secs []section) []byte {
-	type segment struct {
-		offset uint32
-		bytes  []byte
-	}
-	var segs []segment
-	var minBytes, end, total uint64
-	memories := 0
-	for _, s := range secs {
-		r := reader{b: s.payload}
-		switch s.id {
-		case dataCountSection:
-			return nil
-		case memorySection:
-			memories = int(r.count())
-			flags, min, _ := r.limits()
-			if flags&2 != 0 { // shared
-				return nil
-			}
-			minBytes = uint64(min) << 16
-		case dataSection:
-			for n := r.count(); n > 0 && r.err == nil; n-- {
-				if r.u32() != 0 || r.byte() != 0x41 { // active in memory 0, i32.const
-					return nil
-				}
-				offset := uint32(r.i32())
-				if r.byte() != 0x0b { // end
-					return nil
-				}
-				b := r.b[:r.count()]
-				r.skip(uint32(len(b)))
-				segs = append(segs, segment{offset, b})
-				end = max(end, uint64(offset)+uint64(len(b)))
-				total += uint64(len(b))
-			}
-			if r.end() != nil {
-				return nil
-			}
-		}
-	}
-	if memories != 1 || len(segs) == 0 || end > minBytes || end > 2*total+1<<20 {
+// be replaced by it (see linearmem.ReadLayout) and lies within the memory's
+// minimum (else instantiating must fail, as wazero will say). It returns
+// nil otherwise, or if the image would be mostly empty (more than twice its
+// bytes plus 1 MiB), so that a small module never makes the host hold a
+// large image.
+func memoryImage(wasm []byte) []byte {
+	l, err := linearmem.ReadLayout(wasm)
+	if err != nil || len(l.Segments) == 0 || l.End > l.MinBytes || l.End > 2*l.Data+1<<20 {
 		return nil
 	}
-	image := make([]byte, end)
-	for _, s := range segs {
-		copy(image[s.offset:], s.bytes)
-	}
-	return image
+	return l.Image()
 }
 
 // afterGlobals reports whether sections with id come after the global
@@ -521,27 +475,6 @@ func (r *reader) u32() uint32 {
 		c := r.byte()
 		v |= uint32(c&0x7f) << (7 * i)
 		if c&0x80 == 0 {
-			return v
-		}
-	}
-	r.failf("integer representation too long")
-	return 0
-}
-
-// i32 reads a signed LEB128 number of up to 5 bytes.
-func (r *reader) i32() int32 {
-	var v int32
-	for i := 0; i < 5; i++ {
-		c := r.byte()
-		v |= int32(c&0x7f) << (7 * i)
-		switch {
-		case i == 4 && c&0x78 != 0 && c&0x78 != 0x78: // bits past 32 must extend the sign
-			r.failf("integer too large")
-			return 0
-		case c&0x80 == 0:
-			if i < 4 && c&0x40 != 0 {
-				v |= -1 << (7 * (i + 1))
-			}
 			return v
 		}
 	}

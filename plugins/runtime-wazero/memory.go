@@ -19,6 +19,14 @@ type image struct {
 	file *os.File
 }
 
+// size is how much of the memory the image covers: 0 for none.
+func (img *image) size() int {
+	if img == nil {
+		return 0
+	}
+	return len(img.data)
+}
+
 func (img *image) Close() error {
 	if img == nil {
 		return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
 
+	"github.com/wasmkeep/wasmkeep/internal/linearmem"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
@@ -48,6 +49,13 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 	if m.initialize {
 		if err := mod.ExportedFunction("_initialize").CallWithStack(ctx, nil); err != nil {
 			return nil, errors.Join(fmt.Errorf("wazero: _initialize: %w", callError(ctx, err)), mod.Close(ctx))
+		}
+		// A Go guest's runtime zeroes some 200 KiB of fresh memory as it
+		// starts. Past the image, the memory is anonymous: dropped pages read
+		// as zeros again.
+		if in.mem != nil {
+			view, _ := in.mem.Read(0, in.mem.Size())
+			linearmem.ReleaseZeroPages(view[min(m.image.size(), len(view)):])
 		}
 	}
 	return in, nil

@@ -20,7 +20,6 @@ package main
 
 import (
 	"bufio"
-	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -44,6 +43,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/wasmkeep/wasmkeep/internal/linearmem"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
 	wkruntime "github.com/wasmkeep/wasmkeep/kernel/runtime"
@@ -385,7 +385,10 @@ func (r *recorder) scan(mark int, l layout) (linear, error) {
 		first := out.instances == 1
 		for i := range pages {
 			e := binary.LittleEndian.Uint64(buf[i*8:])
-			if e&(1<<63) == 0 { // not present
+			// Not present, or the zero page a read of an untouched
+			// anonymous page maps (neither a file page nor exclusive),
+			// which RSS does not count.
+			if e&(1<<63) == 0 || e&(1<<61|1<<56) == 0 {
 				if first {
 					out.pageMap = append(out.pageMap, '.')
 				}
@@ -422,97 +425,8 @@ type layout struct {
 
 // readLayout reads the memory and data sections of a module.
 func readLayout(wasm []byte) (layout, error) {
-	var l layout
-	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
-		return l, errors.New("not a WebAssembly module")
-	}
-	r := &reader{b: wasm[8:]}
-	for len(r.b) > 0 && r.err == nil {
-		id := r.byte()
-		body := &reader{b: r.bytes(r.uleb())}
-		switch id {
-		case 5: // memory
-			if body.uleb() > 0 {
-				flags := body.byte()
-				l.initial = int64(body.uleb()) << 16
-				_ = flags
-			}
-		case 11: // data
-			for n := body.uleb(); n > 0 && body.err == nil; n-- {
-				var off int64 = -1
-				switch kind := body.uleb(); kind {
-				case 0, 2:
-					if kind == 2 {
-						body.uleb() // memory index
-					}
-					if body.byte() == 0x41 { // i32.const
-						off = body.sleb()
-					}
-					for body.err == nil && body.byte() != 0x0b { // to the end of the expression
-					}
-				}
-				seg := int64(len(body.bytes(body.uleb())))
-				if off >= 0 {
-					l.dataEnd = max(l.dataEnd, off+seg)
-					l.data += seg
-				}
-			}
-			r.err = cmp.Or(r.err, body.err)
-		}
-	}
-	return l, r.err
-}
-
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) byte() byte {
-	if len(r.b) == 0 {
-		r.err = cmp.Or(r.err, io.ErrUnexpectedEOF)
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-func (r *reader) bytes(n uint64) []byte {
-	if n > uint64(len(r.b)) {
-		r.err = cmp.Or(r.err, io.ErrUnexpectedEOF)
-		n = uint64(len(r.b))
-	}
-	b := r.b[:n]
-	r.b = r.b[n:]
-	return b
-}
-
-func (r *reader) uleb() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = cmp.Or(r.err, errors.New("bad LEB128"))
-		r.b = nil
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) sleb() int64 {
-	var v int64
-	var shift uint
-	for {
-		c := r.byte()
-		v |= int64(c&0x7f) << shift
-		shift += 7
-		if c&0x80 == 0 || r.err != nil || shift >= 64 {
-			if shift < 64 && c&0x40 != 0 {
-				v |= -1 << shift
-			}
-			return v
-		}
-	}
+	l, err := linearmem.ReadLayout(wasm)
+	return layout{initial: int64(l.MinBytes), dataEnd: int64(l.End), data: int64(l.Data)}, err
 }
 
 // report prints the split, per actor.

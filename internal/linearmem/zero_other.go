@@ -1,0 +1,7 @@
+//go:build !linux
+
+package linearmem
+
+// ReleaseZeroPages does nothing here: only Linux's MADV_DONTNEED promises
+// that a private page reads as zeros (or its file's contents) afterwards.
+func ReleaseZeroPages(mem []byte) int { return 0 }
