@@ -293,6 +293,9 @@ func (b *bench) onServer(srv *server) ([]Row, error) {
 		add("write_durable_resident_p99", us(percentile(durable, 0.99)), "us")
 	}
 
+	if err := srv.alone(); err != nil {
+		return nil, err
+	}
 	pool := b.newClient(srv, b.sz.clients)
 	perActor, rss, err := b.memory(srv, pool)
 	if err != nil {
@@ -304,6 +307,9 @@ func (b *bench) onServer(srv *server) ([]Row, error) {
 
 	rate, cpu, err := b.throughput(srv, pool)
 	if err != nil {
+		return nil, err
+	}
+	if err := srv.alone(); err != nil {
 		return nil, err
 	}
 	add("throughput", rate, "req/s")

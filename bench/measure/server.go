@@ -230,6 +230,34 @@ func (s *server) rssKiB() (int64, error) {
 	return 0, errors.New("no VmRSS in /proc/<pid>/status")
 }
 
+// children lists the server's child processes, from every thread's
+// /proc/<pid>/task/<tid>/children: the rows read one process, so a server
+// that works in others would be measured short.
+func (s *server) children() ([]string, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", s.pid()))
+	if err != nil {
+		return nil, err
+	}
+	var kids []string
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", s.pid(), t.Name()))
+		if err != nil {
+			return nil, err
+		}
+		kids = append(kids, strings.Fields(string(b))...)
+	}
+	return kids, nil
+}
+
+// alone fails if the server has child processes (children).
+func (s *server) alone() error {
+	kids, err := s.children()
+	if err == nil && len(kids) > 0 {
+		err = fmt.Errorf("the server has child processes %v, whose memory and CPU time the rows would leave out", kids)
+	}
+	return err
+}
+
 // userHZ is the unit of the CPU times in /proc/<pid>/stat; Linux fixes it at
 // 100 for user space whatever the kernel's own tick rate.
 const userHZ = 100
