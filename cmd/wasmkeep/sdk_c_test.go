@@ -35,6 +35,7 @@ func TestCSDKStorage(t *testing.T) {
 		"null 0 null null\n"+
 		"real 2 real 25\n"+
 		"text 3 text h\u00e9llo\n")
+	n.expect("GET", "/actor/probe/a/convert", "", 200, "42 0 4275 -3")
 	n.expect("GET", "/actor/probe/a/exec?sql="+q("UPDATE kv SET v = 7 WHERE k IN ('int', 'real')"), "", 200, "changed 2")
 	n.expect("GET", "/actor/probe/a/exec-durable?sql="+q("DELETE FROM kv WHERE k = 'int'"), "", 200, "changed 1")
 	n.expect("GET", "/actor/probe/a/count?sql="+q("SELECT v FROM kv WHERE k = 'real'"), "", 200, "7")

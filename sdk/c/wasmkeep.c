@@ -445,8 +445,10 @@ double wk_value_real(const wk_value *v) {
     return (double)v->u.i;
   case WK_REAL:
     return v->u.f;
-  case WK_TEXT:
-    return strtod((const char *)v->u.b.ptr, NULL); /* the SDK's text is NUL-terminated */
+  case WK_TEXT: {
+    wk_buf b = {0}; /* strtod wants a NUL, which a caller's text may lack */
+    return wk_buf_write(&b, v->u.b.ptr, v->u.b.len) ? strtod((const char *)b.ptr, NULL) : 0;
+  }
   default:
     return 0;
   }

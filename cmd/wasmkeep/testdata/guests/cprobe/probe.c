@@ -157,6 +157,17 @@ int wk_fetch(const wk_request *req, wk_writer *w) {
 
   if (wk_eq(route, "/types"))
     return types(w);
+  if (wk_eq(route, "/convert")) { /* conversions as SQLite's, on values not from the SDK (no NUL) */
+    const char digits[] = "42.75x";
+    wk_value text = wk_text_n(wk_bytes_of(digits, 5)), whole = wk_text_n(wk_bytes_of(digits, 2)), real = wk_real(-3.9);
+    wk_write_int(w, wk_value_int(&whole));
+    wk_write_str(w, " ");
+    wk_write_int(w, wk_value_int(&text)); /* not a whole integer: 0 */
+    wk_write_str(w, " ");
+    wk_write_int(w, (int64_t)(wk_value_real(&text) * 100));
+    wk_write_str(w, " ");
+    return !wk_write_int(w, wk_value_int(&real));
+  }
   if (wk_eq(route, "/exec") || wk_eq(route, "/exec-durable")) {
     int64_t changed;
     const char *sql = param(req, "sql");
