@@ -51,6 +51,8 @@ func TestCSDKStorage(t *testing.T) {
 	// Results past the SDK's 8 KiB arena come through take_pending.
 	n.expect("GET", "/actor/probe/a/big?n=100000&t="+q("tail"), "", 200, "100000 tail")
 	n.expect("GET", "/actor/probe/a/big?n=3&t="+q(strings.Repeat("x", 20000)), "", 200, "3 "+strings.Repeat("x", 20000))
+	// A host limit is an error like any other: rows past 16 MB.
+	n.expectPrefix("GET", "/actor/probe/a/big?n=17000000", 200, "error 1 4: sql quota-exceeded: ")
 }
 
 func TestCSDKRequestsAndResponses(t *testing.T) {
