@@ -67,6 +67,7 @@ func TestCSDKRequestsAndResponses(t *testing.T) {
 		fmt.Sprint(hdr.Values("Set-Cookie")) != "[a=1 b=2]" || hdr.Get("Content-Type") != "" {
 		t.Fatalf("headers: %d %q %v", code, body, hdr)
 	}
+	n.expect("GET", "/actor/probe/a/a%20b+c?x=1", "", 200, "decoded")
 	code, body, hdr = n.doH("GET", "/actor/probe/a/nowhere", "", nil)
 	if code != 404 || body != "no such route" || hdr.Get("Content-Type") != "text/plain; charset=utf-8" {
 		t.Fatalf("404: %d %q %v", code, body, hdr)

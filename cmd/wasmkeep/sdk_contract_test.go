@@ -43,8 +43,9 @@ func rateLimiterGuests() []sdkGuest {
 	}
 }
 
-// The counter: created by its first request, incremented, its value kept
-// across hibernation and across a restart of the node.
+// The counter: created by its first request, incremented (plainly and
+// durably), its value kept across hibernation and across a restart of the
+// node.
 func TestCounterContract(t *testing.T) {
 	for _, g := range counterGuests() {
 		t.Run(g.sdk, func(t *testing.T) {
@@ -62,6 +63,7 @@ func TestCounterContract(t *testing.T) {
 				t.Fatalf("POST: %d %q, Content-Type %q", code, body, hdr.Get("Content-Type"))
 			}
 			n.expect("POST", "/actor/counter/bob", "", 200, "1\n") // actors are independent
+			n.expect("POST", "/actor/counter/bob/durable", "", 200, "2\n")
 			code, body, hdr = n.doH("PUT", "/actor/counter/alice", "", nil)
 			if code != 405 || body != "method not allowed\n" || hdr.Get("Allow") != "GET, POST" {
 				t.Fatalf("PUT: %d %q, Allow %q", code, body, hdr.Get("Allow"))
@@ -74,7 +76,7 @@ func TestCounterContract(t *testing.T) {
 			n.stop()
 			n = startNode(t, opts)
 			n.expect("GET", "/actor/counter/alice", "", 200, "3\n")
-			n.expect("POST", "/actor/counter/bob", "", 200, "2\n")
+			n.expect("POST", "/actor/counter/bob", "", 200, "3\n")
 		})
 	}
 }

@@ -822,9 +822,9 @@ static int unhex(uint8_t c) {
   return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
-/* unescape percent-decodes s into the arena; "+" is a space. A "%" without
- * two hex digits stays as it is. */
-static bool unescape(wk_bytes s, wk_bytes *out) {
+/* unescape percent-decodes s into the arena; in a query "+" is a space. A
+ * "%" without two hex digits stays as it is. */
+static bool unescape(wk_bytes s, bool query, wk_bytes *out) {
   uint8_t *p = wk_alloc(s.len + 1);
   if (p == NULL)
     return false;
@@ -835,12 +835,20 @@ static bool unescape(wk_bytes s, wk_bytes *out) {
       p[n++] = (uint8_t)(hi << 4 | lo);
       i += 2;
     } else {
-      p[n++] = s.ptr[i] == '+' ? ' ' : s.ptr[i];
+      p[n++] = query && s.ptr[i] == '+' ? ' ' : s.ptr[i];
     }
   }
   p[n] = 0;
   *out = (wk_bytes){p, n};
   return true;
+}
+
+wk_bytes wk_url_path(wk_bytes target) {
+  const uint8_t *q = memchr(target.ptr, '?', target.len);
+  wk_bytes path = {target.ptr, q != NULL ? (size_t)(q - target.ptr) : target.len};
+  if (memchr(path.ptr, '%', path.len) == NULL)
+    return path;
+  return unescape(path, false, &path) ? path : wk_str("");
 }
 
 bool wk_url_param(wk_bytes path, const char *name, wk_bytes *value) {
@@ -855,8 +863,8 @@ bool wk_url_param(wk_bytes path, const char *name, wk_bytes *value) {
     wk_bytes key, val = {stop, 0};
     if (eq != NULL)
       val = (wk_bytes){eq + 1, (size_t)(stop - eq - 1)};
-    if (unescape((wk_bytes){p, (size_t)((eq != NULL ? eq : stop) - p)}, &key) && wk_eq(key, name))
-      return unescape(val, value);
+    if (unescape((wk_bytes){p, (size_t)((eq != NULL ? eq : stop) - p)}, true, &key) && wk_eq(key, name))
+      return unescape(val, true, value);
     p = stop + 1;
   }
   return false;

@@ -111,6 +111,10 @@ bool wk_write_int(wk_writer *w, int64_t v);
  * Go's http.Error does. */
 bool wk_http_error(wk_writer *w, int status, const char *msg);
 
+/* wk_url_path is the path of a request's path and query, without the query
+ * and percent-decoded (Go's URL.Path): "/a%20b?x=1" gives "/a b". Without a
+ * "%" it is a view of target, else arena memory (empty if memory runs out). */
+wk_bytes wk_url_path(wk_bytes target);
 /* wk_url_param gives the first value of the query parameter name in path
  * (a request's path and query), percent-decoded and with "+" as a space, or
  * false if there is none. */

@@ -151,12 +151,12 @@ static int answer(wk_writer *w, bool ok, const wk_response *res) {
 }
 
 int wk_fetch(const wk_request *req, wk_writer *w) {
-  wk_bytes path = req->path;
-  const uint8_t *q = memchr(path.ptr, '?', path.len);
-  wk_bytes route = {path.ptr, q != NULL ? (size_t)(q - path.ptr) : path.len};
+  wk_bytes route = wk_url_path(req->path);
 
   if (wk_eq(route, "/types"))
     return types(w);
+  if (wk_eq(route, "/a b+c")) /* a decoded path */
+    return !wk_write_str(w, "decoded");
   if (wk_eq(route, "/convert")) { /* conversions as SQLite's, on values not from the SDK (no NUL) */
     const char digits[] = "42.75x";
     wk_value text = wk_text_n(wk_bytes_of(digits, 5)), whole = wk_text_n(wk_bytes_of(digits, 2)), real = wk_real(-3.9);
