@@ -70,7 +70,7 @@ func run(args []string, stdout io.Writer) error {
 		return nil
 	})
 	fs.StringVar(&f.engines, "engines", "wazero,wasmtime", "the runtime plugins to run each guest on")
-	fs.StringVar(&f.durable, "durable", "go", "the guests (LANGs) whose counter answers POST /actor/counter/<name>/durable with exec-durable; the others get no durable write rows")
+	fs.StringVar(&f.durable, "durable", "go,c", "the guests (LANGs) whose counter answers POST /actor/counter/<name>/durable with exec-durable; the others get no durable write rows")
 	fs.StringVar(&f.workerd, "workerd", "", "the bench/workerd directory, after npm ci in it; empty leaves workerd out")
 	fs.IntVar(&f.runs, "runs", 3, "rounds of every server; each row reports their median")
 	fs.BoolVar(&f.quick, "quick", false, "small counts, to check the harness rather than to measure")
