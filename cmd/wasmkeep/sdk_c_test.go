@@ -25,8 +25,6 @@ func startCProbe(t *testing.T, opts node.Options) *testNode {
 	return startNode(t, opts)
 }
 
-func q(s string) string { return url.QueryEscape(s) }
-
 func TestCSDKStorage(t *testing.T) {
 	n := startCProbe(t, node.Options{})
 	n.expect("GET", "/actor/probe/a/types", "", 200, "k,v,type\n"+
@@ -36,21 +34,21 @@ func TestCSDKStorage(t *testing.T) {
 		"real 2 real 25\n"+
 		"text 3 text h\u00e9llo\n")
 	n.expect("GET", "/actor/probe/a/convert", "", 200, "42 0 4275 -3")
-	n.expect("GET", "/actor/probe/a/exec?sql="+q("UPDATE kv SET v = 7 WHERE k IN ('int', 'real')"), "", 200, "changed 2")
-	n.expect("GET", "/actor/probe/a/exec-durable?sql="+q("DELETE FROM kv WHERE k = 'int'"), "", 200, "changed 1")
-	n.expect("GET", "/actor/probe/a/count?sql="+q("SELECT v FROM kv WHERE k = 'real'"), "", 200, "7")
-	n.expect("GET", "/actor/probe/a/count?sql="+q("SELECT v FROM kv WHERE k = 'gone'"), "", 200, "-1")
+	n.expect("GET", "/actor/probe/a/exec?sql="+url.QueryEscape("UPDATE kv SET v = 7 WHERE k IN ('int', 'real')"), "", 200, "changed 2")
+	n.expect("GET", "/actor/probe/a/exec-durable?sql="+url.QueryEscape("DELETE FROM kv WHERE k = 'int'"), "", 200, "changed 1")
+	n.expect("GET", "/actor/probe/a/count?sql="+url.QueryEscape("SELECT v FROM kv WHERE k = 'real'"), "", 200, "7")
+	n.expect("GET", "/actor/probe/a/count?sql="+url.QueryEscape("SELECT v FROM kv WHERE k = 'gone'"), "", 200, "-1")
 
 	// Errors: the source (1 SQL), the kind and the host's message.
-	n.expect("GET", "/actor/probe/a/exec?sql="+q("SELEC 1"), "", 200, `error 1 0: sql syntax: near "SELEC": syntax error`)
-	n.expect("GET", "/actor/probe/a/exec?sql="+q("INSERT INTO kv VALUES ('text', 1)"), "", 200,
+	n.expect("GET", "/actor/probe/a/exec?sql="+url.QueryEscape("SELEC 1"), "", 200, `error 1 0: sql syntax: near "SELEC": syntax error`)
+	n.expect("GET", "/actor/probe/a/exec?sql="+url.QueryEscape("INSERT INTO kv VALUES ('text', 1)"), "", 200,
 		"error 1 1: sql constraint: UNIQUE constraint failed: kv.k")
-	n.expectPrefix("GET", "/actor/probe/a/exec?sql="+q("SELECT 1; SELECT 2"), 200, "error 1 3: sql multiple-statements: ")
-	n.expectPrefix("GET", "/actor/probe/a/exec-durable?sql="+q("BEGIN"), 200, "error 1 5: sql not-allowed: ")
+	n.expectPrefix("GET", "/actor/probe/a/exec?sql="+url.QueryEscape("SELECT 1; SELECT 2"), 200, "error 1 3: sql multiple-statements: ")
+	n.expectPrefix("GET", "/actor/probe/a/exec-durable?sql="+url.QueryEscape("BEGIN"), 200, "error 1 5: sql not-allowed: ")
 
 	// Results past the SDK's 8 KiB arena come through take_pending.
-	n.expect("GET", "/actor/probe/a/big?n=100000&t="+q("tail"), "", 200, "100000 tail")
-	n.expect("GET", "/actor/probe/a/big?n=3&t="+q(strings.Repeat("x", 20000)), "", 200, "3 "+strings.Repeat("x", 20000))
+	n.expect("GET", "/actor/probe/a/big?n=100000&t="+url.QueryEscape("tail"), "", 200, "100000 tail")
+	n.expect("GET", "/actor/probe/a/big?n=3&t="+url.QueryEscape(strings.Repeat("x", 20000)), "", 200, "3 "+strings.Repeat("x", 20000))
 	// A host limit is an error like any other: rows past 16 MB.
 	n.expectPrefix("GET", "/actor/probe/a/big?n=17000000", 200, "error 1 4: sql quota-exceeded: ")
 }
@@ -105,10 +103,10 @@ func TestCSDKAlarmsCallsAndFetch(t *testing.T) {
 	n.expectPrefix("GET", "/actor/probe/a/call?to=probe/a&path=/self", 200, "error 2 1: call reentrant")
 	n.expectPrefix("GET", "/actor/probe/a/call?to=nope/x&path=/", 200, "error 2 0: call invalid-address: ")
 
-	n.expect("GET", "/actor/probe/a/fetch?url="+q(srv.URL+"/x?y=1"), "", 200, "200 hello /x?y=1")
+	n.expect("GET", "/actor/probe/a/fetch?url="+url.QueryEscape(srv.URL+"/x?y=1"), "", 200, "200 hello /x?y=1")
 	closed := startCProbe(t, node.Options{})
-	closed.expectPrefix("GET", "/actor/probe/a/fetch?url="+q(srv.URL), 200, "error 3 1: fetch destination-ip-prohibited: ")
-	closed.expectPrefix("GET", "/actor/probe/a/fetch?url="+q("ftp://example.com/"), 200, "error 3 0: fetch invalid-request: ")
+	closed.expectPrefix("GET", "/actor/probe/a/fetch?url="+url.QueryEscape(srv.URL), 200, "error 3 1: fetch destination-ip-prohibited: ")
+	closed.expectPrefix("GET", "/actor/probe/a/fetch?url="+url.QueryEscape("ftp://example.com/"), 200, "error 3 0: fetch invalid-request: ")
 }
 
 func TestCSDKWebSockets(t *testing.T) {
@@ -149,9 +147,9 @@ func TestCSDKDeleteSelf(t *testing.T) {
 	n := startCProbe(t, node.Options{})
 	n.expect("GET", "/actor/probe/a/types", "", 200, n.body("GET", "/actor/probe/b/types"))
 	n.expect("GET", "/actor/probe/a/delete", "", 200, "deleted at the end")
-	n.expect("GET", "/actor/probe/a/count?sql="+q("SELECT count(*) FROM kv"), "", 200, "0")
+	n.expect("GET", "/actor/probe/a/count?sql="+url.QueryEscape("SELECT count(*) FROM kv"), "", 200, "0")
 	n.expectPrefix("GET", "/actor/probe/b/delete-durable", 200, "error 1 5: sql not-allowed: ")
-	n.expect("GET", "/actor/probe/b/count?sql="+q("SELECT count(*) FROM kv"), "", 200, "0")
+	n.expect("GET", "/actor/probe/b/count?sql="+url.QueryEscape("SELECT count(*) FROM kv"), "", 200, "0")
 }
 
 // A guest past a limit fails its event and the next one gets a fresh
