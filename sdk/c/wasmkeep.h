@@ -19,8 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The ABI major version this SDK implements (it exports wasmkeep_abi_v1). */
 #define WASMKEEP_ABI_VERSION 1
-#define WASMKEEP_SDK_VERSION "0.1.0"
 
 #ifdef __cplusplus
 extern "C" {
