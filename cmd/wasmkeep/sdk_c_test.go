@@ -6,12 +6,17 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
+	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 )
 
@@ -190,4 +195,160 @@ func (tn *testNode) expectPrefix(method, path string, wantCode int, prefix strin
 		tn.t.Fatalf("%s %s: got %d %q, want %d and %q then a message", method, path, code, body, wantCode, prefix)
 	}
 	return body
+}
+
+// fakeHost is the wasmkeep host module played by the test, so that the C
+// SDK can be given what a correct host never sends: malformed payloads and
+// a pending payload of the wrong size.
+type fakeHost struct {
+	pending   []byte
+	short     bool   // take_pending announces one byte less than it copies
+	rows      []byte // what sql_query answers
+	response  []byte
+	hookError string
+}
+
+// reply answers a host call: the payload in the guest's buffer if it fits,
+// else pending.
+func (h *fakeHost) reply(m api.Module, payload []byte, out, cap uint32) int32 {
+	if uint32(len(payload)) <= cap {
+		m.Memory().Write(out, payload)
+	} else {
+		h.pending = payload
+	}
+	return int32(len(payload))
+}
+
+func (h *fakeHost) instantiate(t *testing.T, ctx context.Context, r wazero.Runtime) {
+	b := r.NewHostModuleBuilder("wasmkeep")
+	fn := func(name string, f any) { b.NewFunctionBuilder().WithFunc(f).Export(name) }
+	fn("take_pending", func(_ context.Context, m api.Module, ptr uint32) int32 {
+		if h.pending == nil {
+			return -1
+		}
+		p := h.pending
+		h.pending = nil
+		m.Memory().Write(ptr, p)
+		if h.short {
+			return int32(len(p) - 1)
+		}
+		return int32(len(p))
+	})
+	fn("hook_error", func(_ context.Context, m api.Module, ptr, n uint32) {
+		b, _ := m.Memory().Read(ptr, n)
+		h.hookError = string(b)
+	})
+	fn("respond", func(_ context.Context, m api.Module, ptr, n uint32) int32 {
+		b, _ := m.Memory().Read(ptr, n)
+		h.response = append([]byte(nil), b...)
+		return 0
+	})
+	fn("sql_exec", func(_ context.Context, m api.Module, _, _, _, _, _, out, cap uint32) int32 {
+		return h.reply(m, abi.AppendU64(nil, 1), out, cap)
+	})
+	fn("sql_query", func(_ context.Context, m api.Module, _, _, _, _, out, cap uint32) int32 {
+		return h.reply(m, h.rows, out, cap)
+	})
+	// The rest of the ABI, which these cases do not reach.
+	fn("delete_self", func(uint32, uint32, uint32) int32 { return 0 })
+	fn("alarm_set", func(int64) {})
+	fn("alarm_get", func() int64 { return -1 })
+	fn("alarm_clear", func() {})
+	fn("actor_call", func(_, _, _, _, _, _ uint32) int32 { return 0 })
+	fn("http_fetch", func(_, _, _, _ uint32) int32 { return 0 })
+	fn("self_address", func(_, _ uint32) int32 { return 0 })
+	fn("ws_send", func(uint64, uint32, uint32, uint32) int32 { return 0 })
+	fn("ws_close", func(uint64, uint32, uint32, uint32) {})
+	fn("ws_connections", func(_, _ uint32) int32 { return 0 })
+	fn("env_get", func(_, _, _, _ uint32) int32 { return -1 })
+	if _, err := b.Instantiate(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// request runs wasmkeep_on_request on GET target and returns the response
+// body, or the hook's error.
+func (h *fakeHost) request(t *testing.T, ctx context.Context, mod api.Module, target string) string {
+	t.Helper()
+	return h.run(t, ctx, mod, abi.AppendRequest(nil, &abi.Request{Method: "GET", Path: target}))
+}
+
+func (h *fakeHost) run(t *testing.T, ctx context.Context, mod api.Module, payload []byte) string {
+	t.Helper()
+	h.pending, h.response, h.hookError = payload, nil, ""
+	res, err := mod.ExportedFunction("wasmkeep_on_request").Call(ctx, uint64(len(payload)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0] != 0 {
+		return "hook error: " + h.hookError
+	}
+	resp, err := abi.DecodeResponse(h.response)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(resp.Body)
+}
+
+func TestCSDKMalformedHostPayloads(t *testing.T) {
+	wasm, err := os.ReadFile(cprobe(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r := wazero.NewRuntime(ctx)
+	defer r.Close(ctx)
+	wasi_snapshot_preview1.MustInstantiate(ctx, r)
+	h := &fakeHost{}
+	h.instantiate(t, ctx, r)
+	mod, err := r.InstantiateWithConfig(ctx, wasm, wazero.NewModuleConfig().WithStartFunctions("_initialize"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	rows := func(columns []string, vals ...abi.Value) []byte {
+		w := abi.RowsWriter{}
+		w.Begin(columns)
+		w.Row(vals)
+		return w.Buf
+	}
+	h.rows = rows([]string{"n"}, abi.Value{Kind: abi.KindInteger, Int: 7})
+	if got := h.request(t, ctx, mod, "/count?sql=x"); got != "7" {
+		t.Fatalf("well-formed rows: %q", got)
+	}
+	// Each event's memory is released: a thousand events later the instance
+	// is still in its first page.
+	h.rows = rows([]string{"n"}, abi.Value{Kind: abi.KindText, Bytes: make([]byte, 3000)})
+	for range 1000 {
+		h.request(t, ctx, mod, "/count?sql=x")
+	}
+	if size := mod.Memory().Size(); size != 65536 {
+		t.Errorf("linear memory %d bytes after 1,000 events, want one page", size)
+	}
+
+	h.rows = rows([]string{"b", "t"}, abi.Value{Kind: abi.KindBlob, Bytes: make([]byte, 100000)}, abi.Value{Kind: abi.KindText, Bytes: []byte("x")})
+	if got := h.request(t, ctx, mod, "/big?n=1"); got != "100000 x" {
+		t.Fatalf("pending rows: %q", got)
+	}
+	const malformed = "error 6 0: wasmkeep: malformed rows from the host"
+	for name, payload := range map[string][]byte{
+		"a column count past the payload": abi.AppendU32(nil, 1000),
+		"a row count past the payload":    append(rows([]string{"n"}, abi.Value{})[:9], 0xff, 0xff, 0xff, 0xff),
+		"an unknown value kind":           append(rows([]string{"n"})[:13], 9),
+		"trailing bytes":                  append(rows([]string{"n"}, abi.Value{}), 0),
+	} {
+		h.rows = payload
+		if got := h.request(t, ctx, mod, "/count?sql=x"); got != malformed {
+			t.Errorf("%s: %q", name, got)
+		}
+	}
+	h.rows, h.short = rows([]string{"n"}, abi.Value{Kind: abi.KindBlob, Bytes: make([]byte, 100000)}), true
+	if got := h.request(t, ctx, mod, "/count?sql=x"); got != "hook error: wasmkeep: the pending payload is missing or not the announced size" {
+		t.Errorf("a pending payload of the wrong size: %q", got)
+	}
+	h.short = false
+	req := abi.AppendRequest(nil, &abi.Request{Method: "GET", Path: "/self"})
+	if got := h.run(t, ctx, mod, req[:len(req)-2]); got != "hook error: wasmkeep: malformed request from the host" {
+		t.Errorf("a truncated request: %q", got)
+	}
 }
