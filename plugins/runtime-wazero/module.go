@@ -67,16 +67,28 @@ type instance struct {
 	// ctx is the running call's, for sleep; the kernel never calls into an
 	// instance concurrently, and WASI runs on the caller's goroutine.
 	ctx context.Context
+	// funcs caches Function: wazero gives each api.Function a call stack of
+	// its own (tens of KiB for a Go guest), which the kernel, asking for its
+	// hook on every event, would otherwise allocate every time.
+	funcs map[string]*function
 }
 
 var _ runtime.Instance = (*instance)(nil)
 
 func (in *instance) Function(name string) runtime.Function {
+	if f, ok := in.funcs[name]; ok {
+		return f
+	}
 	fn := in.mod.ExportedFunction(name)
 	if fn == nil {
 		return nil
 	}
-	return &function{fn: fn, in: in}
+	f := &function{fn: fn, in: in}
+	if in.funcs == nil {
+		in.funcs = map[string]*function{}
+	}
+	in.funcs[name] = f
+	return f
 }
 
 func (in *instance) Memory() runtime.Memory          { return in.mem }
