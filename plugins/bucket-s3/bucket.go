@@ -98,7 +98,7 @@ func (b *Bucket) Put(ctx context.Context, key string, r io.Reader, size int64, c
 	rand.Read(tok[:])
 	token := hex.EncodeToString(tok[:])
 	c := new(call)
-	err := b.blob.Upload(withCall(ctx, c), b.prefix+key, &exactReader{r: r, left: size, size: size}, &blob.WriterOptions{
+	err := b.blob.Upload(withCall(ctx, c), b.prefix+key, bucket.SizedBody(r, size), &blob.WriterOptions{
 		ContentType: "application/octet-stream",
 		Metadata:    map[string]string{writeTokenMeta: token},
 		BeforeWrite: func(as func(any) bool) error {
@@ -156,40 +156,6 @@ func (b *Bucket) writtenBy(ctx context.Context, key, token string) (bucket.Versi
 		return "", false, err
 	}
 	return version(a.ETag), a.Metadata[writeTokenMeta] == token && a.ETag != "", nil
-}
-
-// exactReader is a Put's body: exactly size bytes, else an error before
-// the store completes the write.
-type exactReader struct {
-	r          io.Reader
-	left, size int64
-}
-
-func (e *exactReader) Read(p []byte) (int, error) {
-	if e.left == 0 {
-		var one [1]byte
-		n, err := io.ReadFull(e.r, one[:])
-		switch {
-		case n > 0:
-			return 0, fmt.Errorf("body is longer than its size of %d bytes", e.size)
-		case err == io.EOF:
-			return 0, io.EOF
-		default:
-			return 0, err
-		}
-	}
-	if int64(len(p)) > e.left {
-		p = p[:e.left]
-	}
-	n, err := e.r.Read(p)
-	e.left -= int64(n)
-	if err == io.EOF {
-		if e.left > 0 {
-			return n, fmt.Errorf("body ended after %d of its %d bytes", e.size-e.left, e.size)
-		}
-		err = nil
-	}
-	return n, err
 }
 
 func (b *Bucket) Delete(ctx context.Context, key string, cond bucket.Condition) error {
