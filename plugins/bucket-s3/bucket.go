@@ -49,7 +49,7 @@ func (b *Bucket) Get(ctx context.Context, key string, opts bucket.GetOptions) (*
 	if length == 0 {
 		length = -1 // to the end
 	}
-	r, err := b.blob.NewRangeReader(ctx, b.prefix+key, opts.Offset, length, nil)
+	r, err := b.blob.NewRangeReader(ctx, b.storeKey(key), opts.Offset, length, nil)
 	if err != nil {
 		return nil, b.fail(ctx, "get", key, err)
 	}
@@ -98,7 +98,7 @@ func (b *Bucket) Put(ctx context.Context, key string, r io.Reader, size int64, c
 	rand.Read(tok[:])
 	token := hex.EncodeToString(tok[:])
 	c := new(call)
-	err := b.blob.Upload(withCall(ctx, c), b.prefix+key, bucket.SizedBody(r, size), &blob.WriterOptions{
+	err := b.blob.Upload(withCall(ctx, c), b.storeKey(key), bucket.SizedBody(r, size), &blob.WriterOptions{
 		ContentType: "application/octet-stream",
 		Metadata:    map[string]string{writeTokenMeta: token},
 		BeforeWrite: func(as func(any) bool) error {
@@ -148,7 +148,7 @@ func (b *Bucket) Put(ctx context.Context, key string, r io.Reader, size int64, c
 // writtenBy reports whether the object at key carries token, with its
 // version from the same response.
 func (b *Bucket) writtenBy(ctx context.Context, key, token string) (bucket.Version, bool, error) {
-	a, err := b.blob.Attributes(ctx, b.prefix+key)
+	a, err := b.blob.Attributes(ctx, b.storeKey(key))
 	if err != nil {
 		if errors.Is(b.fail(ctx, "head", key, err), bucket.ErrNotFound) {
 			return "", false, nil
@@ -166,7 +166,7 @@ func (b *Bucket) Delete(ctx context.Context, key string, cond bucket.Condition) 
 		return fmt.Errorf("s3 bucket %s: delete %q: IfAbsent is not a condition a delete can have", b.name, key)
 	}
 	c := new(call)
-	err := b.blob.DeleteWithOptions(withCall(ctx, c), b.prefix+key, &blob.DeleteOptions{
+	err := b.blob.DeleteWithOptions(withCall(ctx, c), b.storeKey(key), &blob.DeleteOptions{
 		BeforeDelete: func(as func(any) bool) error {
 			if cond.IfVersion == "" {
 				return nil
@@ -186,7 +186,7 @@ func (b *Bucket) Delete(ctx context.Context, key string, cond bucket.Condition) 
 	if c.tries.Load() > 1 && cond.IfVersion != "" && (errors.Is(err, bucket.ErrNotFound) || errors.Is(err, bucket.ErrPrecondition)) {
 		// An earlier try may have deleted it: if the key is gone, so is
 		// the version the caller meant (ADR 0012).
-		if _, herr := b.blob.Attributes(ctx, b.prefix+key); errors.Is(b.fail(ctx, "head", key, herr), bucket.ErrNotFound) {
+		if _, herr := b.blob.Attributes(ctx, b.storeKey(key)); errors.Is(b.fail(ctx, "head", key, herr), bucket.ErrNotFound) {
 			return nil
 		}
 	}
@@ -206,14 +206,14 @@ func (b *Bucket) List(ctx context.Context, prefix string, opts bucket.ListOption
 		limit = maxListPage
 	}
 	objs, next, err := b.blob.ListPage(ctx, blob.FirstPageToken, limit, &blob.ListOptions{
-		Prefix: b.prefix + prefix,
+		Prefix: b.storeKey(prefix),
 		BeforeList: func(as func(any) bool) error {
 			var in *s3.ListObjectsV2Input
 			if !as(&in) {
 				return errors.New("s3blob did not expose the listing's input: cannot set StartAfter")
 			}
 			if opts.StartAfter != "" {
-				in.StartAfter = aws.String(b.prefix + opts.StartAfter)
+				in.StartAfter = aws.String(b.storeKey(opts.StartAfter))
 			}
 			return nil
 		},
@@ -227,7 +227,7 @@ func (b *Bucket) List(ctx context.Context, prefix string, opts bucket.ListOption
 			return page, fmt.Errorf("s3 bucket %s: list %q: the store sent no ETag for %q", b.name, prefix, o.Key)
 		}
 		page.Entries = append(page.Entries, bucket.Entry{
-			Key:     o.Key[len(b.prefix):],
+			Key:     keyOf(o.Key)[len(b.prefix):],
 			Size:    o.Size,
 			Version: version(*obj.ETag),
 			ModTime: o.ModTime,
@@ -240,6 +240,23 @@ func (b *Bucket) List(ctx context.Context, prefix string, opts bucket.ListOption
 }
 
 func (b *Bucket) Close() error { return b.blob.Close() }
+
+// s3blob rewrites a key holding "__0x<hex>__" (its escape syntax) on the
+// store, which would list out of byte order. Every "__0x" is stored as
+// "__0x~" instead: no escape sequence remains, and since the "~" follows
+// the whole "__0x", keys keep their byte order and prefixes their keys.
+const (
+	escapeLike = "__0x"
+	storedLike = "__0x~"
+)
+
+// storeKey is the store's name for a key (or a prefix, or StartAfter).
+func (b *Bucket) storeKey(key string) string {
+	return strings.ReplaceAll(b.prefix+key, escapeLike, storedLike)
+}
+
+// keyOf undoes storeKey but for the bucket's prefix.
+func keyOf(stored string) string { return strings.ReplaceAll(stored, storedLike, escapeLike) }
 
 // version is an ETag as a version token, always in its quoted form: some
 // stores (VersityGW) quote it in one answer and not in another.

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -99,6 +100,45 @@ func TestPrefix(t *testing.T) {
 	page, err = b.List(ctx, "", bucket.ListOptions{StartAfter: "nodes/n1"})
 	if err != nil || len(page.Entries) != 0 {
 		t.Fatalf("b lists after its only key: %+v, %v", page, err)
+	}
+}
+
+// Keys that look like s3blob's escapes ("__0x<hex>__") round-trip, list in
+// byte order and page with StartAfter and prefixes like any other.
+func TestEscapeLikeKeys(t *testing.T) {
+	srv := s3test.Start(t)
+	cfg := srv.Config(srv.NewBucket(t))
+	cfg.Prefix = "p__0x41__"
+	b := open(t, cfg)
+	keys := []string{"a__0x60", "a__0x7e__", "a__0x41__", "a__0x41__b", "a__0x", "a__0x~", "a__0x~~", "a__0x5f__0x41__", "a__1", "a_b", "a__0"}
+	for _, k := range keys {
+		mustPut(t, b, k, k, bucket.Condition{IfAbsent: true})
+		if got, _ := read(t, b, k); got != k {
+			t.Fatalf("%s reads %q", k, got)
+		}
+	}
+	slices.Sort(keys)
+	list := func(prefix, after string) []string {
+		page, err := b.List(ctx, prefix, bucket.ListOptions{StartAfter: after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range page.Entries {
+			got = append(got, e.Key)
+		}
+		return got
+	}
+	if got := list("", ""); !slices.Equal(got, keys) {
+		t.Fatalf("listed %q, want %q", got, keys)
+	}
+	for i, k := range keys {
+		if got := list("a", k); !slices.Equal(got, keys[i+1:]) {
+			t.Fatalf("listed after %s: %q, want %q", k, got, keys[i+1:])
+		}
+	}
+	if got, want := list("a__0x4", ""), []string{"a__0x41__", "a__0x41__b"}; !slices.Equal(got, want) {
+		t.Fatalf("listed under a__0x4: %q, want %q", got, want)
 	}
 }
 
