@@ -44,13 +44,17 @@ func Run(b *testing.B, bk bucket.Bucket) {
 	for _, size := range Sizes {
 		data := bytes.Repeat([]byte("w"), size)
 		name := sizeName(size)
+		// Numbered across the runs of -count; each object is deleted, off
+		// the clock, once created.
+		created := 0
 		b.Run("Create/"+name, func(b *testing.B) {
-			n := 0
+			var key string
 			measure(b, size, func() error {
-				n++
-				_, err := bk.Put(ctx, fmt.Sprintf("%screate-%s/%08d", prefix, name, n), bytes.NewReader(data), int64(size), bucket.Condition{IfAbsent: true})
+				created++
+				key = fmt.Sprintf("%screate-%s/%08d", prefix, name, created)
+				_, err := bk.Put(ctx, key, bytes.NewReader(data), int64(size), bucket.Condition{IfAbsent: true})
 				return err
-			})
+			}, func() error { return bk.Delete(ctx, key, bucket.Condition{}) })
 		})
 		key := prefix + "replace-" + name
 		v, err := bk.Put(ctx, key, bytes.NewReader(data), int64(size), bucket.Condition{IfAbsent: true})
@@ -68,7 +72,7 @@ func Run(b *testing.B, bk bucket.Bucket) {
 				var err error
 				v, err = bk.Put(ctx, key, bytes.NewReader(body), int64(size), bucket.Condition{IfVersion: v})
 				return err
-			})
+			}, nil)
 		})
 		b.Run("Get/"+name, func(b *testing.B) {
 			measure(b, size, func() error {
@@ -81,7 +85,7 @@ func Run(b *testing.B, bk bucket.Bucket) {
 					return fmt.Errorf("read %d of %d bytes: %v", n, size, err)
 				}
 				return nil
-			})
+			}, nil)
 		})
 	}
 	list := prefix + "list/"
@@ -97,13 +101,14 @@ func Run(b *testing.B, bk bucket.Bucket) {
 				err = fmt.Errorf("a page of %d entries, want %d", len(page.Entries), ListPage)
 			}
 			return err
-		})
+		}, nil)
 	})
 }
 
 // measure runs op b.N times, timing each call, and reports the median and
-// the 99th percentile besides the mean.
-func measure(b *testing.B, size int, op func() error) {
+// the 99th percentile besides the mean; after, if not nil, runs after each
+// op with the clock stopped.
+func measure(b *testing.B, size int, op, after func() error) {
 	if size > 0 {
 		b.SetBytes(int64(size))
 	}
@@ -114,6 +119,13 @@ func measure(b *testing.B, size int, op func() error) {
 			b.Fatal(err)
 		}
 		took = append(took, time.Since(start))
+		if after != nil {
+			b.StopTimer()
+			if err := after(); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
 	}
 	slices.Sort(took)
 	pct := func(p float64) float64 {
