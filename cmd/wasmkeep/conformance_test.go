@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,8 +37,22 @@ func TestConformanceBucketPassesAndFails(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/bucketbuild").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	// The build lacks bucket-fs, which the embedded defaults choose: it
+	// serves on those defaults, and the command that needs a bucket says
+	// that the default does not apply and which buckets the build has.
+	url, _, _ := serveBinary(t, bin, "--data-dir", t.TempDir(), "--actor", "probe="+probe(t))
+	if resp, err := http.Get(url + "/actor/probe/a/hits"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("a build without bucket-fs serving: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	out, err := runConformance(t, bin, "")
+	if want := `no bucket plugin chosen (set bucket.use); the embedded default, bucket.use: fs, does not apply: unknown bucket plugin "fs" (this build has: memory)`; exitCode(err) != 1 || !strings.Contains(out, want) {
+		t.Errorf("conformance bucket on the defaults of a build without fs: %v\n%s\nwant %q", err, out, want)
+	}
+
 	rules := buckettest.Rules()
-	out, err := runConformance(t, bin, "bucket: {use: memory}\n", "--quick", "--prefix", "mine/")
+	out, err = runConformance(t, bin, "bucket: {use: memory}\n", "--quick", "--prefix", "mine/")
 	if err != nil {
 		t.Fatalf("an honest bucket: %v\n%s", err, out)
 	}

@@ -32,7 +32,9 @@ type Config struct {
 	// and storage always; bucket and transport when chosen).
 	Plugins map[plugin.Kind]Choice
 
-	unbuilt map[plugin.Kind]string // optional kinds chosen, but with no plugin in this build
+	// unchosen says why an optional kind has no plugin, where the reason is
+	// more than an unset use: a choice this build cannot serve.
+	unchosen map[plugin.Kind]error
 }
 
 // required are the kinds every node needs; the others (bucket, transport)
@@ -45,8 +47,8 @@ func (c *Config) Plugin(kind plugin.Kind) (Choice, error) {
 	if ch, ok := c.Plugins[kind]; ok {
 		return ch, nil
 	}
-	if use, ok := c.unbuilt[kind]; ok {
-		return Choice{}, fmt.Errorf("%s.use: %s plugin %q chosen, but this build has no %s plugin", kind, kind, use, kind)
+	if err, ok := c.unchosen[kind]; ok {
+		return Choice{}, err
 	}
 	return Choice{}, fmt.Errorf("no %s plugin chosen (set %s.use)", kind, kind)
 }
@@ -93,14 +95,17 @@ func Load(defaults []byte, path string, environ []string, reg *plugin.Registry, 
 	if err := k.Load(rawbytes.Provider(defaults), yaml.Parser()); err != nil {
 		return nil, fmt.Errorf("embedded defaults: %w", err)
 	}
+	// user is what the file and the environment set, kept apart to tell a
+	// user's choice from the embedded default.
+	user := koanf.New(".")
 	source := "the embedded defaults"
 	if path != "" {
-		if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
+		if err := user.Load(file.Provider(path), yaml.Parser()); err != nil {
 			return nil, fmt.Errorf("config %s: %w", path, err)
 		}
 		source = path
 	}
-	err := k.Load(env.Provider(".", env.Opt{
+	err := user.Load(env.Provider(".", env.Opt{
 		Prefix: EnvPrefix,
 		TransformFunc: func(key, v string) (string, any) {
 			return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(key, EnvPrefix)), "__", "."), v
@@ -110,8 +115,11 @@ func Load(defaults []byte, path string, environ []string, reg *plugin.Registry, 
 	if err != nil {
 		return nil, fmt.Errorf("environment: %w", err)
 	}
+	if err := k.Merge(user); err != nil {
+		return nil, err
+	}
 
-	cfg := &Config{Plugins: map[plugin.Kind]Choice{}, unbuilt: map[plugin.Kind]string{}}
+	cfg := &Config{Plugins: map[plugin.Kind]Choice{}, unchosen: map[plugin.Kind]error{}}
 	valid := []string{"node"}
 	for _, kind := range plugin.Kinds {
 		valid = append(valid, string(kind))
@@ -121,19 +129,30 @@ func Load(defaults []byte, path string, environ []string, reg *plugin.Registry, 
 			return nil, fmt.Errorf("%s: unknown key %q (valid: %s)", source, top, strings.Join(valid, ", "))
 		}
 	}
-	if err := decodeStrict(k.Get("node"), &cfg.Node, "node"); err != nil {
+	if err := DecodeStrict(k.Get("node"), &cfg.Node, "node"); err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
 	for _, kind := range plugin.Kinds {
-		// A build without any plugin of an optional kind still runs on the
-		// defaults that name one: its section waits for a build that has.
-		if !slices.Contains(required, kind) && len(reg.Names(kind, true)) == 0 {
-			if use := k.String(string(kind) + ".use"); use != "" {
-				cfg.unbuilt[kind] = use
+		use := k.String(string(kind) + ".use")
+		if !slices.Contains(required, kind) {
+			// A build without any plugin of an optional kind still runs on a
+			// configuration that names one: its section waits for a build
+			// that has.
+			if len(reg.Names(kind, true)) == 0 {
+				if use != "" {
+					cfg.unchosen[kind] = fmt.Errorf("%s.use: %s plugin %q chosen, but this build has no %s plugin", kind, kind, use, kind)
+				}
+				continue
 			}
-			continue
+			// A custom build may lack the plugin the embedded defaults
+			// choose (bucket-fs): the kind stays unchosen until a command
+			// needs it. A user's own choice is checked below.
+			if _, err := reg.Lookup(kind, use); use != "" && err != nil && !user.Exists(string(kind)+".use") {
+				cfg.unchosen[kind] = fmt.Errorf("no %s plugin chosen (set %s.use); the embedded default, %s.use: %s, does not apply: %w", kind, kind, kind, use, err)
+				use = ""
+			}
 		}
-		ch, ok, err := choose(k, kind, reg, apis[kind])
+		ch, ok, err := choose(k, kind, use, reg, apis[kind])
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", source, err)
 		}
@@ -149,11 +168,11 @@ func Load(defaults []byte, path string, environ []string, reg *plugin.Registry, 
 	return cfg, nil
 }
 
-// choose reads a kind's section: `use` names the plugin, and every other key
-// is the name of a plugin of that kind holding its settings.
-func choose(k *koanf.Koanf, kind plugin.Kind, reg *plugin.Registry, api string) (Choice, bool, error) {
+// choose reads a kind's section: use names the plugin (the section's use,
+// unless Load set it aside), and every other key is the name of a plugin of
+// that kind holding its settings.
+func choose(k *koanf.Koanf, kind plugin.Kind, use string, reg *plugin.Registry, api string) (Choice, bool, error) {
 	sec := k.Cut(string(kind))
-	use := sec.String("use")
 	var ch Choice
 	for _, key := range sec.MapKeys("") {
 		if key == "use" {
@@ -167,7 +186,7 @@ func choose(k *koanf.Koanf, kind plugin.Kind, reg *plugin.Registry, api string) 
 			continue // settings for a plugin this build lacks are kept for builds that have it
 		}
 		settings := newConfig(in)
-		if err := decodeStrict(sec.Get(key), settings, string(kind)+"."+key); err != nil {
+		if err := DecodeStrict(sec.Get(key), settings, string(kind)+"."+key); err != nil {
 			return ch, false, err
 		}
 		if key == use {
@@ -197,9 +216,12 @@ func newConfig(in plugin.Info) any {
 	return in.NewConfig()
 }
 
-// decodeStrict decodes a section into out (a pointer to a struct with koanf
-// tags); a key the struct lacks is an error naming it and the valid keys.
-func decodeStrict(section any, out any, path string) error {
+// DecodeStrict decodes a section into out (a pointer to a struct with koanf
+// tags) as plugins.yaml is decoded: weakly typed, durations from strings, and
+// a key the struct lacks is an error naming it (path.key) and the valid keys.
+// Settings that reach a plugin another way (an out-of-process provider's)
+// are decoded with it too.
+func DecodeStrict(section any, out any, path string) error {
 	if section == nil {
 		return nil
 	}

@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,13 +112,19 @@ type s3Settings struct {
 	Region   string `koanf:"region"`
 }
 
-// withBuckets is registry(t) plus bucket plugins.
-func withBuckets(t *testing.T) *plugin.Registry {
+// withBuckets is registry(t) plus the bucket plugins fs, s3 and old, but
+// for those named in except.
+func withBuckets(t *testing.T, except ...string) *plugin.Registry {
 	t.Helper()
-	infos := []plugin.Info{
+	var infos []plugin.Info
+	for _, in := range []plugin.Info{
 		{Kind: plugin.Bucket, Name: "fs", API: "bucket/v1", NewConfig: func() any { return &fsSettings{Dir: "./bucket"} }, New: func(c any) (any, error) { return c, nil }},
 		{Kind: plugin.Bucket, Name: "s3", API: "bucket/v1", NewConfig: func() any { return &s3Settings{Region: "us-east-1"} }, New: func(c any) (any, error) { return c, nil }},
 		{Kind: plugin.Bucket, Name: "old", API: "bucket/v0", New: func(c any) (any, error) { return c, nil }},
+	} {
+		if !slices.Contains(except, in.Name) {
+			infos = append(infos, in)
+		}
 	}
 	for _, in := range registry(t).List() {
 		infos = append(infos, in)
@@ -192,5 +199,40 @@ func TestBucketNotInBuild(t *testing.T) {
 	}
 	if _, err := cfg.Plugin(plugin.Runtime); err != nil {
 		t.Error(err)
+	}
+}
+
+// A build with bucket plugins but not the one the embedded defaults choose
+// (a custom build without bucket-fs) starts: the bucket stays unchosen, and a
+// command that needs one is told the default does not apply and what the
+// build has. A user's own choice is still checked when the node starts.
+func TestDefaultBucketNotInBuild(t *testing.T) {
+	reg := withBuckets(t, "fs")
+	withFS := defaults + "bucket: {use: fs}\n"
+	cfg, err := loadWith(t, withFS, reg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cfg.Plugin(plugin.Bucket)
+	if want := `no bucket plugin chosen (set bucket.use); the embedded default, bucket.use: fs, does not apply: unknown bucket plugin "fs" (this build has: old, s3)`; err == nil || err.Error() != want {
+		t.Errorf("got %v, want %q", err, want)
+	}
+
+	cfg, err = loadWith(t, withFS, reg, "bucket: {s3: {endpoint: 'http://127.0.0.1:7070'}}\n", "WASMKEEP_BUCKET__USE=s3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch, err := cfg.Plugin(plugin.Bucket); err != nil || ch.Config.(*s3Settings).Endpoint != "http://127.0.0.1:7070" {
+		t.Errorf("s3 chosen by the environment: %+v, %v", ch, err)
+	}
+
+	for file, want := range map[string]string{
+		"bucket: {use: fs}\n":           `bucket.use: unknown bucket plugin "fs" (this build has: old, s3)`,
+		"bucket: {s3: {endpont: x}}\n":  "unknown key bucket.s3.endpont (valid: endpoint, region)",
+		"bucket: {fs: {dir: /srv/b}}\n": `bucket.fs: unknown bucket plugin "fs"`,
+	} {
+		if _, err := loadWith(t, withFS, reg, file); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want an error containing %q", file, err, want)
+		}
 	}
 }

@@ -2,6 +2,8 @@
 // conformance bucket`: the standard runtime and storage plugins and a bucket
 // plugin "memory" (buckettest's reference bucket), whose flaws plugins.yaml
 // sets, so that the command is seen failing a provider as well as passing one.
+// It has no bucket-fs, the embedded defaults' bucket: a build that must start
+// all the same.
 package main
 
 import (
