@@ -7,15 +7,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"sync"
 	"time"
 
-	"github.com/go-viper/mapstructure/v2"
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
 
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/config"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
 	"github.com/wasmkeep/wasmkeep/plugins/bucket-process/internal/bucketpb"
 )
@@ -133,8 +132,7 @@ func (s *server) Configure(_ context.Context, req *bucketpb.ConfigureRequest) (*
 }
 
 // decodeSettings decodes the host's settings into the plugin's
-// configuration: koanf tags, weakly typed input, durations from strings,
-// and an unknown key is an error, as plugins.yaml is decoded.
+// configuration, as strictly as plugins.yaml is decoded.
 func decodeSettings(info plugin.Info, settings []byte) (any, error) {
 	var cfg any = &struct{}{}
 	if info.NewConfig != nil {
@@ -144,25 +142,8 @@ func decodeSettings(info plugin.Info, settings []byte) (any, error) {
 	if err := json.Unmarshal(settings, &m); err != nil {
 		return nil, fmt.Errorf("settings: %w", err)
 	}
-	var md mapstructure.Metadata
-	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
-		Result:           cfg,
-		TagName:          "koanf",
-		WeaklyTypedInput: true,
-		Metadata:         &md,
-		DecodeHook: mapstructure.ComposeDecodeHookFunc(
-			mapstructure.StringToTimeDurationHookFunc(),
-			mapstructure.TextUnmarshallerHookFunc()),
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := dec.Decode(m); err != nil {
-		return nil, fmt.Errorf("bucket.process.settings (for %s): %w", info.ID(), err)
-	}
-	if len(md.Unused) > 0 {
-		slices.Sort(md.Unused)
-		return nil, fmt.Errorf("bucket.process.settings: unknown key %q for %s", md.Unused[0], info.ID())
+	if err := config.DecodeStrict(m, cfg, "bucket.process.settings"); err != nil {
+		return nil, fmt.Errorf("%s: %w", info.ID(), err)
 	}
 	return cfg, nil
 }
