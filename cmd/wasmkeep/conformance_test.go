@@ -40,7 +40,7 @@ func TestConformanceBucketPassesAndFails(t *testing.T) {
 	// The build lacks bucket-fs, which the embedded defaults choose: it
 	// serves on those defaults, and the command that needs a bucket says
 	// that the default does not apply and which buckets the build has.
-	url, _, _ := serveBinary(t, bin, "--data-dir", t.TempDir(), "--actor", "probe="+probe(t))
+	url, _, _ := serveBinary(t, bin, withoutWasmkeepVars(), "--data-dir", t.TempDir(), "--actor", "probe="+probe(t))
 	if resp, err := http.Get(url + "/actor/probe/a/hits"); err != nil || resp.StatusCode != http.StatusOK {
 		t.Errorf("a build without bucket-fs serving: %v %v", resp, err)
 	} else {

@@ -241,9 +241,10 @@ func (s *syncBuffer) String() string {
 }
 
 // serveBinary runs `bin serve --listen ADDR args...` on a free loopback
-// port, waits until the node is ready and returns its URL, the process (killed
-// at cleanup if still running) and its output.
-func serveBinary(t *testing.T, bin string, args ...string) (string, *exec.Cmd, *syncBuffer) {
+// port with env (nil: this process's), waits until the node is ready and
+// returns its URL, the process (killed at cleanup if still running) and its
+// output.
+func serveBinary(t *testing.T, bin string, env []string, args ...string) (string, *exec.Cmd, *syncBuffer) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -253,7 +254,7 @@ func serveBinary(t *testing.T, bin string, args ...string) (string, *exec.Cmd, *
 	l.Close()
 	logs := &syncBuffer{}
 	cmd := exec.Command(bin, append([]string{"serve", "--listen", addr}, args...)...)
-	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.Stdout, cmd.Stderr, cmd.Env = logs, logs, env
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -74,7 +74,7 @@ func withoutWasmkeepVars() []string {
 func TestSIGTERMFinishesInFlightRequests(t *testing.T) {
 	bin := wasmkeepBinary(t)
 	data := t.TempDir()
-	url, cmd, logs := serveBinary(t, bin, "--data-dir", data, "--actor", "probe="+probe(t))
+	url, cmd, logs := serveBinary(t, bin, nil, "--data-dir", data, "--actor", "probe="+probe(t))
 	result := make(chan string, 1)
 	go func() {
 		resp, err := http.Post(url+"/actor/probe/a/seen?seq=7&ms=1000", "", nil)

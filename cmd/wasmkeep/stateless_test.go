@@ -73,7 +73,7 @@ func TestStatelessUnknownImportIsRefused(t *testing.T) {
 // stateless component.
 func TestServeStatelessArgument(t *testing.T) {
 	bin := wasmkeepBinary(t)
-	url, _, _ := serveBinary(t, bin, site(t), "--data-dir", t.TempDir(), "--actor", "probe="+probe(t))
+	url, _, _ := serveBinary(t, bin, nil, site(t), "--data-dir", t.TempDir(), "--actor", "probe="+probe(t))
 	get := func(path string) (int, string) {
 		resp, err := http.Get(url + path)
 		if err != nil {
