@@ -5,14 +5,16 @@
 // implement it; conformance/buckettest holds its rules, and Probe is the
 // check a node runs before it trusts a bucket.
 //
-// Keys. A key is 1 to 1024 bytes of A-Z a-z 0-9 - . _ ~ % and /; / separates
+// Keys. A key is 1 to 960 bytes of A-Z a-z 0-9 - . _ ~ % and /; / separates
 // segments, each 1 to 255 bytes and neither "." nor "..", so a key never
 // starts or ends with / nor holds //. That is every character the kernel
 // writes (actor names are percent-encoded into the unreserved set), it is
 // the same string on every store, and a file-system provider can map each
 // segment to a file name. The kernel never makes a key both an object and
 // the parent of others (k and k/x): a file-system provider may refuse that.
-// CheckKey and CheckPrefix apply the rule; providers call them first.
+// 960 leaves a provider MaxPrefixLen of the 1,024 bytes S3 allows for a
+// prefix of its own (ADR 0011). CheckKey and CheckPrefix apply the rule;
+// providers call them first.
 package bucket
 
 import (
@@ -122,10 +124,13 @@ var (
 	ErrInvalidKey = errors.New("bucket: invalid key")
 )
 
-// MaxKeyLen and MaxSegmentLen bound a key and each of its segments, in bytes.
+// MaxKeyLen and MaxSegmentLen bound a key and each of its segments, in
+// bytes. MaxPrefixLen is the room left for a provider's own prefix (its /
+// included) within the 1,024 bytes S3 and most stores allow a key.
 const (
-	MaxKeyLen     = 1024
+	MaxKeyLen     = 960
 	MaxSegmentLen = 255
+	MaxPrefixLen  = 1024 - MaxKeyLen
 )
 
 // CheckKey returns an error wrapping ErrInvalidKey, naming the key and what

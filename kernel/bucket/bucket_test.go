@@ -17,7 +17,7 @@ func TestCheckKey(t *testing.T) {
 		"actors/t/c/~n_a.m-e/wal/0000000000000001-0000000000000002.ltx",
 		".x/..y/...",
 		strings.Repeat("a", MaxSegmentLen) + "/b",
-		strings.Repeat("abc/", 255) + "abcd", // 1024 bytes
+		strings.Repeat("abc/", 239) + "abcd", // 960 bytes
 	} {
 		if err := CheckKey(key); err != nil {
 			t.Errorf("CheckKey(%q): %v", key, err)
@@ -35,7 +35,7 @@ func TestCheckKey(t *testing.T) {
 		"caf\u00e9":                       `byte "\xc3" at 3`,
 		"a+b":                             `byte "+"`,
 		strings.Repeat("a", 256):          "segment of 256 bytes",
-		strings.Repeat("abc/", 256) + "a": "1025 bytes long",
+		strings.Repeat("abc/", 240) + "a": "961 bytes long (at most 960)",
 	} {
 		err := CheckKey(key)
 		if !errors.Is(err, ErrInvalidKey) || !strings.Contains(err.Error(), why) {
@@ -45,12 +45,12 @@ func TestCheckKey(t *testing.T) {
 }
 
 func TestCheckPrefix(t *testing.T) {
-	for _, p := range []string{"", "a", "nodes/", "a/.", "a/..", strings.Repeat("abc/", 255) + "abcd"} {
+	for _, p := range []string{"", "a", "nodes/", "a/.", "a/..", strings.Repeat("abc/", 239) + "abcd"} {
 		if err := CheckPrefix(p); err != nil {
 			t.Errorf("CheckPrefix(%q): %v", p, err)
 		}
 	}
-	for _, p := range []string{"/", "a//", "a/./", "a b", strings.Repeat("abc/", 256)} {
+	for _, p := range []string{"/", "a//", "a/./", "a b", strings.Repeat("abc/", 240)} {
 		if err := CheckPrefix(p); !errors.Is(err, ErrInvalidKey) {
 			t.Errorf("CheckPrefix(%q) = %v, want ErrInvalidKey", p, err)
 		}

@@ -39,7 +39,8 @@ const writeTokenMeta = "wasmkeep-write"
 const maxListPage = 1000
 
 func (b *Bucket) Get(ctx context.Context, key string, opts bucket.GetOptions) (*bucket.Object, error) {
-	if err := bucket.CheckKey(key); err != nil {
+	stored, err := b.checkKey(key)
+	if err != nil {
 		return nil, err
 	}
 	if opts.Offset < 0 || opts.Length < 0 {
@@ -49,7 +50,7 @@ func (b *Bucket) Get(ctx context.Context, key string, opts bucket.GetOptions) (*
 	if length == 0 {
 		length = -1 // to the end
 	}
-	r, err := b.blob.NewRangeReader(ctx, b.storeKey(key), opts.Offset, length, nil)
+	r, err := b.blob.NewRangeReader(ctx, stored, opts.Offset, length, nil)
 	if err != nil {
 		return nil, b.fail(ctx, "get", key, err)
 	}
@@ -85,7 +86,8 @@ func (o *body) Read(p []byte) (int, error) {
 func (o *body) Close() error { return o.r.Close() }
 
 func (b *Bucket) Put(ctx context.Context, key string, r io.Reader, size int64, cond bucket.Condition) (bucket.Version, error) {
-	if err := bucket.CheckKey(key); err != nil {
+	stored, err := b.checkKey(key)
+	if err != nil {
 		return "", err
 	}
 	if err := cond.Check(); err != nil {
@@ -98,7 +100,7 @@ func (b *Bucket) Put(ctx context.Context, key string, r io.Reader, size int64, c
 	rand.Read(tok[:])
 	token := hex.EncodeToString(tok[:])
 	c := new(call)
-	err := b.blob.Upload(withCall(ctx, c), b.storeKey(key), bucket.SizedBody(r, size), &blob.WriterOptions{
+	err = b.blob.Upload(withCall(ctx, c), stored, bucket.SizedBody(r, size), &blob.WriterOptions{
 		ContentType: "application/octet-stream",
 		Metadata:    map[string]string{writeTokenMeta: token},
 		BeforeWrite: func(as func(any) bool) error {
@@ -159,14 +161,15 @@ func (b *Bucket) writtenBy(ctx context.Context, key, token string) (bucket.Versi
 }
 
 func (b *Bucket) Delete(ctx context.Context, key string, cond bucket.Condition) error {
-	if err := bucket.CheckKey(key); err != nil {
+	stored, err := b.checkKey(key)
+	if err != nil {
 		return err
 	}
 	if cond.IfAbsent {
 		return fmt.Errorf("s3 bucket %s: delete %q: IfAbsent is not a condition a delete can have", b.name, key)
 	}
 	c := new(call)
-	err := b.blob.DeleteWithOptions(withCall(ctx, c), b.storeKey(key), &blob.DeleteOptions{
+	err = b.blob.DeleteWithOptions(withCall(ctx, c), stored, &blob.DeleteOptions{
 		BeforeDelete: func(as func(any) bool) error {
 			if cond.IfVersion == "" {
 				return nil
@@ -186,7 +189,7 @@ func (b *Bucket) Delete(ctx context.Context, key string, cond bucket.Condition) 
 	if c.tries.Load() > 1 && cond.IfVersion != "" && (errors.Is(err, bucket.ErrNotFound) || errors.Is(err, bucket.ErrPrecondition)) {
 		// An earlier try may have deleted it: if the key is gone, so is
 		// the version the caller meant (ADR 0012).
-		if _, herr := b.blob.Attributes(ctx, b.storeKey(key)); errors.Is(b.fail(ctx, "head", key, herr), bucket.ErrNotFound) {
+		if _, herr := b.blob.Attributes(ctx, stored); errors.Is(b.fail(ctx, "head", key, herr), bucket.ErrNotFound) {
 			return nil
 		}
 	}
@@ -200,6 +203,9 @@ func (b *Bucket) List(ctx context.Context, prefix string, opts bucket.ListOption
 	}
 	if opts.Limit < 0 {
 		return page, fmt.Errorf("s3 bucket %s: list %q: limit %d is negative", b.name, prefix, opts.Limit)
+	}
+	if storedLen(b.storeKey(prefix)) > maxStoredKey {
+		return page, nil // no key the store holds is under it
 	}
 	limit := opts.Limit
 	if limit == 0 || limit > maxListPage {
@@ -253,6 +259,31 @@ const (
 // storeKey is the store's name for a key (or a prefix, or StartAfter).
 func (b *Bucket) storeKey(key string) string {
 	return strings.ReplaceAll(b.prefix+key, escapeLike, storedLike)
+}
+
+// maxStoredKey is S3's limit on a key, in bytes, as the store sees it: the
+// bucket's prefix and the escapes count.
+const maxStoredKey = 1024
+
+// storedLen is the length of a store key as s3blob sends it: it escapes the
+// "/" of each "../" (a valid key may hold "a../b") as "__0x2f__".
+func storedLen(stored string) int {
+	return len(stored) + (len("__0x2f__")-1)*strings.Count(stored, "../")
+}
+
+// checkKey applies the contract's key rule, then S3's limit, which a key
+// within the rule can pass once the prefix is added, and returns the
+// store's name for key.
+func (b *Bucket) checkKey(key string) (string, error) {
+	if err := bucket.CheckKey(key); err != nil {
+		return "", err
+	}
+	stored := b.storeKey(key)
+	if n := storedLen(stored); n > maxStoredKey {
+		return "", fmt.Errorf("%w %q: %d bytes on s3 bucket %s under the prefix %q (S3 allows at most %d, the prefix and s3blob's escapes included)",
+			bucket.ErrInvalidKey, key, n, b.name, b.prefix, maxStoredKey)
+	}
+	return stored, nil
 }
 
 // keyOf undoes storeKey but for the bucket's prefix.

@@ -34,7 +34,8 @@ type Config struct {
 	// Bucket is the bucket's name. Required.
 	Bucket string `koanf:"bucket"`
 	// Prefix puts every key under PREFIX/, so that several clusters can
-	// share one bucket.
+	// share one bucket. PREFIX/ is at most 64 bytes (bucket.MaxPrefixLen):
+	// S3's 1,024-byte keys hold it and the kernel's longest key.
 	Prefix string `koanf:"prefix"`
 	// Endpoint is the store's URL, for any store but AWS S3 (AWS_ENDPOINT,
 	// else AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL).
@@ -158,6 +159,10 @@ func resolve(cfg Config, getenv func(string) string) (settings, error) {
 	if p := strings.Trim(cfg.Prefix, "/"); p != "" {
 		if err := bucket.CheckKey(p); err != nil {
 			return s, fmt.Errorf("prefix: %w", err)
+		}
+		if len(p)+1 > bucket.MaxPrefixLen {
+			return s, fmt.Errorf("prefix %q is %d bytes with its /, at most %d: S3 allows keys of 1,024 bytes and the kernel's may take %d",
+				p, len(p)+1, bucket.MaxPrefixLen, bucket.MaxKeyLen)
 		}
 		s.prefix = p + "/"
 	}

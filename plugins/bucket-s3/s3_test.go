@@ -142,6 +142,57 @@ func TestEscapeLikeKeys(t *testing.T) {
 	}
 }
 
+// keyOfLen is a valid key of n bytes (n >= 1): segments "abc", then one of
+// 1 to 4 bytes.
+func keyOfLen(n int) string {
+	return strings.Repeat("abc/", (n-1)/4) + strings.Repeat("z", n-4*((n-1)/4))
+}
+
+// S3 holds keys of at most 1,024 bytes, the bucket's prefix and s3blob's
+// escapes included. The longest prefix (64 bytes with its /) leaves room
+// for the kernel's longest key; s3blob's escape of the "/" in "../" (7 bytes
+// more each) can still pass the limit, and such a key is ErrInvalidKey naming
+// the key and the limit, as the contract's own key rule is, before any
+// request. A key that fits round-trips.
+func TestKeyTooLongForS3(t *testing.T) {
+	srv := s3test.Start(t)
+	cfg := srv.Config(srv.NewBucket(t))
+	cfg.Prefix = strings.Repeat("p", bucket.MaxPrefixLen-1)
+	b := open(t, cfg)
+	escaped := func(n int) string { return "a../" + keyOfLen(n-4) } // n bytes, 7 more on the store
+	for _, k := range []string{keyOfLen(bucket.MaxKeyLen), escaped(bucket.MaxKeyLen - 7)} {
+		mustPut(t, b, k, "fits", bucket.Condition{IfAbsent: true})
+		if got, _ := read(t, b, k); got != "fits" {
+			t.Errorf("%d-byte key reads %q", len(k), got)
+		}
+		page, err := b.List(ctx, k[:len(k)-1], bucket.ListOptions{})
+		if err != nil || len(page.Entries) != 1 || page.Entries[0].Key != k {
+			t.Errorf("listing the %d-byte key: %+v, %v", len(k), page, err)
+		}
+	}
+	for _, k := range []string{escaped(bucket.MaxKeyLen - 6), escaped(bucket.MaxKeyLen)} {
+		if err := bucket.CheckKey(k); err != nil {
+			t.Fatal(err)
+		}
+		check := func(op string, err error) {
+			t.Helper()
+			if !errors.Is(err, bucket.ErrInvalidKey) || !strings.Contains(err.Error(), k) || !strings.Contains(err.Error(), "at most 1024") {
+				t.Errorf("%s of a %d-byte key holding ../: %v, want ErrInvalidKey naming it and the limit", op, len(k), err)
+			}
+		}
+		_, err := put(t, b, k, "long", bucket.Condition{IfAbsent: true})
+		check("Put", err)
+		_, err = b.Get(ctx, k, bucket.GetOptions{})
+		check("Get", err)
+		check("Delete", b.Delete(ctx, k, bucket.Condition{}))
+		// No key the store holds is under it: the listing is empty.
+		page, err := b.List(ctx, k, bucket.ListOptions{})
+		if err != nil || len(page.Entries) != 0 {
+			t.Errorf("List under a %d-byte prefix: %+v, %v", len(k), page, err)
+		}
+	}
+}
+
 // A body above the transfer manager's 16 MiB threshold goes up in parts,
 // and its condition rides on the completion: never an unconditional write.
 func TestMultipartConditions(t *testing.T) {
