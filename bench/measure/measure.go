@@ -117,7 +117,8 @@ func (s sizes) String() string {
 }
 
 // baseActors are awake when the memory baseline is read: memory per actor
-// is (RSS with every actor awake - RSS with baseActors awake) / the rest.
+// is (RSS with every actor awake - RSS with baseActors awake) / the rest,
+// and the same with PSS.
 const baseActors = 10
 
 // maxInstances is far above the actors a run wakes (actors + newActors + a
@@ -297,12 +298,15 @@ func (b *bench) onServer(srv *server) ([]Row, error) {
 		return nil, err
 	}
 	pool := b.newClient(srv, b.sz.clients)
-	perActor, rss, err := b.memory(srv, pool)
+	before, after, err := b.memory(srv, pool)
 	if err != nil {
 		return nil, err
 	}
-	add("memory_per_resident_actor", perActor, "KiB")
-	add("server_rss_resident_actors", rss, "MiB")
+	woken := float64(b.sz.actors - baseActors)
+	add("memory_per_resident_actor", float64(after.rss-before.rss)/woken, "KiB")
+	add("memory_per_resident_actor_pss", float64(after.pss-before.pss)/woken, "KiB")
+	add("server_rss_resident_actors", float64(after.rss)/1024, "MiB")
+	add("server_pss_resident_actors", float64(after.pss)/1024, "MiB")
 	add("resident_actors", float64(b.sz.actors), "actors")
 
 	rate, cpu, err := b.throughput(srv, pool)
@@ -393,10 +397,9 @@ func (b *bench) resident(c *client) (reads, writes, durable []time.Duration, err
 	return reads, writes, durable, nil
 }
 
-// memory wakes sz.actors actors and returns the server's growth per actor
-// past the first baseActors, in KiB, and its total RSS with all of them
-// awake, in MiB.
-func (b *bench) memory(srv *server, c *client) (perActorKiB, rssMiB float64, err error) {
+// memory wakes sz.actors actors and returns the server's footprint with
+// the first baseActors awake and with all of them.
+func (b *bench) memory(srv *server, c *client) (before, after footprint, err error) {
 	wake := func(from, to int) error {
 		var next atomic.Int64
 		next.Store(int64(from))
@@ -414,21 +417,20 @@ func (b *bench) memory(srv *server, c *client) (perActorKiB, rssMiB float64, err
 		})
 	}
 	if err := wake(0, baseActors); err != nil {
-		return 0, 0, err
+		return before, after, err
 	}
-	before, err := srv.rssKiB()
-	if err != nil {
-		return 0, 0, err
+	if before, err = srv.footprint(); err != nil {
+		return before, after, err
 	}
 	if err := wake(baseActors, b.sz.actors); err != nil {
-		return 0, 0, err
+		return before, after, err
 	}
-	after, err := srv.rssKiB()
-	if err != nil {
-		return 0, 0, err
+	if after, err = srv.footprint(); err != nil {
+		return before, after, err
 	}
-	b.logf("RSS %d KiB with %d actors awake, %d KiB with %d", before, baseActors, after, b.sz.actors)
-	return float64(after-before) / float64(b.sz.actors-baseActors), float64(after) / 1024, nil
+	b.logf("RSS %d KiB, PSS %d KiB with %d actors awake; RSS %d KiB, PSS %d KiB with %d",
+		before.rss, before.pss, baseActors, after.rss, after.pss, b.sz.actors)
+	return before, after, nil
 }
 
 func actorName(i int) string { return "a-" + strconv.Itoa(i) }

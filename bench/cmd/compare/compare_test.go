@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/wasmkeep/wasmkeep/bench/internal/benchtest"
+	"github.com/wasmkeep/wasmkeep/bench/measure"
 )
 
 // TestQuickGo runs compare -quick on wazero with the Go counter, without
@@ -53,6 +54,32 @@ func checkFiles(t *testing.T, stdout, out string, runs int, servers []string) {
 		}
 		if got := benchtest.CheckCSV(t, p, benchtest.WithDurable); !slices.Equal(got, servers) {
 			t.Errorf("%s has rows for %v, want %v", p, got, servers)
+		}
+	}
+}
+
+// TestTargetsMemory checks that the memory target is judged on both
+// readings, each labelled, so that a reader sees which one passes.
+func TestTargetsMemory(t *testing.T) {
+	server := func(guest string, rss, pss float64) measure.Result {
+		return measure.Result{Label: "wazero/c", Guest: guest, Rows: []measure.Row{
+			{Metric: "memory_per_resident_actor", Value: rss, Unit: "KiB"},
+			{Metric: "memory_per_resident_actor_pss", Value: pss, Unit: "KiB"},
+		}}
+	}
+	var out bytes.Buffer
+	printTargets(&out, server("js-counter", 1000, 1000), []measure.Result{server("c-counter", 1500, 500)})
+	want := []string{
+		"wazero/c     memory_per_resident_actor       1.50x workerd (RSS, shared pages counted per actor), target <= 0.8x: missed",
+		"wazero/c     memory_per_resident_actor_pss   0.50x workerd (PSS, shared pages divided), target <= 0.8x: met",
+	}
+	if got := strings.Split(strings.TrimSpace(out.String()), "\n"); len(got) != len(want) {
+		t.Fatalf("targets:\n%s\nwant the lines\n%s", out.String(), strings.Join(want, "\n"))
+	} else {
+		for i := range want {
+			if strings.TrimSpace(got[i]) != want[i] {
+				t.Errorf("target line %q, want %q", strings.TrimSpace(got[i]), want[i])
+			}
 		}
 	}
 }

@@ -221,21 +221,26 @@ func absFile(flag, path string) (string, error) {
 }
 
 // goal is one of issue 6's targets: for guests in lang, metric at most max
-// times workerd's baseline metric.
+// times workerd's baseline metric. note, if any, says how to read it.
 type goal struct {
 	lang, metric, baseline string
 	max                    float64
+	note                   string
 }
 
 var goals = []goal{
-	{"c", "server_cpu_per_request", "server_cpu_per_request", 0.4},
-	{"c", "read_resident_p50", "read_resident_p50", 0.3},
-	{"c", "memory_per_resident_actor", "memory_per_resident_actor", 0.8},
-	{"c", "first_request_new_actor_p50", "first_request_new_actor_p50", 0.5},
+	{"c", "server_cpu_per_request", "server_cpu_per_request", 0.4, ""},
+	{"c", "read_resident_p50", "read_resident_p50", 0.3, ""},
+	// The memory target on both readings (ADR 0010): RSS, the book's row,
+	// counts the pages of the guest's data image that every actor maps
+	// once per actor; PSS divides them among the actors.
+	{"c", "memory_per_resident_actor", "memory_per_resident_actor", 0.8, "RSS, shared pages counted per actor"},
+	{"c", "memory_per_resident_actor_pss", "memory_per_resident_actor_pss", 0.8, "PSS, shared pages divided"},
+	{"c", "first_request_new_actor_p50", "first_request_new_actor_p50", 0.5, ""},
 	// workerd waits for the disk on every write: our durable write against
 	// its only kind.
-	{"c", "write_durable_resident_p50", "write_resident_p50", 1},
-	{"go", "server_cpu_per_request", "server_cpu_per_request", 0.6},
+	{"c", "write_durable_resident_p50", "write_resident_p50", 1, "workerd's write_resident_p50"},
+	{"go", "server_cpu_per_request", "server_cpu_per_request", 0.6, ""},
 }
 
 // printTargets prints, for each goal and each server with its guest, the
@@ -255,12 +260,12 @@ func printTargets(w io.Writer, workerd measure.Result, others []measure.Result) 
 			if base > 0 && v/base <= g.max {
 				verdict = "met"
 			}
-			against := ""
-			if g.baseline != g.metric {
-				against = " (workerd's " + g.baseline + ")"
+			note := ""
+			if g.note != "" {
+				note = " (" + g.note + ")"
 			}
-			fmt.Fprintf(w, "  %-12s %-28s %6.2fx workerd%s, target <= %.1fx: %s\n",
-				r.Label, g.metric, v/base, against, g.max, verdict)
+			fmt.Fprintf(w, "  %-12s %-29s %6.2fx workerd%s, target <= %.1fx: %s\n",
+				r.Label, g.metric, v/base, note, g.max, verdict)
 		}
 	}
 }

@@ -37,7 +37,8 @@ var Metrics = []string{
 	"startup_to_first_response", "startup_to_first_response_restart",
 	"first_request_new_actor_p50",
 	"read_resident_p50", "read_resident_p99", "write_resident_p50", "write_resident_p99",
-	"memory_per_resident_actor", "server_rss_resident_actors", "resident_actors",
+	"memory_per_resident_actor", "memory_per_resident_actor_pss",
+	"server_rss_resident_actors", "server_pss_resident_actors", "resident_actors",
 	"throughput", "server_cpu_per_request", "throughput_clients",
 }
 
