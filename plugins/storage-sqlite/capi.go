@@ -120,6 +120,11 @@ const (
 	// a few microseconds of work.
 	progressOps = 1000
 
+	// sqlite3_config options, process-wide.
+	configPageCache = 7
+	configLookaside = 13
+
+	// sqlite3_db_config options, per connection.
 	configEnableLoadExtension = 1005
 	configDefensive           = 1010
 	configTrustedSchema       = 1017

@@ -26,6 +26,7 @@ int sqlite3_prepare_v3(sqlite3 *db, const char *zSql, int nByte, unsigned int pr
 int sqlite3_set_authorizer(sqlite3 *, int (*xAuth)(void *, int, const char *, const char *, const char *, const char *), void *pUserData);
 void sqlite3_progress_handler(sqlite3 *, int, int (*)(void *), void *);
 int sqlite3_db_config(sqlite3 *, int op, ...);
+int sqlite3_config(int, ...);
 int sqlite3_limit(sqlite3 *, int id, int newVal);
 int sqlite3_get_autocommit(sqlite3 *);
 sqlite3_int64 sqlite3_changes64(sqlite3 *);
@@ -71,6 +72,10 @@ static int wk_set_hooks(sqlite3 *db, uintptr_t h, int ops) {
 static int wk_db_config(sqlite3 *db, int op, int on) {
 	return sqlite3_db_config(db, op, on, (int *)0);
 }
+
+// sqlite3_config takes varargs too.
+static int wk_config_lookaside(int op, int size, int slots) { return sqlite3_config(op, size, slots); }
+static int wk_config_pagecache(int op, int initPages) { return sqlite3_config(op, (void *)0, 0, initPages); }
 
 // SQLite reads SQL text up to nByte and never past it, so Go's bytes are
 // passed as they are; an empty text needs a pointer that is not NULL.
@@ -175,7 +180,14 @@ import (
 // statements run in C on the calling goroutine's thread.
 type mattn struct{}
 
-func init() { bindings["mattn"] = mattn{} }
+func init() {
+	bindings["mattn"] = mattn{}
+	// See memory.go.
+	memoryConfig["mattn"] = [2]int32{
+		int32(C.wk_config_lookaside(configLookaside, lookasideSize, lookasideSlots)),
+		int32(C.wk_config_pagecache(configPageCache, pageCacheInitPages)),
+	}
+}
 
 func (mattn) remedy(capability string) string { return mattnRemedy(capability) }
 

@@ -22,6 +22,16 @@ func init() {
 	// What modernc.org/sqlite's own init does before any connection opens
 	// (a page-size fix on linux/arm64, a no-op elsewhere).
 	sqlite3.PatchIssue199()
+	// See memory.go. sqlite3_config takes a varargs list: 8 bytes an
+	// argument.
+	tls := libc.NewTLS()
+	defer tls.Close()
+	va := libc.Xmalloc(tls, 24)
+	defer libc.Xfree(tls, va)
+	memoryConfig["modernc"] = [2]int32{
+		sqlite3.Xsqlite3_config(tls, configLookaside, libc.VaList(va, int32(lookasideSize), int32(lookasideSlots))),
+		sqlite3.Xsqlite3_config(tls, configPageCache, libc.VaList(va, uintptr(0), int32(0), int32(pageCacheInitPages))),
+	}
 }
 
 // scratchMax bounds the C buffer a connection keeps for SQL text and bound

@@ -266,3 +266,13 @@ func BenchmarkSum(b *testing.B) {
 		}
 	})
 }
+
+// Each binding's memory settings (memory.go) took: SQLite refuses them,
+// silently but for the result code, once anything has initialized it.
+func TestMemoryConfig(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, name string) {
+		if rc, ok := memoryConfig[name]; !ok || rc != [2]int32{} {
+			t.Errorf("sqlite3_config for %s: result codes %v (set: %v), want 0 each", name, rc, ok)
+		}
+	})
+}
