@@ -1,7 +1,7 @@
 // Package linearmem is what the runtime plugins know of a guest's linear
 // memory beyond their engines: where a module's data segments put its
 // initial contents, and how to hand back to the system the pages of a
-// memory that hold only zeros.
+// memory that hold only zeros or only what its file holds.
 package linearmem
 
 import (

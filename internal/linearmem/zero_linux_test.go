@@ -1,7 +1,11 @@
 package linearmem
 
 import (
+	"encoding/binary"
+	"os"
+	"path/filepath"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -42,4 +46,90 @@ func TestReleaseZeroPages(t *testing.T) {
 			t.Fatalf("byte %d (page %d) is %d, want %d", i, i/pageSize, b, want)
 		}
 	}
+}
+
+// Pages mapped from a file and only read are unmapped and read the same
+// afterwards; written pages stay, with what was written.
+func TestReleaseSharedPages(t *testing.T) {
+	const pages = 16
+	contents := make([]byte, pages*pageSize)
+	for i := range contents {
+		contents[i] = byte(i*7 + i/pageSize)
+	}
+	path := filepath.Join(t.TempDir(), "image")
+	if err := os.WriteFile(path, contents, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	mem, err := unix.Mmap(int(f.Fd()), 0, pages*pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	for _, p := range []int{0, 1, 3, 6, 10} {
+		if mem[p*pageSize+5] != contents[p*pageSize+5] {
+			t.Fatalf("page %d does not read as the file", p)
+		}
+	}
+	for _, p := range []int{2, 7} {
+		mem[p*pageSize+9] = 0xee
+	}
+	before := mapped(t, mem)
+	for _, p := range []int{0, 1, 2, 3, 6, 7, 10} {
+		if !before[p] {
+			t.Fatalf("page %d, touched, is not mapped", p)
+		}
+	}
+	// From inside page 0: it is left alone.
+	freed := ReleaseSharedPages(mem[100:])
+	after := mapped(t, mem)
+	want, unmapped := 0, 0
+	for p := range pages {
+		switch {
+		case p == 0 || p == 2 || p == 7:
+			if !after[p] {
+				t.Errorf("page %d (outside, or written) was unmapped", p)
+			}
+		case after[p]:
+			t.Errorf("page %d, only read, is still mapped", p)
+		}
+		if before[p] && !after[p] {
+			unmapped++
+		}
+		if before[p] && p != 0 && p != 2 && p != 7 {
+			want++ // fault-around may have mapped more than the pages read
+		}
+	}
+	if freed != want*pageSize || unmapped != want {
+		t.Errorf("freed %d bytes, unmapped %d pages; want %d pages", freed, unmapped, want)
+	}
+	for i, b := range mem {
+		want := contents[i]
+		if i%pageSize == 9 && (i/pageSize == 2 || i/pageSize == 7) {
+			want = 0xee
+		}
+		if b != want {
+			t.Fatalf("byte %d (page %d) is %#x, want %#x", i, i/pageSize, b, want)
+		}
+	}
+}
+
+// mapped reports which pages of mem are mapped in this process
+// (/proc/self/pagemap, bit 63). mincore cannot say: for a file mapping it
+// reports the page cache.
+func mapped(t *testing.T, mem []byte) []bool {
+	t.Helper()
+	entries := make([]byte, len(mem)/pageSize*8)
+	if _, err := pagemap().ReadAt(entries, int64(uintptr(unsafe.Pointer(&mem[0]))/uintptr(pageSize)*8)); err != nil {
+		t.Fatal(err)
+	}
+	m := make([]bool, len(mem)/pageSize)
+	for i := range m {
+		m[i] = binary.LittleEndian.Uint64(entries[i*8:])&(1<<63) != 0
+	}
+	return m
 }

@@ -52,10 +52,13 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 		}
 		// A Go guest's runtime zeroes some 200 KiB of fresh memory as it
 		// starts. Past the image, the memory is anonymous: dropped pages read
-		// as zeros again.
+		// as zeros again. Within it, the pages the start only read (and
+		// their neighbours the kernel mapped with them) are unmapped: the
+		// instance maps again only what its events read.
 		if in.mem != nil {
 			view, _ := in.mem.Read(0, in.mem.Size())
 			linearmem.ReleaseZeroPages(view[min(m.image.size(), len(view)):])
+			linearmem.ReleaseSharedPages(view[:min(m.image.size(), len(view))])
 		}
 	}
 	return in, nil
