@@ -2,7 +2,7 @@
 // the latency of a conditional create (a replicated segment), a conditional
 // replace (a lease or an ownership record), a read, and a listing. Run takes
 // any bucket.Bucket, so every provider is measured by the same code; see
-// bench/bucket_test.go for the providers and bench/README.md for results.
+// providers_test.go for the providers and bench/README.md for results.
 package bucketbench
 
 import (
