@@ -15,12 +15,13 @@ import (
 
 // BenchmarkResidentRequests is issue 6's server_cpu_per_request load in
 // process, on each engine: 8 clients sending GET or POST, with even odds, to
-// 1,000 resident Go counters. Run it with -cpuprofile to see where the
+// 1,000 resident counters, Go or C. Run it with -cpuprofile to see where the
 // server's CPU goes; TMPDIR=/dev/shm leaves the disk out, as the bench does.
 func BenchmarkResidentRequests(b *testing.B) {
-	guest := counter(b)
-	for _, engine := range []string{"wazero", "wasmtime"} {
-		b.Run(engine, func(b *testing.B) {
+	guests := map[string]string{"go": counter(b), "c": buildCGuest(b, "examples/c/counter")}
+	for _, run := range []struct{ engine, lang string }{{"wazero", "go"}, {"wasmtime", "go"}, {"wazero", "c"}, {"wasmtime", "c"}} {
+		engine, guest := run.engine, guests[run.lang]
+		b.Run(engine+"/"+run.lang, func(b *testing.B) {
 			const actors, clients = 1000, 8
 			n := startNodeOn(b, engine, node.Options{Classes: map[string]string{"counter": guest}, MaxInstances: 1 << 20})
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
