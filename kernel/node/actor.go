@@ -57,7 +57,7 @@ type actor struct {
 	key   string // tenant/class/name, or "stateless": names it in the log
 	prev  *actor // the previous incarnation, possibly still closing
 
-	queue      chan *event
+	queue      *mailbox
 	evict      chan struct{}
 	stopCh     chan struct{}
 	done       chan struct{} // closed once db and instance are closed
@@ -78,7 +78,7 @@ type actor struct {
 func newActor(n *Node, c *class, addr abi.Address, key string, prev *actor) *actor {
 	a := &actor{
 		node: n, class: c, addr: addr, key: key, prev: prev,
-		queue:  make(chan *event, n.opts.QueueLimit),
+		queue:  newMailbox(n.opts.QueueLimit),
 		evict:  make(chan struct{}, 1),
 		stopCh: make(chan struct{}),
 		done:   make(chan struct{}),
@@ -93,15 +93,13 @@ func newActor(n *Node, c *class, addr abi.Address, key string, prev *actor) *act
 
 // enqueue adds ev to the mailbox; the caller holds the node's lock.
 func (a *actor) enqueue(ev *event) error {
-	select {
-	case a.queue <- ev:
-		return nil
-	default:
+	if !a.queue.push(ev) {
 		return errQueueFull
 	}
+	return nil
 }
 
-func (a *actor) idle() bool { return !a.busy.Load() && len(a.queue) == 0 }
+func (a *actor) idle() bool { return !a.busy.Load() && a.queue.len() == 0 }
 
 func (a *actor) requestEviction() {
 	select {
@@ -128,17 +126,13 @@ func (a *actor) run() {
 	idle := time.NewTimer(a.node.opts.IdleTimeout)
 	defer idle.Stop()
 	for {
-		select {
-		case ev := <-a.queue:
+		if ev := a.queue.pop(); ev != nil {
 			a.handle(ev)
 			idle.Reset(a.node.opts.IdleTimeout)
 			continue
-		default:
 		}
 		select {
-		case ev := <-a.queue:
-			a.handle(ev)
-			idle.Reset(a.node.opts.IdleTimeout)
+		case <-a.queue.ready:
 		case <-idle.C:
 			if a.hibernate() {
 				return

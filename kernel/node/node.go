@@ -370,7 +370,7 @@ func (n *Node) evictOne() {
 func (n *Node) retire(a *actor) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if len(a.queue) > 0 {
+	if a.queue.len() > 0 {
 		return false
 	}
 	delete(n.actors, a.key)
