@@ -38,7 +38,9 @@ type stmtCache struct {
 }
 
 func newStmtCache(max int) *stmtCache {
-	c := &stmtCache{max: max, m: make(map[string]*entry, max)}
+	// Not sized for max: a node keeps two caches per resident actor, and
+	// most actors use a few statements.
+	c := &stmtCache{max: max, m: map[string]*entry{}}
 	c.ring.next, c.ring.prev = &c.ring, &c.ring
 	return c
 }
