@@ -35,6 +35,9 @@ type conn interface {
 	// pagesWritten is the number of pages written to the log or the
 	// database since the previous call.
 	pagesWritten() int64
+	// rest says that no statement runs until the next call (the event is
+	// over): a binding may give back what only a call needs.
+	rest()
 	close() error
 }
 

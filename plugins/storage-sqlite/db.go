@@ -165,6 +165,7 @@ func (d *db) EndEvent(context.Context) error {
 		err = d.rollback()
 	}
 	d.cpuUsed, d.written, d.aborted = 0, 0, false
+	d.c.rest()
 	return err
 }
 

@@ -277,6 +277,9 @@ func (c *cconn) changes() int64 { return int64(C.sqlite3_changes64(c.db)) }
 
 func (c *cconn) pagesWritten() int64 { return int64(C.wk_cache_writes(c.db)) }
 
+// rest: C runs on the calling thread's own stack; nothing to give back.
+func (c *cconn) rest() {}
+
 func (c *cconn) close() error {
 	var err error
 	if rc := C.sqlite3_close_v2(c.db); rc != 0 {

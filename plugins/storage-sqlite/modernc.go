@@ -3,6 +3,7 @@ package sqlitestorage
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"unsafe"
@@ -39,8 +40,8 @@ func init() {
 const scratchMax = 64 << 10
 
 type mconn struct {
-	tls *libc.TLS
-	db  uintptr
+	held *libc.TLS // from tlsPool while in use (tls); nil at rest
+	db   uintptr
 	out uintptr // 16 bytes for C out-parameters
 
 	scratch    uintptr
@@ -56,9 +57,9 @@ func (modernc) open(path string) (conn, error) {
 	if strings.IndexByte(path, 0) >= 0 {
 		return nil, fmt.Errorf("database path %q contains a NUL byte", path)
 	}
-	tls := libc.NewTLS()
-	c := &mconn{tls: tls, out: libc.Xmalloc(tls, 16)}
-	if c.out == 0 {
+	c := &mconn{}
+	tls := c.tls()
+	if c.out = libc.Xmalloc(tls, 16); c.out == 0 {
 		c.freeC()
 		return nil, fmt.Errorf("open %s: out of memory", path)
 	}
@@ -96,7 +97,7 @@ func cbytes(p uintptr, n int) []byte {
 }
 
 func (c *mconn) err(rc int32) error {
-	return &sqliteError{code: int(rc), msg: libc.GoString(sqlite3.Xsqlite3_errmsg(c.tls, c.db))}
+	return &sqliteError{code: int(rc), msg: libc.GoString(sqlite3.Xsqlite3_errmsg(c.tls(), c.db))}
 }
 
 // cbuf returns C memory holding b (and at least one byte, so an empty text
@@ -104,7 +105,7 @@ func (c *mconn) err(rc int32) error {
 func (c *mconn) cbuf(b []byte) (uintptr, bool, error) {
 	n := max(len(b), 1)
 	if n > scratchMax {
-		p := libc.Xmalloc(c.tls, types.Size_t(n))
+		p := libc.Xmalloc(c.tls(), types.Size_t(n))
 		if p == 0 {
 			return 0, false, &sqliteError{code: sqlite3.SQLITE_NOMEM, msg: fmt.Sprintf("out of memory for %d bytes", n)}
 		}
@@ -113,7 +114,7 @@ func (c *mconn) cbuf(b []byte) (uintptr, bool, error) {
 	}
 	if n > c.scratchCap {
 		size := min(max(n, 2*c.scratchCap, 256), scratchMax)
-		p := libc.Xrealloc(c.tls, c.scratch, types.Size_t(size))
+		p := libc.Xrealloc(c.tls(), c.scratch, types.Size_t(size))
 		if p == 0 {
 			return 0, false, &sqliteError{code: sqlite3.SQLITE_NOMEM, msg: "out of memory"}
 		}
@@ -133,10 +134,10 @@ func (c *mconn) prepare(sql string) (stmt, string, error) {
 		return nil, "", err
 	}
 	if owned {
-		defer libc.Xfree(c.tls, p)
+		defer libc.Xfree(c.tls(), p)
 	}
 	pstmt, ptail := c.out, c.out+8
-	rc := sqlite3.Xsqlite3_prepare_v3(c.tls, c.db, p, int32(len(sql)), sqlite3.SQLITE_PREPARE_PERSISTENT, pstmt, ptail)
+	rc := sqlite3.Xsqlite3_prepare_v3(c.tls(), c.db, p, int32(len(sql)), sqlite3.SQLITE_PREPARE_PERSISTENT, pstmt, ptail)
 	if rc != sqlite3.SQLITE_OK {
 		return nil, "", c.err(rc)
 	}
@@ -185,10 +186,10 @@ var (
 
 func (c *mconn) setHooks(auth func(action int, arg1, arg2, dbName string) int, progress func() bool) error {
 	hooks.Store(c.db, &mhooks{auth: auth, progress: progress})
-	if rc := sqlite3.Xsqlite3_set_authorizer(c.tls, c.db, authorizerPtr, c.db); rc != sqlite3.SQLITE_OK {
+	if rc := sqlite3.Xsqlite3_set_authorizer(c.tls(), c.db, authorizerPtr, c.db); rc != sqlite3.SQLITE_OK {
 		return c.err(rc)
 	}
-	sqlite3.Xsqlite3_progress_handler(c.tls, c.db, progressOps, progressPtr, c.db)
+	sqlite3.Xsqlite3_progress_handler(c.tls(), c.db, progressOps, progressPtr, c.db)
 	return nil
 }
 
@@ -200,23 +201,23 @@ func (c *mconn) configure(op int, on bool) error {
 	// sqlite3_db_config(db, op, int onoff, int *pRes): a varargs list of an
 	// int and a NULL pointer, 8 bytes each.
 	va := libc.VaList(c.out, v, uintptr(0))
-	if rc := sqlite3.Xsqlite3_db_config(c.tls, c.db, int32(op), va); rc != sqlite3.SQLITE_OK {
+	if rc := sqlite3.Xsqlite3_db_config(c.tls(), c.db, int32(op), va); rc != sqlite3.SQLITE_OK {
 		return c.err(rc)
 	}
 	return nil
 }
 
 func (c *mconn) setLimit(id, value int) {
-	sqlite3.Xsqlite3_limit(c.tls, c.db, int32(id), int32(value))
+	sqlite3.Xsqlite3_limit(c.tls(), c.db, int32(id), int32(value))
 }
 
-func (c *mconn) inTx() bool { return sqlite3.Xsqlite3_get_autocommit(c.tls, c.db) == 0 }
+func (c *mconn) inTx() bool { return sqlite3.Xsqlite3_get_autocommit(c.tls(), c.db) == 0 }
 
-func (c *mconn) changes() int64 { return sqlite3.Xsqlite3_changes64(c.tls, c.db) }
+func (c *mconn) changes() int64 { return sqlite3.Xsqlite3_changes64(c.tls(), c.db) }
 
 func (c *mconn) pagesWritten() int64 {
 	cur := c.out
-	sqlite3.Xsqlite3_db_status(c.tls, c.db, sqlite3.SQLITE_DBSTATUS_CACHE_WRITE, cur, cur+4, 1)
+	sqlite3.Xsqlite3_db_status(c.tls(), c.db, sqlite3.SQLITE_DBSTATUS_CACHE_WRITE, cur, cur+4, 1)
 	return int64(*(*int32)(cmem(cur)))
 }
 
@@ -224,7 +225,7 @@ func (c *mconn) close() error {
 	// Before the handle is freed: another connection may get its address.
 	hooks.Delete(c.db)
 	var err error
-	if rc := sqlite3.Xsqlite3_close_v2(c.tls, c.db); rc != sqlite3.SQLITE_OK {
+	if rc := sqlite3.Xsqlite3_close_v2(c.tls(), c.db); rc != sqlite3.SQLITE_OK {
 		err = c.err(rc)
 	}
 	c.freeC()
@@ -232,17 +233,74 @@ func (c *mconn) close() error {
 }
 
 func (c *mconn) freeC() {
-	libc.Xfree(c.tls, c.scratch)
-	libc.Xfree(c.tls, c.out)
-	c.tls.Close()
+	libc.Xfree(c.tls(), c.scratch)
+	libc.Xfree(c.tls(), c.out)
+	c.rest()
 }
 
-func (s *mstmt) params() int { return int(sqlite3.Xsqlite3_bind_parameter_count(s.c.tls, s.p)) }
+// tls is the libc thread state the connection's calls run with, taken from
+// tlsPool until the connection rests.
+func (c *mconn) tls() *libc.TLS {
+	if c.held == nil {
+		c.held = tlsPool.get()
+	}
+	return c.held
+}
 
-func (s *mstmt) readonly() bool { return sqlite3.Xsqlite3_stmt_readonly(s.c.tls, s.p) != 0 }
+func (c *mconn) rest() {
+	if c.held != nil {
+		tlsPool.put(c.held)
+		c.held = nil
+	}
+}
+
+// tlsPool holds the libc thread states (TLS) of connections at rest. A TLS
+// keeps every C stack frame its calls have needed, about 20 KiB once
+// SQLite's parser and virtual machine have run: one per connection cost
+// that for each resident actor, though only a connection inside a call
+// needs one. It is a free list rather than a sync.Pool, which would drop
+// a TLS without closing it.
+var tlsPool tlsFreeList
+
+type tlsFreeList struct {
+	mu   sync.Mutex
+	free []*libc.TLS
+}
+
+// maxRestingTLS bounds the TLSs kept for reuse: about as many as events
+// run SQL at once on a busy node. Beyond it a TLS is closed.
+var maxRestingTLS = max(64, 4*runtime.GOMAXPROCS(0))
+
+func (l *tlsFreeList) get() *libc.TLS {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.free); n > 0 {
+		t := l.free[n-1]
+		l.free[n-1] = nil
+		l.free = l.free[:n-1]
+		return t
+	}
+	return libc.NewTLS()
+}
+
+func (l *tlsFreeList) put(t *libc.TLS) {
+	l.mu.Lock()
+	if len(l.free) < maxRestingTLS {
+		l.free = append(l.free, t)
+		t = nil
+	}
+	l.mu.Unlock()
+	if t != nil {
+		t.Close()
+	}
+}
+
+func (s *mstmt) params() int { return int(sqlite3.Xsqlite3_bind_parameter_count(s.c.tls(), s.p)) }
+
+func (s *mstmt) readonly() bool { return sqlite3.Xsqlite3_stmt_readonly(s.c.tls(), s.p) != 0 }
 
 func (s *mstmt) bind(i int, v abi.Value) error {
-	tls, idx := s.c.tls, int32(i)
+	tls, idx := s.c.tls(), int32(i)
 	var rc int32
 	switch v.Kind {
 	case abi.KindInteger:
@@ -275,7 +333,7 @@ func (s *mstmt) bind(i int, v abi.Value) error {
 }
 
 func (s *mstmt) step() (bool, error) {
-	switch rc := sqlite3.Xsqlite3_step(s.c.tls, s.p); rc {
+	switch rc := sqlite3.Xsqlite3_step(s.c.tls(), s.p); rc {
 	case sqlite3.SQLITE_ROW:
 		return true, nil
 	case sqlite3.SQLITE_DONE:
@@ -285,18 +343,18 @@ func (s *mstmt) step() (bool, error) {
 	}
 }
 
-func (s *mstmt) columns() int { return int(sqlite3.Xsqlite3_column_count(s.c.tls, s.p)) }
+func (s *mstmt) columns() int { return int(sqlite3.Xsqlite3_column_count(s.c.tls(), s.p)) }
 
 func (s *mstmt) columnName(i int) []byte {
-	p := sqlite3.Xsqlite3_column_name(s.c.tls, s.p, int32(i))
+	p := sqlite3.Xsqlite3_column_name(s.c.tls(), s.p, int32(i))
 	if p == 0 {
 		return nil
 	}
-	return cbytes(p, int(libc.Xstrlen(s.c.tls, p)))
+	return cbytes(p, int(libc.Xstrlen(s.c.tls(), p)))
 }
 
 func (s *mstmt) column(i int) abi.Value {
-	tls, idx := s.c.tls, int32(i)
+	tls, idx := s.c.tls(), int32(i)
 	switch sqlite3.Xsqlite3_column_type(tls, s.p, idx) {
 	case sqlite3.SQLITE_INTEGER:
 		return abi.Value{Kind: abi.KindInteger, Int: sqlite3.Xsqlite3_column_int64(tls, s.p, idx)}
@@ -314,6 +372,6 @@ func (s *mstmt) column(i int) abi.Value {
 	}
 }
 
-func (s *mstmt) reset() { sqlite3.Xsqlite3_reset(s.c.tls, s.p) }
+func (s *mstmt) reset() { sqlite3.Xsqlite3_reset(s.c.tls(), s.p) }
 
-func (s *mstmt) finalize() { sqlite3.Xsqlite3_finalize(s.c.tls, s.p) }
+func (s *mstmt) finalize() { sqlite3.Xsqlite3_finalize(s.c.tls(), s.p) }
