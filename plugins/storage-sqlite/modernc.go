@@ -42,7 +42,7 @@ const scratchMax = 64 << 10
 type mconn struct {
 	held *libc.TLS // from tlsPool while in use (tls); nil at rest
 	db   uintptr
-	out uintptr // 16 bytes for C out-parameters
+	out  uintptr // 16 bytes for C out-parameters
 
 	scratch    uintptr
 	scratchCap int
