@@ -163,3 +163,16 @@ func (r *reader) sleb32() int32 {
 	}
 	return v
 }
+
+// ReleaseAfterStart hands back what a guest's start function left in mem
+// that the guest does not need resident, with no guest code running: past
+// imageEnd, where the memory is anonymous, the pages that hold only zeros
+// (a Go guest's runtime clears some 200 KiB of fresh memory as it starts);
+// below it, where the memory is a private mapping of the module's image
+// file, the pages still shared with the file (those the start only read,
+// and their neighbours the kernel mapped with them). Either kind reads the
+// same afterwards. It returns how many bytes that was.
+func ReleaseAfterStart(mem []byte, imageEnd int) int {
+	end := min(imageEnd, len(mem))
+	return ReleaseZeroPages(mem[end:]) + ReleaseSharedPages(mem[:end])
+}

@@ -46,31 +46,44 @@ func ReleaseZeroPages(mem []byte) int {
 // requests read.
 func ReleaseSharedPages(mem []byte) int {
 	mem = wholePages(mem)
-	f := pagemap()
-	if len(mem) == 0 || f == nil {
-		return 0
-	}
-	// /proc/self/pagemap: 8 bytes a page, at the page's address / pageSize * 8.
-	entries := make([]byte, len(mem)/pageSize*8)
-	if _, err := f.ReadAt(entries, int64(uintptr(unsafe.Pointer(&mem[0]))/uintptr(pageSize)*8)); err != nil {
+	entries, err := pageFlags(mem)
+	if err != nil {
 		return 0
 	}
 	// A page written since it was mapped is anonymous: only the file's own
-	// pages have bit 61 (Documentation/admin-guide/mm/pagemap.rst).
-	const present, fileOrShared = 1 << 63, 1 << 61
+	// pages have pageFile.
 	return releasePages(mem, func(i int) bool {
-		return binary.LittleEndian.Uint64(entries[i*8:])&(present|fileOrShared) == present|fileOrShared
+		return entries[i]&(pagePresent|pageFile) == pagePresent|pageFile
 	})
 }
 
-// pagemap is /proc/self/pagemap, opened once; nil if it cannot be.
-var pagemap = sync.OnceValue(func() *os.File {
-	f, err := os.Open("/proc/self/pagemap")
-	if err != nil {
-		return nil
+// Bits of a /proc/self/pagemap entry (Documentation/admin-guide/mm/pagemap.rst).
+const (
+	pagePresent = 1 << 63 // mapped in this process
+	pageFile    = 1 << 61 // a file's page, or shared anonymous memory
+)
+
+// pageFlags returns the /proc/self/pagemap entry of each page of mem, which
+// is whole pages.
+func pageFlags(mem []byte) ([]uint64, error) {
+	f, err := pagemap()
+	if err != nil || len(mem) == 0 {
+		return nil, err
 	}
-	return f
-})
+	// 8 bytes a page, at the page's address / pageSize * 8.
+	b := make([]byte, len(mem)/pageSize*8)
+	if _, err := f.ReadAt(b, int64(uintptr(unsafe.Pointer(&mem[0]))/uintptr(pageSize)*8)); err != nil {
+		return nil, err
+	}
+	entries := make([]uint64, len(b)/8)
+	for i := range entries {
+		entries[i] = binary.LittleEndian.Uint64(b[i*8:])
+	}
+	return entries, nil
+}
+
+// pagemap is /proc/self/pagemap, opened once.
+var pagemap = sync.OnceValues(func() (*os.File, error) { return os.Open("/proc/self/pagemap") })
 
 // wholePages is the part of mem made of whole pages.
 func wholePages(mem []byte) []byte {

@@ -1,11 +1,9 @@
 package linearmem
 
 import (
-	"encoding/binary"
 	"os"
 	"path/filepath"
 	"testing"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -118,18 +116,17 @@ func TestReleaseSharedPages(t *testing.T) {
 	}
 }
 
-// mapped reports which pages of mem are mapped in this process
-// (/proc/self/pagemap, bit 63). mincore cannot say: for a file mapping it
-// reports the page cache.
+// mapped reports which pages of mem are mapped in this process. mincore
+// cannot say: for a file mapping it reports the page cache.
 func mapped(t *testing.T, mem []byte) []bool {
 	t.Helper()
-	entries := make([]byte, len(mem)/pageSize*8)
-	if _, err := pagemap().ReadAt(entries, int64(uintptr(unsafe.Pointer(&mem[0]))/uintptr(pageSize)*8)); err != nil {
+	entries, err := pageFlags(mem)
+	if err != nil {
 		t.Fatal(err)
 	}
-	m := make([]bool, len(mem)/pageSize)
-	for i := range m {
-		m[i] = binary.LittleEndian.Uint64(entries[i*8:])&(1<<63) != 0
+	m := make([]bool, len(entries))
+	for i, e := range entries {
+		m[i] = e&pagePresent != 0
 	}
 	return m
 }

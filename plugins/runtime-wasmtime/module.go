@@ -214,15 +214,11 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 				return nil, fmt.Errorf("wasmtime: _initialize: %w", err)
 			}
 		}
-		// A Go guest's runtime zeroes some 200 KiB of fresh memory as it
-		// starts. Within the image, mapped from Wasmtime's memory file per
-		// module, the pages the start only read (and their neighbours the
-		// kernel mapped with them) are unmapped: the instance maps again
-		// only what its events read.
+		// Wasmtime maps the module's data from one memory file per module
+		// up to zeroFrom; past it the memory is anonymous.
 		if mem := in.Memory(); mem != nil && m.zeroFrom >= 0 {
 			view, _ := mem.Read(0, mem.Size())
-			linearmem.ReleaseZeroPages(view[min(m.zeroFrom, len(view)):])
-			linearmem.ReleaseSharedPages(view[:min(m.zeroFrom, len(view))])
+			linearmem.ReleaseAfterStart(view, m.zeroFrom)
 		}
 	}
 	return in, nil

@@ -50,15 +50,11 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 		if err := mod.ExportedFunction("_initialize").CallWithStack(ctx, nil); err != nil {
 			return nil, errors.Join(fmt.Errorf("wazero: _initialize: %w", callError(ctx, err)), mod.Close(ctx))
 		}
-		// A Go guest's runtime zeroes some 200 KiB of fresh memory as it
-		// starts. Past the image, the memory is anonymous: dropped pages read
-		// as zeros again. Within it, the pages the start only read (and
-		// their neighbours the kernel mapped with them) are unmapped: the
-		// instance maps again only what its events read.
+		// The image is mapped from its file (memory_unix.go); past it the
+		// memory is anonymous.
 		if in.mem != nil {
 			view, _ := in.mem.Read(0, in.mem.Size())
-			linearmem.ReleaseZeroPages(view[min(m.image.size(), len(view)):])
-			linearmem.ReleaseSharedPages(view[:min(m.image.size(), len(view))])
+			linearmem.ReleaseAfterStart(view, m.image.size())
 		}
 	}
 	return in, nil
