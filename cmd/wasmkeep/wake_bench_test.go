@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"testing"
 
@@ -20,16 +19,9 @@ func BenchmarkFirstRequestNewActor(b *testing.B) {
 	for _, engine := range []string{"wazero", "wasmtime"} {
 		b.Run(engine, func(b *testing.B) {
 			n := startNodeOn(b, engine, node.Options{Classes: map[string]string{"c": guest}, MaxInstances: 1 << 20})
-			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 			get := func(path string) {
-				resp, err := client.Get(n.url + path)
-				if err != nil {
-					b.Fatal(err)
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					b.Fatalf("GET %s: %d", path, resp.StatusCode)
+				if code, body := n.do(http.MethodGet, path, ""); code != http.StatusOK {
+					b.Fatalf("GET %s: %d %s", path, code, body)
 				}
 			}
 			get("/actor/c/warm")
