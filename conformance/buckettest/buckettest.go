@@ -1,9 +1,12 @@
 // Package buckettest holds the rules every bucket/v1 provider must pass
-// (issue 7): reads whole and ranged, version tokens, conditional creates,
-// replaces and deletes, the errors that tell them apart, listings in byte
-// order with pagination, every character the kernel puts in a key, objects
-// of 0 bytes and of 64 MiB, writers racing on one create and one replace,
-// and the start-time probe (bucket.Probe).
+// (issue 7): reads whole and ranged, version tokens, conditional creates
+// and replaces, deletes, the errors that tell them apart, listings that
+// return every key once with pagination, every character the kernel puts
+// in a key, objects of 0 bytes and of 64 MiB, writers racing on one create
+// and one replace, and the start-time probe (bucket.Probe). It also reports
+// two capabilities that it does not require, because the kernel does not
+// rely on them (package bucket): conditional deletes, and listings in byte
+// order across "/". MinIO, for one, has neither.
 //
 // From go test, a provider's test calls Run with a constructor:
 //
@@ -12,7 +15,10 @@
 //	}
 //
 // Without testing.T (wasmkeep conformance bucket), Check runs the same
-// rules and reports each one passed or failed.
+// rules and reports each one passed or failed, and each capability present
+// or lacking. A bucket that cannot be listed at all (missing, unreachable,
+// credentials refused) fails every rule for one reason: both stop there and
+// say it once (ErrUnusable).
 //
 // Every rule works under its own prefix inside the run's prefix
 // (buckettest/<time>-<random>/<Rule>/ by default) and deletes what it wrote,
@@ -51,6 +57,10 @@ type Options struct {
 	Timeout time.Duration
 	// Quick picks small counts: the rules still run, on less data.
 	Quick bool
+	// RequireCapabilities makes RunWith fail, rather than skip, a
+	// capability the provider lacks: for a provider that offers them all.
+	// Check reports capabilities the same either way.
+	RequireCapabilities bool
 }
 
 func (o Options) withDefaults() Options {
@@ -104,28 +114,69 @@ func NewPrefix(base string) string {
 	return base + time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(r[:]) + "/"
 }
 
-// Rule is one rule of the contract.
+// Rule is one rule of the contract, or a capability: a behaviour the suite
+// reports but does not require.
 type Rule struct {
 	Name    string // a Go identifier: the subtest's name and the rule's prefix
 	Summary string // what the rule checks, one line
-	check   func(e *env) error
+	// Capability marks a behaviour a provider may lack and still conform;
+	// Without says why the kernel does not need it.
+	Capability bool
+	Without    string
+	check      func(e *env) error
+	sizes      func(Options) string // the run's counts, for Describe
 }
 
-// Rules lists every rule, in the order Check and Run take them.
+// Describe is the rule's summary with the counts and sizes opts give it.
+func (r Rule) Describe(opts Options) string {
+	if r.sizes == nil {
+		return r.Summary
+	}
+	return r.Summary + " (" + r.sizes(opts.withDefaults()) + ")"
+}
+
+// Rules lists every rule, then every capability, in the order Check and
+// Run take them.
 func Rules() []Rule { return slices.Clone(rules) }
 
-// Result is one rule's outcome: Err is nil if it passed.
+// Result is one rule's outcome: Err is nil if it passed (for a capability:
+// if the provider has it). Summary is the rule's, described for the run.
 type Result struct {
 	Rule    Rule
+	Summary string
 	Err     error
 	Elapsed time.Duration
 }
 
+// Failed reports a broken rule; a lacking capability is not one.
+func (r Result) Failed() bool { return r.Err != nil && !r.Rule.Capability }
+
+// ErrUnusable: the bucket could not be listed, so every rule would fail for
+// that one reason; the run stopped.
+var ErrUnusable = errors.New("buckettest: the bucket cannot be used, so no further rule was run")
+
+// usable lists the run's prefix, as every rule does: a failure there is the
+// root cause of every failure to come.
+func usable(ctx context.Context, b bucket.Bucket, prefix string) error {
+	if _, err := b.List(ctx, prefix, bucket.ListOptions{Limit: 1}); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%w: List %s: %w", ErrUnusable, prefix, err)
+	}
+	return nil
+}
+
 // Check runs every rule against b and returns each outcome, in order; report,
-// if not nil, is called as each one ends. It stops early only if ctx ends.
+// if not nil, is called as each one ends. It stops early if ctx ends, and
+// with an error wrapping ErrUnusable if the bucket cannot be listed, at the
+// start or after a rule failed.
 func Check(ctx context.Context, b bucket.Bucket, opts Options, report func(Result)) ([]Result, error) {
 	opts = opts.withDefaults()
 	if err := opts.check(); err != nil {
+		return nil, err
+	}
+	if err := usable(ctx, b, opts.Prefix); err != nil {
 		return nil, err
 	}
 	var out []Result
@@ -137,6 +188,11 @@ func Check(ctx context.Context, b bucket.Bucket, opts Options, report func(Resul
 		out = append(out, res)
 		if report != nil {
 			report(res)
+		}
+		if res.Err != nil {
+			if err := usable(ctx, b, opts.Prefix); err != nil {
+				return out, err
+			}
 		}
 	}
 	return out, nil
@@ -154,9 +210,20 @@ func RunWith(t *testing.T, newBucket func(t *testing.T) bucket.Bucket, opts Opti
 	if err := opts.check(); err != nil {
 		t.Fatal(err)
 	}
+	var stopped error // ErrUnusable, once a rule's failure shows it
 	for _, r := range rules {
 		t.Run(r.Name, func(t *testing.T) {
-			if res := runRule(t.Context(), newBucket(t), opts, r); res.Err != nil {
+			if stopped != nil {
+				t.Skipf("not run: %v", stopped)
+			}
+			b := newBucket(t)
+			res := runRule(t.Context(), b, opts, r)
+			switch {
+			case res.Err == nil:
+			case r.Capability && !opts.RequireCapabilities:
+				t.Skipf("lacks this capability: %v; %s", res.Err, r.Without)
+			default:
+				stopped = usable(t.Context(), b, opts.Prefix)
 				t.Fatal(res.Err)
 			}
 		})
@@ -179,7 +246,7 @@ func runRule(ctx context.Context, b bucket.Bucket, opts Options, r Rule) Result 
 	if cerr := DeleteAll(cctx, b, e.prefix); cerr != nil && err == nil {
 		err = fmt.Errorf("deleting what the rule wrote under %s: %w", e.prefix, cerr)
 	}
-	return Result{Rule: r, Err: err, Elapsed: time.Since(start)}
+	return Result{Rule: r, Summary: r.Describe(opts), Err: err, Elapsed: time.Since(start)}
 }
 
 // DeleteAll deletes every object under prefix, a page at a time, until

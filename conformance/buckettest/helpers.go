@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strings"
 
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
@@ -113,10 +114,12 @@ func is(err, want error, what string) error {
 }
 
 // listAll follows a listing from page to page and checks each page: at most
-// Limit entries, keys under prefix, after StartAfter, in ascending byte
-// order within and across pages, and a listing that ends.
+// Limit entries, keys under prefix, none listed twice, and a listing that
+// ends. Order is checked only where every provider keeps it (mayPrecede):
+// byte order across a "/" is a capability (ListByteOrder).
 func listAll(ctx context.Context, b bucket.Bucket, prefix string, opts bucket.ListOptions) ([]bucket.Entry, error) {
 	var all []bucket.Entry
+	seen := map[string]bool{}
 	last := opts.StartAfter
 	for pages := 0; ; pages++ {
 		page, err := b.List(ctx, prefix, opts)
@@ -130,24 +133,38 @@ func listAll(ctx context.Context, b bucket.Bucket, prefix string, opts bucket.Li
 			switch {
 			case !strings.HasPrefix(en.Key, prefix):
 				return nil, fmt.Errorf("List %s %+v returned %s, outside the prefix", prefix, opts, en.Key)
-			case en.Key <= last:
-				return nil, fmt.Errorf("List %s %+v returned %s after %s: not in ascending byte order (or not after StartAfter)", prefix, opts, en.Key, last)
+			case seen[en.Key]:
+				return nil, fmt.Errorf("List %s %+v returned %s twice", prefix, opts, en.Key)
+			case !mayPrecede(last, en.Key):
+				return nil, fmt.Errorf("List %s %+v returned %s after %s: out of byte order within a directory (or not after StartAfter)", prefix, opts, en.Key, last)
 			case en.Version == "":
 				return nil, fmt.Errorf("List %s returned %s with an empty version", prefix, en.Key)
 			case en.ModTime.IsZero():
 				return nil, fmt.Errorf("List %s returned %s without a modification time", prefix, en.Key)
 			}
+			seen[en.Key] = true
 			last = en.Key
 		}
 		all = append(all, page.Entries...)
 		if page.Next == "" {
 			return all, nil
 		}
-		if len(page.Entries) == 0 && page.Next <= opts.StartAfter || pages > len(all)+1 {
+		if len(page.Entries) == 0 && page.Next == opts.StartAfter || pages > len(all)+1 {
 			return nil, fmt.Errorf("List %s %+v: the listing does not end (next %q)", prefix, opts, page.Next)
 		}
 		opts.StartAfter = page.Next
 	}
+}
+
+// mayPrecede reports whether a listing may show key a before key b: a
+// sorts first in byte order, or the two first differ at a "/" (d/x and
+// d-/x), where a provider walking directories puts them the other way.
+func mayPrecede(a, b string) bool {
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
+	}
+	return a < b || i < len(a) && a[i] == '/' || i < len(b) && b[i] == '/'
 }
 
 // sameKeys checks a listing against the keys expected, in order.
@@ -163,6 +180,13 @@ func sameKeys(what string, got []bucket.Entry, want []string) error {
 		}
 	}
 	return nil
+}
+
+// sameKeySet checks a listing against the keys expected (sorted), in any
+// order.
+func sameKeySet(what string, got []bucket.Entry, want []string) error {
+	sorted := slices.SortedFunc(slices.Values(got), func(a, b bucket.Entry) int { return strings.Compare(a.Key, b.Key) })
+	return sameKeys(what, sorted, want)
 }
 
 // stream is a body of n pseudo-random bytes, made as it is read, from seed.

@@ -31,6 +31,12 @@ type Flaws struct {
 	RefusedPutsLand  bool // a Put refused with ErrPrecondition writes all the same
 	ReverseList      bool // each List page comes in descending key order
 	Unreachable      bool // every call fails with ErrTransient
+	// Flaws the contract allows, capabilities the kernel does without:
+	IgnoreDeleteIfVersion bool // Delete deletes whatever its IfVersion (MinIO, gofakes3)
+	RefuseDeleteIfVersion bool // a Delete with IfVersion is refused as unsupported
+	ListByDirectory       bool // List walks directories, each in name order: d/x before d-/x
+	// A flaw the contract does not allow:
+	IgnoreIfAbsent bool // a Put with IfAbsent overwrites an existing object (s3rver)
 }
 
 type memObject struct {
@@ -113,7 +119,7 @@ func (m *Memory) holds(key string, cond bucket.Condition) error {
 	o, exists := m.objs[key]
 	if m.flaws.IgnoreConditions ||
 		!cond.IfAbsent && cond.IfVersion == "" ||
-		cond.IfAbsent && !exists ||
+		cond.IfAbsent && (!exists || m.flaws.IgnoreIfAbsent) ||
 		cond.IfVersion != "" && exists && o.version == cond.IfVersion {
 		return nil
 	}
@@ -127,10 +133,16 @@ func (m *Memory) Delete(ctx context.Context, key string, cond bucket.Condition) 
 	if cond.IfAbsent {
 		return errors.New("bucket: Delete takes no IfAbsent condition")
 	}
+	if m.flaws.RefuseDeleteIfVersion && cond.IfVersion != "" {
+		return fmt.Errorf("memory bucket: delete %s: a condition on a delete is not implemented", key)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.objs[key]; !ok {
 		return fmt.Errorf("%s: %w", key, bucket.ErrNotFound)
+	}
+	if m.flaws.IgnoreDeleteIfVersion {
+		cond = bucket.Condition{}
 	}
 	if err := m.holds(key, cond); err != nil {
 		return err
@@ -150,14 +162,18 @@ func (m *Memory) List(ctx context.Context, prefix string, opts bucket.ListOption
 	if limit == 0 {
 		limit = 1000
 	}
+	order := strings.Compare
+	if m.flaws.ListByDirectory {
+		order = directoryOrder
+	}
 	m.mu.Lock()
 	var keys []string
 	for k := range m.objs {
-		if strings.HasPrefix(k, prefix) && k > opts.StartAfter {
+		if strings.HasPrefix(k, prefix) && order(k, opts.StartAfter) > 0 {
 			keys = append(keys, k)
 		}
 	}
-	slices.Sort(keys)
+	slices.SortFunc(keys, order)
 	var page bucket.ListPage
 	if len(keys) > limit {
 		keys = keys[:limit]
@@ -175,3 +191,10 @@ func (m *Memory) List(ctx context.Context, prefix string, opts bucket.ListOption
 }
 
 func (m *Memory) Close() error { return nil }
+
+// directoryOrder compares keys as a walk of directories meets them: segment
+// by segment, each in byte order, so all of d/ comes before d-/ although
+// '-' sorts before '/'.
+func directoryOrder(a, b string) int {
+	return slices.Compare(strings.Split(a, "/"), strings.Split(b, "/"))
+}

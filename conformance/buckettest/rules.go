@@ -16,23 +16,45 @@ import (
 )
 
 var rules = []Rule{
-	{"GetWhole", "Get reads back what Put wrote, with its size, version and time", getWhole},
-	{"GetRange", "ranged Gets: inside, to the end, cut at the end; a range not starting inside the object is ErrRange", getRange},
-	{"VersionsAgree", "the version tokens of Put, Get and List are each accepted while the object is unchanged, and refused after", versionsAgree},
-	{"CreateIfAbsent", "a create over an existing object is refused and changes nothing; a deleted key can be created again", createIfAbsent},
-	{"ReplaceIfVersion", "a replace at the current version succeeds; at a missing key it is refused; an unconditional Put overwrites", replaceIfVersion},
-	{"StaleVersion", "a replace with a stale or unknown version is refused, also after quick same-size replaces", staleVersion},
-	{"Delete", "unconditional and conditional deletes; missing keys are ErrNotFound, stale versions ErrPrecondition", deleteRule},
-	{"ErrorsDistinct", "not found, precondition and an ended context are told apart", errorsDistinct},
-	{"InvalidKeys", "keys and prefixes breaking the key rule are ErrInvalidKey and write nothing", invalidKeys},
-	{"KernelKeys", "keys with every character the kernel writes round-trip and list in byte order", kernelKeys},
-	{"ListPages", "a listing of many keys: byte order, pagination, StartAfter, Limit, prefix isolation", listPages},
-	{"EmptyObject", "a 0-byte object is written, read, listed and replaced", emptyObject},
-	{"LargeObject", "a large object (64 MiB) is streamed in and out intact, whole and ranged", largeObject},
-	{"BodySize", "a body shorter or longer than its declared size writes nothing", bodySize},
-	{"RaceCreate", "writers racing to create one key: exactly one wins, every round", raceCreate},
-	{"RaceReplace", "writers racing to replace one version: exactly one wins, every round", raceReplace},
-	{"Probe", "the start-time probe (bucket.Probe) passes", probe},
+	{Name: "GetWhole", Summary: "Get reads back what Put wrote, with its size, version and time", check: getWhole},
+	{Name: "GetRange", Summary: "ranged Gets: inside, to the end, cut at the end; a range not starting inside the object is ErrRange", check: getRange},
+	{Name: "VersionsAgree", Summary: "the version tokens of Put, Get and List are each accepted while the object is unchanged, and refused after", check: versionsAgree},
+	{Name: "CreateIfAbsent", Summary: "a create over an existing object is refused and changes nothing; a deleted key can be created again", check: createIfAbsent},
+	{Name: "ReplaceIfVersion", Summary: "a replace at the current version succeeds; at a missing key it is refused; an unconditional Put overwrites", check: replaceIfVersion},
+	{Name: "StaleVersion", Summary: "a replace with a stale or unknown version is refused, also after quick same-size replaces", check: staleVersion},
+	{Name: "Delete", Summary: "a delete removes the object; a missing key is ErrNotFound; IfAbsent is refused", check: deleteRule},
+	{Name: "ErrorsDistinct", Summary: "not found, precondition and an ended context are told apart", check: errorsDistinct},
+	{Name: "InvalidKeys", Summary: "keys and prefixes breaking the key rule are ErrInvalidKey and write nothing", check: invalidKeys},
+	{Name: "KernelKeys", Summary: "keys with every character the kernel writes round-trip and are all listed", check: kernelKeys},
+	{Name: "ListPages", Summary: "a listing of many keys: each once, in pages of at most Limit, byte order within a directory, prefix isolation", check: listPages, sizes: listSizes},
+	{Name: "EmptyObject", Summary: "a 0-byte object is written, read, listed and replaced", check: emptyObject},
+	{Name: "LargeObject", Summary: "a large object is streamed in and out intact, whole and ranged", check: largeObject, sizes: largeSizes},
+	{Name: "BodySize", Summary: "a body shorter or longer than its declared size writes nothing", check: bodySize},
+	{Name: "RaceCreate", Summary: "writers racing to create one key: exactly one wins, every round", check: raceCreate, sizes: raceSizes},
+	{Name: "RaceReplace", Summary: "writers racing to replace one version: exactly one wins, every round", check: raceReplace, sizes: raceSizes},
+	{Name: "Probe", Summary: "the start-time probe (bucket.Probe) passes", check: probe},
+
+	// Capabilities: reported, not required (package bucket: what the
+	// kernel does not rely on).
+	{Name: "ConditionalDelete", Summary: "a delete at a stale version is ErrPrecondition and deletes nothing; at the current version it deletes", check: conditionalDelete,
+		Capability: true, Without: "the kernel never deletes conditionally: it hands objects over with conditional Puts"},
+	{Name: "ListByteOrder", Summary: "listings and StartAfter follow byte order across /: d-/x before d/x before d.x/y", check: listByteOrder,
+		Capability: true, Without: "the kernel never relies on the order of keys that first differ at a /"},
+}
+
+func listSizes(o Options) string  { return fmt.Sprintf("%d keys", o.ListKeys) }
+func largeSizes(o Options) string { return byteSize(o.LargeSize) }
+func raceSizes(o Options) string  { return fmt.Sprintf("%d writers, %d rounds", o.Writers, o.Rounds) }
+
+// byteSize names n in the largest binary unit that divides it.
+func byteSize(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 func getWhole(e *env) error {
@@ -225,7 +247,7 @@ func staleVersion(e *env) error {
 }
 
 func deleteRule(e *env) error {
-	k1, k2, k3, missing := e.key("plain"), e.key("conditional"), e.key("kept"), e.key("missing")
+	k1, k3 := e.key("plain"), e.key("kept")
 	if _, err := e.put(k1, []byte("x"), create); err != nil {
 		return err
 	}
@@ -239,28 +261,6 @@ func deleteRule(e *env) error {
 	if err := is(e.b.Delete(e.ctx, k1, always), bucket.ErrNotFound, "a second Delete of "+k1); err != nil {
 		return err
 	}
-	if err := is(e.b.Delete(e.ctx, missing, at("v")), bucket.ErrNotFound, "a conditional Delete of the missing "+missing); err != nil {
-		return err
-	}
-
-	v1, err := e.put(k2, []byte("one"), create)
-	if err != nil {
-		return err
-	}
-	v2, err := e.put(k2, []byte("two"), at(v1))
-	if err != nil {
-		return err
-	}
-	if err := is(e.b.Delete(e.ctx, k2, at(v1)), bucket.ErrPrecondition, "Delete "+k2+" at a stale version"); err != nil {
-		return err
-	}
-	if err := e.holds(k2, []byte("two")); err != nil {
-		return fmt.Errorf("after a refused Delete: %w", err)
-	}
-	if err := e.b.Delete(e.ctx, k2, at(v2)); err != nil {
-		return fmt.Errorf("Delete %s at its version: %w", k2, err)
-	}
-
 	if _, err := e.put(k3, []byte("kept"), create); err != nil {
 		return err
 	}
@@ -272,6 +272,34 @@ func deleteRule(e *env) error {
 		return err
 	}
 	return sameKeys("List after the deletes", entries, []string{k3})
+}
+
+// conditionalDelete is the capability: S3 has it (If-Match on DELETE);
+// MinIO and gofakes3 delete whatever the condition.
+func conditionalDelete(e *env) error {
+	k, missing := e.key("conditional"), e.key("missing")
+	if err := is(e.b.Delete(e.ctx, missing, at("v")), bucket.ErrNotFound, "a conditional Delete of the missing "+missing); err != nil {
+		return err
+	}
+	v1, err := e.put(k, []byte("one"), create)
+	if err != nil {
+		return err
+	}
+	v2, err := e.put(k, []byte("two"), at(v1))
+	if err != nil {
+		return err
+	}
+	if err := is(e.b.Delete(e.ctx, k, at(v1)), bucket.ErrPrecondition, "Delete "+k+" at a stale version"); err != nil {
+		return err
+	}
+	if err := e.holds(k, []byte("two")); err != nil {
+		return fmt.Errorf("after a refused Delete: %w", err)
+	}
+	if err := e.b.Delete(e.ctx, k, at(v2)); err != nil {
+		return fmt.Errorf("Delete %s at its version: %w", k, err)
+	}
+	_, err = e.b.Get(e.ctx, k, bucket.GetOptions{})
+	return is(err, bucket.ErrNotFound, "Get "+k+" after a Delete at its version")
 }
 
 func errorsDistinct(e *env) error {
@@ -396,7 +424,7 @@ func kernelKeys(e *env) error {
 	if err != nil {
 		return err
 	}
-	if err := sameKeys("List "+e.prefix, entries, keys); err != nil {
+	if err := sameKeySet("List "+e.prefix, entries, keys); err != nil {
 		return err
 	}
 	sub := e.key("owners/acme/chat/")
@@ -404,7 +432,7 @@ func kernelKeys(e *env) error {
 	if err != nil {
 		return err
 	}
-	return sameKeys("List "+sub, entries, under(keys, sub))
+	return sameKeySet("List "+sub, entries, under(keys, sub))
 }
 
 // longestKey extends start with segments of up to 200 bytes to a key of
@@ -469,7 +497,7 @@ func listPages(e *env) error {
 		if err != nil {
 			return err
 		}
-		if err := sameKeys(fmt.Sprintf("List %s limit %d", base, limit), entries, keys); err != nil {
+		if err := sameKeySet(fmt.Sprintf("List %s limit %d", base, limit), entries, keys); err != nil {
 			return err
 		}
 		for _, en := range entries {
@@ -485,24 +513,8 @@ func listPages(e *env) error {
 	if err != nil {
 		return err
 	}
-	if err := sameKeys("List "+sub+" limit 7", entries, under(keys, sub)); err != nil {
+	if err := sameKeySet("List "+sub+" limit 7", entries, under(keys, sub)); err != nil {
 		return err
-	}
-	n := len(keys)
-	for _, after := range []string{"", keys[n/2], keys[n/3] + "%", base + "d/", base + "~~~~"} {
-		entries, err := listAll(e.ctx, e.b, base, bucket.ListOptions{StartAfter: after, Limit: 500})
-		if err != nil {
-			return err
-		}
-		want := keys[:0:0]
-		for _, k := range keys {
-			if k > after {
-				want = append(want, k)
-			}
-		}
-		if err := sameKeys(fmt.Sprintf("List %s after %s", base, after), entries, want); err != nil {
-			return err
-		}
 	}
 	none := e.key("none/")
 	page, err := e.b.List(e.ctx, none, bucket.ListOptions{})
@@ -511,6 +523,43 @@ func listPages(e *env) error {
 	}
 	if len(page.Entries) != 0 || page.Next != "" {
 		return fmt.Errorf("List %s (nothing there): %d entries, next %q", none, len(page.Entries), page.Next)
+	}
+	return nil
+}
+
+// listByteOrder is the capability: a listing in byte order throughout,
+// and StartAfter anywhere counted in it. A store that walks directories
+// (MinIO) lists d/x before d-/x.
+func listByteOrder(e *env) error {
+	base := e.key("keys/")
+	keys := listKeys(base, 60)
+	for _, k := range kernelKeyNames {
+		if strings.HasPrefix(k, "order/") {
+			keys = append(keys, base+k)
+		}
+	}
+	if err := e.putAll(keys); err != nil {
+		return err
+	}
+	slices.Sort(keys)
+	n := len(keys)
+	for _, c := range []struct {
+		after string
+		limit int
+	}{{"", 0}, {"", 7}, {keys[n/2], 0}, {keys[n/3] + "%", 5}, {base + "d/", 0}, {base + "d-", 0}, {base + "order/b", 3}, {base + "~~~~", 0}} {
+		entries, err := listAll(e.ctx, e.b, base, bucket.ListOptions{StartAfter: c.after, Limit: c.limit})
+		if err != nil {
+			return err
+		}
+		want := keys[:0:0]
+		for _, k := range keys {
+			if k > c.after {
+				want = append(want, k)
+			}
+		}
+		if err := sameKeys(fmt.Sprintf("List %s after %q limit %d", base, c.after, c.limit), entries, want); err != nil {
+			return err
+		}
 	}
 	return nil
 }
