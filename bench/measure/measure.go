@@ -531,7 +531,7 @@ func (c *client) expect(r Request, name string, want int64) error {
 }
 
 // do sends r to the actor called name and, for the counter, returns the
-// value it answered; any status but 200 is an error naming the request.
+// value it answered; a status outside 2xx is an error naming the request.
 func (c *client) do(r Request, name string) (int64, error) {
 	req, err := r.to(c.base, name)
 	if err != nil {
@@ -546,7 +546,7 @@ func (c *client) do(r Request, name string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%s %s: reading the answer: %w", req.Method, req.URL.Path, err)
 	}
-	if resp.StatusCode != http.StatusOK {
+	if !succeeded(resp) {
 		return 0, fmt.Errorf("%s %s: %s: %s", req.Method, req.URL.Path, resp.Status, strings.TrimSpace(string(body)))
 	}
 	if !c.counter {
@@ -558,6 +558,10 @@ func (c *client) do(r Request, name string) (int64, error) {
 	}
 	return v, nil
 }
+
+// succeeded says the server answered a 2xx: an actor may create with 201
+// or answer 204.
+func succeeded(resp *http.Response) bool { return resp.StatusCode/100 == 2 }
 
 // percentile is the nearest-rank q-quantile of ds.
 func percentile(ds []time.Duration, q float64) time.Duration {

@@ -109,7 +109,7 @@ type server struct {
 }
 
 // startServer spawns the server on a free loopback port with dataDir and
-// returns once the read request to actor x answers 200, with the time that
+// returns once the read request to actor x answers a 2xx, with the time that
 // took from spawning.
 func startServer(opts Options, dataDir, logPath string) (*server, time.Duration, error) {
 	port, err := freePort()
@@ -172,7 +172,7 @@ func (s *server) awaitFirstResponse(r Request, start time.Time) (time.Duration, 
 		if err == nil {
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if succeeded(resp) {
 				return time.Since(start), nil
 			}
 			return 0, fmt.Errorf("first request to the server, %s %s: %s: %s%s",

@@ -37,7 +37,8 @@ latency, memory per resident actor, throughput and server CPU per request
 engines side by side with each engine's ratio to the first, and writes the
 rows to <out>/<date>-<commit>-engines-<engines>.csv. Linux only.
 
-The actor must answer both requests with 200, to any actor name.`,
+The actor must answer both requests with a 2xx status (200, 201, 204...),
+to any actor name.`,
 		Example: `  wasmkeep bench --actor counter=counter.wasm
   wasmkeep bench --engines wazero,wasmtime --quick --actor counter=counter.wasm
   wasmkeep bench --actor chat=chat.wasm --read 'GET /actor/chat/{name}/history' --write 'POST /actor/chat/{name} hello'`,
