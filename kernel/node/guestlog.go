@@ -24,7 +24,8 @@ const DiscardGuestLogs = -1
 // guestLog turns what a guest writes to stdout or stderr into node log
 // entries, one per line, tagged with the actor and the stream. Control
 // characters are escaped so a guest cannot forge entries or drive a
-// terminal. Writes never fail the guest.
+// terminal; tabs, which do neither, are kept (Go's panic traces indent with
+// them). Writes never fail the guest.
 type guestLog struct {
 	limit  *guestLimit
 	stream string
@@ -153,7 +154,9 @@ func (n *Node) GuestLogLines() int64 { return n.guestLogLines.Load() }
 // (every line, with DiscardGuestLogs).
 func (n *Node) GuestLogDropped() int64 { return n.guestLogDropped.Load() }
 
-// escapeLine escapes control characters and invalid UTF-8 as \u{..}.
+// escapeLine escapes control characters other than tab as \u{..}, and
+// invalid UTF-8 as \x{..}. The log handler then quotes the tab as it
+// quotes any text it must (slog's text handler writes \t).
 func escapeLine(b []byte) string {
 	var sb strings.Builder
 	for len(b) > 0 {
@@ -161,7 +164,7 @@ func escapeLine(b []byte) string {
 		switch {
 		case r == utf8.RuneError && size == 1:
 			sb.WriteString(`\x{` + strconv.FormatUint(uint64(b[0]), 16) + `}`)
-		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
+		case r < 0x20 && r != '\t' || r == 0x7f || (r >= 0x80 && r < 0xa0):
 			sb.WriteString(`\u{` + strconv.FormatUint(uint64(r), 16) + `}`)
 		default:
 			sb.Write(b[:size])

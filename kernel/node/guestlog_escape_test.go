@@ -1,0 +1,18 @@
+package node
+
+import "testing"
+
+// A panic trace's tabs reach the log as the handler writes a tab (\t), while
+// what could forge an entry or drive a terminal stays escaped.
+func TestGuestLogKeepsTabsEscapesControls(t *testing.T) {
+	n, buf := logNode(10)
+	l := newGuestLimit(n, "t/c/a")
+	out := guestLog{limit: &l, stream: "stderr"}
+	out.Write([]byte("\tmain.go:12 +0x1f\n"))
+	out.Write([]byte("forged\rlevel=ERROR \x1b[2J \xff\n"))
+	want := `level=INFO msg="\tmain.go:12 +0x1f" actor=t/c/a stream=stderr` + "\n" +
+		`level=INFO msg="forged\\u{d}level=ERROR \\u{1b}[2J \\x{ff}" actor=t/c/a stream=stderr` + "\n"
+	if buf.String() != want {
+		t.Fatalf("log:\n%s\nwant:\n%s", buf, want)
+	}
+}
