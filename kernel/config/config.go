@@ -74,6 +74,7 @@ type Node struct {
 	DataDir       string            `koanf:"data_dir"`
 	IdleTimeout   time.Duration     `koanf:"idle_timeout"`
 	CPUBudgetMS   int               `koanf:"cpu_budget_ms"`
+	HostCPUMS     int               `koanf:"host_cpu_budget_ms"`
 	MaxInstances  int               `koanf:"max_instances"`
 	MetricsListen string            `koanf:"metrics_listen"`
 	Actors        map[string]string `koanf:"actors"` // class name to module file

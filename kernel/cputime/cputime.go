@@ -1,8 +1,9 @@
 // Package cputime measures and bounds the CPU time of one OS thread. Guests
 // and SQLite statements run on the calling goroutine's thread (the kernel
 // locks it for the event), so that thread's CPU clock is what an event
-// spends, whatever else the machine does. Both the guest CPU budget (kernel)
-// and the SQL CPU budget (storage plugins) use it.
+// spends, whatever else the machine does. Both the guest CPU budget and the
+// cap on an event's whole CPU (kernel) and the SQL CPU budget (storage
+// plugins) use it.
 package cputime
 
 import (
@@ -35,16 +36,31 @@ func readClock(id int32) (time.Duration, bool) {
 	return time.Duration(ts.Nano()), true
 }
 
-// Watch bounds the CPU time the calling thread spends from Start to Stop,
-// less what Exclude takes out. It costs one clock read at Start and Stop and
-// one timer; the thread's clock is read again only once the whole budget has
-// passed in wall time, since CPU time cannot run ahead of it.
+// epoch is the origin of the monotonic times a host call's start is kept as.
+var epoch = time.Now()
+
+// Watch bounds the CPU time the calling thread spends from Start to Stop in
+// two ways: a budget on the time counted, which leaves out host calls (the
+// guest's own CPU), and a cap on all of it (host calls included). It costs
+// one clock read at Start and Stop and one timer, armed for whichever limit
+// is nearer; the thread's clock is read again only when the timer fires,
+// since CPU time cannot run ahead of wall time.
+//
+// A host call (EnterHost to LeaveHost) is left out of the counted time by
+// its wall time, which CPU time cannot exceed; reading a wall clock is much
+// cheaper than reading a thread's CPU clock. The budget never runs out
+// inside a host call: it is checked again when the call returns, so a guest
+// over it is stopped as soon as it runs again. The cap runs out anywhere.
 type Watch struct {
 	clock    int32
 	start    time.Duration
-	limit    time.Duration
-	excluded atomic.Int64
+	limit    time.Duration // on the counted time; <= 0: none
+	cap      time.Duration // on all the time; <= 0: none
+	excluded atomic.Int64  // wall time of the host calls that have returned
+	inHost   atomic.Int64  // since epoch, when the running host call began; 0: none runs
+	recheck  atomic.Bool   // the timer found the budget nearly spent during a host call
 	onExceed func()
+	onCap    func()
 
 	mu      sync.Mutex
 	timer   *time.Timer
@@ -54,45 +70,109 @@ type Watch struct {
 // Start begins watching the calling (locked) thread; onExceed runs once, on
 // another goroutine, when the budget is spent. A limit <= 0 watches nothing.
 func Start(limit time.Duration, onExceed func()) *Watch {
-	w := &Watch{clock: threadClock(unix.Gettid()), limit: limit, onExceed: onExceed}
+	return StartCapped(limit, onExceed, 0, nil)
+}
+
+// StartCapped is Start with a cap besides the budget: onCap runs once, on
+// another goroutine, when the thread has spent limitAll in all, host calls
+// included. At most one of onExceed and onCap runs. A limit <= 0 is none.
+func StartCapped(limit time.Duration, onExceed func(), limitAll time.Duration, onCap func()) *Watch {
+	w := &Watch{clock: threadClock(unix.Gettid()), limit: limit, cap: limitAll, onExceed: onExceed, onCap: onCap}
 	w.start, _ = readClock(w.clock)
-	if limit > 0 {
+	if first := nearer(limit, limitAll); first > 0 {
 		w.mu.Lock()
-		w.timer = time.AfterFunc(limit, w.check)
+		w.timer = time.AfterFunc(first, w.check)
 		w.mu.Unlock()
 	}
 	return w
 }
 
-// Exclude takes d off the time counted (time spent in host calls).
-func (w *Watch) Exclude(d time.Duration) { w.excluded.Add(int64(d)) }
+// nearer is the smaller of two limits, where <= 0 is none.
+func nearer(a, b time.Duration) time.Duration {
+	if a <= 0 || (b > 0 && b < a) {
+		return b
+	}
+	return a
+}
 
-// Used is the CPU time counted so far.
+// EnterHost marks the start of a host call on the watched thread; its
+// result goes to LeaveHost when the call returns.
+func (w *Watch) EnterHost() time.Duration {
+	since := time.Since(epoch)
+	w.inHost.Store(int64(since))
+	return since
+}
+
+// LeaveHost ends the host call begun at since: its wall time is left out of
+// the counted time, and the budget is checked if it ran low meanwhile.
+func (w *Watch) LeaveHost(since time.Duration) {
+	w.excluded.Add(int64(time.Since(epoch) - since)) // before inHost clears, so no reader counts the call
+	w.inHost.Store(0)
+	if w.recheck.CompareAndSwap(true, false) {
+		w.check()
+	}
+}
+
+// Used is the CPU time counted so far: all of it, less the host calls'.
 func (w *Watch) Used() time.Duration {
+	used, _, _ := w.times()
+	return used
+}
+
+// times reads the thread's clock once: the time counted (less the host
+// calls', the running one's so far too), all the time, and whether a host
+// call is running.
+func (w *Watch) times() (counted, all time.Duration, inHost bool) {
 	now, ok := readClock(w.clock)
 	if !ok {
-		return 0
+		return 0, 0, false
 	}
-	return now - w.start - time.Duration(w.excluded.Load())
+	all = now - w.start
+	counted = all - time.Duration(w.excluded.Load())
+	if since := w.inHost.Load(); since != 0 {
+		counted -= time.Since(epoch) - time.Duration(since)
+		inHost = true
+	}
+	return counted, all, inHost
 }
 
 func (w *Watch) check() {
-	used := w.Used()
+	counted, all, inHost := w.times()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopped {
 		return
 	}
-	if used >= w.limit {
-		w.stopped = true
-		go w.onExceed()
+	var next time.Duration // until a limit could be reached; 0: no timer
+	if w.cap > 0 {
+		if all >= w.cap {
+			w.stopped = true
+			go w.onCap()
+			return
+		}
+		next = w.cap - all
+	}
+	if w.limit > 0 && inHost {
+		// The guest spends none of its budget before the call returns:
+		// LeaveHost checks again then, rather than this timer, over and
+		// over through a long call. Unless the call has just returned,
+		// missing the flag.
+		w.recheck.Store(true)
+		inHost = w.inHost.Load() != 0 || !w.recheck.CompareAndSwap(true, false)
+	}
+	if w.limit > 0 && !inHost {
+		left := w.limit - counted
+		if left <= 0 {
+			w.stopped = true
+			go w.onExceed()
+			return
+		}
+		next = nearer(next, left)
+	}
+	if next <= 0 {
 		return
 	}
-	next := w.limit - used
-	if next < time.Millisecond {
-		next = time.Millisecond
-	}
-	w.timer.Reset(next)
+	w.timer.Reset(max(next, time.Millisecond))
 }
 
 // Stop ends the watch and returns the CPU time counted. It must be called on

@@ -6,6 +6,18 @@ import (
 	"time"
 )
 
+// spin burns the calling thread's CPU until done is closed or d of CPU has
+// passed.
+func spin(d time.Duration, done <-chan struct{}) {
+	for start := Thread(); Thread()-start < d; {
+		select {
+		case <-done:
+			return
+		default:
+		}
+	}
+}
+
 // A spinning thread is told when it passes its budget; a sleeping one is not,
 // since sleeping costs no CPU.
 func TestWatch(t *testing.T) {
@@ -14,15 +26,7 @@ func TestWatch(t *testing.T) {
 
 	exceeded := make(chan struct{})
 	w := Start(30*time.Millisecond, func() { close(exceeded) })
-	deadline := time.Now().Add(10 * time.Second)
-spin:
-	for time.Now().Before(deadline) {
-		select {
-		case <-exceeded:
-			break spin
-		default:
-		}
-	}
+	spin(10*time.Second, exceeded)
 	used := w.Stop()
 	select {
 	case <-exceeded:
@@ -40,14 +44,73 @@ spin:
 	}
 }
 
-func TestExclude(t *testing.T) {
+// A host call's time is not counted, even while the call runs: the budget
+// does not run out inside it, however long it takes.
+func TestHostCallIsNotCounted(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	w := Start(0, nil)
-	for start := Thread(); Thread()-start < 10*time.Millisecond; {
+	w := Start(20*time.Millisecond, func() { t.Error("the budget ran out inside a host call") })
+	since := w.EnterHost()
+	spin(200*time.Millisecond, nil)
+	w.LeaveHost(since)
+	if used := w.Stop(); used > 20*time.Millisecond {
+		t.Errorf("the host call was counted: %v", used)
 	}
-	w.Exclude(time.Hour)
-	if used := w.Stop(); used > 0 {
-		t.Errorf("excluded time still counted: %v", used)
+}
+
+// A guest that spends its budget while the timer waits out a host call is
+// stopped once it runs again, not at the next host call or never.
+func TestBudgetCheckedAfterHostCall(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	exceeded := make(chan struct{})
+	w := Start(30*time.Millisecond, func() { close(exceeded) })
+	spin(25*time.Millisecond, nil) // most of the budget, as guest code
+	since := w.EnterHost()
+	spin(100*time.Millisecond, nil) // the timer fires in here
+	w.LeaveHost(since)
+	spin(10*time.Second, exceeded) // guest code again
+	used := w.Stop()
+	select {
+	case <-exceeded:
+	default:
+		t.Fatal("the budget was never reported exceeded")
+	}
+	if used < 30*time.Millisecond || used > 500*time.Millisecond {
+		t.Errorf("stopped after %v of guest CPU, want about 30ms", used)
+	}
+}
+
+// The cap counts everything, host calls included, and runs out inside one.
+func TestCapRunsOutInsideHostCall(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	capped := make(chan struct{})
+	w := StartCapped(20*time.Millisecond, func() { t.Error("the guest budget ran out inside a host call") },
+		120*time.Millisecond, func() { close(capped) })
+	start := Thread()
+	since := w.EnterHost()
+	spin(10*time.Second, capped)
+	w.LeaveHost(since)
+	w.Stop()
+	select {
+	case <-capped:
+	default:
+		t.Fatal("the cap was never reported reached")
+	}
+	if all := Thread() - start; all < 120*time.Millisecond || all > time.Second {
+		t.Errorf("capped after %v of CPU, want about 120ms", all)
+	}
+}
+
+// With both limits, the guest budget still stops guest code first.
+func TestBudgetBeforeCap(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	exceeded := make(chan struct{})
+	w := StartCapped(30*time.Millisecond, func() { close(exceeded) }, time.Second, func() { t.Error("the cap ran out first") })
+	spin(10*time.Second, exceeded)
+	if used := w.Stop(); used < 30*time.Millisecond || used > 500*time.Millisecond {
+		t.Errorf("stopped after %v of guest CPU, want about 30ms", used)
 	}
 }

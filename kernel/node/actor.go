@@ -45,6 +45,7 @@ func (f *failure) Unwrap() error { return f.cause }
 
 var (
 	errCPUBudget = errors.New("the event used up its CPU budget")
+	errHostCPU   = errors.New("the event used up its CPU cap, host calls included")
 	errWallClock = errors.New("the event ran past its wall-clock limit")
 )
 
@@ -347,13 +348,17 @@ func (a *actor) recordInit(ctx context.Context) error {
 	return err
 }
 
-// guest runs f, which calls into the guest, under the event's CPU budget.
-// A failure (a trap, a stop) discards the instance and returns a *failure
-// that says which limit stopped it, if one did.
+// guest runs f, which calls into the guest, under the event's CPU budget
+// (the guest's own CPU) and its cap (all its CPU, host calls included: it
+// stops a running statement or fetch too, through ctx). A failure (a trap,
+// a stop) discards the instance and returns a *failure that says which
+// limit stopped it, if one did.
 func (a *actor) guest(ctx context.Context, what string, f func(ctx context.Context) error) error {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	a.state.watch = cputime.Start(a.node.opts.CPUBudget, func() { stop(errCPUBudget) })
+	budget := a.node.opts.CPUBudget
+	a.state.watch = cputime.StartCapped(budget, func() { stop(errCPUBudget) },
+		budget+a.node.opts.HostCPUBudget, func() { stop(errHostCPU) })
 	err := f(ctx)
 	a.state.watch.Stop()
 	if err == nil {
@@ -365,6 +370,9 @@ func (a *actor) guest(ctx context.Context, what string, f func(ctx context.Conte
 		case errors.Is(cause, errCPUBudget):
 			a.node.metrics.cpuBudget.Inc()
 			return &failure{"actor exceeded its CPU budget", cause}
+		case errors.Is(cause, errHostCPU):
+			a.node.metrics.cuts.WithLabelValues("host_cpu").Inc()
+			return &failure{"actor exceeded its CPU budget for host work", cause}
 		case errors.Is(cause, errWallClock):
 			a.node.metrics.cuts.WithLabelValues("wall").Inc()
 			return &failure{"actor exceeded its wall-clock limit", cause}

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"time"
 
 	"golang.org/x/net/http/httpguts"
 
@@ -87,12 +86,11 @@ func sig(params []runtime.ValueType, results ...runtime.ValueType) runtime.Signa
 func types(ts ...runtime.ValueType) []runtime.ValueType { return ts }
 
 // hostFunc wraps a host function so that its time is not charged to the
-// guest's CPU budget.
+// guest's CPU budget (only to the event's cap on all CPU), even while it runs.
 func hostFunc(name string, s runtime.Signature, f func(ctx context.Context, st *eventState, mem runtime.Memory, stack []uint64)) runtime.HostFunction {
 	return runtime.HostFunction{Name: name, Signature: s, Func: func(ctx context.Context, mem runtime.Memory, stack []uint64) {
 		st := stateOf(ctx)
-		start := time.Now()
-		defer func() { st.watch.Exclude(time.Since(start)) }()
+		defer st.watch.LeaveHost(st.watch.EnterHost())
 		f(ctx, st, mem, stack)
 	}}
 }

@@ -35,6 +35,7 @@ type Options struct {
 	Access        map[string]Access // [open] by class: who outside may reach its actors
 	IdleTimeout   time.Duration     // [30s] without events before an actor hibernates
 	CPUBudget     time.Duration     // [50ms] guest CPU per event
+	HostCPUBudget time.Duration     // [3s] CPU per event besides CPUBudget, in host calls or not: the event's CPU cap is their sum
 	WallClock     time.Duration     // [30s] wall time per event
 	MaxInstances  int               // [1000] instances at once: resident actors and stateless requests
 	MemoryLimit   uint32            // [128 MiB] per linear memory, in bytes
@@ -68,6 +69,7 @@ func (o Options) withDefaults() Options {
 	}
 	def(&o.IdleTimeout, 30*time.Second)
 	def(&o.CPUBudget, 50*time.Millisecond)
+	def(&o.HostCPUBudget, 3*time.Second)
 	def(&o.WallClock, 30*time.Second)
 	def(&o.AdmissionWait, 250*time.Millisecond)
 	def(&o.WebSocketPingAfter, 25*time.Second)

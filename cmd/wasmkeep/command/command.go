@@ -90,6 +90,7 @@ type serveFlags struct {
 	listen       string
 	idleTimeout  time.Duration
 	cpuBudgetMS  int
+	hostCPUMS    int
 	maxInstances int
 	guestLogRate int
 	metricsAddr  string
@@ -126,6 +127,7 @@ func serveCommand(reg *plugin.Registry) *cobra.Command {
 	fl.StringVar(&f.listen, "listen", "", "address to serve HTTP on (node.listen)")
 	fl.DurationVar(&f.idleTimeout, "idle-timeout", 0, "hibernate an actor after this long without events (node.idle_timeout)")
 	fl.IntVar(&f.cpuBudgetMS, "cpu-budget-ms", 0, "guest CPU per event, in milliseconds (node.cpu_budget_ms)")
+	fl.IntVar(&f.hostCPUMS, "host-cpu-budget-ms", 0, "CPU per event besides the guest's budget, host calls included, in milliseconds (node.host_cpu_budget_ms)")
 	fl.IntVar(&f.maxInstances, "max-instances", 0, "instances at once: resident actors and stateless requests (node.max_instances)")
 	fl.IntVar(&f.guestLogRate, "guest-log-rate", 50, "lines a second each actor instance may print to the log, bursts of twice that; 0 discards them (node.guest_log_rate)")
 	fl.StringVar(&f.metricsAddr, "metrics-listen", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9100 (node.metrics_listen; off by default)")
@@ -151,6 +153,9 @@ func nodeSettings(cmd *cobra.Command, cfg config.Node, f serveFlags) (config.Nod
 	if set("cpu-budget-ms") {
 		cfg.CPUBudgetMS = f.cpuBudgetMS
 	}
+	if set("host-cpu-budget-ms") {
+		cfg.HostCPUMS = f.hostCPUMS
+	}
 	if set("max-instances") {
 		cfg.MaxInstances = f.maxInstances
 	}
@@ -173,8 +178,8 @@ func nodeSettings(cmd *cobra.Command, cfg config.Node, f serveFlags) (config.Nod
 	if len(cfg.Actors) == 0 && f.stateless == "" {
 		return cfg, errors.New("nothing to serve: add --actor CLASS=FILE.wasm (or node.actors in the config), or a stateless component")
 	}
-	if cfg.CPUBudgetMS < 0 || cfg.MaxInstances < 0 || cfg.IdleTimeout < 0 || (cfg.GuestLogRate != nil && *cfg.GuestLogRate < 0) {
-		return cfg, errors.New("cpu budget, max instances, idle timeout and guest log rate cannot be negative")
+	if cfg.CPUBudgetMS < 0 || cfg.HostCPUMS < 0 || cfg.MaxInstances < 0 || cfg.IdleTimeout < 0 || (cfg.GuestLogRate != nil && *cfg.GuestLogRate < 0) {
+		return cfg, errors.New("cpu budget, host cpu budget, max instances, idle timeout and guest log rate cannot be negative")
 	}
 	return cfg, nil
 }
@@ -244,16 +249,17 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	opts := node.Options{
-		DataDir:      ns.DataDir,
-		Classes:      ns.Actors,
-		Access:       access,
-		Env:          env,
-		Stateless:    f.stateless,
-		IdleTimeout:  ns.IdleTimeout,
-		CPUBudget:    time.Duration(ns.CPUBudgetMS) * time.Millisecond,
-		MaxInstances: ns.MaxInstances,
-		GuestLogRate: guestLogRate(ns.GuestLogRate),
-		Logger:       log,
+		DataDir:       ns.DataDir,
+		Classes:       ns.Actors,
+		Access:        access,
+		Env:           env,
+		Stateless:     f.stateless,
+		IdleTimeout:   ns.IdleTimeout,
+		CPUBudget:     time.Duration(ns.CPUBudgetMS) * time.Millisecond,
+		HostCPUBudget: time.Duration(ns.HostCPUMS) * time.Millisecond,
+		MaxInstances:  ns.MaxInstances,
+		GuestLogRate:  guestLogRate(ns.GuestLogRate),
+		Logger:        log,
 	}
 	if err := outbound(&opts, f); err != nil {
 		return err
