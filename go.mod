@@ -23,6 +23,8 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/cobra v1.10.2
 	github.com/tetratelabs/wazero v1.12.0
+	github.com/wasmkeep/wasmkeep/kernel/abi v0.0.0-00010101000000-000000000000
+	github.com/wasmkeep/wasmkeep/sdk/go v0.0.0-00010101000000-000000000000
 	gocloud.dev v0.49.0
 	golang.org/x/net v0.63.0
 	golang.org/x/sys v0.50.0
@@ -86,4 +88,11 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
+)
+
+// The guest SDK and the ABI's encoding it shares with the host are modules of
+// their own (Go 1.24, no dependencies), built from this checkout.
+replace (
+	github.com/wasmkeep/wasmkeep/kernel/abi => ./kernel/abi
+	github.com/wasmkeep/wasmkeep/sdk/go => ./sdk/go
 )

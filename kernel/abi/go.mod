@@ -1,0 +1,3 @@
+module github.com/wasmkeep/wasmkeep/kernel/abi
+
+go 1.24
