@@ -39,6 +39,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) storage.Driver) {
 		{"Transactions", txTests},
 		{"Durable", durableTests},
 		{"Quotas", quotaTests},
+		{"OneCall", oneCallTests},
 		{"Capabilities", capabilityTests},
 	}
 	for _, g := range groups {

@@ -38,7 +38,41 @@ type conn interface {
 	// rest says that no statement runs until the next call (the event is
 	// over): a binding may give back what only a call needs.
 	rest()
+	// interrupt is sqlite3_interrupt: the statement running on the
+	// connection fails with SQLITE_INTERRUPT at the next point where
+	// SQLite checks (the parser, the virtual machine's loops, the sorter).
+	// It is the one call that may come from another goroutine; the caller
+	// makes sure the connection is open.
+	interrupt()
+	// createFunction registers f as the scalar SQL function name of nArg
+	// arguments (sqlite3_create_function_v2, UTF-8, deterministic and
+	// innocuous, as SQLite's own scalar functions are), in place of a
+	// built-in one of the same name and arity. arg is passed to f.
+	createFunction(name string, nArg int, arg int, f sqlFunc) error
 	close() error
+}
+
+// sqlFunc computes one call of a Go SQL function; arg is its registration's.
+type sqlFunc func(call funcCall, arg int)
+
+// funcCall is one call of a Go SQL function: its arguments, as SQLite
+// converts them, and its result.
+type funcCall interface {
+	argType(i int) int // typeInteger ... typeNull
+	// argText is sqlite3_value_text (a number or a blob turned into text),
+	// argBlob sqlite3_value_blob; nil for NULL. Both stay valid until the
+	// function returns.
+	argText(i int) []byte
+	argBlob(i int) []byte
+	limit(id int) int // sqlite3_limit's current value
+	resultInt(n int64)
+	resultText(b []byte)
+	// resultError fails the call with code; msg empty keeps SQLite's
+	// message for the code.
+	resultError(code int, msg string)
+	// stop reports whether the statement must stop (the progress handler's
+	// answer).
+	stop() bool
 }
 
 // stmt is one prepared statement of a conn.
@@ -71,6 +105,7 @@ const (
 	rcError      = 1
 	rcInterrupt  = 9
 	rcFull       = 13
+	rcNoMem      = 7
 	rcTooBig     = 18
 	rcConstraint = 19
 	rcMismatch   = 20
@@ -116,8 +151,16 @@ const (
 	authDeny   = 1
 	authIgnore = 2
 
-	limitLength   = 0
-	limitAttached = 7
+	limitLength      = 0
+	limitAttached    = 7
+	limitLikePattern = 8
+
+	// Fundamental datatypes.
+	typeInteger = 1
+	typeFloat   = 2
+	typeText    = 3
+	typeBlob    = 4
+	typeNull    = 5
 
 	// How often a running statement checks whether it must stop; about
 	// a few microseconds of work.

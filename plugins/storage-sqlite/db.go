@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,7 +46,15 @@ type db struct {
 	watch     *cputime.Watch
 	unwatched time.Duration // wall time the statement ran before its watch
 	cpuOver   atomic.Bool
-	onCPU     func() // d.cpuExceeded, made once so statements do not allocate it
+
+	// The watchdog (see beginGuest): what the CPU watch's and the
+	// deadline's goroutines need to interrupt the guest statement that is
+	// being prepared or run, and only that one.
+	mu           sync.Mutex
+	running      bool            // a guest statement is being prepared or run
+	gen          uint64          // counts guest statements
+	deadlineDone <-chan struct{} // the ctx.Done() the deadline watch is for
+	stopDeadline func() bool     // ends the deadline watch; nil if none
 
 	// The current event.
 	cpuUsed time.Duration
@@ -59,14 +68,15 @@ type db struct {
 
 var errClosed = storage.Errorf(abi.SQLInternal, "the database is closed")
 
-func open(b binding, path string, opts storage.Options, synchronous string, cacheSize int) (*db, error) {
+// open opens the database at path; likeBlobs says whether b's LIKE and GLOB
+// match blobs (the like_blobs capability).
+func open(b binding, path string, opts storage.Options, synchronous string, cacheSize int, likeBlobs bool) (*db, error) {
 	c, err := b.open(path)
 	if err != nil {
 		return nil, err
 	}
 	d := &db{c: c, path: path, opts: opts, guest: newStmtCache(cacheSize), host: newStmtCache(cacheSize)}
-	d.onCPU = d.cpuExceeded
-	if err := d.setup(synchronous); err != nil {
+	if err := d.setup(synchronous, likeBlobs); err != nil {
 		c.close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -75,7 +85,7 @@ func open(b binding, path string, opts storage.Options, synchronous string, cach
 
 // setup hardens the connection and sets the modes and limits the sandbox
 // and the quotas rest on.
-func (d *db) setup(synchronous string) error {
+func (d *db) setup(synchronous string, likeBlobs bool) error {
 	for _, cfg := range []struct {
 		op int
 		on bool
@@ -87,6 +97,9 @@ func (d *db) setup(synchronous string) error {
 	d.c.setLimit(limitLength, d.opts.MaxValueBytes)
 	d.c.setLimit(limitAttached, 0)
 	if err := d.c.setHooks(d.authorize, d.progress); err != nil {
+		return err
+	}
+	if err := registerGuestFuncs(d.c, likeBlobs); err != nil {
 		return err
 	}
 	d.hostStmt = true
@@ -165,6 +178,7 @@ func (d *db) EndEvent(context.Context) error {
 		err = d.rollback()
 	}
 	d.cpuUsed, d.written, d.aborted = 0, 0, false
+	d.endDeadlineWatch()
 	d.c.rest()
 	return err
 }
@@ -174,6 +188,7 @@ func (d *db) Close() error {
 		return nil
 	}
 	d.closed = true
+	d.endDeadlineWatch()
 	d.guest.finalizeAll()
 	d.host.finalizeAll()
 	err := d.c.close() // rolls back an open transaction
@@ -190,32 +205,38 @@ func (d *db) guestRun(ctx context.Context, sql string, params []abi.Value, w *ab
 		return 0, errClosed
 	}
 	d.hostStmt, d.denied = false, ""
-	e, err := d.prepare(d.guest, sql)
-	if err != nil {
+	d.beginGuest(ctx)
+	refuse := func(err error) (int64, error) {
+		d.endGuest()
 		return 0, err
+	}
+	e, err := d.prepare(ctx, d.guest, sql)
+	if err != nil {
+		return refuse(err)
 	}
 	if d.aborted {
 		if e.kind == txRollback {
-			return 0, nil // what already happened
+			return refuse(nil) // what already happened
 		}
-		return 0, storage.Errorf(abi.SQLNotAllowed, "a failure rolled back this event's transaction; only ROLLBACK runs until the event ends")
+		return refuse(storage.Errorf(abi.SQLNotAllowed, "a failure rolled back this event's transaction; only ROLLBACK runs until the event ends"))
 	}
 	if err := d.checkBudgets(ctx, e); err != nil {
-		return 0, err
+		return refuse(err)
 	}
 	inTx := d.c.inTx()
 	if durable {
 		if err := durableRefusal(e.kind, inTx); err != nil {
-			return 0, err
+			return refuse(err)
 		}
 	}
 	if err := d.bind(e, params); err != nil {
-		return 0, err
+		return refuse(err)
 	}
 	d.done = ctx.Done()
 	d.cpuOver.Store(false)
 	d.started, d.watch = time.Now(), nil
 	n, err := d.run(e, w)
+	d.endGuest()
 	d.cpuUsed += d.statementCPU()
 	d.written += d.c.pagesWritten() * d.pageSize
 	if err != nil {
@@ -236,7 +257,7 @@ func (d *db) hostRun(ctx context.Context, sql string, params []abi.Value, w *abi
 		return 0, errClosed
 	}
 	d.hostStmt, d.denied = true, ""
-	e, err := d.prepare(d.host, sql)
+	e, err := d.prepare(ctx, d.host, sql)
 	if err != nil {
 		return 0, err
 	}
@@ -258,7 +279,13 @@ func (d *db) hostRun(ctx context.Context, sql string, params []abi.Value, w *abi
 
 // prepare returns the cached statement for sql, or compiles it (as the host
 // or the guest, per d.hostStmt).
-func (d *db) prepare(cache *stmtCache, sql string) (*entry, error) {
+//
+// Compiling a guest statement spends the event's SQL CPU, whether it
+// succeeds or not: its wall time is charged, which its CPU time cannot
+// exceed (a clock read per compile, not per statement). A compile is
+// stopped at the deadline by the watchdog's interrupt (SQLite's parser
+// checks for one); its CPU is known only once it ends.
+func (d *db) prepare(ctx context.Context, cache *stmtCache, sql string) (*entry, error) {
 	if e := cache.get(sql); e != nil {
 		return e, nil
 	}
@@ -266,8 +293,25 @@ func (d *db) prepare(cache *stmtCache, sql string) (*entry, error) {
 		return nil, storage.Errorf(abi.SQLSyntax, "the SQL text has a NUL byte at offset %d", i)
 	}
 	d.prep.kind, d.prep.dml, d.prep.schema = txNone, false, false
+	var start time.Time
+	if !d.hostStmt {
+		// Once a failure has ended the transaction, a statement is
+		// compiled to be answered (ROLLBACK) or refused as not-allowed,
+		// whatever CPU is left; it runs nothing.
+		if err := d.checkTime(ctx); err != nil && (!d.aborted || ctx.Err() != nil) {
+			return nil, err
+		}
+		start = time.Now()
+	}
 	s, rest, err := d.c.prepare(sql)
+	if !d.hostStmt {
+		d.cpuUsed += time.Since(start)
+	}
 	if err != nil {
+		var se *sqliteError
+		if errors.As(err, &se) && se.code&0xff == rcInterrupt && ctx.Err() != nil {
+			return nil, storage.Errorf(abi.SQLQuotaExceeded, "the statement was stopped at the event's deadline while it compiled")
+		}
 		return nil, d.sqlError(err)
 	}
 	if s == nil {
@@ -299,13 +343,23 @@ func clip(s string) string {
 // checkBudgets refuses a guest statement once the event has spent its
 // deadline or its SQL CPU, or a write once it has written its share.
 func (d *db) checkBudgets(ctx context.Context, e *entry) error {
+	if err := d.checkTime(ctx); err != nil {
+		return err
+	}
+	if !e.readonly && d.written > d.opts.WritePerEvent {
+		return storage.Errorf(abi.SQLQuotaExceeded, "the event wrote %d bytes, past its %d-byte write budget; statements that write are refused until the event ends (split bulk work across events)", d.written, d.opts.WritePerEvent)
+	}
+	return nil
+}
+
+// checkTime refuses a guest statement once the event has spent its
+// deadline or its SQL CPU.
+func (d *db) checkTime(ctx context.Context) error {
 	switch {
 	case ctx.Err() != nil:
 		return storage.Errorf(abi.SQLQuotaExceeded, "the event's deadline has passed")
 	case d.cpuUsed >= d.opts.SQLCPUPerEvent:
 		return storage.Errorf(abi.SQLQuotaExceeded, "the event spent its %v of SQL CPU; statements are refused until the event ends", d.opts.SQLCPUPerEvent)
-	case !e.readonly && d.written > d.opts.WritePerEvent:
-		return storage.Errorf(abi.SQLQuotaExceeded, "the event wrote %d bytes, past its %d-byte write budget; statements that write are refused until the event ends (split bulk work across events)", d.written, d.opts.WritePerEvent)
 	}
 	return nil
 }
@@ -508,7 +562,8 @@ func (d *db) progress() bool {
 				d.cpuOver.Store(true)
 				return true
 			}
-			d.watch = cputime.Start(left, d.onCPU)
+			gen := d.gen
+			d.watch = cputime.Start(left, func() { d.cpuExceeded(gen) })
 		}
 		if d.cpuOver.Load() {
 			return true
@@ -532,10 +587,77 @@ func (d *db) statementCPU() time.Duration {
 	return used
 }
 
-// cpuExceeded runs on the CPU watch's goroutine. A late call for a statement
-// that has finished is harmless: that statement spent the budget, so the
-// event's next guest statement is refused before it runs.
-func (d *db) cpuExceeded() { d.cpuOver.Store(true) }
+// cpuExceeded runs on the CPU watch's goroutine when guest statement gen
+// has spent the event's SQL CPU: the progress handler and the Go SQL
+// functions stop it at their next look, and the interrupt stops it where
+// SQLite checks inside a step. A late call, for a statement that has
+// finished, does nothing: that statement's CPU, counted when it ended, has
+// spent the budget, so the event's next statement is refused.
+func (d *db) cpuExceeded(gen uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.gen != gen {
+		return
+	}
+	d.cpuOver.Store(true)
+	if d.running {
+		d.c.interrupt()
+	}
+}
+
+// beginGuest says that a guest statement is about to be prepared and run,
+// under ctx; endGuest that it has ended. Between the two the watchdog may
+// interrupt it (sqlite3_interrupt): the CPU watch's goroutine once it has
+// spent the budget, and, for the deadline, one context.AfterFunc per event
+// (per ctx, which is the event's) rather than one per statement. The mutex
+// makes an interrupt land only while the statement runs: endGuest waits
+// for one in progress, and one that lands as a statement ends is cleared by
+// SQLite itself, which resets the flag when the next statement starts with
+// none active (every statement is reset when it ends).
+func (d *db) beginGuest(ctx context.Context) {
+	done := ctx.Done()
+	d.mu.Lock()
+	d.running = true
+	d.gen++
+	renew := done != d.deadlineDone
+	d.mu.Unlock()
+	if renew {
+		d.endDeadlineWatch()
+		if done != nil {
+			d.mu.Lock()
+			d.deadlineDone = done
+			d.mu.Unlock()
+			d.stopDeadline = context.AfterFunc(ctx, func() { d.deadlinePassed(done) })
+		}
+	}
+}
+
+func (d *db) endGuest() {
+	d.mu.Lock()
+	d.running = false
+	d.mu.Unlock()
+}
+
+// deadlinePassed runs on its own goroutine when the ctx whose Done is done
+// ends.
+func (d *db) deadlinePassed(done <-chan struct{}) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.running && d.deadlineDone == done {
+		d.c.interrupt()
+	}
+}
+
+// endDeadlineWatch stops the deadline's AfterFunc, if any.
+func (d *db) endDeadlineWatch() {
+	if d.stopDeadline != nil {
+		d.stopDeadline()
+		d.stopDeadline = nil
+	}
+	d.mu.Lock()
+	d.deadlineDone = nil
+	d.mu.Unlock()
+}
 
 // syncLog makes what the connection has committed durable. With
 // synchronous=NORMAL a WAL-mode commit is written to the log but not

@@ -49,10 +49,27 @@ const void *sqlite3_column_blob(sqlite3_stmt *, int iCol);
 int sqlite3_column_bytes(sqlite3_stmt *, int iCol);
 int sqlite3_reset(sqlite3_stmt *pStmt);
 int sqlite3_finalize(sqlite3_stmt *pStmt);
+void sqlite3_interrupt(sqlite3 *);
+typedef struct sqlite3_context sqlite3_context;
+typedef struct sqlite3_value sqlite3_value;
+int sqlite3_create_function_v2(sqlite3 *db, const char *zFunctionName, int nArg, int eTextRep, void *pApp,
+	void (*xFunc)(sqlite3_context *, int, sqlite3_value **), void (*xStep)(sqlite3_context *, int, sqlite3_value **),
+	void (*xFinal)(sqlite3_context *), void (*xDestroy)(void *));
+void *sqlite3_user_data(sqlite3_context *);
+sqlite3 *sqlite3_context_db_handle(sqlite3_context *);
+int sqlite3_value_type(sqlite3_value *);
+const unsigned char *sqlite3_value_text(sqlite3_value *);
+const void *sqlite3_value_blob(sqlite3_value *);
+int sqlite3_value_bytes(sqlite3_value *);
+void sqlite3_result_int64(sqlite3_context *, sqlite3_int64);
+void sqlite3_result_text64(sqlite3_context *, const char *, sqlite3_uint64, void (*)(void *), unsigned char encoding);
+void sqlite3_result_error(sqlite3_context *, const char *, int);
+void sqlite3_result_error_code(sqlite3_context *, int);
 
 // The hooks, exported from mattn_hooks.go.
 extern int wkAuthorize(uintptr_t h, int action, char *arg1, char *arg2, char *dbName);
 extern int wkProgress(uintptr_t h);
+extern void wkFunc(void *ctx, void *argv, uintptr_t h);
 
 static int wk_authorizer(void *h, int action, const char *arg1, const char *arg2, const char *dbName, const char *trigger) {
 	return wkAuthorize((uintptr_t)h, action, (char *)arg1, (char *)arg2, (char *)dbName);
@@ -154,6 +171,33 @@ static wk_text wk_column_name(sqlite3_stmt *s, int i) {
 	return t;
 }
 
+static void wk_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+	wkFunc(ctx, argv, (uintptr_t)sqlite3_user_data(ctx));
+}
+
+// SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_INNOCUOUS
+static int wk_create_function(sqlite3 *db, const char *name, int nArg, uintptr_t h) {
+	return sqlite3_create_function_v2(db, name, nArg, 0x1 | 0x800 | 0x200000, (void *)h, wk_func, 0, 0, 0);
+}
+
+static sqlite3_value *wk_arg(void *argv, int i) { return ((sqlite3_value **)argv)[i]; }
+
+// One argument as text or blob in one call: the pointer first, then the
+// length it has (SQLite's rule).
+static wk_text wk_arg_text(void *argv, int i, int blob) {
+	sqlite3_value *v = wk_arg(argv, i);
+	wk_text t = {blob ? (const char *)sqlite3_value_blob(v) : (const char *)sqlite3_value_text(v), 0};
+	t.n = (size_t)sqlite3_value_bytes(v);
+	if (t.p == 0 && t.n == 0 && sqlite3_value_type(v) != 5) {
+		t.p = wk_empty; // an empty blob, not NULL
+	}
+	return t;
+}
+
+static void wk_result_text(void *ctx, const char *p, sqlite3_uint64 n) {
+	sqlite3_result_text64((sqlite3_context *)ctx, n ? p : wk_empty, n, (void (*)(void *))-1, 1);
+}
+
 static int wk_cache_writes(sqlite3 *db) {
 	int cur = 0, hi = 0;
 	sqlite3_db_status(db, 9, &cur, &hi, 1); // SQLITE_DBSTATUS_CACHE_WRITE
@@ -193,7 +237,8 @@ func (mattn) remedy(capability string) string { return mattnRemedy(capability) }
 
 type cconn struct {
 	db    *C.sqlite3
-	hooks cgo.Handle // *chooks, for the C callbacks; 0 before setHooks
+	hooks cgo.Handle   // *chooks, for the C callbacks; 0 before setHooks
+	funcs []cgo.Handle // *cgoFunc, one per Go SQL function
 }
 
 type cstmt struct {
@@ -258,6 +303,81 @@ func (c *cconn) setHooks(auth func(action int, arg1, arg2, dbName string) int, p
 	return nil
 }
 
+// cgoFunc is a Go SQL function registered on a connection.
+type cgoFunc struct {
+	f     sqlFunc
+	arg   int
+	hooks *chooks
+}
+
+func (c *cconn) createFunction(name string, nArg int, arg int, f sqlFunc) error {
+	if c.hooks == 0 {
+		return fmt.Errorf("function %s: the connection's hooks are not set", name)
+	}
+	z := C.CString(name)
+	defer C.free(unsafe.Pointer(z))
+	h := cgo.NewHandle(&cgoFunc{f: f, arg: arg, hooks: c.hooks.Value().(*chooks)})
+	if rc := C.wk_create_function(c.db, z, C.int(nArg), C.uintptr_t(h)); rc != 0 {
+		h.Delete()
+		return c.err(rc)
+	}
+	c.funcs = append(c.funcs, h)
+	return nil
+}
+
+// ccall is one call of a Go SQL function.
+type ccall struct {
+	ctx, argv unsafe.Pointer
+	progress  func() bool
+}
+
+func (c *ccall) argType(i int) int {
+	return int(C.sqlite3_value_type(C.wk_arg(c.argv, C.int(i))))
+}
+
+func (c *ccall) argText(i int) []byte { return c.argBytes(i, 0) }
+
+func (c *ccall) argBlob(i int) []byte { return c.argBytes(i, 1) }
+
+func (c *ccall) argBytes(i int, blob C.int) []byte {
+	t := C.wk_arg_text(c.argv, C.int(i), blob)
+	switch {
+	case t.p == nil:
+		return nil
+	case t.n == 0:
+		return []byte{}
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(t.p)), t.n)
+}
+
+func (c *ccall) limit(id int) int {
+	return int(C.sqlite3_limit(C.sqlite3_context_db_handle((*C.sqlite3_context)(c.ctx)), C.int(id), -1))
+}
+
+func (c *ccall) resultInt(n int64) {
+	C.sqlite3_result_int64((*C.sqlite3_context)(c.ctx), C.sqlite3_int64(n))
+}
+
+// resultText passes Go memory: SQLITE_TRANSIENT copies it before the call
+// returns.
+func (c *ccall) resultText(b []byte) {
+	C.wk_result_text(c.ctx, (*C.char)(unsafe.Pointer(unsafe.SliceData(b))), C.sqlite3_uint64(len(b)))
+}
+
+func (c *ccall) resultError(code int, msg string) {
+	ctx := (*C.sqlite3_context)(c.ctx)
+	if msg != "" {
+		z := C.CString(msg)
+		C.sqlite3_result_error(ctx, z, -1)
+		C.free(unsafe.Pointer(z))
+	}
+	C.sqlite3_result_error_code(ctx, C.int(code))
+}
+
+func (c *ccall) stop() bool { return c.progress() }
+
+func (c *cconn) interrupt() { C.sqlite3_interrupt(c.db) }
+
 func (c *cconn) configure(op int, on bool) error {
 	v := C.int(0)
 	if on {
@@ -291,6 +411,10 @@ func (c *cconn) close() error {
 		c.hooks.Delete()
 		c.hooks = 0
 	}
+	for _, h := range c.funcs {
+		h.Delete()
+	}
+	c.funcs = nil
 	c.db = nil
 	return err
 }

@@ -5,7 +5,10 @@ package sqlitestorage
 // #include <stdint.h>
 import "C"
 
-import "runtime/cgo"
+import (
+	"runtime/cgo"
+	"unsafe"
+)
 
 // SQLite's callbacks into Go for the mattn binding (C trampolines in
 // mattn.go). A file with //export may only declare C, hence this one.
@@ -23,6 +26,12 @@ func wkProgress(h C.uintptr_t) C.int {
 		return 1
 	}
 	return 0
+}
+
+//export wkFunc
+func wkFunc(ctx, argv unsafe.Pointer, h C.uintptr_t) {
+	fn := cgo.Handle(h).Value().(*cgoFunc)
+	fn.f(&ccall{ctx: ctx, argv: argv, progress: fn.hooks.progress}, fn.arg)
 }
 
 func cstring(p *C.char) string {

@@ -156,6 +156,12 @@ var hooks sync.Map // uintptr (sqlite3*) -> *mhooks
 type mhooks struct {
 	auth     func(action int, arg1, arg2, dbName string) int
 	progress func() bool
+	funcs    []mfunc // by the index SQLite passes back as user data
+}
+
+type mfunc struct {
+	f   sqlFunc
+	arg int
 }
 
 func authorizerTrampoline(_ *libc.TLS, db uintptr, action int32, arg1, arg2, dbName, _ uintptr) int32 {
@@ -179,10 +185,95 @@ func progressTrampoline(_ *libc.TLS, db uintptr) int32 {
 // conversion modernc.org/sqlite uses for its own callbacks).
 func cfunc[T any](f T) uintptr { return *(*uintptr)(unsafe.Pointer(&struct{ f T }{f})) }
 
+// funcTrampoline runs a Go SQL function; its user data is its index in
+// the connection's mhooks.funcs.
+func funcTrampoline(tls *libc.TLS, ctx uintptr, _ int32, argv uintptr) {
+	db := sqlite3.Xsqlite3_context_db_handle(tls, ctx)
+	h, ok := hooks.Load(db)
+	if !ok {
+		sqlite3.Xsqlite3_result_error_code(tls, ctx, sqlite3.SQLITE_MISUSE)
+		return
+	}
+	hk := h.(*mhooks)
+	fn := hk.funcs[sqlite3.Xsqlite3_user_data(tls, ctx)]
+	fn.f(&mcall{tls: tls, db: db, ctx: ctx, argv: argv, progress: hk.progress}, fn.arg)
+}
+
 var (
 	authorizerPtr = cfunc(authorizerTrampoline)
 	progressPtr   = cfunc(progressTrampoline)
+	funcPtr       = cfunc(funcTrampoline)
 )
+
+// mcall is one call of a Go SQL function.
+type mcall struct {
+	tls      *libc.TLS
+	db, ctx  uintptr
+	argv     uintptr
+	progress func() bool
+}
+
+func (c *mcall) arg(i int) uintptr { return *(*uintptr)(cmem(c.argv + uintptr(i)*8)) }
+
+func (c *mcall) argType(i int) int { return int(sqlite3.Xsqlite3_value_type(c.tls, c.arg(i))) }
+
+func (c *mcall) argText(i int) []byte {
+	v := c.arg(i)
+	p := sqlite3.Xsqlite3_value_text(c.tls, v) // the pointer first, then its length
+	if p == 0 {
+		return nil
+	}
+	return cvalue(p, int(sqlite3.Xsqlite3_value_bytes(c.tls, v)))
+}
+
+// cvalue is cbytes for a value that is not NULL: empty, not nil, when n is 0.
+func cvalue(p uintptr, n int) []byte {
+	if n == 0 {
+		return []byte{}
+	}
+	return cbytes(p, n)
+}
+
+func (c *mcall) argBlob(i int) []byte {
+	v := c.arg(i)
+	p := sqlite3.Xsqlite3_value_blob(c.tls, v)
+	if p == 0 {
+		if sqlite3.Xsqlite3_value_type(c.tls, v) == sqlite3.SQLITE_NULL {
+			return nil
+		}
+		return []byte{} // an empty blob
+	}
+	return cvalue(p, int(sqlite3.Xsqlite3_value_bytes(c.tls, v)))
+}
+
+func (c *mcall) limit(id int) int { return int(sqlite3.Xsqlite3_limit(c.tls, c.db, int32(id), -1)) }
+
+func (c *mcall) resultInt(n int64) { sqlite3.Xsqlite3_result_int64(c.tls, c.ctx, n) }
+
+func (c *mcall) resultText(b []byte) {
+	// SQLITE_TRANSIENT: SQLite copies the text before the call returns.
+	p := libc.Xmalloc(c.tls, types.Size_t(max(len(b), 1)))
+	if p == 0 {
+		sqlite3.Xsqlite3_result_error_nomem(c.tls, c.ctx)
+		return
+	}
+	copy(cbytes(p, len(b)), b)
+	sqlite3.Xsqlite3_result_text64(c.tls, c.ctx, p, uint64(len(b)), sqlite3.SQLITE_TRANSIENT, sqlite3.SQLITE_UTF8)
+	libc.Xfree(c.tls, p)
+}
+
+func (c *mcall) resultError(code int, msg string) {
+	if msg != "" {
+		z, err := libc.CString(msg)
+		if err == nil {
+			sqlite3.Xsqlite3_result_error(c.tls, c.ctx, z, -1)
+			libc.Xfree(c.tls, z)
+		}
+	}
+	sqlite3.Xsqlite3_result_error_code(c.tls, c.ctx, int32(code))
+}
+
+func (c *mcall) stop() bool { return c.progress() }
 
 func (c *mconn) setHooks(auth func(action int, arg1, arg2, dbName string) int, progress func() bool) error {
 	hooks.Store(c.db, &mhooks{auth: auth, progress: progress})
@@ -192,6 +283,29 @@ func (c *mconn) setHooks(auth func(action int, arg1, arg2, dbName string) int, p
 	sqlite3.Xsqlite3_progress_handler(c.tls(), c.db, progressOps, progressPtr, c.db)
 	return nil
 }
+
+func (c *mconn) createFunction(name string, nArg int, arg int, f sqlFunc) error {
+	h, ok := hooks.Load(c.db)
+	if !ok {
+		return fmt.Errorf("function %s: the connection's hooks are not set", name)
+	}
+	hk := h.(*mhooks)
+	z, err := libc.CString(name)
+	if err != nil {
+		return err
+	}
+	defer libc.Xfree(c.tls(), z)
+	const flags = sqlite3.SQLITE_UTF8 | sqlite3.SQLITE_DETERMINISTIC | sqlite3.SQLITE_INNOCUOUS
+	rc := sqlite3.Xsqlite3_create_function_v2(c.tls(), c.db, z, int32(nArg), flags, uintptr(len(hk.funcs)), funcPtr, 0, 0, 0)
+	if rc != sqlite3.SQLITE_OK {
+		return c.err(rc)
+	}
+	hk.funcs = append(hk.funcs, mfunc{f: f, arg: arg})
+	return nil
+}
+
+// interrupt needs no TLS: sqlite3_interrupt only sets a flag.
+func (c *mconn) interrupt() { sqlite3.Xsqlite3_interrupt(nil, c.db) }
 
 func (c *mconn) configure(op int, on bool) error {
 	v := int32(0)

@@ -111,5 +111,5 @@ func (drv *driver) Open(_ context.Context, path string, opts storage.Options) (s
 	case opts.MaxValueBytes > maxValueBytes:
 		return nil, fmt.Errorf("open %s: MaxValueBytes %d is over SQLite's ceiling of %d", path, opts.MaxValueBytes, maxValueBytes)
 	}
-	return open(drv.b, path, opts, drv.cfg.Synchronous, drv.cfg.StatementCache)
+	return open(drv.b, path, opts, drv.cfg.Synchronous, drv.cfg.StatementCache, slices.Contains(drv.caps, storage.CapLikeBlobs))
 }
