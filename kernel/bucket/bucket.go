@@ -43,11 +43,23 @@ type Bucket interface {
 	Put(ctx context.Context, key string, body io.Reader, size int64, cond Condition) (Version, error)
 	// Delete removes an object, unconditionally or (cond.IfVersion) only at
 	// that version. A missing key is ErrNotFound; a version that no longer
-	// matches is ErrPrecondition. IfAbsent is refused.
+	// matches is ErrPrecondition. IfAbsent is refused. A conditional delete
+	// is a capability, not a requirement: MinIO and gofakes3 delete whatever
+	// the version, and a store may refuse the condition. The kernel does
+	// not rely on it, and its protocols must not: an object changes hands
+	// by a conditional Put, and a delete is unconditional, of an object no
+	// other node writes (the start-time probe's own).
 	Delete(ctx context.Context, key string, cond Condition) error
-	// List returns the objects whose keys start with prefix, in ascending
-	// byte order of key, after StartAfter, at most Limit of them (the
-	// provider's page size if 0; a negative Limit is an error).
+	// List returns the objects whose keys start with prefix, after
+	// StartAfter, at most Limit of them (the provider's page size if 0; a
+	// negative Limit is an error); followed from page to page (Next), it
+	// returns each such key exactly once. Keys come in ascending byte order,
+	// except that a store walking directories (MinIO) may put keys that
+	// first differ at a "/" the other way (d/x before d-/x, d/eG4 before
+	// d/e/k), with StartAfter counted in its own order. The kernel does not
+	// rely on order across a "/", and its protocols must not: one that needs
+	// an order keeps its keys apart inside one segment of fixed shape, or
+	// sorts what it read.
 	List(ctx context.Context, prefix string, opts ListOptions) (ListPage, error)
 	Close() error
 }

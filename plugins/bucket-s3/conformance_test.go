@@ -8,11 +8,13 @@ import (
 	"github.com/wasmkeep/wasmkeep/plugins/bucket-s3/s3test"
 )
 
-// Every bucket/v1 rule, against a real S3 server (VersityGW).
+// Every bucket/v1 rule, against a real S3 server (VersityGW), and both
+// capabilities: the plugin sends If-Match on a DELETE, and VersityGW
+// honours it and lists in byte order.
 func TestConformance(t *testing.T) {
 	srv := s3test.Start(t)
 	cfg := srv.Config(srv.NewBucket(t))
-	buckettest.Run(t, func(t *testing.T) bucket.Bucket { return open(t, cfg) })
+	buckettest.RunWith(t, func(t *testing.T) bucket.Bucket { return open(t, cfg) }, buckettest.Options{RequireCapabilities: true})
 }
 
 // The same rules under a key prefix, on less data.
