@@ -80,7 +80,7 @@ func BenchmarkResidentRequests(b *testing.B) {
 }
 
 // processCPU is the CPU time this process has used, user and system.
-func processCPU(b *testing.B) time.Duration {
+func processCPU(b testing.TB) time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		b.Fatal(err)

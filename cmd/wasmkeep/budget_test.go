@@ -1,0 +1,85 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/node"
+)
+
+func hostile(t testing.TB) string { return buildGuest(t, "cmd/wasmkeep/testdata/guests/hostile", "") }
+
+// At the default budgets, SQL time is not the guest's: statements far past
+// the guest's 50 ms of CPU answer, and one past the 2 s of SQL CPU gets its
+// quota-exceeded error rather than losing the instance (issue 12, item 2).
+func TestSQLIsNotChargedToTheGuestBudget(t *testing.T) {
+	n := startNode(t, node.Options{Classes: map[string]string{"hostile": hostile(t)}})
+	n.expect("GET", "/actor/hostile/a/count?n=1000000", "", 200, "ok 1000000")
+	code, body := n.do("GET", "/actor/hostile/a/rows?n=300000", "")
+	if size, _ := strconv.Atoi(strings.TrimPrefix(body, "ok ")); code != 200 || size < 300000*2 {
+		t.Errorf("a query of 300,000 rows: got %d %q, want 200 and its size", code, body)
+	}
+	code, body = n.do("GET", "/actor/hostile/a/count?n=1000000000", "")
+	if code != 200 || !strings.HasPrefix(body, "error quota-exceeded") {
+		t.Errorf("a statement past the SQL budget: got %d %q, want 200 and the guest's quota-exceeded", code, body)
+	}
+	n.expect("GET", "/actor/hostile/a/hits", "", 200, "ok 4") // the same instance throughout
+}
+
+// A delete-self-durable of a big database answers, and the next event
+// starts a new actor (issue 12, item 2).
+func TestDeleteBigDatabaseDurably(t *testing.T) {
+	dir := t.TempDir()
+	n := startNode(t, node.Options{DataDir: dir, Classes: map[string]string{"hostile": hostile(t)}})
+	const chunks, mib = 8, 16
+	for range chunks {
+		n.expect("POST", "/actor/hostile/big/fill?n="+strconv.Itoa(mib), "", 200, "ok "+strconv.Itoa(mib))
+	}
+	db := filepath.Join(dir, "actors", "default", "hostile", "big.db")
+	var size int64
+	for _, f := range []string{db, db + "-wal"} {
+		if fi, err := os.Stat(f); err == nil {
+			size += fi.Size()
+		}
+	}
+	if size < chunks*mib<<20 {
+		t.Fatalf("the database was not filled: %d bytes", size)
+	}
+	n.expect("POST", "/actor/hostile/big/delete", "", 200, "ok 0")
+	if _, err := os.Stat(db); !os.IsNotExist(err) {
+		t.Errorf("the database is still there (%v)", err)
+	}
+	n.expect("GET", "/actor/hostile/big/new", "", 200, "ok 0")
+	n.expect("GET", "/actor/hostile/big/hits", "", 200, "ok 2")
+}
+
+// A guest looping on cheap host calls is stopped by the cap on the event's
+// CPU, close to it (issue 12, item 3); before the cap such a loop ran to
+// the wall clock, every second of it CPU.
+func TestHostCPUCap(t *testing.T) {
+	const hostBudget = 300 * time.Millisecond
+	n := startNode(t, node.Options{
+		Classes:       map[string]string{"hostile": hostile(t)},
+		HostCPUBudget: hostBudget,
+		WallClock:     10 * time.Second,
+	})
+	for _, call := range []string{"alarm", "pending", "bad-sql"} {
+		cpu0 := processCPU(t)
+		code, body := n.do("GET", "/actor/hostile/"+call+"/loop?call="+call, "")
+		used := processCPU(t) - cpu0
+		t.Logf("%s loop: %d %q after %v of CPU", call, code, body, used)
+		if code != 500 || !strings.HasPrefix(body, "actor exceeded its CPU budget") {
+			t.Errorf("%s loop: got %d %q, want 500 and a CPU budget", call, code, body)
+		}
+		if limit := 5 * (50*time.Millisecond + hostBudget); used > limit {
+			t.Errorf("%s loop: the event used %v of CPU, want at most %v", call, used, limit)
+		}
+	}
+	if got := n.metric(`wasmkeep_event_cuts_total{reason="host_cpu"}`); got < 1 {
+		t.Errorf("host_cpu cuts = %v, want at least 1", got)
+	}
+}
