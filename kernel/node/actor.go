@@ -60,6 +60,7 @@ type actor struct {
 
 	queue      *mailbox
 	evict      chan struct{}
+	claim      chan bool // the admission that evicts it, under the node's lock: gets its slot (true) or false if it stays
 	stopCh     chan struct{}
 	done       chan struct{} // closed once db and instance are closed
 	busy       atomic.Bool

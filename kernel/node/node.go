@@ -331,48 +331,94 @@ func (n *Node) exists(c *class, name string) bool {
 	return err == nil
 }
 
-// admit takes a resident slot, hibernating the least recently used idle
-// actor if none is free, and waiting up to AdmissionWait for one.
+// admit takes a resident slot. If none is free it has the least recently
+// used idle actor hibernate and takes that actor's slot, so that concurrent
+// admissions each evict an actor of their own; it gives up after
+// AdmissionWait.
 func (n *Node) admit(ctx context.Context) error {
-	select {
-	case n.slots <- struct{}{}:
-		return nil
-	default:
-	}
-	n.evictOne()
 	t := time.NewTimer(n.opts.AdmissionWait)
 	defer t.Stop()
-	select {
-	case n.slots <- struct{}{}:
-		return nil
-	case <-t.C:
-		return errCapacity
-	case <-ctx.Done():
-		return ctx.Err()
+	for {
+		select {
+		case n.slots <- struct{}{}:
+			return nil
+		default:
+		}
+		victim, claim := n.evictOne()
+		if victim == nil { // every actor is busy: wait for one to hibernate
+			select {
+			case n.slots <- struct{}{}:
+				return nil
+			case <-t.C:
+				return errCapacity
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		select {
+		case got := <-claim:
+			if got {
+				return nil
+			}
+			// an event reached the victim first: evict another
+		case <-t.C:
+			n.abandonClaim(victim, claim)
+			return errCapacity
+		case <-ctx.Done():
+			n.abandonClaim(victim, claim)
+			return ctx.Err()
+		}
 	}
 }
 
-// evictOne asks the least recently active idle actor to hibernate.
-func (n *Node) evictOne() {
+// evictOne asks the least recently active idle actor that no other
+// admission claimed to hibernate, and returns it with the claim on its slot
+// (nil if there is no such actor).
+func (n *Node) evictOne() (*actor, chan bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var lru *actor
 	for _, a := range n.actors {
-		if a.idle() && (lru == nil || a.lastActive.Load() < lru.lastActive.Load()) {
+		if a.claim == nil && a.idle() && (lru == nil || a.lastActive.Load() < lru.lastActive.Load()) {
 			lru = a
 		}
 	}
-	if lru != nil {
-		lru.requestEviction()
+	if lru == nil {
+		return nil, nil
+	}
+	lru.claim = make(chan bool, 1)
+	lru.requestEviction()
+	return lru, lru.claim
+}
+
+// abandonClaim gives up a claim from evictOne: the slot goes back to the
+// node if the victim already handed it over, or will when it closes.
+func (n *Node) abandonClaim(victim *actor, claim chan bool) {
+	n.mu.Lock()
+	if victim.claim == claim {
+		victim.claim = nil
+	}
+	n.mu.Unlock()
+	select {
+	case got := <-claim: // answered before it was abandoned
+		if got {
+			<-n.slots
+		}
+	default:
 	}
 }
 
 // retire unregisters a hibernating actor if nothing is queued for it. Called
-// by the actor itself; after it returns true no event can reach it.
+// by the actor itself; after it returns true no event can reach it. An
+// actor that stays tells the admission that claimed it to evict another.
 func (n *Node) retire(a *actor) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if a.queue.len() > 0 {
+		if a.claim != nil {
+			a.claim <- false
+			a.claim = nil
+		}
 		return false
 	}
 	delete(n.actors, a.key)
@@ -380,12 +426,20 @@ func (n *Node) retire(a *actor) bool {
 	return true
 }
 
-// closed releases the slot of an actor whose resources are closed.
+// closed releases the slot of an actor whose resources are closed, or hands
+// it to the admission that evicted the actor.
 func (n *Node) closed(a *actor) {
 	n.mu.Lock()
 	if n.closing[a.key] == a {
 		delete(n.closing, a.key)
 	}
+	claim := a.claim
+	if claim != nil {
+		claim <- true
+		a.claim = nil
+	}
 	n.mu.Unlock()
-	<-n.slots
+	if claim == nil {
+		<-n.slots
+	}
 }
