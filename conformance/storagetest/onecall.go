@@ -27,7 +27,7 @@ var oneCallTests = []test{
 			cpu := cputime.Thread() - start
 			if err != nil {
 				wantKind(t, c.Name, err, abi.SQLQuotaExceeded)
-			} else if v := r.one(); !same(v, c.Value) {
+			} else if v := r.one(); !Same(v, c.Value) {
 				t.Errorf("%s: %s, want %s", c.Name, show(v), show(c.Value))
 			}
 			if cpu > 10*time.Second {

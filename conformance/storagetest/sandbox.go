@@ -189,12 +189,12 @@ var hostTests = []test{
 	}},
 	{"HostBypassesSandbox", func(t *testing.T, s suite) {
 		x := s.open(t, storage.Options{})
-		if mode := x.hostQuery("PRAGMA journal_mode").one(); !same(mode, T("wal")) {
+		if mode := x.hostQuery("PRAGMA journal_mode").one(); !Same(mode, T("wal")) {
 			t.Errorf("journal_mode is %s, want wal", show(mode))
 		}
 		x.hostExec("CREATE TABLE _wasmkeep_kv(k TEXT PRIMARY KEY, v)")
 		x.hostExec("INSERT INTO _wasmkeep_kv VALUES(?, ?)", T("a"), B([]byte{1, 2}))
-		if got := x.hostQuery("SELECT v FROM _wasmkeep_kv WHERE k = ?", T("a")).one(); !same(got, B([]byte{1, 2})) {
+		if got := x.hostQuery("SELECT v FROM _wasmkeep_kv WHERE k = ?", T("a")).one(); !Same(got, B([]byte{1, 2})) {
 			t.Errorf("host read %s, want blob 0102", show(got))
 		}
 	}},

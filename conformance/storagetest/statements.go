@@ -53,7 +53,7 @@ var statementTests = []test{
 		x.exec("INSERT INTO t VALUES(?)", T("kept"))
 		x.endEvent()
 		x.reopen()
-		if got := x.query("SELECT a FROM t").one(); !same(got, T("kept")) {
+		if got := x.query("SELECT a FROM t").one(); !Same(got, T("kept")) {
 			t.Errorf("after reopening: %s, want text \"kept\"", show(got))
 		}
 	}},
@@ -94,7 +94,7 @@ var errorTests = []test{
 		wantKind(t, "a parameter for none", err, abi.SQLBind)
 		_, err = x.execErr("SELECT ?", abi.Value{Kind: 9})
 		wantKind(t, "an unknown value kind", err, abi.SQLBind)
-		if got := x.query("SELECT ?2, ?1", T("a"), T("b")); !same(got.vals[0][0], T("b")) {
+		if got := x.query("SELECT ?2, ?1", T("a"), T("b")); !Same(got.vals[0][0], T("b")) {
 			t.Errorf("SELECT ?2, ?1: %v, want b first", got.vals)
 		}
 	}},

@@ -200,7 +200,9 @@ func R(f float64) abi.Value { return abi.Value{Kind: abi.KindReal, Float: f} }
 func T(s string) abi.Value  { return abi.Value{Kind: abi.KindText, Bytes: []byte(s)} }
 func B(b []byte) abi.Value  { return abi.Value{Kind: abi.KindBlob, Bytes: b} }
 func N() abi.Value          { return abi.Value{Kind: abi.KindNull} }
-func same(a, b abi.Value) bool {
+
+// Same says whether a and b are the same SQL value, to the bit for reals.
+func Same(a, b abi.Value) bool {
 	if a.Kind != b.Kind {
 		return false
 	}

@@ -23,7 +23,7 @@ var valueTests = []test{
 	{"BoundAndSelected", func(t *testing.T, s suite) {
 		x := s.open(t, storage.Options{})
 		for _, v := range roundTrip {
-			if got := x.query("SELECT ?", v).one(); !same(got, v) {
+			if got := x.query("SELECT ?", v).one(); !Same(got, v) {
 				t.Errorf("SELECT ? with %s returned %s", show(v), show(got))
 			}
 		}
@@ -41,14 +41,14 @@ var valueTests = []test{
 			t.Fatalf("read %d rows back, want %d", len(r.vals), len(roundTrip))
 		}
 		for i, row := range r.vals {
-			if !same(row[1], roundTrip[i]) {
+			if !Same(row[1], roundTrip[i]) {
 				t.Errorf("stored %s, read %s", show(roundTrip[i]), show(row[1]))
 			}
 		}
 		for _, at := range []string{"2024-01-01 10:00:00", "2024-01-01T10:00:00.50Z", "2024-02-30"} {
 			x.exec("DELETE FROM v")
 			x.exec("INSERT INTO v(id, at) VALUES(1, ?)", T(at))
-			if got := x.query("SELECT at FROM v").one(); !same(got, T(at)) {
+			if got := x.query("SELECT at FROM v").one(); !Same(got, T(at)) {
 				t.Errorf("DATETIME column: stored %q, read %s", at, show(got))
 			}
 		}
@@ -58,7 +58,7 @@ var valueTests = []test{
 		r := x.query("SELECT ? IS NULL, typeof(?), ? IS NULL, typeof(?)", B([]byte{}), B(nil), T(""), T(""))
 		want := []abi.Value{I(0), T("blob"), I(0), T("text")}
 		for i, v := range r.vals[0] {
-			if !same(v, want[i]) {
+			if !Same(v, want[i]) {
 				t.Errorf("column %d: %s, want %s", i, show(v), show(want[i]))
 			}
 		}

@@ -133,13 +133,19 @@ func (d *db) setup(synchronous string, likeBlobs bool) error {
 }
 
 // pragma runs a setup statement and returns the first column of its first
-// row (with Bytes valid until the next statement).
+// row.
 func (d *db) pragma(sql string) (abi.Value, error) {
 	s, _, err := d.c.prepare(sql)
 	if err != nil {
 		return abi.Value{}, err
 	}
 	defer s.finalize()
+	return stepValue(s)
+}
+
+// stepValue steps s once and returns the first column of its row (Bytes
+// copied), or no value if it has none.
+func stepValue(s stmt) (abi.Value, error) {
 	row, err := s.step()
 	if err != nil || !row {
 		return abi.Value{}, err

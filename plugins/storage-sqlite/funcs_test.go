@@ -3,12 +3,12 @@ package sqlitestorage
 import (
 	"errors"
 	"fmt"
-	"math"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/wasmkeep/wasmkeep/conformance/storagetest"
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
@@ -126,7 +126,7 @@ func corpus() []abi.Value {
 	return vals
 }
 
-// evalStmt runs s with args and returns its one value (its Bytes copied).
+// evalStmt runs s with args and returns its one value.
 func evalStmt(s stmt, args []abi.Value) (abi.Value, error) {
 	defer s.reset()
 	for i, v := range args {
@@ -134,13 +134,7 @@ func evalStmt(s stmt, args []abi.Value) (abi.Value, error) {
 			return abi.Value{}, err
 		}
 	}
-	row, err := s.step()
-	if err != nil || !row {
-		return abi.Value{}, err
-	}
-	v := s.column(0)
-	v.Bytes = append([]byte(nil), v.Bytes...)
-	return v, nil
+	return stepValue(s)
 }
 
 func sameResult(a abi.Value, aerr error, b abi.Value, berr error) bool {
@@ -148,18 +142,7 @@ func sameResult(a abi.Value, aerr error, b abi.Value, berr error) bool {
 		var ae, be *sqliteError
 		return errors.As(aerr, &ae) && errors.As(berr, &be) && ae.code&0xff == be.code&0xff && ae.msg == be.msg
 	}
-	if a.Kind != b.Kind {
-		return false
-	}
-	switch a.Kind {
-	case abi.KindInteger:
-		return a.Int == b.Int
-	case abi.KindReal:
-		return math.Float64bits(a.Float) == math.Float64bits(b.Float)
-	case abi.KindText, abi.KindBlob:
-		return string(a.Bytes) == string(b.Bytes)
-	}
-	return true
+	return storagetest.Same(a, b)
 }
 
 func showResult(v abi.Value, err error) string {

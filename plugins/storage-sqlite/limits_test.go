@@ -48,8 +48,8 @@ func TestOneCallHoldsSQLBudget(t *testing.T) {
 			switch {
 			case linear[c.Name] && err != nil:
 				t.Errorf("%s: %v, want %d", c.Name, err, c.Value.Int)
-			case linear[c.Name] && oneInt(t, w.Buf) != c.Value.Int:
-				t.Errorf("%s: %d, want %d", c.Name, oneInt(t, w.Buf), c.Value.Int)
+			case linear[c.Name] && firstValue(t, w.Buf).Int != c.Value.Int:
+				t.Errorf("%s: %d, want %d", c.Name, firstValue(t, w.Buf).Int, c.Value.Int)
 			case !linear[c.Name] && storage.KindOf(err) != abi.SQLQuotaExceeded:
 				t.Errorf("%s: %v, want quota-exceeded", c.Name, err)
 			}
@@ -185,16 +185,4 @@ type interruptSpy struct {
 func (s *interruptSpy) interrupt() {
 	s.got <- struct{}{}
 	s.conn.interrupt()
-}
-
-func oneInt(t *testing.T, buf []byte) int64 {
-	t.Helper()
-	rd := abi.NewReader(buf)
-	for n := rd.Count(4); n > 0; n-- {
-		_ = rd.String()
-	}
-	if rd.U32() != 1 {
-		t.Fatal("want one row")
-	}
-	return rd.Value().Int
 }
