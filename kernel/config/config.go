@@ -8,7 +8,10 @@
 package config
 
 import (
+	"errors"
 	"fmt"
+	"iter"
+	"log/slog"
 	"reflect"
 	"slices"
 	"sort"
@@ -68,6 +71,16 @@ func (c Choice) New() (any, error) {
 	return v, nil
 }
 
+// Settings are the plugin's settings as log attributes, keyed as in
+// plugins.yaml (driver=mattn). For the log line that says what serves.
+func (c Choice) Settings() []slog.Attr {
+	var attrs []slog.Attr
+	for key, v := range koanfFields(c.Config) {
+		attrs = append(attrs, slog.Any(key, v.Interface()))
+	}
+	return attrs
+}
+
 // Node is the node's own settings, the `node:` section.
 type Node struct {
 	Listen        string            `koanf:"listen"`
@@ -83,6 +96,13 @@ type Node struct {
 	// Lines a second per actor instance; 0 discards them all. A pointer,
 	// since unset (the default) and 0 differ.
 	GuestLogRate *int `koanf:"guest_log_rate"`
+
+	// What the repeatable serve flags of the same names set; a list from a
+	// variable is comma-separated.
+	Env               map[string][]string `koanf:"env"`                 // class name to its env files, read in order
+	AllowOutbound     []string            `koanf:"allow_outbound"`      // CIDR ranges or addresses
+	AllowOutboundPort []string            `koanf:"allow_outbound_port"` // port numbers
+	OutboundCA        []string            `koanf:"outbound_ca"`         // PEM files of CA certificates
 }
 
 // EnvPrefix starts every environment variable the configuration reads.
@@ -90,31 +110,74 @@ const EnvPrefix = "WASMKEEP_"
 
 // Load reads the layers. defaults is the embedded plugins.yaml; path, if
 // not empty, a file over it; environ the environment (os.Environ()).
-// apis gives the contract version the kernel requires of each kind.
+// apis gives the contract version the kernel requires of each kind. An
+// error names the layer it comes from: the file, or the variable.
 func Load(defaults []byte, path string, environ []string, reg *plugin.Registry, apis map[plugin.Kind]string) (*Config, error) {
-	k := koanf.New(".")
-	if err := k.Load(rawbytes.Provider(defaults), yaml.Parser()); err != nil {
+	base := koanf.New(".")
+	if err := base.Load(rawbytes.Provider(defaults), yaml.Parser()); err != nil {
 		return nil, fmt.Errorf("embedded defaults: %w", err)
 	}
+	layers := []layer{{"the embedded defaults", base}}
+	if path != "" {
+		k := koanf.New(".")
+		if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
+			return nil, fmt.Errorf("config %s: %w", path, err)
+		}
+		layers = append(layers, layer{path, k})
+	}
+	// One layer per variable, so that an error can name its variable.
+	for _, kv := range environ {
+		if !strings.HasPrefix(kv, EnvPrefix) {
+			continue
+		}
+		k := koanf.New(".")
+		err := k.Load(env.Provider(".", env.Opt{
+			Prefix: EnvPrefix,
+			TransformFunc: func(key, v string) (string, any) {
+				return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(key, EnvPrefix)), "__", "."), v
+			},
+			EnvironFunc: func() []string { return []string{kv} },
+		}), nil)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", kv, err)
+		}
+		layers = append(layers, layer{kv, k})
+	}
+	cfg, err := build(layers, reg, apis)
+	if err == nil {
+		return cfg, nil
+	}
+	// The layer to blame is the first over which the configuration no
+	// longer loads: the last one, if none before it fails.
+	blamed := len(layers) - 1
+	for i := range blamed {
+		if _, perr := build(layers[:i+1], reg, apis); perr != nil {
+			blamed, err = i, perr
+			break
+		}
+	}
+	return nil, fmt.Errorf("%s: %w", layers[blamed].name, err)
+}
+
+// layer is one source of settings, named in its errors.
+type layer struct {
+	name string // "the embedded defaults", the file's path, or a variable's NAME=value
+	k    *koanf.Koanf
+}
+
+// build merges the layers, the embedded defaults first, and decodes them.
+func build(layers []layer, reg *plugin.Registry, apis map[plugin.Kind]string) (*Config, error) {
 	// user is what the file and the environment set, kept apart to tell a
 	// user's choice from the embedded default.
 	user := koanf.New(".")
-	source := "the embedded defaults"
-	if path != "" {
-		if err := user.Load(file.Provider(path), yaml.Parser()); err != nil {
-			return nil, fmt.Errorf("config %s: %w", path, err)
+	for _, l := range layers[1:] {
+		if err := user.Merge(l.k); err != nil {
+			return nil, err
 		}
-		source = path
 	}
-	err := user.Load(env.Provider(".", env.Opt{
-		Prefix: EnvPrefix,
-		TransformFunc: func(key, v string) (string, any) {
-			return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(key, EnvPrefix)), "__", "."), v
-		},
-		EnvironFunc: func() []string { return environ },
-	}), nil)
-	if err != nil {
-		return nil, fmt.Errorf("environment: %w", err)
+	k := koanf.New(".")
+	if err := k.Merge(layers[0].k); err != nil {
+		return nil, err
 	}
 	if err := k.Merge(user); err != nil {
 		return nil, err
@@ -127,11 +190,11 @@ func Load(defaults []byte, path string, environ []string, reg *plugin.Registry, 
 	}
 	for _, top := range k.MapKeys("") {
 		if !slices.Contains(valid, top) {
-			return nil, fmt.Errorf("%s: unknown key %q (valid: %s)", source, top, strings.Join(valid, ", "))
+			return nil, fmt.Errorf("unknown key %q (valid: %s)", top, strings.Join(valid, ", "))
 		}
 	}
 	if err := DecodeStrict(k.Get("node"), &cfg.Node, "node"); err != nil {
-		return nil, fmt.Errorf("%s: %w", source, err)
+		return nil, err
 	}
 	for _, kind := range plugin.Kinds {
 		use := k.String(string(kind) + ".use")
@@ -155,7 +218,7 @@ func Load(defaults []byte, path string, environ []string, reg *plugin.Registry, 
 		}
 		ch, ok, err := choose(k, kind, use, reg, apis[kind])
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", source, err)
+			return nil, err
 		}
 		if ok {
 			cfg.Plugins[kind] = ch
@@ -163,7 +226,7 @@ func Load(defaults []byte, path string, environ []string, reg *plugin.Registry, 
 	}
 	for _, kind := range required {
 		if _, err := cfg.Plugin(kind); err != nil {
-			return nil, fmt.Errorf("%s: %w", source, err)
+			return nil, err
 		}
 	}
 	return cfg, nil
@@ -218,10 +281,11 @@ func newConfig(in plugin.Info) any {
 }
 
 // DecodeStrict decodes a section into out (a pointer to a struct with koanf
-// tags) as plugins.yaml is decoded: weakly typed, durations from strings, and
-// a key the struct lacks is an error naming it (path.key) and the valid keys.
-// Settings that reach a plugin another way (an out-of-process provider's)
-// are decoded with it too.
+// tags) as plugins.yaml is decoded: weakly typed, durations from strings
+// with a unit, lists from comma-separated strings, and a key the struct
+// lacks is an error naming it (path.key) and the valid keys. Settings that
+// reach a plugin another way (an out-of-process provider's) are decoded
+// with it too.
 func DecodeStrict(section any, out any, path string) error {
 	if section == nil {
 		return nil
@@ -233,14 +297,15 @@ func DecodeStrict(section any, out any, path string) error {
 		WeaklyTypedInput: true,
 		Metadata:         &md,
 		DecodeHook: mapstructure.ComposeDecodeHookFunc(
-			mapstructure.StringToTimeDurationHookFunc(),
+			duration,
+			mapstructure.StringToSliceHookFunc(","),
 			mapstructure.TextUnmarshallerHookFunc()),
 	})
 	if err != nil {
 		return err
 	}
 	if err := dec.Decode(section); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+		return decodeError(path, err)
 	}
 	if len(md.Unused) > 0 {
 		sort.Strings(md.Unused)
@@ -249,23 +314,96 @@ func DecodeStrict(section any, out any, path string) error {
 	return nil
 }
 
+// duration reads a duration from a string with a unit ("30s"), as the
+// flags do. It refuses a number: YAML reads `idle_timeout: 30` as one, which
+// would otherwise be 30 ns. As with the flags, 0 needs no unit.
+func duration(from, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeFor[time.Duration]() {
+		return data, nil
+	}
+	switch from.Kind() {
+	case reflect.String:
+		d, err := time.ParseDuration(data.(string))
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a duration: write a number with a unit, such as 30s, 1m or 500ms", data)
+		}
+		return d, nil
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+		if !reflect.ValueOf(data).IsZero() {
+			return nil, fmt.Errorf("%v has no unit: write it with one, such as %vs or %vms", data, data, data)
+		}
+	}
+	return data, nil
+}
+
+// decodeError restates the decoder's errors, one a line, each naming its
+// key in full (path.key) and, where the decoder leaves it out, the value.
+func decodeError(path string, err error) error {
+	var lines []string
+	var walk func(error)
+	walk = func(err error) {
+		if joined, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range joined.Unwrap() {
+				walk(e)
+			}
+			return
+		}
+		de, ok := err.(*mapstructure.DecodeError)
+		if !ok {
+			if next := errors.Unwrap(err); next != nil {
+				walk(next)
+				return
+			}
+			lines = append(lines, path+": "+err.Error())
+			return
+		}
+		key := path + "." + strings.NewReplacer("[", ".", "]", "").Replace(de.Name())
+		var pe *mapstructure.ParseError
+		var ue *mapstructure.UnconvertibleTypeError
+		switch {
+		case errors.As(de, &pe):
+			lines = append(lines, fmt.Sprintf("%s: %q is not a valid %s", key, fmt.Sprint(pe.Value), pe.Expected.Type()))
+		case errors.As(de, &ue):
+			lines = append(lines, fmt.Sprintf("%s: %q is not a valid %s", key, fmt.Sprint(ue.Value), ue.Expected.Type()))
+		default:
+			lines = append(lines, key+": "+de.Unwrap().Error())
+		}
+	}
+	walk(err)
+	sort.Strings(lines) // the decoder meets a map's keys in random order
+	return errors.New(strings.Join(lines, "\n"))
+}
+
 // fieldKeys lists the koanf keys of a struct.
 func fieldKeys(out any) []string {
-	t := reflect.TypeOf(out)
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t.Kind() != reflect.Struct {
-		return nil
-	}
 	keys := []string{}
-	for i := 0; i < t.NumField(); i++ {
-		if tag, _, _ := strings.Cut(t.Field(i).Tag.Get("koanf"), ","); tag != "" && tag != "-" {
-			keys = append(keys, tag)
-		}
+	for key := range koanfFields(out) {
+		keys = append(keys, key)
 	}
 	if len(keys) == 0 {
 		return []string{"none"}
 	}
 	return keys
+}
+
+// koanfFields yields the koanf key and value of each tagged field of the
+// struct v is or points to.
+func koanfFields(v any) iter.Seq2[string, reflect.Value] {
+	return func(yield func(string, reflect.Value) bool) {
+		rv := reflect.ValueOf(v)
+		for rv.Kind() == reflect.Pointer {
+			rv = rv.Elem()
+		}
+		if rv.Kind() != reflect.Struct {
+			return
+		}
+		for i := 0; i < rv.NumField(); i++ {
+			tag, _, _ := strings.Cut(rv.Type().Field(i).Tag.Get("koanf"), ",")
+			if tag != "" && tag != "-" && !yield(tag, rv.Field(i)) {
+				return
+			}
+		}
+	}
 }

@@ -121,8 +121,8 @@ func serveCommand(reg *plugin.Registry) *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "plugins.yaml to layer over the embedded defaults")
-	fl.StringArrayVar(&f.actors, "actor", nil, "serve a class: CLASS=FILE.wasm (repeatable)")
-	fl.StringArrayVar(&f.env, "env", nil, "configuration for a class's actors: CLASS=FILE of NAME=value lines, read at start (repeatable)")
+	fl.StringArrayVar(&f.actors, "actor", nil, "serve a class: CLASS=FILE.wasm (repeatable; node.actors)")
+	fl.StringArrayVar(&f.env, "env", nil, "configuration for a class's actors: CLASS=FILE of NAME=value lines, read at start (repeatable; node.env)")
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory for actor databases and the compile cache (node.data_dir)")
 	fl.StringVar(&f.listen, "listen", "", "address to serve HTTP on (node.listen)")
 	fl.DurationVar(&f.idleTimeout, "idle-timeout", 0, "hibernate an actor after this long without events (node.idle_timeout)")
@@ -132,9 +132,9 @@ func serveCommand(reg *plugin.Registry) *cobra.Command {
 	fl.IntVar(&f.guestLogRate, "guest-log-rate", 50, "lines a second each actor instance may print to the log, bursts of twice that; 0 discards them (node.guest_log_rate)")
 	fl.StringVar(&f.metricsAddr, "metrics-listen", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9100 (node.metrics_listen; off by default)")
 	fl.StringArrayVar(&f.access, "access", nil, "who outside may reach a class's actors: CLASS=open|existing|existing:NAME,...|internal (repeatable; node.access)")
-	fl.StringArrayVar(&f.allowOutbound, "allow-outbound", nil, "let guests' http_fetch reach this non-public range, e.g. 10.1.0.0/16 (repeatable)")
-	fl.StringArrayVar(&f.allowOutboundPorts, "allow-outbound-port", nil, "let guests' http_fetch reach this port, which the Fetch standard blocks (repeatable)")
-	fl.StringArrayVar(&f.outboundCAs, "outbound-ca", nil, "trust the CA certificates of this PEM file for guests' https fetches, besides the system roots (repeatable)")
+	fl.StringArrayVar(&f.allowOutbound, "allow-outbound", nil, "let guests' http_fetch reach this non-public range, e.g. 10.1.0.0/16 (repeatable; node.allow_outbound)")
+	fl.StringArrayVar(&f.allowOutboundPorts, "allow-outbound-port", nil, "let guests' http_fetch reach this port, which the Fetch standard blocks (repeatable; node.allow_outbound_port)")
+	fl.StringArrayVar(&f.outboundCAs, "outbound-ca", nil, "trust the CA certificates of this PEM file for guests' https fetches, besides the system roots (repeatable; node.outbound_ca)")
 	return cmd
 }
 
@@ -168,18 +168,39 @@ func nodeSettings(cmd *cobra.Command, cfg config.Node, f serveFlags) (config.Nod
 	if len(f.actors) > 0 && cfg.Actors == nil {
 		cfg.Actors = map[string]string{}
 	}
+	flagged := map[string]string{} // class to the file its --actor gave
 	for _, a := range f.actors {
 		class, file, ok := strings.Cut(a, "=")
 		if !ok || class == "" || file == "" {
 			return cfg, fmt.Errorf("--actor %q: want CLASS=FILE.wasm", a)
 		}
+		if first, twice := flagged[class]; twice {
+			return cfg, fmt.Errorf("--actor %s=%s and --actor %s=%s: class %s given twice; give each class once", class, first, class, file, class)
+		}
+		flagged[class] = file
 		cfg.Actors[class] = file
 	}
 	if len(cfg.Actors) == 0 && f.stateless == "" {
 		return cfg, errors.New("nothing to serve: add --actor CLASS=FILE.wasm (or node.actors in the config), or a stateless component")
 	}
-	if cfg.CPUBudgetMS < 0 || cfg.HostCPUMS < 0 || cfg.MaxInstances < 0 || cfg.IdleTimeout < 0 || (cfg.GuestLogRate != nil && *cfg.GuestLogRate < 0) {
-		return cfg, errors.New("cpu budget, host cpu budget, max instances, idle timeout and guest log rate cannot be negative")
+	rate := 0
+	if cfg.GuestLogRate != nil {
+		rate = *cfg.GuestLogRate
+	}
+	for _, s := range []struct {
+		key      string // node.<key>, whose flag is --<key> with dashes
+		value    any
+		negative bool
+	}{
+		{"cpu_budget_ms", cfg.CPUBudgetMS, cfg.CPUBudgetMS < 0},
+		{"host_cpu_budget_ms", cfg.HostCPUMS, cfg.HostCPUMS < 0},
+		{"max_instances", cfg.MaxInstances, cfg.MaxInstances < 0},
+		{"idle_timeout", cfg.IdleTimeout, cfg.IdleTimeout < 0},
+		{"guest_log_rate", rate, rate < 0},
+	} {
+		if s.negative {
+			return cfg, fmt.Errorf("node.%s (--%s) is %v: it cannot be negative", s.key, strings.ReplaceAll(s.key, "_", "-"), s.value)
+		}
 	}
 	return cfg, nil
 }
@@ -226,7 +247,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	env, err := readEnv(f.env, ns.Actors, log)
+	env, err := readEnv(f.env, ns.Env, ns.Actors, log)
 	if err != nil {
 		return err
 	}
@@ -261,7 +282,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 		GuestLogRate:  guestLogRate(ns.GuestLogRate),
 		Logger:        log,
 	}
-	if err := outbound(&opts, f); err != nil {
+	if err := outbound(&opts, cmd.Flags().Changed, ns, f); err != nil {
 		return err
 	}
 	n, err := node.New(ctx, opts, rt, st)
@@ -287,8 +308,10 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 		go (&http.Server{Handler: n.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}).Serve(ml)
 		log.Info("metrics", "listen", ml.Addr().String())
 	}
-	log.Info("serving", "listen", l.Addr().String(), "runtime", cfg.Plugins[plugin.Runtime].Info.Name,
-		"storage", cfg.Plugins[plugin.Storage].Info.Name, "data_dir", ns.DataDir)
+	rtChoice, stChoice := cfg.Plugins[plugin.Runtime], cfg.Plugins[plugin.Storage]
+	log.Info("serving", "listen", l.Addr().String(), "runtime", rtChoice.Info.Name, "storage", stChoice.Info.Name,
+		slog.GroupAttrs(rtChoice.Info.ID(), rtChoice.Settings()...), slog.GroupAttrs(stChoice.Info.ID(), stChoice.Settings()...),
+		"data_dir", ns.DataDir)
 	select {
 	case <-ctx.Done():
 		log.Info("stopping: finishing in-flight requests and queued events")

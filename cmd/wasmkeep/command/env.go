@@ -10,31 +10,43 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 )
 
-// readEnv reads the --env CLASS=FILE files once, at start: a class's files
+// readEnv reads each class's env files once, at start: those of its --env
+// CLASS=FILE flags, else those node.env gives it. A class's files are read
 // in order, a later one overriding an earlier one by name. Values are never
 // logged; a file others can read is accepted with a warning naming it.
-func readEnv(specs []string, classes map[string]string, log *slog.Logger) (map[string]map[string]string, error) {
-	env := map[string]map[string]string{}
-	for _, s := range specs {
-		class, file, ok := strings.Cut(s, "=")
-		if !ok || class == "" || file == "" {
+func readEnv(flags []string, file map[string][]string, classes map[string]string, log *slog.Logger) (map[string]map[string]string, error) {
+	files := map[string][]string{}
+	source := map[string]string{} // class to where its files were given
+	for _, s := range flags {
+		class, path, ok := strings.Cut(s, "=")
+		if !ok || class == "" || path == "" {
 			return nil, fmt.Errorf("--env %q: want CLASS=FILE", s)
 		}
+		files[class] = append(files[class], path)
+		source[class] = "--env"
+	}
+	for class, paths := range file {
+		if _, flagged := files[class]; !flagged {
+			files[class], source[class] = paths, "node.env"
+		}
+	}
+	env := map[string]map[string]string{}
+	for _, class := range slices.Sorted(maps.Keys(files)) {
 		if _, ok := classes[class]; !ok { // a typo would leave the class without its values
-			return nil, fmt.Errorf("--env for class %q, which is not served (served: %s)",
-				class, strings.Join(slices.Sorted(maps.Keys(classes)), ", "))
+			return nil, fmt.Errorf("%s for class %q, which is not served (served: %s)",
+				source[class], class, strings.Join(slices.Sorted(maps.Keys(classes)), ", "))
 		}
-		vars, worldReadable, err := node.ParseEnvFile(file)
-		if err != nil {
-			return nil, fmt.Errorf("--env %s: %w", class, err)
+		env[class] = map[string]string{}
+		for _, path := range files[class] {
+			vars, worldReadable, err := node.ParseEnvFile(path)
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: %w", source[class], class, err)
+			}
+			if worldReadable {
+				log.Warn("env file is readable by every user of the machine: chmod 600 it", "class", class, "file", path)
+			}
+			maps.Copy(env[class], vars)
 		}
-		if worldReadable {
-			log.Warn("--env file is readable by every user of the machine: chmod 600 it", "class", class, "file", file)
-		}
-		if env[class] == nil {
-			env[class] = map[string]string{}
-		}
-		maps.Copy(env[class], vars)
 	}
 	return env, nil
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/wasmkeep/wasmkeep/kernel/config"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 )
 
@@ -23,7 +24,7 @@ func TestOutboundFlags(t *testing.T) {
 	os.WriteFile(junk, []byte("not a certificate"), 0o600)
 
 	var opts node.Options
-	err := outbound(&opts, serveFlags{
+	err := outbound(&opts, flagsGiven, config.Node{}, serveFlags{
 		allowOutbound:      []string{"10.1.2.3/8", "fd00::1"},
 		allowOutboundPorts: []string{"25"},
 		outboundCAs:        []string{ca},
@@ -43,8 +44,35 @@ func TestOutboundFlags(t *testing.T) {
 		{outboundCAs: []string{junk}}:             "--outbound-ca " + junk + ": no PEM CERTIFICATE block",
 		{outboundCAs: []string{dir + "/missing"}}: "--outbound-ca " + dir + "/missing: open",
 	} {
-		if err := outbound(&node.Options{}, *f); err == nil || !strings.HasPrefix(err.Error(), want) {
+		if err := outbound(&node.Options{}, flagsGiven, config.Node{}, *f); err == nil || !strings.HasPrefix(err.Error(), want) {
 			t.Errorf("%+v: %v, want %s", *f, err, want)
+		}
+	}
+}
+
+// flagsGiven says every flag was given.
+func flagsGiven(string) bool { return true }
+
+// Without their flags, the same settings come from the node section, and
+// an error names the key.
+func TestOutboundSettings(t *testing.T) {
+	noFlags := func(string) bool { return false }
+	var opts node.Options
+	err := outbound(&opts, noFlags, config.Node{AllowOutbound: []string{"10.1.0.0/16"}, AllowOutboundPort: []string{"587"}},
+		serveFlags{allowOutbound: []string{"ignored/8"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(opts.AllowOutbound, []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}) || !slices.Equal(opts.AllowOutboundPorts, []int{587}) {
+		t.Errorf("got %v %v", opts.AllowOutbound, opts.AllowOutboundPorts)
+	}
+	for ns, want := range map[*config.Node]string{
+		{AllowOutbound: []string{"10.0.0.0/33"}}:   `node.allow_outbound "10.0.0.0/33": want a CIDR range`,
+		{AllowOutboundPort: []string{"smtp"}}:      `node.allow_outbound_port "smtp": want a port number`,
+		{OutboundCA: []string{"/nonexistent.pem"}}: "node.outbound_ca /nonexistent.pem: open",
+	} {
+		if err := outbound(&node.Options{}, noFlags, *ns, serveFlags{}); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%+v: %v, want %s", *ns, err, want)
 		}
 	}
 }
