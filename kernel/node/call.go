@@ -24,17 +24,17 @@ func actorCall(ctx context.Context, st *eventState, mem runtime.Memory, s []uint
 		st.out = abi.AppendError(st.out[:0], uint8(kind), msg)
 		s[0] = st.result(mem, s[4], s[5], st.out, true)
 	}
+	addr, raw := string(read(mem, s[0], s[1])), read(mem, s[2], s[3])
 	if st.actor.class.stateless { // there is no caller actor to name
 		fail(abi.CallFailed, "the stateless component has no actors.call: it reaches actors over HTTP")
 		return
 	}
 	n := st.actor.node
-	c, name, err := n.parseCallAddress(string(read(mem, s[0], s[1])))
+	c, name, err := n.parseCallAddress(addr)
 	if err != nil {
 		fail(abi.CallInvalidAddress, err.Error())
 		return
 	}
-	raw := read(mem, s[2], s[3])
 	if int64(len(raw)) > n.opts.MaxBodyBytes+64<<10 {
 		fail(abi.CallTooLarge, "the request is larger than the 16 MB limit")
 		return

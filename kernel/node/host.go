@@ -95,6 +95,22 @@ func hostFunc(name string, s runtime.Signature, f func(ctx context.Context, st *
 	}}
 }
 
+// withOutput wraps a host function whose output buffer (docs/abi.md,
+// section 3) is stack[at], stack[at+1]. The whole buffer is checked before
+// the function acts, so that a range reaching past memory traps even where
+// the payload would fit, and a trap never follows a side effect (a row
+// committed, a callee called, a request sent). Every such function is
+// registered through it; the functions themselves read their inputs before
+// they act.
+func withOutput(at int, f func(ctx context.Context, st *eventState, mem runtime.Memory, stack []uint64)) func(ctx context.Context, st *eventState, mem runtime.Memory, stack []uint64) {
+	return func(ctx context.Context, st *eventState, mem runtime.Memory, s []uint64) {
+		if _, ok := mem.Read(uint32(s[at]), uint32(s[at+1])); !ok {
+			faultf("output buffer %d+%d is outside the guest's memory (%d bytes)", uint32(s[at]), uint32(s[at+1]), mem.Size())
+		}
+		f(ctx, st, mem, s)
+	}
+}
+
 // hostFunctions is the wasmkeep module every guest may import.
 func hostFunctions() map[string]runtime.HostFunction {
 	fs := []runtime.HostFunction{
@@ -119,7 +135,7 @@ func hostFunctions() map[string]runtime.HostFunction {
 		hostFunc(abi.HostRespond, sig(types(i32, i32), i32), func(_ context.Context, st *eventState, mem runtime.Memory, s []uint64) {
 			s[0] = uint64(st.respond(read(mem, s[0], s[1])))
 		}),
-		hostFunc(abi.HostSQLExec, sig(types(i32, i32, i32, i32, i32, i32, i32), i32), func(ctx context.Context, st *eventState, mem runtime.Memory, s []uint64) {
+		hostFunc(abi.HostSQLExec, sig(types(i32, i32, i32, i32, i32, i32, i32), i32), withOutput(5, func(ctx context.Context, st *eventState, mem runtime.Memory, s []uint64) {
 			flags := uint32(s[4])
 			if flags&^abi.ExecDurable != 0 {
 				faultf("sql_exec: unknown flags %#x", flags)
@@ -136,8 +152,8 @@ func hostFunctions() map[string]runtime.HostFunction {
 			}
 			st.out = binary.LittleEndian.AppendUint64(st.out[:0], uint64(n))
 			s[0] = st.result(mem, s[5], s[6], st.out, false)
-		}),
-		hostFunc(abi.HostSQLQuery, sig(types(i32, i32, i32, i32, i32, i32), i32), func(ctx context.Context, st *eventState, mem runtime.Memory, s []uint64) {
+		})),
+		hostFunc(abi.HostSQLQuery, sig(types(i32, i32, i32, i32, i32, i32), i32), withOutput(4, func(ctx context.Context, st *eventState, mem runtime.Memory, s []uint64) {
 			sql, params := st.statement(mem, s)
 			if err := st.storageRefused(); err != nil {
 				s[0] = st.sqlError(mem, s[4], s[5], err)
@@ -151,13 +167,13 @@ func hostFunctions() map[string]runtime.HostFunction {
 				return
 			}
 			s[0] = st.result(mem, s[4], s[5], st.rows.Buf, false)
-		}),
-		hostFunc(abi.HostSelfAddress, sig(types(i32, i32), i32), func(_ context.Context, st *eventState, mem runtime.Memory, s []uint64) {
+		})),
+		hostFunc(abi.HostSelfAddress, sig(types(i32, i32), i32), withOutput(0, func(_ context.Context, st *eventState, mem runtime.Memory, s []uint64) {
 			st.actorOnly("self_address")
 			st.out = abi.AppendAddress(st.out[:0], st.actor.addr)
 			s[0] = st.result(mem, s[0], s[1], st.out, false)
-		}),
-		hostFunc(abi.HostEnvGet, sig(types(i32, i32, i32, i32), i32), func(_ context.Context, st *eventState, mem runtime.Memory, s []uint64) {
+		})),
+		hostFunc(abi.HostEnvGet, sig(types(i32, i32, i32, i32), i32), withOutput(2, func(_ context.Context, st *eventState, mem runtime.Memory, s []uint64) {
 			v, ok := st.actor.class.env[string(read(mem, s[0], s[1]))]
 			if !ok {
 				st.out = append(st.out[:0], 0) // not set
@@ -166,15 +182,15 @@ func hostFunctions() map[string]runtime.HostFunction {
 			}
 			st.out = append(st.out[:0], v...)
 			s[0] = st.result(mem, s[2], s[3], st.out, false)
-		}),
+		})),
 		hostFunc(abi.HostWSSend, sig(types(i64, i32, i32, i32), i32), wsSend),
-		hostFunc(abi.HostWSList, sig(types(i32, i32), i32), func(_ context.Context, st *eventState, mem runtime.Memory, s []uint64) {
+		hostFunc(abi.HostWSList, sig(types(i32, i32), i32), withOutput(0, func(_ context.Context, st *eventState, mem runtime.Memory, s []uint64) {
 			st.out = st.actor.node.wsList(st.actor.key, st.out[:0])
 			s[0] = st.result(mem, s[0], s[1], st.out, false)
-		}),
-		hostFunc(abi.HostDeleteSelf, sig(types(i32, i32, i32), i32), deleteSelf),
-		hostFunc(abi.HostActorCall, sig(types(i32, i32, i32, i32, i32, i32), i32), actorCall),
-		hostFunc(abi.HostHTTPFetch, sig(types(i32, i32, i32, i32), i32), httpFetch),
+		})),
+		hostFunc(abi.HostDeleteSelf, sig(types(i32, i32, i32), i32), withOutput(1, deleteSelf)),
+		hostFunc(abi.HostActorCall, sig(types(i32, i32, i32, i32, i32, i32), i32), withOutput(4, actorCall)),
+		hostFunc(abi.HostHTTPFetch, sig(types(i32, i32, i32, i32), i32), withOutput(2, httpFetch)),
 		hostFunc(abi.HostAlarmSet, sig(types(i64)), alarmSet),
 		hostFunc(abi.HostAlarmGet, sig(nil, i64), alarmGet),
 		hostFunc(abi.HostAlarmClear, sig(nil), alarmClear),
