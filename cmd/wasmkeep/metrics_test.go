@@ -13,17 +13,22 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 )
 
-// metric reads one series' value from the node's metrics page (-1 if absent).
-func (tn *testNode) metric(series string) float64 {
-	tn.t.Helper()
+// metricsPage is the node's metrics page.
+func (tn *testNode) metricsPage() string {
 	rec := httptest.NewRecorder()
 	tn.node.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	page, _ := io.ReadAll(rec.Body)
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindSubmatch(page)
+	return string(page)
+}
+
+// metric reads one series' value from the node's metrics page (-1 if absent).
+func (tn *testNode) metric(series string) float64 {
+	tn.t.Helper()
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindStringSubmatch(tn.metricsPage())
 	if m == nil {
 		return -1
 	}
-	v, _ := strconv.ParseFloat(string(m[1]), 64)
+	v, _ := strconv.ParseFloat(m[1], 64)
 	return v
 }
 

@@ -40,6 +40,25 @@ func TestStatelessComponent(t *testing.T) {
 		t.Errorf("guest output not logged as actor=stateless:\n%s", log)
 	}
 	n.expect("POST", "/big", strings.Repeat("x", 16<<20+1), 413, "request body too large\n")
+
+	// Its requests are counted apart from actors' events: the one actor
+	// above woke once, and no stateless request counts as a wake, a
+	// hibernation or an instantiation (issue 12, item 10).
+	for series, want := range map[string]float64{
+		`wasmkeep_stateless_requests_total{outcome="ok"}`:     9,
+		`wasmkeep_stateless_requests_total{outcome="failed"}`: 1,
+		`wasmkeep_stateless_request_duration_seconds_count`:   10,
+		`wasmkeep_wakes_total`:                                1,
+		`wasmkeep_instantiate_seconds_count`:                  1,
+		`wasmkeep_hibernations_total`:                         0,
+	} {
+		if got := n.metric(series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+	if page := n.metricsPage(); strings.Contains(page, "stateless\"") {
+		t.Errorf("a series labelled with the stateless component as a class:\n%s", page)
+	}
 }
 
 // The CPU budget stops a request that spins; the others, running beside

@@ -176,7 +176,7 @@ func (a *actor) discardInstance() {
 	}
 	a.inst.Close(context.Background())
 	a.inst = nil
-	a.node.metrics.hibernations.Inc()
+	a.node.metrics.instanceDropped(a.class)
 	a.stdout.flush()
 	a.stderr.flush()
 	a.logLimit.endInstance()
@@ -307,8 +307,7 @@ func (a *actor) wake(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.node.metrics.instantiate.Observe(time.Since(start).Seconds())
-	a.node.metrics.wakes.Inc()
+	a.node.metrics.instanceCreated(a.class, time.Since(start))
 	if a.needInit, err = a.initPending(ctx); err != nil {
 		a.discardInstance()
 		return &failure{"internal error", err}

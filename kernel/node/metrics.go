@@ -27,7 +27,9 @@ const (
 
 // metrics are the book's single-node metrics (Monitoring), on a registry of
 // the node's own so that several nodes in one process do not collide. Labels
-// are class names, event kinds and fixed reasons, never actor names.
+// are class names, event kinds and fixed reasons, never actor names. The
+// book's metrics are about actors: the stateless component's requests have
+// series of their own.
 type metrics struct {
 	reg               *prometheus.Registry
 	events            *prometheus.CounterVec
@@ -40,6 +42,8 @@ type metrics struct {
 	refused           *prometheus.CounterVec
 	alarmRetries      prometheus.Counter
 	requestsAbandoned prometheus.Counter
+	stateless         *prometheus.CounterVec
+	statelessDuration prometheus.Histogram
 }
 
 func newMetrics(n *Node) *metrics {
@@ -77,6 +81,13 @@ func newMetrics(n *Node) *metrics {
 		requestsAbandoned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wasmkeep_requests_abandoned_total", Help: "Requests and calls not run because their sender had gone while they waited.",
 		}),
+		stateless: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmkeep_stateless_requests_total", Help: "Requests the stateless component ran, each on an instance of its own, by outcome (ok, failed).",
+		}, []string{"outcome"}),
+		statelessDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "wasmkeep_stateless_request_duration_seconds", Help: "Time a stateless request took, its instance's creation included.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}),
 	}
 	for _, r := range []string{refusedAccess, refusedCapacity, refusedOverloaded, refusedUnavailable} {
 		m.refused.WithLabelValues(r) // every reason is on the page from the start
@@ -89,7 +100,7 @@ func newMetrics(n *Node) *metrics {
 		return 1
 	}
 	m.reg.MustRegister(m.events, m.duration, m.cuts, m.cpuBudget, m.instantiate, m.wakes, m.hibernations,
-		m.refused, m.alarmRetries, m.requestsAbandoned,
+		m.refused, m.alarmRetries, m.requestsAbandoned, m.stateless, m.statelessDuration,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_actors_resident", Help: "Actors in memory now (registered mailboxes)."},
 			func() float64 { n.mu.Lock(); defer n.mu.Unlock(); return float64(len(n.actors)) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "wasmkeep_guest_log_lines_total", Help: "Lines actors printed that reached the log."},
@@ -113,18 +124,39 @@ func (n *Node) MetricsHandler() http.Handler {
 	return promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{Registry: n.metrics.reg})
 }
 
-// event counts one event of a class ("" for the stateless component).
+// event counts one event of a class ("" for the stateless component, whose
+// requests are counted apart).
 func (m *metrics) event(class, kind string, failed bool, took time.Duration) {
-	if class == "" {
-		class = ":stateless" // the stateless component; no class name can hold a colon
-	}
 	outcome := "ok"
 	if failed {
 		outcome = "failed"
 	}
+	if class == "" {
+		m.stateless.WithLabelValues(outcome).Inc()
+		m.statelessDuration.Observe(took.Seconds())
+		return
+	}
 	m.events.WithLabelValues(class, kind, outcome).Inc()
 	if kind != kindInit {
 		m.duration.WithLabelValues(class).Observe(took.Seconds())
+	}
+}
+
+// instanceCreated counts an actor's wake. The stateless component's
+// instances, one per request, are not actors waking.
+func (m *metrics) instanceCreated(c *class, took time.Duration) {
+	if c.stateless {
+		return
+	}
+	m.instantiate.Observe(took.Seconds())
+	m.wakes.Inc()
+}
+
+// instanceDropped counts an actor's instance dropped (not the stateless
+// component's).
+func (m *metrics) instanceDropped(c *class) {
+	if !c.stateless {
+		m.hibernations.Inc()
 	}
 }
 
