@@ -190,6 +190,10 @@ func (a *actor) handle(ev *event) {
 		ev.reply <- outcome{skipped: true}
 		return
 	}
+	if ev.ws != nil && a.wsActorGone() {
+		ev.reply <- outcome{skipped: true}
+		return
+	}
 	a.busy.Store(true)
 	start := time.Now()
 	goruntime.LockOSThread()
@@ -270,6 +274,7 @@ func (a *actor) endEvent() {
 			a.node.log.Error("deleting actor", "actor", a.key, "err", err)
 		}
 		a.discardInstance()
+		a.closeSocketsOnDelete()
 	}
 	if st.alarmTouched || st.deleteAtEnd || st.deleted {
 		a.scheduleFrom(context.Background())

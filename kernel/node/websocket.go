@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -178,6 +180,10 @@ func (n *Node) serveWebSocket(w http.ResponseWriter, r *http.Request, c *class, 
 	}
 	if out.skipped {
 		n.wsRelease(id, key)
+		if r.Context().Err() == nil { // the client is still there: a delete ran first
+			n.metrics.refused.WithLabelValues(refusedAccess).Inc()
+			http.Error(w, "unknown actor "+strconv.Quote(name), http.StatusNotFound)
+		}
 		return
 	}
 	// An accepted socket joins the actor's connections before the client
@@ -414,18 +420,52 @@ func (n *Node) wsPing(s *socket) {
 // closeSockets closes every socket with 1012 as the node stops, and waits
 // for their goroutines.
 func (n *Node) closeSockets() {
+	n.wsCloseWhere(func(s *socket) bool { return s.conn != nil }, websocket.StatusServiceRestart, "node stopping")
+	n.ws.wg.Wait()
+}
+
+// wsCloseWhere closes every socket for which match (called under n.ws.mu)
+// holds, each once what is queued on it is written.
+func (n *Node) wsCloseWhere(match func(*socket) bool, code websocket.StatusCode, reason string) {
 	n.ws.mu.Lock()
-	var open []*socket
+	var found []*socket
 	for _, s := range n.ws.all {
-		if s != nil && s.conn != nil {
-			open = append(open, s)
+		if s != nil && match(s) {
+			found = append(found, s)
 		}
 	}
 	n.ws.mu.Unlock()
-	for _, s := range open {
-		n.wsCloseWith(s, websocket.StatusServiceRestart, "node stopping")
+	for _, s := range found {
+		n.wsCloseWith(s, code, reason)
 	}
-	n.ws.wg.Wait()
+}
+
+// closeSocketsOnDelete closes a deleted actor's sockets, open or being
+// opened, with 1000 under existing and internal (ADR 0028: not 1012, which
+// tells a client to reconnect). An open class keeps them, as before: a
+// message there creates the actor anew, as any outside request may.
+func (a *actor) closeSocketsOnDelete() {
+	if a.class.access.Mode == Open {
+		return
+	}
+	a.node.wsCloseWhere(func(s *socket) bool { return s.key == a.key }, websocket.StatusNormalClosure, "actor deleted")
+}
+
+// wsActorGone reports whether a WebSocket event must not run because its
+// actor, of a class whose access rule does not let outside requests create
+// it, does not exist: a delete ran after the socket was checked. The actor
+// calls it just before the event, so a delete queued ahead counts, and it
+// creates nothing: a socket event never recreates a deleted actor of an
+// existing or internal class (the book's security model).
+func (a *actor) wsActorGone() bool {
+	if a.class.access.allowsCreate(a.addr.Name) || a.db != nil {
+		return false
+	}
+	if _, err := os.Stat(dbPath(a.node.opts.DataDir, a.addr.Tenant, a.addr.Class, a.addr.Name)); err == nil {
+		return false
+	}
+	a.deleted.Store(true) // nor does the next outside request find it resident
+	return true
 }
 
 // wsSend is ws_send(conn, kind, ptr, len) -> SendError.
