@@ -370,7 +370,9 @@ func (a *actor) guest(ctx context.Context, what string, f func(ctx context.Conte
 		return nil
 	}
 	a.discardInstance()
-	if errors.Is(err, runtime.ErrInterrupted) {
+	// A host call that fails because the event was stopped can surface as
+	// a trap of its own rather than as the engine's interruption.
+	if errors.Is(err, runtime.ErrInterrupted) || ctx.Err() != nil {
 		switch cause := context.Cause(ctx); {
 		case errors.Is(cause, errCPUBudget):
 			a.node.metrics.cpuBudget.Inc()
