@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -60,12 +61,44 @@ func TestConformanceBucketPassesAndFails(t *testing.T) {
 		t.Errorf("no header naming the plugin and the prefix:\n%s", out)
 	}
 	for _, r := range rules {
-		if !regexp.MustCompile(`(?m)^passed  ` + r.Name + ` `).MatchString(out) {
-			t.Errorf("no line saying %s passed:\n%s", r.Name, out)
+		status := "passed"
+		if r.Capability {
+			status = "has   "
+		}
+		if !regexp.MustCompile(`(?m)^` + status + `  ` + r.Name + ` `).MatchString(out) {
+			t.Errorf("no line saying %s %s:\n%s", r.Name, status, out)
 		}
 	}
-	if want := "17 rules: 17 passed, 0 failed"; !strings.Contains(out, want) {
-		t.Errorf("no %q:\n%s", want, out)
+	// --quick describes its own sizes, not the defaults (issue 12).
+	for _, want := range []string{"17 rules: 17 passed, 0 failed\n2 capabilities: 2 present\n", "whole and ranged (4 MiB)\n",
+		"(300 keys)\n", "every round (4 writers, 3 rounds)\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "64 MiB") {
+		t.Errorf("--quick names the default 64 MiB:\n%s", out)
+	}
+
+	// A store like MinIO (issue 12): its DELETE ignores If-Match and its
+	// listing walks directories. It conforms; the two capabilities it
+	// lacks are named, with why WasmKeep does without them.
+	out, err = runConformance(t, bin, "bucket:\n  use: memory\n  memory: {ignore_delete_if_version: true, list_by_directory: true}\n", "--quick", "--large-size", "1000")
+	if err != nil {
+		t.Fatalf("a bucket lacking both capabilities: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"lacks   ConditionalDelete ",
+		"at a stale version succeeded, want bucket: precondition failed (WasmKeep does not need it: the kernel never deletes conditionally",
+		"lacks   ListByteOrder ",
+		"(WasmKeep does not need it: the kernel never relies on the order of keys that first differ at a /)",
+		"passed  ListPages ",
+		"whole and ranged (1000 bytes)\n",
+		"17 rules: 17 passed, 0 failed\n2 capabilities: 0 present, lacking ConditionalDelete and ListByteOrder, which WasmKeep does not need\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q:\n%s", want, out)
+		}
 	}
 
 	out, err = runConformance(t, bin, "bucket:\n  use: memory\n  memory: {ignore_conditions: true}\n", "--writers", "3", "--rounds", "2", "--list-keys", "50", "--large-size", "1000")
@@ -78,8 +111,9 @@ func TestConformanceBucketPassesAndFails(t *testing.T) {
 		"FAILED  RaceCreate ",
 		"round 0: 3 of 3 writers",
 		"passed  ListPages ",
-		"17 rules: 7 passed, 10 failed",
-		"wasmkeep: bucket plugin memory failed 10 of 17 conformance rules",
+		"lacks   ConditionalDelete ",
+		"17 rules: 8 passed, 9 failed\n2 capabilities: 1 present, lacking ConditionalDelete, which WasmKeep does not need\n",
+		"wasmkeep: bucket plugin memory failed 9 of 17 conformance rules",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q:\n%s", want, out)
@@ -147,6 +181,35 @@ func TestConformanceBucketStandard(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "bucket plugin s3 (bucket/v1)") || !strings.Contains(string(out), "17 rules: 17 passed, 0 failed") {
 			t.Errorf("VersityGW: %v\n%s", err, out)
+		}
+	})
+
+	// A bucket that does not exist, and an endpoint where nothing listens:
+	// the cause is said once and no rule runs (issue 12: a missing bucket
+	// printed the same failure for each of the 17 rules).
+	t.Run("S3Unusable", func(t *testing.T) {
+		srv := s3test.Start(t)
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed := "http://" + l.Addr().String()
+		l.Close()
+		for name, c := range map[string]struct{ endpoint, bucket, says string }{
+			"MissingBucket": {srv.Endpoint, "wasmkeep-no-such-bucket", "the bucket does not exist"},
+			"ClosedPort":    {closed, srv.NewBucket(t), "connection refused"},
+		} {
+			t.Run(name, func(t *testing.T) {
+				cmd := exec.Command(bin, "conformance", "bucket", "--quick")
+				cmd.Env = append(append(withoutWasmkeepVars(), srv.Environ()...), "WASMKEEP_BUCKET__USE=s3",
+					"WASMKEEP_BUCKET__S3__BUCKET="+c.bucket, "WASMKEEP_BUCKET__S3__ENDPOINT="+c.endpoint)
+				out, err := cmd.CombinedOutput()
+				if exitCode(err) != 1 || strings.Count(string(out), c.says) != 1 || regexp.MustCompile(`(?m)^(passed|FAILED) `).Match(out) ||
+					!strings.Contains(string(out), "the bucket cannot be used, so no further rule was run: List buckettest/") ||
+					!strings.Contains(string(out), "(after 0 of 19 checks)") {
+					t.Errorf("%v, want exit status 1, %q said once and no rule run:\n%s", err, c.says, out)
+				}
+			})
 		}
 	})
 

@@ -36,6 +36,7 @@ func TestFlawsCaught(t *testing.T) {
 		{"ReverseList", Flaws{ReverseList: true}, []string{"KernelKeys", "ListPages"}, []string{"ListByteOrder"}},
 		// MinIO's two departures, measured (plugins/bucket-s3/README.md).
 		{"LikeMinIO", Flaws{IgnoreDeleteIfVersion: true, ListByDirectory: true}, nil, []string{"ConditionalDelete", "ListByteOrder"}},
+		{"StartAfterInByteOrder", Flaws{ListByDirectory: true, StartAfterInByteOrder: true}, []string{"ListPages"}, []string{"ListByteOrder"}},
 		{"RefuseDeleteIfVersion", Flaws{RefuseDeleteIfVersion: true}, nil, []string{"ConditionalDelete"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -35,8 +35,12 @@ type Flaws struct {
 	IgnoreDeleteIfVersion bool // Delete deletes whatever its IfVersion (MinIO, gofakes3)
 	RefuseDeleteIfVersion bool // a Delete with IfVersion is refused as unsupported
 	ListByDirectory       bool // List walks directories, each in name order: d/x before d-/x
-	// A flaw the contract does not allow:
+	// Flaws the contract does not allow:
 	IgnoreIfAbsent bool // a Put with IfAbsent overwrites an existing object (s3rver)
+	// With ListByDirectory, StartAfter is counted in byte order, so a page
+	// going on from the last key skips keys (MinIO's StartAfter, which
+	// bucket-s3 avoids by paging with continuation tokens).
+	StartAfterInByteOrder bool
 }
 
 type memObject struct {
@@ -162,14 +166,17 @@ func (m *Memory) List(ctx context.Context, prefix string, opts bucket.ListOption
 	if limit == 0 {
 		limit = 1000
 	}
-	order := strings.Compare
+	order, after := strings.Compare, strings.Compare
 	if m.flaws.ListByDirectory {
 		order = directoryOrder
+		if !m.flaws.StartAfterInByteOrder {
+			after = directoryOrder
+		}
 	}
 	m.mu.Lock()
 	var keys []string
 	for k := range m.objs {
-		if strings.HasPrefix(k, prefix) && order(k, opts.StartAfter) > 0 {
+		if strings.HasPrefix(k, prefix) && after(k, opts.StartAfter) > 0 {
 			keys = append(keys, k)
 		}
 	}

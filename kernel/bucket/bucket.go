@@ -54,12 +54,13 @@ type Bucket interface {
 	// StartAfter, at most Limit of them (the provider's page size if 0; a
 	// negative Limit is an error); followed from page to page (Next), it
 	// returns each such key exactly once. Keys come in ascending byte order,
-	// except that a store walking directories (MinIO) may put keys that
-	// first differ at a "/" the other way (d/x before d-/x, d/eG4 before
-	// d/e/k), with StartAfter counted in its own order. The kernel does not
-	// rely on order across a "/", and its protocols must not: one that needs
-	// an order keeps its keys apart inside one segment of fixed shape, or
-	// sorts what it read.
+	// except that a store walking directories may put keys that first
+	// differ at a "/" the other way (d/x before d-/x). Next carries the
+	// position in the store's own order: a provider may make it a token of
+	// its own rather than the last key (bucket-s3 does: MinIO's StartAfter
+	// skips keys near a "/"). The kernel does not rely on order across a
+	// "/", and its protocols must not: one that needs an order keeps its
+	// keys apart inside one segment of fixed shape, or sorts what it read.
 	List(ctx context.Context, prefix string, opts ListOptions) (ListPage, error)
 	Close() error
 }
@@ -100,18 +101,24 @@ type Object struct {
 	ModTime time.Time
 }
 
-// ListOptions page through a listing.
+// ListOptions page through a listing. StartAfter is "", a key, or a
+// previous page's Next.
 type ListOptions struct {
 	StartAfter string
 	Limit      int
 }
 
 // ListPage is one page of a listing; Next is "" on the last page, else the
-// StartAfter of the next.
+// StartAfter of the next. Callers pass Next back unread: it is the last key
+// listed, or a provider's own token, which starts with CursorMark.
 type ListPage struct {
 	Entries []Entry
 	Next    string
 }
+
+// CursorMark starts a ListPage.Next that is a provider's token rather than
+// a key; no key holds it.
+const CursorMark = "!"
 
 // Entry is one listed object.
 type Entry struct {

@@ -211,15 +211,22 @@ func (b *Bucket) List(ctx context.Context, prefix string, opts bucket.ListOption
 	if limit == 0 || limit > maxListPage {
 		limit = maxListPage
 	}
-	objs, next, err := b.blob.ListPage(ctx, blob.FirstPageToken, limit, &blob.ListOptions{
+	// A page goes on from the store's continuation token, not from its
+	// last key: MinIO lists in its own order, and a StartAfter there skips
+	// the keys it lists after a greater one (d/e/k after d/eG4).
+	token, startAfter := blob.FirstPageToken, opts.StartAfter
+	if t, ok := strings.CutPrefix(opts.StartAfter, bucket.CursorMark); ok {
+		token, startAfter = []byte(t), ""
+	}
+	objs, next, err := b.blob.ListPage(ctx, token, limit, &blob.ListOptions{
 		Prefix: b.storeKey(prefix),
 		BeforeList: func(as func(any) bool) error {
 			var in *s3.ListObjectsV2Input
 			if !as(&in) {
 				return errors.New("s3blob did not expose the listing's input: cannot set StartAfter")
 			}
-			if opts.StartAfter != "" {
-				in.StartAfter = aws.String(b.storeKey(opts.StartAfter))
+			if startAfter != "" {
+				in.StartAfter = aws.String(b.storeKey(startAfter))
 			}
 			return nil
 		},
@@ -239,8 +246,8 @@ func (b *Bucket) List(ctx context.Context, prefix string, opts bucket.ListOption
 			ModTime: o.ModTime,
 		})
 	}
-	if next != nil && len(page.Entries) > 0 {
-		page.Next = page.Entries[len(page.Entries)-1].Key
+	if next != nil {
+		page.Next = bucket.CursorMark + string(next)
 	}
 	return page, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -41,10 +42,13 @@ func conformanceBucketCommand(reg *plugin.Registry) *cobra.Command {
 		Short: "Run the bucket conformance suite against the configured bucket (bucket.use)",
 		Long: `Run the bucket conformance suite (conformance/buckettest) against the bucket
 that plugins.yaml chooses, loaded as serve loads it (the embedded defaults,
---config, then WASMKEEP_* variables), and print each rule passed or failed.
-The run writes under --prefix plus a name of its own, deletes what it wrote,
-and exits with status 1 if any rule failed. The bucket must be one a node
-may write to: the start-time probe writes (and deletes) under probe/.`,
+--config, then WASMKEEP_* variables), and print each rule passed or failed,
+and each capability the suite reports but WasmKeep does not need (a
+conditional delete, byte order across /) present or lacking. The run writes
+under --prefix plus a name of its own, deletes what it wrote, and exits with
+status 1 if any rule failed, or at once, saying why, if the bucket cannot be
+listed at all. The bucket must be one a node may write to: the start-time
+probe writes (and deletes) under probe/.`,
 		Example: `  wasmkeep conformance bucket --config s3.yaml
   WASMKEEP_BUCKET__USE=fs WASMKEEP_BUCKET__FS__DIR=/tmp/b wasmkeep conformance bucket --quick`,
 		Args: cobra.NoArgs,
@@ -87,21 +91,43 @@ func conformanceBucket(cmd *cobra.Command, reg *plugin.Registry, f conformanceFl
 		width = max(width, len(r.Name))
 	}
 	failed := 0
+	var lacking []string
 	// A line as each rule ends: the large and racing rules take a while.
 	results, err := buckettest.Check(ctx, b, f.opts, func(r buckettest.Result) {
-		status, why := "passed", r.Rule.Summary
-		if r.Err != nil {
+		status, why := "passed", r.Summary
+		switch {
+		case r.Failed():
 			status, why = "FAILED", r.Err.Error()
 			failed++
+		case r.Err != nil:
+			status, why = "lacks", fmt.Sprintf("%v (WasmKeep does not need it: %s)", r.Err, r.Rule.Without)
+			lacking = append(lacking, r.Rule.Name)
+		case r.Rule.Capability:
+			status = "has"
 		}
-		fmt.Fprintf(out, "%s  %-*s %7.2fs  %s\n", status, width, r.Rule.Name, r.Elapsed.Seconds(), why)
+		fmt.Fprintf(out, "%-6s  %-*s %7.2fs  %s\n", status, width, r.Rule.Name, r.Elapsed.Seconds(), why)
 	})
+	if errors.Is(err, buckettest.ErrUnusable) {
+		return fmt.Errorf("bucket plugin %s: %w (after %d of %d checks)", ch.Info.Name, err, len(results), len(buckettest.Rules()))
+	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "%d rules: %d passed, %d failed\n", len(results), len(results)-failed, failed)
+	capabilities := 0
+	for _, r := range results {
+		if r.Rule.Capability {
+			capabilities++
+		}
+	}
+	rules := len(results) - capabilities
+	fmt.Fprintf(out, "%d rules: %d passed, %d failed\n", rules, rules-failed, failed)
+	fmt.Fprintf(out, "%d capabilities: %d present", capabilities, capabilities-len(lacking))
+	if len(lacking) > 0 {
+		fmt.Fprintf(out, ", lacking %s, which WasmKeep does not need", strings.Join(lacking, " and "))
+	}
+	fmt.Fprintln(out)
 	if failed > 0 {
-		return fmt.Errorf("bucket plugin %s failed %d of %d conformance rules", ch.Info.Name, failed, len(results))
+		return fmt.Errorf("bucket plugin %s failed %d of %d conformance rules", ch.Info.Name, failed, rules)
 	}
 	return nil
 }

@@ -18,8 +18,10 @@ import (
 )
 
 type flaws struct {
-	IgnoreConditions bool `koanf:"ignore_conditions"`
-	ReverseList      bool `koanf:"reverse_list"`
+	IgnoreConditions      bool `koanf:"ignore_conditions"`
+	ReverseList           bool `koanf:"reverse_list"`
+	IgnoreDeleteIfVersion bool `koanf:"ignore_delete_if_version"`
+	ListByDirectory       bool `koanf:"list_by_directory"`
 }
 
 func main() {
@@ -31,7 +33,8 @@ func main() {
 		NewConfig: func() any { return &flaws{} },
 		New: func(c any) (any, error) {
 			f := c.(*flaws)
-			return buckettest.NewMemory(buckettest.Flaws{IgnoreConditions: f.IgnoreConditions, ReverseList: f.ReverseList}), nil
+			return buckettest.NewMemory(buckettest.Flaws{IgnoreConditions: f.IgnoreConditions, ReverseList: f.ReverseList,
+				IgnoreDeleteIfVersion: f.IgnoreDeleteIfVersion, ListByDirectory: f.ListByDirectory}), nil
 		},
 	}
 	os.Exit(command.Main(wazeroruntime.Info(), sqlitestorage.Info(), memory))
