@@ -29,8 +29,11 @@ var Kinds = []Kind{Runtime, Storage, Bucket, Transport}
 type Info struct {
 	Kind Kind
 	Name string // lowercase, [a-z][a-z0-9_]*: "wazero", "sqlite"
-	// API is the contract version the plugin implements, "runtime/v1"; the
-	// kernel refuses a plugin whose version differs from its own.
+	// API is the contract version the plugin was built against,
+	// "runtime/v1": a literal in the plugin, never the kernel's own
+	// constant, so that a plugin left behind when the kernel moves to a new
+	// version says so. The kernel refuses a plugin whose version differs
+	// from its own (CheckAPIs, ADR 0002).
 	API string
 	// Summary is one line for `wasmkeep plugins`.
 	Summary string
@@ -146,10 +149,30 @@ func (r *Registry) List() []Info {
 	return out
 }
 
-// CheckAPI refuses a plugin whose contract version is not want.
+// CheckAPI refuses a plugin whose contract version is not want, naming the
+// plugin, both versions and what to do.
 func CheckAPI(in Info, want string) error {
 	if in.API != want {
-		return fmt.Errorf("plugin %s implements %s, but this kernel requires %s", in.ID(), in.API, want)
+		return fmt.Errorf("plugin %s implements %s, but this kernel requires %s: "+
+			"build with a version of the plugin brought up to %s, or leave it out of the build (ADR 0002)",
+			in.ID(), in.API, want, want)
+	}
+	return nil
+}
+
+// CheckAPIs refuses the first plugin, by List's order and unavailable ones
+// included, whose contract version is not the one apis gives for its kind:
+// a build holding a plugin made for another version of a contract does not
+// start.
+func (r *Registry) CheckAPIs(apis map[Kind]string) error {
+	for _, in := range r.List() {
+		want, ok := apis[in.Kind]
+		if !ok {
+			return fmt.Errorf("plugin %s: this kernel has no %s contract", in.ID(), in.Kind)
+		}
+		if err := CheckAPI(in, want); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -51,3 +51,37 @@ func TestLookupAndList(t *testing.T) {
 		t.Errorf("version mismatch: %v", err)
 	}
 }
+
+// A registry holding a plugin built against another version of its kind's
+// contract fails CheckAPIs, naming the plugin, both versions and what to do;
+// one whose plugins all match passes, an unavailable one included.
+func TestCheckAPIsRefusesAnotherVersion(t *testing.T) {
+	newFn := func(any) (any, error) { return nil, nil }
+	apis := map[Kind]string{Runtime: "runtime/v1", Storage: "storage/v2"}
+	good := []Info{
+		{Kind: Runtime, Name: "z", API: "runtime/v1", New: newFn},
+		{Kind: Runtime, Name: "a", API: "runtime/v1", Unavailable: "needs cgo"},
+		{Kind: Storage, Name: "new", API: "storage/v2", New: newFn},
+	}
+	reg, err := NewRegistry(good...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.CheckAPIs(apis); err != nil {
+		t.Errorf("matching versions: %v", err)
+	}
+	for want, in := range map[string]Info{
+		"plugin storage.old implements storage/v1, but this kernel requires storage/v2: " +
+			"build with a version of the plugin brought up to storage/v2, or leave it out of the build": {Kind: Storage, Name: "old", API: "storage/v1", New: newFn},
+		"plugin runtime.cgo implements runtime/v0, but this kernel requires runtime/v1": {Kind: Runtime, Name: "cgo", API: "runtime/v0", Unavailable: "needs cgo"},
+		"plugin bucket.b: this kernel has no bucket contract":                           {Kind: Bucket, Name: "b", API: "bucket/v1", New: newFn},
+	} {
+		reg, err := NewRegistry(append(good, in)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := reg.CheckAPIs(apis); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", in.ID(), err, want)
+		}
+	}
+}

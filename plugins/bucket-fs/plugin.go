@@ -26,12 +26,18 @@ func NewConfig() *Config {
 	return &Config{Dir: "./wasmkeep-data/bucket"}
 }
 
+// contract is the bucket contract version this plugin is built against.
+// Change it only when the plugin is brought up to a new version of
+// kernel/bucket: the kernel refuses a plugin whose version is not its own
+// (ADR 0002).
+const contract = "bucket/v1"
+
 // Info describes the plugin to the kernel's registry.
 func Info() plugin.Info {
 	return plugin.Info{
 		Kind:      plugin.Bucket,
 		Name:      "fs",
-		API:       bucket.API,
+		API:       contract,
 		Summary:   "a local directory, shared by the nodes of one machine (conditional writes under flock)",
 		NewConfig: func() any { return NewConfig() },
 		New:       func(config any) (any, error) { return New(config) },

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
 )
 
@@ -36,12 +35,18 @@ type Config struct {
 
 const defaultStartTimeout = 30 * time.Second
 
+// contract is the bucket contract version this plugin is built against.
+// Change it only when the plugin is brought up to a new version of
+// kernel/bucket: the kernel refuses a plugin whose version is not its own
+// (ADR 0002).
+const contract = "bucket/v1"
+
 // Info describes the plugin to the kernel's registry.
 func Info() plugin.Info {
 	return plugin.Info{
 		Kind:      plugin.Bucket,
 		Name:      "process",
-		API:       bucket.API,
+		API:       contract,
 		Summary:   "a bucket provider run as a separate binary (go-plugin over gRPC)",
 		NewConfig: func() any { return &Config{StartTimeout: defaultStartTimeout} },
 		New: func(config any) (any, error) {

@@ -71,12 +71,18 @@ func NewConfig() *Config {
 // maxBackoff caps the wait between two tries of a request.
 const maxBackoff = 2 * time.Second
 
+// contract is the bucket contract version this plugin is built against.
+// Change it only when the plugin is brought up to a new version of
+// kernel/bucket: the kernel refuses a plugin whose version is not its own
+// (ADR 0002).
+const contract = "bucket/v1"
+
 // Info describes the plugin to the kernel's registry.
 func Info() plugin.Info {
 	return plugin.Info{
 		Kind:      plugin.Bucket,
 		Name:      "s3",
-		API:       bucket.API,
+		API:       contract,
 		Summary:   "an S3-compatible store (AWS S3, R2, OVHcloud, MinIO, VersityGW) with If-None-Match and If-Match writes",
 		NewConfig: func() any { return NewConfig() },
 		New:       func(config any) (any, error) { return New(config) },

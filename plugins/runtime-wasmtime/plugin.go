@@ -48,7 +48,7 @@ func Info() plugin.Info {
 	return plugin.Info{
 		Kind:    plugin.Runtime,
 		Name:    "wasmtime",
-		API:     runtime.API,
+		API:     contract,
 		Summary: "WebAssembly engine Wasmtime (Cranelift), through its C API; needs cgo",
 		NewConfig: func() any {
 			return &Config{InterruptInterval: time.Millisecond, ParallelCompilation: true}

@@ -6,7 +6,6 @@ package wasmtimeruntime
 
 import (
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
-	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
 // Info describes the plugin as unavailable in this build.
@@ -14,7 +13,7 @@ func Info() plugin.Info {
 	return plugin.Info{
 		Kind:    plugin.Runtime,
 		Name:    "wasmtime",
-		API:     runtime.API,
+		API:     contract,
 		Summary: "WebAssembly engine Wasmtime (Cranelift), through its C API; needs cgo",
 		Unavailable: "this build was made with CGO_ENABLED=0; wasmtime needs cgo: " +
 			"rebuild with CGO_ENABLED=1 and a C compiler (go build ./cmd/wasmkeep)",

@@ -18,12 +18,18 @@ type Config struct {
 	Compiler bool `koanf:"compiler"`
 }
 
+// contract is the runtime contract version this plugin is built against.
+// Change it only when the plugin is brought up to a new version of
+// kernel/runtime: the kernel refuses a plugin whose version is not its own
+// (ADR 0002).
+const contract = "runtime/v1"
+
 // Info describes the plugin to the kernel's registry.
 func Info() plugin.Info {
 	return plugin.Info{
 		Kind:      plugin.Runtime,
 		Name:      "wazero",
-		API:       runtime.API,
+		API:       contract,
 		Summary:   "WebAssembly engine in pure Go (wazero)",
 		NewConfig: func() any { return &Config{Compiler: true} },
 		New: func(config any) (any, error) {

@@ -41,12 +41,18 @@ var bindings = map[string]binding{"modernc": modernc{}}
 // missing are the bindings this build lacks, with why and how to get them.
 var missing = map[string]error{}
 
+// contract is the storage contract version this plugin is built against.
+// Change it only when the plugin is brought up to a new version of
+// kernel/storage: the kernel refuses a plugin whose version is not its own
+// (ADR 0002).
+const contract = "storage/v1"
+
 // Info describes the plugin to the kernel's registry.
 func Info() plugin.Info {
 	return plugin.Info{
 		Kind:      plugin.Storage,
 		Name:      "sqlite",
-		API:       storage.API,
+		API:       contract,
 		Summary:   "SQLite, one WAL-mode file per actor, sandboxed (drivers: modernc, pure Go; mattn, cgo)",
 		NewConfig: func() any { return NewConfig() },
 		New:       func(config any) (any, error) { return New(config) },

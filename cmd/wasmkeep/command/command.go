@@ -39,9 +39,13 @@ var APIs = map[plugin.Kind]string{
 }
 
 // Main runs the command line with the given plugins and returns the exit
-// code.
+// code. A build holding a malformed plugin, or one built against another
+// version of its kind's contract than APIs, does not start (exit status 2).
 func Main(plugins ...plugin.Info) int {
 	reg, err := plugin.NewRegistry(plugins...)
+	if err == nil {
+		err = reg.CheckAPIs(APIs)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "wasmkeep:", err)
 		return 2
