@@ -147,7 +147,8 @@ func (b *Bucket) start(path string, settings []byte, timeout time.Duration) erro
 		return b.fail(ctx, "configure", err)
 	}
 	if resp.Api != bucket.API {
-		return fmt.Errorf("%s serves %s plugin %q, but this kernel requires %s", b.desc, resp.Api, resp.Name, bucket.API)
+		return fmt.Errorf("%s serves %s plugin %q, but this kernel requires %s: "+
+			"use a build of the provider made for %s (ADR 0002)", b.desc, resp.Api, resp.Name, bucket.API, bucket.API)
 	}
 	b.log.Info("bucket provider started", "pid", b.pc.ID(), "protocol", b.pc.NegotiatedVersion(), "plugin", resp.Name)
 	return nil

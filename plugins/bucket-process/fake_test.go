@@ -21,12 +21,22 @@ import (
 // protocol versions.
 const testProviderEnv = "PROCESSBUCKET_TEST_PROVIDER"
 
-// serveTestProvider serves the fake; mode "v2" speaks protocol version 2.
+// serveTestProvider serves the fake; mode "v2" speaks protocol version 2,
+// "contract" serves it as bucket/v0 past Serve's check (a provider built
+// with a kernel whose bucket contract is bucket/v0), "stale" passes a
+// bucket/v0 plugin to Serve.
 func serveTestProvider(mode string) {
 	info := fakeInfo()
-	if mode == "v2" {
+	switch mode {
+	case "v2":
 		serve(info, 2)
 		return
+	case "contract":
+		info.API = "bucket/v0"
+		serve(info, ProtocolVersion)
+		return
+	case "stale":
+		info.API = "bucket/v0"
 	}
 	Serve(info)
 }

@@ -213,6 +213,31 @@ func TestVersionMismatch(t *testing.T) {
 	}
 }
 
+// A provider speaking the protocol's version but serving another version
+// of the bucket contract is refused by the host, and a provider binary
+// holding a plugin made for another contract than its own kernel's refuses
+// to serve it; both messages name the versions and what to do.
+func TestContractMismatch(t *testing.T) {
+	for mode, want := range map[string]string{
+		"contract": `serves bucket/v0 plugin "fake", but this kernel requires ` + bucket.API +
+			": use a build of the provider made for " + bucket.API,
+		"stale": "did not start",
+	} {
+		_, err := Open(Config{Path: os.Args[0], Env: map[string]string{testProviderEnv: mode}, StartTimeout: 30 * time.Second}, slog.New(slog.DiscardHandler))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Open of a %s provider: %v, want an error containing %q", mode, err, want)
+		}
+	}
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), testProviderEnv+"=stale", Handshake.MagicCookieKey+"="+Handshake.MagicCookieValue)
+	out, err := cmd.CombinedOutput()
+	want := "plugin bucket.fake implements bucket/v0, but this kernel requires " + bucket.API +
+		": build with a version of the plugin brought up to " + bucket.API
+	if exitCode := cmd.ProcessState.ExitCode(); err == nil || exitCode != 1 || !strings.Contains(string(out), want) {
+		t.Errorf("a provider binary with a bucket/v0 plugin: exit code %d (%v)\n%s\nwant 1 and %q", exitCode, err, out, want)
+	}
+}
+
 func TestBadSettings(t *testing.T) {
 	_, err := Open(Config{
 		Path: os.Args[0], Env: map[string]string{testProviderEnv: "v1"},
