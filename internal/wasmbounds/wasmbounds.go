@@ -1,0 +1,355 @@
+// Package wasmbounds refuses, before an engine compiles it, a module whose
+// compilation would take too long or too much memory. Neither engine can
+// stop a compile once started. Their costs grow with the size of the code
+// and, per function, faster than linearly with the blocks it opens (loops
+// most) and with its blocks times its variables: a 300 KB module of 100,000
+// nested blocks held wazero for 76 to 107 s; one function of 4,096 blocks
+// reading 4,096 locals took wazero 20 s and 973 MB. Check reads the type,
+// function and code sections once, in time linear in the module's size,
+// allocating only a count per type, and both runtime plugins call it first,
+// so they refuse the same modules with the same message. A module using an
+// opcode Check does not know (beyond WebAssembly 1.0 with sign extension,
+// saturating truncation, bulk memory, reference types, multi-value and
+// SIMD) is refused with an error naming the opcode.
+// docs/adr/0016-bounded-compilation.md gives the figures.
+package wasmbounds
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+)
+
+// The bounds, which real modules pass with a margin: a standard Go guest
+// (examples/counter, 2.5 MB) has 1.5 MB of code, a largest function of 29
+// KB, at most 802 blocks and 18 variables in a function, a largest blocks
+// times variables of 5,614 and a block work of 15 million; the Go compiler
+// built for wasip1 (49 MB) passes too, with 32.4 MB of code, a largest
+// function of 666 KB, 9,627 blocks, 52,090 and 844 million. Compile costs
+// at each bound are in docs/adr/0016-bounded-compilation.md.
+const (
+	// MaxCodeSize is the most bytes all function bodies may take together:
+	// compile time and memory grow with it (40 MiB of additions: 104 s of
+	// CPU and 937 MB on Wasmtime; the Go compiler's 32.4 MB: 20 s and 895
+	// MB on wazero, 33 s and 1 GB on Wasmtime).
+	MaxCodeSize = 40 << 20
+	// MaxFunctionSize is the most bytes one function body may take: what
+	// an engine holds while compiling a function grows with it (Wasmtime:
+	// 343 MB for 1 MiB of additions).
+	MaxFunctionSize = 1 << 20
+	// MaxBlocks is the most blocks a function may open, a loop counting
+	// LoopWeight (block, if and else count one each). Both engines compile
+	// a function in time that grows with the square of its blocks: wazero
+	// takes 0.9 s for 16,384 blocks, 5.9 s if each leaves by a br_if.
+	MaxBlocks = 16384
+	// LoopWeight is what a loop counts among a function's blocks: 16,384
+	// loops took wazero 6.8 s and Wasmtime 8.1 s, 4,096 take 0.2 and 0.6 s.
+	LoopWeight = 4
+	// MaxBlockVariables bounds a function's blocks times its parameters
+	// and locals: wazero merges each variable a function reads at each
+	// block it reads it past, in time that grows faster than that product
+	// (1,024 blocks reading 1,024 locals: 0.4 s).
+	MaxBlockVariables = 1 << 20
+	// VariableWeight is what a block times a variable counts in the block
+	// work, against a block times a block.
+	VariableWeight = 32
+	// MaxBlockWork bounds the sum over a module's functions of their blocks
+	// times (their blocks + VariableWeight times their variables), so that
+	// many functions near the bounds cannot add up (at most 19 s on
+	// wazero).
+	MaxBlockWork = 1 << 30
+	// MaxLocals is the most locals a function may declare, as in Wasmtime
+	// and V8.
+	MaxLocals = 50000
+)
+
+var header = []byte{0x00, 'a', 's', 'm', 0x01, 0x00, 0x00, 0x00}
+
+// ErrNotWasm is what Check returns for bytes that are not a binary module.
+var ErrNotWasm = errors.New("not a WebAssembly 1.0 binary module (bad magic number or version)")
+
+// Check returns an error naming the bound a module exceeds and its limit,
+// ErrNotWasm if wasm is not a binary module, or an error for a module it
+// cannot read. It does not validate: what it accepts may still be refused by
+// an engine.
+func Check(wasm []byte) error {
+	if !bytes.HasPrefix(wasm, header) {
+		return ErrNotWasm
+	}
+	r := reader{b: wasm[len(header):]}
+	var params []uint32 // of each type
+	var funcs reader    // the function section: each function's type
+	for len(r.b) > 0 && r.err == nil {
+		id := r.byte()
+		payload := r.bytes(uint64(r.u32()))
+		if r.err != nil {
+			break
+		}
+		var err error
+		switch id {
+		case typeSection:
+			params, err = paramCounts(payload)
+		case functionSection:
+			funcs = reader{b: payload}
+			funcs.count()
+			err = funcs.err
+		case codeSection:
+			err = checkCode(payload, params, &funcs)
+		}
+		if err != nil {
+			return fmt.Errorf("%s section: %w", sectionNames[id], err)
+		}
+	}
+	return r.err
+}
+
+const (
+	typeSection     = 1
+	functionSection = 3
+	codeSection     = 10
+)
+
+var sectionNames = map[byte]string{typeSection: "type", functionSection: "function", codeSection: "code"}
+
+// paramCounts reads the type section and returns each type's number of
+// parameters.
+func paramCounts(payload []byte) ([]uint32, error) {
+	r := reader{b: payload}
+	counts := make([]uint32, r.count())
+	for i := range counts {
+		if form := r.byte(); form != 0x60 && r.err == nil {
+			return nil, fmt.Errorf("type %d: unknown type form %#x", i, form)
+		}
+		counts[i] = r.count()
+		for range counts[i] {
+			r.valueType()
+		}
+		for n := r.count(); n > 0 && r.err == nil; n-- {
+			r.valueType()
+		}
+	}
+	return counts, r.err
+}
+
+func checkCode(payload []byte, params []uint32, funcs *reader) error {
+	if len(payload) > MaxCodeSize {
+		return fmt.Errorf("%d bytes of code, at most %d allowed", len(payload), MaxCodeSize)
+	}
+	r := reader{b: payload}
+	var work uint64
+	for i, n := uint32(0), r.u32(); i < n && r.err == nil; i++ {
+		size := r.u32()
+		if size > MaxFunctionSize {
+			return fmt.Errorf("function %d takes %d bytes, at most %d allowed", i, size, MaxFunctionSize)
+		}
+		body := reader{b: r.bytes(uint64(size))}
+		if r.err != nil {
+			break
+		}
+		var vars uint64 // parameters, then locals too
+		if t := funcs.u32(); funcs.err == nil && uint64(t) < uint64(len(params)) {
+			vars = uint64(params[t])
+		}
+		blocks, err := body.function(&vars)
+		if err != nil {
+			return fmt.Errorf("function %d: %w", i, err)
+		}
+		if blocks*vars > MaxBlockVariables {
+			return fmt.Errorf("function %d opens %d blocks with %d parameters and locals: "+
+				"their product passes %d", i, blocks, vars, MaxBlockVariables)
+		}
+		if work += blocks*blocks + VariableWeight*blocks*vars; work > MaxBlockWork {
+			return fmt.Errorf("functions 0 to %d open too many blocks between them: the sum of each "+
+				"function's blocks times (blocks + %d times its parameters and locals) passes %d", i, VariableWeight, MaxBlockWork)
+		}
+	}
+	return r.err
+}
+
+// function reads a function body, its locals then its instructions, adds
+// its locals to vars and returns how many blocks it opens, a loop counting
+// LoopWeight.
+func (r *reader) function(vars *uint64) (blocks uint64, err error) {
+	var locals uint64
+	for n := r.u32(); n > 0 && r.err == nil; n-- {
+		locals += uint64(r.u32())
+		r.valueType()
+	}
+	if locals > MaxLocals {
+		return 0, fmt.Errorf("%d locals, at most %d allowed", locals, MaxLocals)
+	}
+	*vars += locals
+	for len(r.b) > 0 && r.err == nil {
+		switch op := r.byte(); op {
+		case 0x02, 0x03, 0x04, 0x05: // block, loop, if, else
+			if op != 0x05 {
+				r.leb() // block type: an s33
+			}
+			if blocks++; op == 0x03 {
+				blocks += LoopWeight - 1
+			}
+			if blocks > MaxBlocks {
+				return 0, fmt.Errorf("more than %d blocks (a loop counts %d; block, if and else one each)", MaxBlocks, LoopWeight)
+			}
+		default:
+			r.immediates(op)
+		}
+	}
+	return blocks, r.err
+}
+
+// immediates reads what follows an instruction other than block, loop, if
+// and else.
+func (r *reader) immediates(op byte) {
+	switch {
+	case op <= 0x01, op == 0x0b, op == 0x0f, op == 0x1a, op == 0x1b, op >= 0x45 && op <= 0xc4, op == 0xd1:
+		// no immediates
+	case op == 0x0c, op == 0x0d, op == 0x10, op >= 0x20 && op <= 0x26, op == 0xd2:
+		r.leb() // br, br_if, call, local.*, global.*, table.get/set, ref.func
+	case op == 0x0e: // br_table
+		for n := r.count(); n > 0 && r.err == nil; n-- {
+			r.leb()
+		}
+		r.leb()
+	case op == 0x11: // call_indirect: type, table
+		r.leb()
+		r.leb()
+	case op == 0x1c: // select with types
+		r.bytes(uint64(r.count()))
+	case op >= 0x28 && op <= 0x3e: // loads and stores
+		r.memarg()
+	case op == 0x3f, op == 0x40: // memory.size, memory.grow
+		r.byte()
+	case op == 0x41, op == 0x42, op == 0xd0: // i32.const, i64.const, ref.null
+		r.leb()
+	case op == 0x43: // f32.const
+		r.bytes(4)
+	case op == 0x44: // f64.const
+		r.bytes(8)
+	case op == 0xfc:
+		r.miscImmediates()
+	case op == 0xfd:
+		r.simdImmediates()
+	default:
+		r.fail(fmt.Errorf("unknown opcode %#x", op))
+	}
+}
+
+// miscImmediates reads what follows a 0xfc instruction: saturating
+// truncation, bulk memory and table instructions.
+func (r *reader) miscImmediates() {
+	switch sub := r.u32(); {
+	case sub <= 7: // trunc_sat
+	case sub == 8, sub == 10, sub == 12, sub == 14: // memory.init, memory.copy, table.init, table.copy
+		r.leb()
+		r.leb()
+	case sub <= 17: // data.drop, memory.fill, elem.drop, table.grow/size/fill
+		r.leb()
+	default:
+		r.fail(fmt.Errorf("unknown opcode 0xfc %d", sub))
+	}
+}
+
+// simdImmediates reads what follows a 0xfd (SIMD) instruction.
+func (r *reader) simdImmediates() {
+	switch sub := r.u32(); {
+	case sub <= 11, sub == 92, sub == 93: // loads and stores
+		r.memarg()
+	case sub == 12, sub == 13: // v128.const, i8x16.shuffle
+		r.bytes(16)
+	case sub >= 21 && sub <= 34: // extract and replace lane
+		r.byte()
+	case sub >= 84 && sub <= 91: // lane loads and stores
+		r.memarg()
+		r.byte()
+	case sub <= 255:
+		// no immediates
+	default:
+		r.fail(fmt.Errorf("unknown opcode 0xfd %d", sub))
+	}
+}
+
+// reader reads a binary module: past the end or a malformed number it keeps
+// the first error and reads nothing more.
+type reader struct {
+	b   []byte
+	err error
+}
+
+var errTruncated = errors.New("truncated module")
+
+func (r *reader) fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
+	r.b = nil
+}
+
+func (r *reader) byte() byte {
+	if len(r.b) == 0 {
+		r.fail(errTruncated)
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *reader) bytes(n uint64) []byte {
+	if n > uint64(len(r.b)) {
+		r.fail(errTruncated)
+		return nil
+	}
+	b := r.b[:n]
+	r.b = r.b[n:]
+	return b
+}
+
+// u32 reads an unsigned LEB128 number of up to 5 bytes.
+func (r *reader) u32() uint32 {
+	var v uint32
+	for i := range 5 {
+		c := r.byte()
+		v |= uint32(c&0x7f) << (7 * i)
+		if c&0x80 == 0 {
+			return v
+		}
+	}
+	r.fail(errors.New("integer representation too long"))
+	return 0
+}
+
+// leb skips a signed or unsigned LEB128 number of up to 10 bytes.
+func (r *reader) leb() {
+	for range 10 {
+		if r.byte()&0x80 == 0 {
+			return
+		}
+	}
+	r.fail(errors.New("integer representation too long"))
+}
+
+// count reads the length of a vector, which cannot hold more entries than
+// there are bytes left.
+func (r *reader) count() uint32 {
+	n := r.u32()
+	if uint64(n) > uint64(len(r.b)) {
+		r.fail(fmt.Errorf("a vector of %d entries in %d bytes", n, len(r.b)))
+		return 0
+	}
+	return n
+}
+
+// valueType reads a value type: one byte, or a reference type's two forms
+// of the function references proposal followed by a heap type.
+func (r *reader) valueType() {
+	if t := r.byte(); t == 0x63 || t == 0x64 {
+		r.leb()
+	}
+}
+
+// memarg reads a load's or store's alignment and offset.
+func (r *reader) memarg() {
+	r.leb()
+	r.leb()
+}
