@@ -3,7 +3,6 @@ package command
 import (
 	"fmt"
 	"os"
-	"runtime/debug"
 	"slices"
 	"strings"
 
@@ -117,7 +116,7 @@ func bench(cmd *cobra.Command, reg *plugin.Registry, f benchFlags) error {
 		results = append(results, res)
 	}
 	measure.PrintTable(cmd.OutOrStdout(), results...)
-	path, err := measure.WriteCSV(f.out, buildLabel(), "-engines-"+strings.Join(engines, "-"), results...)
+	path, err := measure.WriteCSV(f.out, readBuild().label(), "-engines-"+strings.Join(engines, "-"), results...)
 	if err != nil {
 		return err
 	}
@@ -141,34 +140,4 @@ func benchEngines(reg *plugin.Registry, configured string, asked []string) ([]st
 		}
 	}
 	return asked, nil
-}
-
-// buildLabel names this binary's build for the CSV: its commit as go build
-// records it in a checkout, with -dirty for uncommitted changes (untracked
-// files too), else its module version.
-func buildLabel() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	var rev string
-	var dirty bool
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
-		}
-	}
-	if rev == "" {
-		// "(devel)" for a build outside a checkout; parentheses make poor
-		// file names.
-		return strings.Trim(bi.Main.Version, "()")
-	}
-	label := rev[:min(len(rev), 7)]
-	if dirty {
-		label += "-dirty"
-	}
-	return label
 }

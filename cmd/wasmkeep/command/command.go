@@ -59,6 +59,7 @@ func Main(plugins ...plugin.Info) int {
 	root.AddCommand(serveCommand(reg), pluginsCommand(reg))
 	root.AddCommand(benchCommand(reg))
 	root.AddCommand(conformanceCommand(reg))
+	root.AddCommand(versionCommand(reg))
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "wasmkeep:", err)
 		return 1
