@@ -54,7 +54,7 @@ func TestBadConfigKeyIsRefused(t *testing.T) {
 		}
 	}
 	out, err := exec.Command(bin, "plugins").CombinedOutput()
-	if err != nil || !regexp.MustCompile(`runtime +wazero +runtime/v1`).Match(out) || !strings.Contains(string(out), "storage/v1") {
+	if err != nil || !regexp.MustCompile(`runtime +wazero +runtime/v1`).Match(out) || !strings.Contains(string(out), "storage/v2") {
 		t.Errorf("wasmkeep plugins: %v\n%s", err, out)
 	}
 }

@@ -1,5 +1,6 @@
-// Package storagetest holds the rules every storage/v1 plugin must pass: the
-// book's storage interface, its sandbox and its quotas. A plugin's test calls
+// Package storagetest holds the rules every storage/v2 plugin must pass: the
+// book's storage interface, its sandbox and its quotas, and the actor's files
+// (Exists, Remove, Restore, Snapshot, Walk, names). A plugin's test calls
 // Run with a constructor for its driver:
 //
 //	func TestConformance(t *testing.T) {
@@ -15,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -41,6 +41,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) storage.Driver) {
 		{"Quotas", quotaTests},
 		{"OneCall", oneCallTests},
 		{"Capabilities", capabilityTests},
+		{"Files", fileTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
@@ -64,7 +65,8 @@ type suite struct {
 type h struct {
 	t    *testing.T
 	drv  storage.Driver
-	path string
+	root string
+	addr abi.Address
 	opts storage.Options
 	db   storage.DB
 }
@@ -74,7 +76,7 @@ func (s suite) open(t *testing.T, opts storage.Options) *h {
 	t.Helper()
 	runtime.LockOSThread()
 	t.Cleanup(runtime.UnlockOSThread)
-	x := &h{t: t, drv: s.newDriver(t), path: filepath.Join(t.TempDir(), "actor.db"), opts: opts}
+	x := &h{t: t, drv: s.newDriver(t), root: t.TempDir(), addr: abi.Address{Tenant: "default", Class: "test", Name: "actor"}, opts: opts}
 	x.reopen()
 	return x
 }
@@ -87,9 +89,9 @@ func (x *h) reopen() {
 			x.t.Fatalf("Close: %v", err)
 		}
 	}
-	db, err := x.drv.Open(context.Background(), x.path, x.opts)
+	db, err := x.drv.Open(context.Background(), x.root, x.addr, x.opts)
 	if err != nil {
-		x.t.Fatalf("Open %s: %v", x.path, err)
+		x.t.Fatalf("Open %v: %v", x.addr, err)
 	}
 	x.db = db
 	x.t.Cleanup(func() { db.Close() })

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	goruntime "runtime"
 	"sync/atomic"
 	"time"
@@ -284,11 +282,7 @@ func (a *actor) endEvent() {
 // wake opens the database and creates an instance, as needed.
 func (a *actor) wake(ctx context.Context) error {
 	if a.db == nil && !a.class.stateless {
-		path := dbPath(a.node.opts.DataDir, a.addr.Tenant, a.addr.Class, a.addr.Name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-			return &failure{"internal error", err}
-		}
-		db, err := a.node.storage.Open(ctx, path, a.node.opts.Storage)
+		db, err := a.node.storage.Open(ctx, a.node.opts.DataDir, a.addr, a.node.opts.Storage)
 		if err != nil {
 			return &failure{"internal error", fmt.Errorf("opening database: %w", err)}
 		}

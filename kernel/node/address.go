@@ -1,11 +1,8 @@
 package node
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"strings"
 )
@@ -70,24 +67,6 @@ func parseActorPath(escaped string) (r actorRoute, ok bool, err error) {
 		r.rest = "/" + rest
 	}
 	return r, true, nil
-}
-
-// dbFileName encodes an actor name as a file name: bytes outside
-// [A-Za-z0-9_-] become %XX (so "." and ".." cannot escape the directory and
-// distinct names stay distinct files); a name whose encoding is too long for
-// a file system keeps a readable prefix and a hash of the whole name.
-func dbFileName(name string) string {
-	enc := percentEncode(name, func(c byte) bool { return isAlnum(c) || c == '_' || c == '-' })
-	if len(enc) > 200 {
-		sum := sha256.Sum256([]byte(name))
-		enc = enc[:120] + "~" + hex.EncodeToString(sum[:16])
-	}
-	return enc + ".db"
-}
-
-// dbPath is where an actor's database lives.
-func dbPath(dataDir, tenant, class, name string) string {
-	return filepath.Join(dataDir, "actors", tenant, class, dbFileName(name))
 }
 
 // percentEncode writes every byte of s that keep refuses as %XX.

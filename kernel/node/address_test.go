@@ -30,20 +30,6 @@ func TestParseActorPath(t *testing.T) {
 	}
 }
 
-func TestDBFileName(t *testing.T) {
-	seen := map[string]string{}
-	for _, name := range []string{"alice", "Alice", "room 1", "room%201", "..x", "a.b", strings.Repeat("é", 128)} {
-		f := dbFileName(name)
-		if strings.ContainsAny(f[:len(f)-3], "/.") || len(f) > 255 {
-			t.Errorf("%q: unsafe file name %q", name, f)
-		}
-		if other, dup := seen[f]; dup {
-			t.Errorf("%q and %q share the file %q", name, other, f)
-		}
-		seen[f] = name
-	}
-}
-
 func TestValidIdent(t *testing.T) {
 	for s, ok := range map[string]bool{"chat": true, "a-1": true, "": false, "1a": false, "Chat": false, "a_b": false, strings.Repeat("a", 65): false} {
 		if ValidIdent(s) != ok {

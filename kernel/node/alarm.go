@@ -4,15 +4,13 @@ import (
 	"container/heap"
 	"context"
 	"errors"
-	"io/fs"
 	"math/rand/v2"
-	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
+	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
 
 // An actor's pending alarm lives in its own database (so it survives
@@ -327,37 +325,19 @@ func (a *actor) scheduleFrom(ctx context.Context) {
 // scanAlarms feeds the timer, at start, with the pending alarms of every
 // actor database of the served classes in the data directory.
 func (n *Node) scanAlarms(ctx context.Context) error {
-	root := filepath.Join(n.opts.DataDir, "actors", n.opts.Tenant)
-	for name, c := range n.classes {
-		dir := filepath.Join(root, name)
-		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				if errors.Is(err, fs.ErrNotExist) {
-					return nil
-				}
-				return err
-			}
-			if d.IsDir() && path != dir {
-				return filepath.SkipDir
-			}
-			if d.IsDir() || !strings.HasSuffix(path, ".db") {
-				return nil
-			}
-			return n.scanAlarm(ctx, c, path)
-		})
-		if err != nil {
-			return err
+	return n.storage.Walk(ctx, n.opts.DataDir, n.opts.Tenant, n.opts.Storage, func(f storage.Found) error {
+		c := n.classes[f.Class]
+		switch {
+		case c == nil:
+			return nil
+		case f.Err != nil:
+			return f.Err
 		}
-	}
-	return nil
+		return n.scanAlarm(ctx, c, f.DB)
+	})
 }
 
-func (n *Node) scanAlarm(ctx context.Context, c *class, path string) error {
-	db, err := n.storage.Open(ctx, path, n.opts.Storage)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
+func (n *Node) scanAlarm(ctx context.Context, c *class, db storage.DB) error {
 	name, ok, err := metaValue(ctx, db, "name")
 	if err != nil || !ok {
 		return nil // an actor from before host tables existed has no alarm either

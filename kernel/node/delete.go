@@ -2,9 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
-	"os"
-	"path/filepath"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
@@ -44,9 +41,9 @@ func deleteSelf(_ context.Context, st *eventState, mem runtime.Memory, s []uint6
 	s[0] = st.result(mem, s[1], s[2], nil, false)
 }
 
-// removeDatabase closes the actor's database and removes its files, the
-// write-ahead log first, then fsyncs the directory so the removal is
-// durable. A missing file is not an error: a retry removes what is left.
+// removeDatabase closes the actor's database and has storage remove it,
+// durably (storage.Driver.Remove). An absent database is not an error: a
+// retry removes what is left.
 func (a *actor) removeDatabase() error {
 	if a.db != nil {
 		err := a.db.Close()
@@ -56,16 +53,5 @@ func (a *actor) removeDatabase() error {
 		}
 	}
 	a.deleted.Store(true)
-	path := dbPath(a.node.opts.DataDir, a.addr.Tenant, a.addr.Class, a.addr.Name)
-	for _, p := range []string{path + "-wal", path + "-shm", path} {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-	}
-	dir, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
-	return dir.Sync()
+	return a.node.storage.Remove(context.Background(), a.node.opts.DataDir, a.addr)
 }

@@ -318,8 +318,9 @@ func (n *Node) actorKey(c *class, name string) string {
 	return n.opts.Tenant + "/" + c.name + "/" + name
 }
 
-// exists reports whether the actor is resident or has a database. A file
-// that cannot be checked counts as missing: refusing creates nothing.
+// exists reports whether the actor is resident or has a database. A
+// database that cannot be checked counts as missing: refusing creates
+// nothing.
 func (n *Node) exists(c *class, name string) bool {
 	n.mu.Lock()
 	a := n.actors[n.actorKey(c, name)]
@@ -327,8 +328,14 @@ func (n *Node) exists(c *class, name string) bool {
 	if a != nil && !a.deleted.Load() {
 		return true
 	}
-	_, err := os.Stat(dbPath(n.opts.DataDir, n.opts.Tenant, c.name, name))
-	return err == nil
+	return n.hasDatabase(abi.Address{Tenant: n.opts.Tenant, Class: c.name, Name: name})
+}
+
+// hasDatabase asks storage whether the actor has a database; an error
+// counts as no.
+func (n *Node) hasDatabase(addr abi.Address) bool {
+	ok, err := n.storage.Exists(context.Background(), n.opts.DataDir, addr)
+	return err == nil && ok
 }
 
 // admit takes a resident slot. If none is free it has the least recently

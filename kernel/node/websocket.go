@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -461,7 +460,7 @@ func (a *actor) wsActorGone() bool {
 	if a.class.access.allowsCreate(a.addr.Name) || a.db != nil {
 		return false
 	}
-	if _, err := os.Stat(dbPath(a.node.opts.DataDir, a.addr.Tenant, a.addr.Class, a.addr.Name)); err == nil {
+	if a.node.hasDatabase(a.addr) {
 		return false
 	}
 	a.deleted.Store(true) // nor does the next outside request find it resident

@@ -1,8 +1,10 @@
 // Package storage is the contract between the kernel and an actor's SQL
-// database (storage/v1). The kernel owns when a database opens and closes,
+// database (storage/v2). The kernel owns when a database opens and closes,
 // the event boundaries and what a durable write means in a cluster; a storage
-// plugin owns the SQL engine, its sandbox, its quotas and the durable local
-// commit.
+// plugin owns the SQL engine, its sandbox, its quotas, the durable local
+// commit and the actor's files: where they live under the data root, what
+// they are called, how they are removed and how one takes another's place.
+// The kernel names an actor by its address, never by a file.
 //
 // conformance/storagetest holds the rules every implementation must pass.
 package storage
@@ -11,19 +13,70 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 )
 
 // API is the contract version a storage plugin declares.
-const API = "storage/v1"
+//
+// storage/v2 (from storage/v1): the driver takes an actor's address and a
+// data root instead of a file path (Open), and answers Exists, Remove,
+// Restore, Snapshot and Walk.
+const API = "storage/v2"
 
-// Driver is what a storage plugin's New returns.
+// Driver is what a storage plugin's New returns. Every method takes the data
+// root (a directory the kernel owns, --data-dir) and an actor's address
+// (tenant, class and name, valid by the kernel's rules: the name 1 to 256
+// bytes without / or control characters, other than . and ..); how the
+// driver lays the actor's files out under root is its own business, the
+// same for the same address from one start to the next. A database is open
+// at most once per process: while it is, Open, Remove, Restore and Snapshot
+// of the same actor fail with ErrOpen.
 type Driver interface {
-	// Open opens (creating it if absent) the database at path. The parent
-	// directory exists. The returned DB is used by one goroutine at a time.
-	Open(ctx context.Context, path string, opts Options) (DB, error)
+	// Open opens the actor's database, creating it (and the directories it
+	// needs) if absent. The returned DB is used by one goroutine at a time.
+	Open(ctx context.Context, root string, addr abi.Address, opts Options) (DB, error)
+	// Exists reports whether the actor has a database under root.
+	Exists(ctx context.Context, root string, addr abi.Address) (bool, error)
+	// Remove deletes the actor's database and every file the driver keeps
+	// for it, the replaced one (Restore) included, durably: the removal
+	// survives a crash once Remove returns. An absent actor is not an
+	// error: a retry removes what is left.
+	Remove(ctx context.Context, root string, addr abi.Address) error
+	// Restore replaces the actor's database with the one read from src (a
+	// whole database file, as Snapshot writes them), keeping the database
+	// it replaces, if any, under root in one file whose name ends in
+	// ".replaced", from which an operator can restore it: one generation,
+	// a second Restore overwrites the first one's. The new database is written and
+	// synced beside the old one and checked before it takes the old one's
+	// place in one atomic step, so a crash or a failure at any point leaves
+	// the actor with either its old database or the new one, never neither
+	// and never a mix. An error leaves the old one in use.
+	Restore(ctx context.Context, root string, addr abi.Address, src io.Reader) error
+	// Snapshot writes the actor's database, which must not be open, to w as
+	// one whole file of the kind Restore reads, everything it committed
+	// included. An absent actor is an error matching fs.ErrNotExist.
+	Snapshot(ctx context.Context, root string, addr abi.Address, w io.Writer) error
+	// Walk opens, one after another, every actor database of the tenant
+	// under root, of every class, and calls fn with each; the database is
+	// closed when fn returns. A database that cannot be opened is passed
+	// with Err set and no DB, and the walk goes on. fn's error stops the
+	// walk and is returned. No actor of the tenant may be open meanwhile.
+	Walk(ctx context.Context, root, tenant string, opts Options, fn func(Found) error) error
+}
+
+// ErrOpen is what Open, Remove, Restore and Snapshot return for an actor whose
+// database is open in this process.
+var ErrOpen = errors.New("the actor's database is open")
+
+// Found is one database Walk came upon.
+type Found struct {
+	Class string
+	Where string // where it lives, for logs; not an address
+	DB    DB     // open until fn returns; nil when Err is set
+	Err   error  // why it could not be opened
 }
 
 // Options are the limits of one database. Zero values mean the defaults.
@@ -113,7 +166,7 @@ func KindOf(err error) abi.SQLErrorKind {
 	return abi.SQLInternal
 }
 
-// Replicator is the part of storage/v1 the replication protocol (a later
+// Replicator is the part of storage/v2 the replication protocol (a later
 // issue) will use, implemented by a DB (on its own connection: a database
 // is opened once per process); single-node servers never call it, so a
 // driver may leave it out until then. The kernel owns the protocol (what is uploaded, when,
@@ -140,7 +193,7 @@ type CaptureInfo struct {
 // driver's SQLite was compiled. A driver that implements CapabilityLister
 // declares those it offers; conformance/storagetest tests every declared one
 // and skips, saying why, every one it does not declare. fts5 and rtree are
-// not optional: every storage/v1 driver must offer them.
+// not optional: every storage/v2 driver must offer them.
 const (
 	CapFTS3              = "fts3"                // CREATE VIRTUAL TABLE ... USING fts3
 	CapFTS4              = "fts4"                // ... USING fts4

@@ -17,7 +17,7 @@ import (
 // build tag cannot make the list lie. Only what the sandbox lets guests use
 // is listed (geopoly, dbstat and sqlite_dbpage are refused anyway).
 //
-// requiredCaps are what every driver must offer: storage/v1 guests may use
+// requiredCaps are what every driver must offer: storage/v2 guests may use
 // full-text search and r-trees (conformance/storagetest checks both), so a
 // build without them is refused rather than failing a guest later.
 var requiredCaps = []string{storage.CapFTS5, storage.CapRTree}
@@ -140,7 +140,7 @@ func checkRequired(name string, b binding, caps []string) error {
 	if len(lack) == 0 {
 		return nil
 	}
-	msg := fmt.Sprintf("driver %q's SQLite lacks %s, which storage/v1 guests may use", name, strings.Join(lack, " and "))
+	msg := fmt.Sprintf("driver %q's SQLite lacks %s, which storage/v2 guests may use", name, strings.Join(lack, " and "))
 	if len(how) > 0 {
 		msg += "; " + strings.Join(how, "; ")
 	}

@@ -3,7 +3,6 @@ package sqlitestorage
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -36,7 +35,7 @@ func TestHardening(t *testing.T) {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		ctx := context.Background()
-		db, err := newDriver(t, name).Open(ctx, filepath.Join(t.TempDir(), "h.db"), storage.Options{})
+		db, err := newDriver(t, name).Open(ctx, t.TempDir(), testAddr("h"), storage.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

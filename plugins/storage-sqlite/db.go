@@ -64,6 +64,7 @@ type db struct {
 	wal       *os.File // the WAL, opened at the first durable write
 	dirSynced bool
 	closed    bool
+	release   func() // gives up the claim on path (files.go); nil if none
 }
 
 var errClosed = storage.Errorf(abi.SQLInternal, "the database is closed")
@@ -134,14 +135,7 @@ func (d *db) setup(synchronous string, likeBlobs bool) error {
 
 // pragma runs a setup statement and returns the first column of its first
 // row.
-func (d *db) pragma(sql string) (abi.Value, error) {
-	s, _, err := d.c.prepare(sql)
-	if err != nil {
-		return abi.Value{}, err
-	}
-	defer s.finalize()
-	return stepValue(s)
-}
+func (d *db) pragma(sql string) (abi.Value, error) { return pragmaOn(d.c, sql) }
 
 // stepValue steps s once and returns the first column of its row (Bytes
 // copied), or no value if it has none.
@@ -200,6 +194,9 @@ func (d *db) Close() error {
 	err := d.c.close() // rolls back an open transaction
 	if d.wal != nil {
 		err = errors.Join(err, d.wal.Close())
+	}
+	if d.release != nil {
+		d.release()
 	}
 	return err
 }
@@ -684,13 +681,7 @@ func (d *db) syncLog() error {
 		return err
 	}
 	if !d.dirSynced {
-		dir, err := os.Open(filepath.Dir(d.path))
-		if err != nil {
-			return err
-		}
-		err = dir.Sync()
-		dir.Close()
-		if err != nil {
+		if err := syncDir(filepath.Dir(d.path)); err != nil {
 			return err
 		}
 		d.dirSynced = true

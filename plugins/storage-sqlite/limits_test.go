@@ -23,7 +23,7 @@ func openDB(t *testing.T, name string, opts storage.Options) storage.DB {
 	t.Helper()
 	runtime.LockOSThread()
 	t.Cleanup(runtime.UnlockOSThread)
-	db, err := newDriver(t, name).Open(context.Background(), filepath.Join(t.TempDir(), "x.db"), opts)
+	db, err := newDriver(t, name).Open(context.Background(), t.TempDir(), testAddr("x"), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

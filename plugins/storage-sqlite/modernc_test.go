@@ -2,7 +2,6 @@ package sqlitestorage
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
@@ -22,7 +21,7 @@ func TestModerncTLSAtRest(t *testing.T) {
 	}
 	ctx := context.Background()
 	open := func(name string) (storage.DB, *mconn) {
-		d, err := drv.Open(ctx, filepath.Join(t.TempDir(), name), storage.Options{})
+		d, err := drv.Open(ctx, t.TempDir(), testAddr(name), storage.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,10 +1,9 @@
-// Package sqlitestorage is the storage/v1 plugin on SQLite: one database file
+// Package sqlitestorage is the storage/v2 plugin on SQLite: one database file
 // per actor, in WAL mode, behind the book's guest sandbox and quotas. See
 // README.md for what it enforces and how it is configured.
 package sqlitestorage
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -45,7 +44,7 @@ var missing = map[string]error{}
 // Change it only when the plugin is brought up to a new version of
 // kernel/storage: the kernel refuses a plugin whose version is not its own
 // (ADR 0002).
-const contract = "storage/v1"
+const contract = "storage/v2"
 
 // Info describes the plugin to the kernel's registry.
 func Info() plugin.Info {
@@ -109,13 +108,19 @@ func (drv *driver) Capabilities() []string { return slices.Clone(drv.caps) }
 // maxValueBytes is SQLite's compiled-in ceiling for SQLITE_LIMIT_LENGTH.
 const maxValueBytes = 1_000_000_000
 
-func (drv *driver) Open(_ context.Context, path string, opts storage.Options) (storage.DB, error) {
-	opts = opts.Defaults()
+// checkOptions refuses limits the plugin cannot apply (opts has its
+// defaults).
+func checkOptions(path string, opts storage.Options) error {
 	switch {
 	case opts.MaxDatabaseBytes < 0, opts.MaxValueBytes < 0, opts.MaxResultBytes < 0, opts.SQLCPUPerEvent < 0, opts.WritePerEvent < 0:
-		return nil, fmt.Errorf("open %s: negative limit in %+v", path, opts)
+		return fmt.Errorf("open %s: negative limit in %+v", path, opts)
 	case opts.MaxValueBytes > maxValueBytes:
-		return nil, fmt.Errorf("open %s: MaxValueBytes %d is over SQLite's ceiling of %d", path, opts.MaxValueBytes, maxValueBytes)
+		return fmt.Errorf("open %s: MaxValueBytes %d is over SQLite's ceiling of %d", path, opts.MaxValueBytes, maxValueBytes)
 	}
+	return nil
+}
+
+// open opens the database file at path with the driver's settings.
+func (drv *driver) open(path string, opts storage.Options) (*db, error) {
 	return open(drv.b, path, opts, drv.cfg.Synchronous, drv.cfg.StatementCache, slices.Contains(drv.caps, storage.CapLikeBlobs))
 }

@@ -54,6 +54,11 @@ func newDriver(t testing.TB, name string) storage.Driver {
 	return drv
 }
 
+// testAddr is an actor of the tests' tenant and class.
+func testAddr(name string) abi.Address {
+	return abi.Address{Tenant: "default", Class: "test", Name: name}
+}
+
 func TestConformance(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, name string) {
 		storagetest.Run(t, func(t *testing.T) storage.Driver { return newDriver(t, name) })
@@ -96,8 +101,7 @@ func TestConfigErrors(t *testing.T) {
 		t.Error("New accepted a Config value instead of a pointer")
 	}
 	drv := newDriver(t, "modernc")
-	path := filepath.Join(t.TempDir(), "x.db")
-	if _, err := drv.Open(context.Background(), path, storage.Options{MaxValueBytes: -1}); err == nil {
+	if _, err := drv.Open(context.Background(), t.TempDir(), testAddr("x"), storage.Options{MaxValueBytes: -1}); err == nil {
 		t.Error("Open accepted a negative limit")
 	}
 }
@@ -127,7 +131,7 @@ func testStatementCache(t *testing.T, name string) {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	db, err := drv.Open(context.Background(), filepath.Join(t.TempDir(), "x.db"), storage.Options{})
+	db, err := drv.Open(context.Background(), t.TempDir(), testAddr("x"), storage.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,8 +164,8 @@ func TestFiles(t *testing.T) { forEachDriver(t, testFiles) }
 func testFiles(t *testing.T, name string) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	path := filepath.Join(t.TempDir(), "x.db")
-	db, err := newDriver(t, name).Open(context.Background(), path, storage.Options{})
+	root := t.TempDir()
+	db, err := newDriver(t, name).Open(context.Background(), root, testAddr("x"), storage.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,6 +173,7 @@ func testFiles(t *testing.T, name string) {
 	if _, err := db.Exec(context.Background(), "CREATE TABLE t(a)", nil, storage.ExecOptions{Durable: true}); err != nil {
 		t.Fatal(err)
 	}
+	path := filepath.Join(root, "actors", "default", "test", "x.db")
 	if _, err := os.Stat(path + "-wal"); err != nil {
 		t.Errorf("no log: %v", err)
 	}
@@ -180,7 +185,7 @@ func testFiles(t *testing.T, name string) {
 func benchDB(b *testing.B, name string) storage.DB {
 	runtime.LockOSThread()
 	b.Cleanup(runtime.UnlockOSThread)
-	db, err := newDriver(b, name).Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), storage.Options{})
+	db, err := newDriver(b, name).Open(context.Background(), b.TempDir(), testAddr("bench"), storage.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
