@@ -75,27 +75,37 @@ func (c Choice) New() (any, error) {
 // plugins.yaml (driver=mattn). For the log line that says what serves.
 func (c Choice) Settings() []slog.Attr {
 	var attrs []slog.Attr
-	for key, v := range koanfFields(c.Config) {
-		attrs = append(attrs, slog.Any(key, v.Interface()))
+	for key, f := range koanfFields(c.Config) {
+		attrs = append(attrs, slog.Any(key, f.value.Interface()))
 	}
 	return attrs
 }
 
-// Node is the node's own settings, the `node:` section.
+// Node is the node's own settings, the `node:` section. Each field with a
+// help tag is also a serve flag named as its key with dashes
+// (max_instances, --max-instances), whose default is the embedded
+// plugins.yaml's value; the other fields are set by repeatable flags of
+// their own. A number cannot be negative, and a field with a oneof tag takes
+// one of its values (or none: the default). A number or a string left at
+// zero takes the node's default.
 type Node struct {
-	Listen        string            `koanf:"listen"`
-	DataDir       string            `koanf:"data_dir"`
-	IdleTimeout   time.Duration     `koanf:"idle_timeout"`
-	CPUBudgetMS   int               `koanf:"cpu_budget_ms"`
-	HostCPUMS     int               `koanf:"host_cpu_budget_ms"`
-	MaxInstances  int               `koanf:"max_instances"`
-	MetricsListen string            `koanf:"metrics_listen"`
-	Actors        map[string]string `koanf:"actors"` // class name to module file
-	Access        map[string]string `koanf:"access"` // class name to access mode (open, existing, existing:NAME,..., internal)
+	Listen        string        `koanf:"listen" help:"address to serve HTTP on"`
+	DataDir       string        `koanf:"data_dir" help:"directory for actor databases and the compile cache"`
+	IdleTimeout   time.Duration `koanf:"idle_timeout" help:"hibernate an actor after this long without events"`
+	CPUBudgetMS   int           `koanf:"cpu_budget_ms" help:"guest CPU per event, in milliseconds"`
+	HostCPUMS     int           `koanf:"host_cpu_budget_ms" help:"CPU per event besides the guest's budget, host calls included, in milliseconds"`
+	MaxInstances  int           `koanf:"max_instances" help:"instances at once: resident actors and stateless requests"`
+	MetricsListen string        `koanf:"metrics_listen" help:"serve Prometheus metrics on this address, e.g. 127.0.0.1:9100 (off when empty)"`
 
 	// Lines a second per actor instance; 0 discards them all. A pointer,
 	// since unset (the default) and 0 differ.
-	GuestLogRate *int `koanf:"guest_log_rate"`
+	GuestLogRate *int `koanf:"guest_log_rate" help:"lines a second each actor instance may print to the log, bursts of twice that; 0 discards them"`
+
+	LogFormat string `koanf:"log_format" oneof:"text,json" help:"the node's log lines: text (key=value) or json, one object a line"`
+	LogLevel  string `koanf:"log_level" oneof:"debug,info,warn,error" help:"the least severe log lines written: debug, info, warn or error"`
+
+	Actors map[string]string `koanf:"actors"` // class name to module file
+	Access map[string]string `koanf:"access"` // class name to access mode (open, existing, existing:NAME,..., internal)
 
 	// What the repeatable serve flags of the same names set; a list from a
 	// variable is comma-separated.
@@ -103,6 +113,69 @@ type Node struct {
 	AllowOutbound     []string            `koanf:"allow_outbound"`      // CIDR ranges or addresses
 	AllowOutboundPort []string            `koanf:"allow_outbound_port"` // port numbers
 	OutboundCA        []string            `koanf:"outbound_ca"`         // PEM files of CA certificates
+}
+
+// Check refuses a negative number, or a string not among its oneof values,
+// naming the key, its flag, the value and what is valid.
+func (n Node) Check() error {
+	for key, f := range koanfFields(&n) {
+		v, field := f.value, f.field
+		if v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				continue
+			}
+			v = v.Elem()
+		}
+		name := "node." + key + " (--" + FlagName(key) + ")"
+		switch v.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			if v.Int() < 0 {
+				return fmt.Errorf("%s is %v: it cannot be negative", name, v.Interface())
+			}
+		case reflect.String:
+			valid, ok := field.Tag.Lookup("oneof")
+			if ok && v.String() != "" && !slices.Contains(strings.Split(valid, ","), v.String()) {
+				return fmt.Errorf("%s is %q: want %s", name, v.String(), strings.ReplaceAll(valid, ",", ", "))
+			}
+		}
+	}
+	return nil
+}
+
+// FlagName is the serve flag of a node key: its underscores as dashes.
+func FlagName(key string) string { return strings.ReplaceAll(key, "_", "-") }
+
+// NodeDefaults decodes the node section of the embedded defaults: what each
+// flag shows as its default.
+func NodeDefaults(defaults []byte) (Node, error) {
+	var n Node
+	k := koanf.New(".")
+	if err := k.Load(rawbytes.Provider(defaults), yaml.Parser()); err != nil {
+		return n, fmt.Errorf("embedded defaults: %w", err)
+	}
+	if err := DecodeStrict(k.Get("node"), &n, "node"); err != nil {
+		return n, fmt.Errorf("embedded defaults: %w", err)
+	}
+	return n, n.Check()
+}
+
+// NodeFields yields the key, the help text, the oneof values and the
+// address of each field of n that has a flag.
+func NodeFields(n *Node) iter.Seq2[string, NodeField] {
+	return func(yield func(string, NodeField) bool) {
+		for key, f := range koanfFields(n) {
+			help, ok := f.field.Tag.Lookup("help")
+			if ok && !yield(key, NodeField{Help: help, Ptr: f.value.Addr().Interface()}) {
+				return
+			}
+		}
+	}
+}
+
+// NodeField is one flag's worth of a Node field.
+type NodeField struct {
+	Help string
+	Ptr  any // *string, *int, *int64, *time.Duration or **int
 }
 
 // EnvPrefix starts every environment variable the configuration reads.
@@ -194,6 +267,9 @@ func build(layers []layer, reg *plugin.Registry, apis map[plugin.Kind]string) (*
 		}
 	}
 	if err := DecodeStrict(k.Get("node"), &cfg.Node, "node"); err != nil {
+		return nil, err
+	}
+	if err := cfg.Node.Check(); err != nil {
 		return nil, err
 	}
 	for _, kind := range plugin.Kinds {
@@ -388,10 +464,10 @@ func fieldKeys(out any) []string {
 	return keys
 }
 
-// koanfFields yields the koanf key and value of each tagged field of the
-// struct v is or points to.
-func koanfFields(v any) iter.Seq2[string, reflect.Value] {
-	return func(yield func(string, reflect.Value) bool) {
+// koanfFields yields the koanf key, the field and its value of each tagged
+// field of the struct v is or points to.
+func koanfFields(v any) iter.Seq2[string, taggedField] {
+	return func(yield func(string, taggedField) bool) {
 		rv := reflect.ValueOf(v)
 		for rv.Kind() == reflect.Pointer {
 			rv = rv.Elem()
@@ -401,9 +477,14 @@ func koanfFields(v any) iter.Seq2[string, reflect.Value] {
 		}
 		for i := 0; i < rv.NumField(); i++ {
 			tag, _, _ := strings.Cut(rv.Type().Field(i).Tag.Get("koanf"), ",")
-			if tag != "" && tag != "-" && !yield(tag, rv.Field(i)) {
+			if tag != "" && tag != "-" && !yield(tag, taggedField{rv.Type().Field(i), rv.Field(i)}) {
 				return
 			}
 		}
 	}
+}
+
+type taggedField struct {
+	field reflect.StructField
+	value reflect.Value
 }

@@ -8,17 +8,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"reflect"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/wasmkeep/wasmkeep"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
@@ -50,13 +53,18 @@ func Main(plugins ...plugin.Info) int {
 		fmt.Fprintln(os.Stderr, "wasmkeep:", err)
 		return 2
 	}
+	defaults, err := config.NodeDefaults(wasmkeep.DefaultConfig)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wasmkeep:", err)
+		return 2
+	}
 	root := &cobra.Command{
 		Use:           "wasmkeep",
 		Short:         "WasmKeep runs actors: addressable WebAssembly programs, each with its own SQLite database",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCommand(reg), pluginsCommand(reg))
+	root.AddCommand(serveCommand(reg, defaults), pluginsCommand(reg))
 	root.AddCommand(benchCommand(reg))
 	root.AddCommand(conformanceCommand(reg))
 	root.AddCommand(versionCommand(reg))
@@ -88,30 +96,31 @@ func pluginsCommand(reg *plugin.Registry) *cobra.Command {
 }
 
 type serveFlags struct {
-	config       string
-	actors       []string
-	env          []string
-	dataDir      string
-	listen       string
-	idleTimeout  time.Duration
-	cpuBudgetMS  int
-	hostCPUMS    int
-	maxInstances int
-	guestLogRate int
-	metricsAddr  string
-	access       []string
-	stateless    string // the positional argument
+	config    string
+	actors    []string
+	env       []string
+	access    []string
+	stateless string // the positional argument
+
+	// node holds the flags of node's settings (config.NodeFields), each
+	// defaulting to the embedded plugins.yaml's value.
+	node config.Node
 
 	allowOutbound      []string
 	allowOutboundPorts []string
 	outboundCAs        []string
 }
 
-func serveCommand(reg *plugin.Registry) *cobra.Command {
-	var f serveFlags
+func serveCommand(reg *plugin.Registry, defaults config.Node) *cobra.Command {
+	f := serveFlags{node: defaults}
 	cmd := &cobra.Command{
 		Use:   "serve [STATELESS.wasm]",
 		Short: "Serve actors over HTTP at /actor/<class>/<name>, and a stateless component at every other path",
+		Long: `Serve actors over HTTP at /actor/<class>/<name>, and a stateless component at
+every other path. Each setting comes from, last wins: the embedded
+plugins.yaml (the defaults shown below), --config, a WASMKEEP_NODE__<KEY>
+variable, then its flag. A flag's key is its name with underscores under
+node: (--max-instances is node.max_instances).`,
 		Example: `  wasmkeep serve --actor counter=counter.wasm
   wasmkeep serve --config plugins.yaml --actor chat=chat.wasm --listen :8080
   wasmkeep serve --actor hub=hub.wasm --env hub=/etc/wasmkeep/hub.env
@@ -128,14 +137,9 @@ func serveCommand(reg *plugin.Registry) *cobra.Command {
 	fl.StringVar(&f.config, "config", "", "plugins.yaml to layer over the embedded defaults")
 	fl.StringArrayVar(&f.actors, "actor", nil, "serve a class: CLASS=FILE.wasm (repeatable; node.actors)")
 	fl.StringArrayVar(&f.env, "env", nil, "configuration for a class's actors: CLASS=FILE of NAME=value lines, read at start (repeatable; node.env)")
-	fl.StringVar(&f.dataDir, "data-dir", "", "directory for actor databases and the compile cache (node.data_dir)")
-	fl.StringVar(&f.listen, "listen", "", "address to serve HTTP on (node.listen)")
-	fl.DurationVar(&f.idleTimeout, "idle-timeout", 0, "hibernate an actor after this long without events (node.idle_timeout)")
-	fl.IntVar(&f.cpuBudgetMS, "cpu-budget-ms", 0, "guest CPU per event, in milliseconds (node.cpu_budget_ms)")
-	fl.IntVar(&f.hostCPUMS, "host-cpu-budget-ms", 0, "CPU per event besides the guest's budget, host calls included, in milliseconds (node.host_cpu_budget_ms)")
-	fl.IntVar(&f.maxInstances, "max-instances", 0, "instances at once: resident actors and stateless requests (node.max_instances)")
-	fl.IntVar(&f.guestLogRate, "guest-log-rate", 50, "lines a second each actor instance may print to the log, bursts of twice that; 0 discards them (node.guest_log_rate)")
-	fl.StringVar(&f.metricsAddr, "metrics-listen", "", "serve Prometheus metrics on this address, e.g. 127.0.0.1:9100 (node.metrics_listen; off by default)")
+	for key, field := range config.NodeFields(&f.node) {
+		nodeFlag(fl, key, field)
+	}
 	fl.StringArrayVar(&f.access, "access", nil, "who outside may reach a class's actors: CLASS=open|existing|existing:NAME,...|internal (repeatable; node.access)")
 	fl.StringArrayVar(&f.allowOutbound, "allow-outbound", nil, "let guests' http_fetch reach this non-public range, e.g. 10.1.0.0/16 (repeatable; node.allow_outbound)")
 	fl.StringArrayVar(&f.allowOutboundPorts, "allow-outbound-port", nil, "let guests' http_fetch reach this port, which the Fetch standard blocks (repeatable; node.allow_outbound_port)")
@@ -143,32 +147,43 @@ func serveCommand(reg *plugin.Registry) *cobra.Command {
 	return cmd
 }
 
+// nodeFlag defines the flag of a node setting, bound to the field, with the
+// field's value (the embedded default) as the flag's default.
+func nodeFlag(fl *pflag.FlagSet, key string, field config.NodeField) {
+	name, usage := config.FlagName(key), field.Help+" (node."+key+")"
+	switch p := field.Ptr.(type) {
+	case *string:
+		fl.StringVar(p, name, *p, usage)
+	case *int:
+		fl.IntVar(p, name, *p, usage)
+	case *int64:
+		fl.Int64Var(p, name, *p, usage)
+	case *time.Duration:
+		fl.DurationVar(p, name, *p, usage)
+	case **int:
+		if *p == nil {
+			*p = new(int)
+		}
+		fl.IntVar(*p, name, **p, usage)
+	default:
+		panic(fmt.Sprintf("node.%s: no flag for a %T", key, p))
+	}
+}
+
 // nodeSettings applies the flags that were set over the loaded settings.
 func nodeSettings(cmd *cobra.Command, cfg config.Node, f serveFlags) (config.Node, error) {
 	set := cmd.Flags().Changed
-	if set("data-dir") {
-		cfg.DataDir = f.dataDir
+	given := map[string]any{}
+	for key, field := range config.NodeFields(&f.node) {
+		given[key] = field.Ptr
 	}
-	if set("listen") {
-		cfg.Listen = f.listen
+	for key, field := range config.NodeFields(&cfg) {
+		if set(config.FlagName(key)) {
+			reflect.ValueOf(field.Ptr).Elem().Set(reflect.ValueOf(given[key]).Elem())
+		}
 	}
-	if set("idle-timeout") {
-		cfg.IdleTimeout = f.idleTimeout
-	}
-	if set("cpu-budget-ms") {
-		cfg.CPUBudgetMS = f.cpuBudgetMS
-	}
-	if set("host-cpu-budget-ms") {
-		cfg.HostCPUMS = f.hostCPUMS
-	}
-	if set("max-instances") {
-		cfg.MaxInstances = f.maxInstances
-	}
-	if set("guest-log-rate") {
-		cfg.GuestLogRate = &f.guestLogRate
-	}
-	if set("metrics-listen") {
-		cfg.MetricsListen = f.metricsAddr
+	if err := cfg.Check(); err != nil {
+		return cfg, err
 	}
 	if len(f.actors) > 0 && cfg.Actors == nil {
 		cfg.Actors = map[string]string{}
@@ -187,25 +202,6 @@ func nodeSettings(cmd *cobra.Command, cfg config.Node, f serveFlags) (config.Nod
 	}
 	if len(cfg.Actors) == 0 && f.stateless == "" {
 		return cfg, errors.New("nothing to serve: add --actor CLASS=FILE.wasm (or node.actors in the config), or a stateless component")
-	}
-	rate := 0
-	if cfg.GuestLogRate != nil {
-		rate = *cfg.GuestLogRate
-	}
-	for _, s := range []struct {
-		key      string // node.<key>, whose flag is --<key> with dashes
-		value    any
-		negative bool
-	}{
-		{"cpu_budget_ms", cfg.CPUBudgetMS, cfg.CPUBudgetMS < 0},
-		{"host_cpu_budget_ms", cfg.HostCPUMS, cfg.HostCPUMS < 0},
-		{"max_instances", cfg.MaxInstances, cfg.MaxInstances < 0},
-		{"idle_timeout", cfg.IdleTimeout, cfg.IdleTimeout < 0},
-		{"guest_log_rate", rate, rate < 0},
-	} {
-		if s.negative {
-			return cfg, fmt.Errorf("node.%s (--%s) is %v: it cannot be negative", s.key, strings.ReplaceAll(s.key, "_", "-"), s.value)
-		}
 	}
 	return cfg, nil
 }
@@ -239,7 +235,6 @@ func accessRules(file map[string]string, flags []string) (map[string]node.Access
 }
 
 func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	cfg, err := config.Load(wasmkeep.DefaultConfig, f.config, os.Environ(), reg, APIs)
 	if err != nil {
 		return err
@@ -248,6 +243,10 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	if err != nil {
 		return err
 	}
+	log := newLogger(cmd.ErrOrStderr(), ns.LogFormat, ns.LogLevel)
+	// Plugins, and anything else that logs with slog's default, log as
+	// the node does.
+	slog.SetDefault(log)
 	access, err := accessRules(ns.Access, f.access)
 	if err != nil {
 		return err
@@ -327,6 +326,19 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	err = n.Shutdown(srv, 10*time.Second)
 	log.Info("stopped")
 	return err
+}
+
+// newLogger writes log lines to w as format says (text or json), from
+// level on (debug, info, warn or error); empty takes text and info.
+// Config.Node.Check has refused any other value.
+func newLogger(w io.Writer, format, level string) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: map[string]slog.Level{
+		"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError,
+	}[level]}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }
 
 // guestLogRate maps node.guest_log_rate to node.Options, where 0 is the
