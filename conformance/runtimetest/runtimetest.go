@@ -8,7 +8,8 @@
 // Benchmark measures an engine's hot paths the same way for every engine.
 //
 // The rules are in calls.go (compiling, calling, host functions, failures),
-// limits.go (interruption, memory, the compilation cache) and wasi.go. The
+// limits.go (interruption, memory, the compilation cache), bounds.go (what
+// compiling refuses, WASI's signatures) and wasi.go. The
 // guests are tiny modules this package writes (guests.go, wasm.go) plus one
 // built from Go source with the local toolchain (goguest.go), so the suite
 // needs no assembler. It never looks at an engine's internals: every rule is
@@ -44,6 +45,8 @@ func Run(t *testing.T, newDriver func(t *testing.T) runtime.Driver) {
 	}{
 		{"CompileInstantiateCall", testCompileInstantiateCall},
 		{"InvalidModule", testInvalidModule},
+		{"CompileBounds", testCompileBounds},
+		{"WASIPreview1", testWASIPreview1},
 		{"ImportsExports", testImportsExports},
 		{"InstancesIsolated", testInstancesIsolated},
 		{"HostFunctionRoundTrip", testHostFunctionRoundTrip},

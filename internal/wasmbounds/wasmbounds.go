@@ -23,16 +23,16 @@ import (
 // The bounds, which real modules pass with a margin: a standard Go guest
 // (examples/counter, 2.5 MB) has 1.5 MB of code, a largest function of 29
 // KB, at most 802 blocks and 18 variables in a function, a largest blocks
-// times variables of 5,614 and a block work of 15 million; the Go compiler
-// built for wasip1 (49 MB) passes too, with 32.4 MB of code, a largest
-// function of 666 KB, 9,627 blocks, 52,090 and 844 million. Compile costs
-// at each bound are in docs/adr/0016-bounded-compilation.md.
+// times variables of 5,614 and a block work of 15 million. The Go compiler
+// built for wasip1 (49 MB: 32.4 MB of code, a block work of 844 million)
+// is refused. Compile costs at each bound are in
+// docs/adr/0016-bounded-compilation.md.
 const (
 	// MaxCodeSize is the most bytes all function bodies may take together:
-	// compile time and memory grow with it (40 MiB of additions: 104 s of
-	// CPU and 937 MB on Wasmtime; the Go compiler's 32.4 MB: 20 s and 895
+	// compile time and memory grow with it (16 MiB of additions: 47 s of
+	// CPU and 769 MB on Wasmtime; the Go compiler's 32.4 MB: 20 s and 895
 	// MB on wazero, 33 s and 1 GB on Wasmtime).
-	MaxCodeSize = 40 << 20
+	MaxCodeSize = 16 << 20
 	// MaxFunctionSize is the most bytes one function body may take: what
 	// an engine holds while compiling a function grows with it (Wasmtime:
 	// 343 MB for 1 MiB of additions).
@@ -55,9 +55,9 @@ const (
 	VariableWeight = 32
 	// MaxBlockWork bounds the sum over a module's functions of their blocks
 	// times (their blocks + VariableWeight times their variables), so that
-	// many functions near the bounds cannot add up (at most 19 s on
+	// many functions near the bounds cannot add up (at most about 6 s on
 	// wazero).
-	MaxBlockWork = 1 << 30
+	MaxBlockWork = 1 << 28
 	// MaxLocals is the most locals a function may declare, as in Wasmtime
 	// and V8.
 	MaxLocals = 50000

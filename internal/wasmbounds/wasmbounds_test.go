@@ -79,16 +79,15 @@ func TestCheck(t *testing.T) {
 		{"one block more", module(blocks(MaxBlocks + 1)), "code section: function 0: more than 16384 blocks"},
 		{"ifs and elses", module(ifElse), ""},
 		{"an else more", module(append(ifElse, 0x41, 0x00, 0x04, 0x40, 0x05, 0x0b)), "more than 16384 blocks"},
-		{"MaxBlockWork", module(blocks(MaxBlocks), blocks(MaxBlocks), blocks(MaxBlocks), blocks(MaxBlocks)), ""},
-		{"past MaxBlockWork", module(blocks(MaxBlocks), blocks(MaxBlocks), blocks(MaxBlocks), blocks(MaxBlocks), blocks(1)),
-			"functions 0 to 4 open too many blocks between them"},
+		{"MaxBlockWork", module(blocks(MaxBlocks)), ""},
+		{"past MaxBlockWork", module(blocks(MaxBlocks), blocks(1)), "functions 0 to 1 open too many blocks between them"},
 		{"loops", module(nested(0, 0x03, MaxBlocks/LoopWeight)), ""},
 		{"a loop more", module(nested(0, 0x03, MaxBlocks/LoopWeight+1)), "more than 16384 blocks (a loop counts 4"},
 		{"MaxBlockVariables", module(nested(MaxBlockVariables/1024, 0x02, 1024)), ""},
 		{"a variable more", module(nested(MaxBlockVariables/1024+1, 0x02, 1024)), "function 0 opens 1024 blocks with 1025 parameters and locals: their product passes 1048576"},
 		{"a parameter more", moduleParams(1, nested(MaxBlockVariables/1024, 0x02, 1024)), "with 1025 parameters and locals"},
 		{"MaxBlockWork with variables", module(slices.Repeat([][]byte{nested(1024, 0x02, 1024)}, MaxBlockWork/(1<<20+VariableWeight<<20))...), ""},
-		{"past it", module(slices.Repeat([][]byte{nested(1024, 0x02, 1024)}, MaxBlockWork/(1<<20+VariableWeight<<20)+1)...), "functions 0 to 31 open too many blocks"},
+		{"past it", module(slices.Repeat([][]byte{nested(1024, 0x02, 1024)}, MaxBlockWork/(1<<20+VariableWeight<<20)+1)...), "functions 0 to 7 open too many blocks"},
 		{"MaxFunctionSize", module(append([]byte{0}, make([]byte, MaxFunctionSize-2)...)), ""}, // unreachable
 		{"a byte more", module(append([]byte{0}, make([]byte, MaxFunctionSize-1)...)), "function 0 takes 1048577 bytes, at most 1048576 allowed"},
 		{"MaxLocals", module(append([]byte{2}, append(uleb(MaxLocals-1), 0x7f, 1, 0x7e)...)), ""},
@@ -106,7 +105,7 @@ func TestCheck(t *testing.T) {
 			t.Errorf("%s: %v, want an error containing %q", tc.name, err, tc.want)
 		}
 	}
-	if err := Check(module(make([]byte, MaxCodeSize))); err == nil || !strings.Contains(err.Error(), "bytes of code, at most 41943040 allowed") {
+	if err := Check(module(make([]byte, MaxCodeSize))); err == nil || !strings.Contains(err.Error(), "bytes of code, at most 16777216 allowed") {
 		t.Errorf("%d bytes of code: %v", MaxCodeSize, err)
 	}
 	if !errors.Is(Check(nil), ErrNotWasm) {

@@ -32,25 +32,6 @@ type hooks struct {
 	onInit bool
 }
 
-// wasiPreview1 is every function of wasi_snapshot_preview1. Both engines
-// provide them all; a module may import any.
-var wasiPreview1 = map[string]bool{}
-
-func init() {
-	for _, f := range strings.Fields(`args_get args_sizes_get environ_get environ_sizes_get
-		clock_res_get clock_time_get fd_advise fd_allocate fd_close fd_datasync fd_fdstat_get
-		fd_fdstat_set_flags fd_fdstat_set_rights fd_filestat_get fd_filestat_set_size
-		fd_filestat_set_times fd_pread fd_prestat_get fd_prestat_dir_name fd_pwrite fd_read
-		fd_readdir fd_renumber fd_seek fd_sync fd_tell fd_write path_create_directory
-		path_filestat_get path_filestat_set_times path_link path_open path_readlink
-		path_remove_directory path_rename path_symlink path_unlink_file poll_oneoff proc_exit
-		proc_raise sched_yield random_get sock_accept sock_recv sock_send sock_shutdown`) {
-		wasiPreview1[f] = true
-	}
-}
-
-const wasiModule = "wasi_snapshot_preview1"
-
 var (
 	hookSig    = runtime.Signature{Results: []runtime.ValueType{runtime.I32}}
 	requestSig = runtime.Signature{Params: []runtime.ValueType{runtime.I32}, Results: []runtime.ValueType{runtime.I32}}
@@ -135,21 +116,26 @@ func checkImport(im runtime.Import, host map[string]runtime.HostFunction) error 
 	if !im.IsFunc {
 		return fmt.Errorf("module imports %s, which is not a function: the host provides only functions", name)
 	}
+	var want runtime.Signature
+	var provider string // who defines want
 	switch im.Module {
 	case abi.HostModule:
 		hf, ok := host[im.Name]
 		if !ok {
 			return fmt.Errorf("module imports %s, which the host does not provide (ABI v%d; see docs/abi.md)", name, abi.Version)
 		}
-		if !sameSig(hf.Signature, im.Signature) {
-			return fmt.Errorf("module imports %s with type %s, but the host provides %s", name, sigString(im.Signature), sigString(hf.Signature))
-		}
-	case wasiModule:
-		if !wasiPreview1[im.Name] {
+		want, provider = hf.Signature, "the host provides"
+	case runtime.WASIModule:
+		sig, ok := runtime.WASIPreview1[im.Name]
+		if !ok {
 			return fmt.Errorf("module imports %s, which is not part of WASI preview 1", name)
 		}
+		want, provider = sig, "WASI preview 1 defines it as"
 	default:
-		return fmt.Errorf("module imports %s, which the host does not provide (only %s and %s)", name, abi.HostModule, wasiModule)
+		return fmt.Errorf("module imports %s, which the host does not provide (only %s and %s)", name, abi.HostModule, runtime.WASIModule)
+	}
+	if !sameSig(want, im.Signature) {
+		return fmt.Errorf("module imports %s with type %s, but %s %s", name, sigString(im.Signature), provider, sigString(want))
 	}
 	return nil
 }

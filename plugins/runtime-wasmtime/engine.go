@@ -19,6 +19,7 @@ import (
 	"unsafe"
 
 	"github.com/wasmkeep/wasmkeep/internal/linearmem"
+	"github.com/wasmkeep/wasmkeep/internal/wasmbounds"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
@@ -33,9 +34,6 @@ const (
 	maxTables        = 8
 	maxTableElements = 1 << 20
 )
-
-// wasiModule is the import module of WASI preview 1.
-const wasiModule = "wasi_snapshot_preview1"
 
 // lingerTicks is how many ticks the epoch ticker runs on after the last call
 // returned, so that a stream of short calls does not wake it for each one.
@@ -134,7 +132,7 @@ func hostFuncs(cfg runtime.Config) ([]hostFunc, error) {
 	switch cfg.HostModule {
 	case "":
 		return nil, errors.New("host functions need a module name")
-	case wasiModule:
+	case runtime.WASIModule:
 		return nil, errors.New("the host module cannot be WASI's")
 	}
 	seen := map[string]bool{}
@@ -262,8 +260,11 @@ func (e *engine) Compile(ctx context.Context, wasm []byte) (runtime.Module, erro
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("wasmtime: compile: %w", err)
 	}
-	if len(wasm) == 0 {
-		return nil, errors.New("wasmtime: compile: empty module")
+	// Wasmtime cannot stop a compile either: refuse, as the wazero plugin
+	// does, what would take too long or too much memory, and bytes that are
+	// not a module, which Wasmtime would report in its raw form.
+	if err := wasmbounds.Check(wasm); err != nil {
+		return nil, fmt.Errorf("wasmtime: compile: %w", err)
 	}
 	if e.closed.Load() {
 		return nil, errEngineClosed
@@ -279,7 +280,8 @@ func (e *engine) Compile(ctx context.Context, wasm []byte) (runtime.Module, erro
 	return m, nil
 }
 
-// compile compiles wasm, which is not empty.
+// compile compiles wasm, which wasmbounds.Check accepted (so it is not
+// empty).
 func (e *engine) compile(wasm []byte) (*C.wasmtime_module_t, error) {
 	var ptr *C.wasmtime_module_t
 	err := errorOf(C.wasmtime_module_new(e.ptr, (*C.uint8_t)(unsafe.Pointer(&wasm[0])), C.size_t(len(wasm)), &ptr))

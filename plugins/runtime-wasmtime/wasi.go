@@ -15,21 +15,15 @@ import (
 // wasiOverrides are the WASI preview 1 functions the engine defines in place
 // of Wasmtime's.
 var wasiOverrides = []hostFunc{
-	{module: wasiModule, name: "fd_write", params: sig(4), results: sig(1), wasi: fdWrite},
-	{module: wasiModule, name: "path_open", params: []runtime.ValueType{
-		runtime.I32, runtime.I32, runtime.I32, runtime.I32, runtime.I32,
-		runtime.I64, runtime.I64, runtime.I32, runtime.I32,
-	}, results: sig(1), wasi: pathOpen},
-	{module: wasiModule, name: "poll_oneoff", params: sig(4), results: sig(1), wasi: pollOneoff},
+	wasiOverride("fd_write", fdWrite),
+	wasiOverride("path_open", pathOpen),
+	wasiOverride("poll_oneoff", pollOneoff),
 }
 
-// sig is n i32s.
-func sig(n int) []runtime.ValueType {
-	out := make([]runtime.ValueType, n)
-	for i := range out {
-		out[i] = runtime.I32
-	}
-	return out
+// wasiOverride defines WASI function name, with its preview 1 signature, as f.
+func wasiOverride(name string, f func(in *instance, stack []uint64) bool) hostFunc {
+	s := runtime.WASIPreview1[name]
+	return hostFunc{module: runtime.WASIModule, name: name, params: s.Params, results: s.Results, wasi: f}
 }
 
 // maxWriteBuf is the largest gathering buffer an instance keeps for its next

@@ -1,16 +1,18 @@
 package wazeroruntime
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 
 	"github.com/wasmkeep/wasmkeep/internal/linearmem"
+	"github.com/wasmkeep/wasmkeep/internal/wasmbounds"
 )
 
-// prepare checks and rewrites a module before wazero sees it, for three
+// prepare checks and rewrites a module before wazero sees it, for these
 // reasons, all about wazero v1.12.0 and guests nobody trusts:
 //
+//   - wazero cannot stop a compile, and some modules take minutes or
+//     gigabytes to compile: prepare refuses those first (wasmbounds.Check,
+//     which the wasmtime plugin calls too).
 //   - wazero's decoder allocates a vector as soon as it reads its length, so
 //     a 15-byte module declaring 2^32 data segments makes the process die
 //     out of memory. prepare reads the structure of every section (all but
@@ -37,9 +39,6 @@ import (
 
 const (
 	checkPeriod = 1024
-	// maxLocals is the most locals a function may declare, as in wasmtime
-	// and V8; wazero allocates them before validating.
-	maxLocals = 50000
 	// A module may define maxTables tables of at most maxTableElements
 	// elements each: 8 MiB each in wazero.
 	maxTables        = 8
@@ -109,8 +108,8 @@ type section struct {
 }
 
 func prepare(wasm []byte) (*prepared, error) {
-	if !bytes.HasPrefix(wasm, wasmHeader) {
-		return nil, errors.New("not a WebAssembly 1.0 binary module (bad magic number or version)")
+	if err := wasmbounds.Check(wasm); err != nil {
+		return nil, err
 	}
 	var secs []section
 	r := reader{b: wasm[len(wasmHeader):]}
@@ -366,8 +365,9 @@ func prologue(g uint32) []byte {
 	return append(p, 0x0b) // end
 }
 
-// instrumentCode checks the bodies' locals and puts prologue at the start of
-// every body of a code section's payload.
+// instrumentCode puts prologue at the start of every body of a code
+// section's payload, after the locals (wasmbounds.Check counted them: wazero
+// allocates them before validating).
 func instrumentCode(payload, prologue []byte) ([]byte, error) {
 	r := reader{b: payload}
 	n := r.count()
@@ -381,13 +381,9 @@ func instrumentCode(payload, prologue []byte) ([]byte, error) {
 		}
 		body = body[:size]
 		locals := reader{b: body}
-		var total uint64
 		for j := locals.count(); j > 0 && locals.err == nil; j-- {
-			total += uint64(locals.u32())
+			locals.u32()
 			locals.valType()
-		}
-		if locals.err == nil && total > maxLocals {
-			locals.failf("%d locals, at most %d allowed", total, maxLocals)
 		}
 		if locals.err != nil {
 			return nil, fmt.Errorf("function %d: %w", i, locals.err)

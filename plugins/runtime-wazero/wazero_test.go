@@ -10,6 +10,7 @@ import (
 	"github.com/tetratelabs/wazero"
 
 	"github.com/wasmkeep/wasmkeep/conformance/runtimetest"
+	"github.com/wasmkeep/wasmkeep/internal/wasmbounds"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
@@ -151,8 +152,8 @@ func TestRefusedModules(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close(t.Context())
-	if m, err := e.Compile(t.Context(), binaryModule(voidFunc(maxLocals, 0x7f)...)); err != nil {
-		t.Errorf("%d locals: %v", maxLocals, err)
+	if m, err := e.Compile(t.Context(), binaryModule(voidFunc(wasmbounds.MaxLocals, 0x7f)...)); err != nil {
+		t.Errorf("%d locals: %v", wasmbounds.MaxLocals, err)
 	} else {
 		m.Close(t.Context())
 	}
@@ -165,7 +166,7 @@ func TestRefusedModules(t *testing.T) {
 		"import name":       binaryModule(sec(importSection, append([]byte{1}, huge...)...)),
 		"function names":    binaryModule(sec(customSection, append([]byte{4, 'n', 'a', 'm', 'e', 1, 5}, huge...)...)),
 		"element functions": binaryModule(sec(elementSection, append([]byte{1, 1, 0}, huge...)...)),
-		"locals":            binaryModule(voidFunc(maxLocals, 0x7f, 1, 0x7f)...),
+		"locals":            binaryModule(voidFunc(wasmbounds.MaxLocals, 0x7f, 1, 0x7f)...),
 		"table elements":    binaryModule(tableGuest(maxTableElements+1, -1)...),
 		"tables":            binaryModule(sec(tableSection, tables...)),
 	} {
