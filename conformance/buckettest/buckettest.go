@@ -34,7 +34,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
@@ -198,21 +197,31 @@ func Check(ctx context.Context, b bucket.Bucket, opts Options, report func(Resul
 	return out, nil
 }
 
+// T is what Run needs of a test: *testing.T has it. The package names
+// no type of package testing, so that a server that runs Check (wasmkeep
+// conformance bucket) does not link testing.
+type T[Self any] interface {
+	Run(name string, f func(t Self)) bool
+	Context() context.Context
+	Fatal(args ...any)
+	Skipf(format string, args ...any)
+}
+
 // Run runs every rule as a subtest; newBucket is called once per rule (a
 // bucket it returns is its own to close, with t.Cleanup).
-func Run(t *testing.T, newBucket func(t *testing.T) bucket.Bucket) {
+func Run[Test T[Test]](t Test, newBucket func(t Test) bucket.Bucket) {
 	RunWith(t, newBucket, Options{})
 }
 
 // RunWith is Run with options.
-func RunWith(t *testing.T, newBucket func(t *testing.T) bucket.Bucket, opts Options) {
+func RunWith[Test T[Test]](t Test, newBucket func(t Test) bucket.Bucket, opts Options) {
 	opts = opts.withDefaults()
 	if err := opts.check(); err != nil {
 		t.Fatal(err)
 	}
 	var stopped error // ErrUnusable, once a rule's failure shows it
 	for _, r := range rules {
-		t.Run(r.Name, func(t *testing.T) {
+		t.Run(r.Name, func(t Test) {
 			if stopped != nil {
 				t.Skipf("not run: %v", stopped)
 			}
