@@ -10,8 +10,12 @@
 #                             the Go and the C counter (sdk/c/wkcc) on wazero and
 #                             wasmtime, 3 runs; writes ...-workerd-run<N>.csv
 #                             and ...-workerd-median.csv
+#   ./bench/run.sh hostile    bench/cmd/wkhostile: the counter alone and beside
+#                             the hostile guest (cmd/wasmkeep/testdata/guests/
+#                             hostile); writes ...-hostile-<engine>.csv
 # The other arguments go to the tool, for example -quick (wkbench, compare),
-# --quick or --engines wasmtime,wazero (engines), -runs 5 (compare).
+# --quick or --engines wasmtime,wazero (engines), -runs 5 (compare),
+# -engine wasmtime (hostile).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
@@ -34,6 +38,12 @@ workerd)
 	go build -o "$tmp/compare" ./bench/cmd/compare
 	"$tmp/compare" -workerd bench/workerd -wasmkeep "$tmp/wasmkeep" \
 		-guest go="$tmp/counter.wasm" -guest c="$tmp/c-counter.wasm" -out bench/results "$@"
+	;;
+hostile)
+	shift
+	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$tmp/hostile.wasm" ./cmd/wasmkeep/testdata/guests/hostile
+	go build -o "$tmp/wkhostile" ./bench/cmd/wkhostile
+	"$tmp/wkhostile" -wasmkeep "$tmp/wasmkeep" -counter "$tmp/counter.wasm" -hostile "$tmp/hostile.wasm" -out bench/results "$@"
 	;;
 *)
 	go build -o "$tmp/wkbench" ./bench/cmd/wkbench

@@ -1,0 +1,216 @@
+//go:build linux
+
+// wkhostile measures what a hostile actor costs its neighbours (issue 12,
+// items 1 to 3): a well-behaved actor's latency (the example counter) alone
+// and beside hostile actors that spend their events' CPU in host calls, and
+// the CPU seconds each hostile event took. Each phase runs on a server of
+// its own, so that a hostile event still running cannot spill into the next.
+// It prints a table and writes <out>/<date>-<commit>-hostile-<engine>.csv.
+//
+//	wkhostile -wasmkeep BIN -counter counter.wasm -hostile hostile.wasm [-engine wasmtime]
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/bench/measure"
+)
+
+// A phase is one hostile request (none for the baseline), sent over and
+// over by each hostile client to an actor of its own; key names its rows
+// in the CSV.
+type phase struct{ name, key, path string }
+
+var phases = []phase{
+	{"alone", "alone", ""},
+	{"host-call loop (alarm_get)", "alarm_loop", "/loop?call=alarm"},
+	{"host-call loop (take_pending)", "pending_loop", "/loop?call=pending"},
+	{"failing-statement loop", "bad_sql_loop", "/loop?call=bad-sql"},
+	{"instr(16 MB, 300 KB)", "instr", "/instr?n=300"},
+}
+
+func main() {
+	bin := flag.String("wasmkeep", "", "the server binary")
+	counter := flag.String("counter", "", "examples/counter built for wasip1")
+	hostile := flag.String("hostile", "", "cmd/wasmkeep/testdata/guests/hostile built for wasip1")
+	engine := flag.String("engine", "", "the runtime plugin (WASMKEEP_RUNTIME__USE); empty: plugins.yaml's")
+	hostiles := flag.Int("hostiles", 8, "hostile clients, each with an actor of its own (issue 12 measured 8)")
+	requests := flag.Int("requests", 1000, "counter requests a phase, one at a time")
+	wait := flag.Duration("wait", 60*time.Second, "how long a hostile event may take before it is reported unfinished")
+	out := flag.String("out", "bench/results", "directory for the CSV")
+	flag.Parse()
+	if *bin == "" || *counter == "" || *hostile == "" {
+		log.Fatal("wkhostile: -wasmkeep, -counter and -hostile are required (bench/README.md, wkhostile)")
+	}
+	commit, err := measure.CheckoutCommit()
+	if err != nil {
+		log.Fatal("wkhostile: ", err)
+	}
+	srv := measure.Wasmkeep{Binary: *bin, Class: "counter", Guest: *counter, ServeArgs: []string{"--actor", "hostile=" + *hostile}}
+	if *engine != "" {
+		srv.Env = []string{"WASMKEEP_RUNTIME__USE=" + *engine}
+	}
+	res := measure.Result{Guest: "go-counter"}
+	add := func(metric string, v float64, unit string) {
+		res.Rows = append(res.Rows, measure.Row{Metric: metric, Value: v, Unit: unit})
+	}
+	var aloneCPU time.Duration // per counter request
+	for i, p := range phases {
+		r, err := run(srv, p, *hostiles, *requests, *wait)
+		if err != nil {
+			log.Fatalf("wkhostile: %s: %v", p.name, err)
+		}
+		if i == 0 {
+			res.Engine, res.DataFS = r.engine, r.dataFS
+			fmt.Printf("wkhostile: %s at %s on %s; %d counter requests a phase, %d hostile clients\n", *bin, commit, r.engine, *requests, *hostiles)
+			fmt.Printf("%-30s %9s %9s %12s %8s  %s\n", "hostile neighbour", "p50 ms", "p99 ms", "CPU s/event", "events", "hostile answers")
+		}
+		add("counter_p50_"+p.key, us(r.p50), "µs")
+		add("counter_p99_"+p.key, us(r.p99), "µs")
+		if p.path == "" {
+			aloneCPU = r.cpu / time.Duration(*requests)
+			fmt.Printf("%-30s %9.2f %9.2f %12s %8s\n", p.name, ms(r.p50), ms(r.p99), "-", "-")
+			continue
+		}
+		cpu := "-"
+		if n := len(r.answers); n > 0 {
+			// The server's CPU in the phase, less what the counter's
+			// requests cost alone, over the hostile events.
+			perEvent := (r.cpu - aloneCPU*time.Duration(*requests)) / time.Duration(n)
+			add("hostile_cpu_per_event_"+p.key, ms(perEvent), "ms")
+			cpu = fmt.Sprintf("%.2f", perEvent.Seconds())
+		}
+		add("hostile_events_"+p.key, float64(len(r.answers)), "events")
+		fmt.Printf("%-30s %9.2f %9.2f %12s %8d  %s\n", p.name, ms(r.p50), ms(r.p99), cpu, len(r.answers), tally(r.answers, r.unfinished))
+	}
+	path, err := measure.WriteCSV(*out, commit, "-hostile-"+res.Engine, res)
+	if err != nil {
+		log.Fatal("wkhostile: ", err)
+	}
+	fmt.Println("wrote", path)
+}
+
+type result struct {
+	engine, dataFS string        // what served, and the file system of its data
+	p50, p99       time.Duration // the counter's latency
+	cpu            time.Duration // the server's, during the phase
+	answers        []string      // of the hostile events that finished
+	unfinished     int
+}
+
+func run(srv measure.Wasmkeep, p phase, hostiles, requests int, wait time.Duration) (result, error) {
+	dir, err := os.MkdirTemp("", "wkhostile-")
+	if err != nil {
+		return result{}, err
+	}
+	defer os.RemoveAll(dir)
+	logPath := filepath.Join(dir, "server.log")
+	s, err := measure.Start(measure.Options{Server: srv, Read: measure.Request{Method: "GET", Path: "/actor/counter/{name}"}},
+		filepath.Join(dir, "data"), logPath)
+	if err != nil {
+		return result{}, err
+	}
+	defer s.Stop()
+	var res result
+	if res.engine, err = srv.Engine(logPath); err != nil {
+		return result{}, err
+	}
+	res.dataFS = measure.DataFS(dir)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: hostiles + 1}, Timeout: wait}
+	get := func(path string) (string, error) {
+		resp, err := client.Get(s.URL() + path)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+		return strconv.Itoa(resp.StatusCode) + " " + strings.TrimSpace(string(body)), nil
+	}
+	const actors = 100
+	for i := range actors { // resident before timing
+		if _, err := get(fmt.Sprintf("/actor/counter/c%d", i)); err != nil {
+			return result{}, err
+		}
+	}
+
+	var mu sync.Mutex
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	cpu0, err := s.CPUTime()
+	if err != nil {
+		return result{}, err
+	}
+	if p.path != "" {
+		for h := range hostiles {
+			wg.Go(func() {
+				for !stop.Load() {
+					answer, err := get(fmt.Sprintf("/actor/hostile/h%d%s", h, p.path))
+					mu.Lock()
+					if err != nil {
+						res.unfinished++
+					} else {
+						res.answers = append(res.answers, answer)
+					}
+					mu.Unlock()
+					if err != nil {
+						return
+					}
+				}
+			})
+		}
+		time.Sleep(100 * time.Millisecond) // the hostile events are running
+	}
+	latencies := make([]time.Duration, requests)
+	for i := range latencies {
+		start := time.Now()
+		answer, err := get(fmt.Sprintf("/actor/counter/c%d", i%actors))
+		if err != nil || !strings.HasPrefix(answer, "200 ") {
+			stop.Store(true)
+			wg.Wait()
+			return result{}, fmt.Errorf("counter: %q %v", answer, err)
+		}
+		latencies[i] = time.Since(start)
+	}
+	// Every hostile event started after cpu0 ends before cpu1.
+	stop.Store(true)
+	wg.Wait()
+	cpu1, err := s.CPUTime()
+	if err != nil {
+		return result{}, err
+	}
+	res.p50, res.p99 = measure.Percentile(latencies, 0.5), measure.Percentile(latencies, 0.99)
+	res.cpu = cpu1 - cpu0
+	return res, nil
+}
+
+// tally counts the hostile answers by their text: "3× 500 actor exceeded ...".
+func tally(answers []string, unfinished int) string {
+	counts := map[string]int{}
+	for _, a := range answers {
+		counts[a]++
+	}
+	var parts []string
+	for a, n := range counts {
+		parts = append(parts, fmt.Sprintf("%d× %s", n, a))
+	}
+	if unfinished > 0 {
+		parts = append(parts, fmt.Sprintf("%d unfinished", unfinished))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, "; ")
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
