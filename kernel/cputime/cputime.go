@@ -36,9 +36,6 @@ func readClock(id int32) (time.Duration, bool) {
 	return time.Duration(ts.Nano()), true
 }
 
-// epoch is the origin of the monotonic times a host call's start is kept as.
-var epoch = time.Now()
-
 // Watch bounds the CPU time the calling thread spends from Start to Stop in
 // two ways: a budget on the time counted, which leaves out host calls (the
 // guest's own CPU), and a cap on all of it (host calls included). It costs
@@ -47,8 +44,10 @@ var epoch = time.Now()
 // since CPU time cannot run ahead of wall time.
 //
 // A host call (EnterHost to LeaveHost) is left out of the counted time by
-// its wall time, which CPU time cannot exceed; reading a wall clock is much
-// cheaper than reading a thread's CPU clock. The budget never runs out
+// the CPU the thread spent in it, read from the thread's clock at each end
+// (a system call, well under a microsecond): not by its wall time, which
+// would credit the guest with every call's waiting (a fetch, an fsync,
+// another actor's event) to spend on its own code. The budget never runs out
 // inside a host call: it is checked again when the call returns, so a guest
 // over it is stopped as soon as it runs again. The cap runs out anywhere.
 type Watch struct {
@@ -56,8 +55,8 @@ type Watch struct {
 	start    time.Duration
 	limit    time.Duration // on the counted time; <= 0: none
 	cap      time.Duration // on all the time; <= 0: none
-	excluded atomic.Int64  // wall time of the host calls that have returned
-	inHost   atomic.Int64  // since epoch, when the running host call began; 0: none runs
+	excluded atomic.Int64  // CPU time of the host calls that have returned
+	inHost   atomic.Int64  // the thread's clock when the running host call began; 0: none runs
 	recheck  atomic.Bool   // the timer found the budget nearly spent during a host call
 	onExceed func()
 	onCap    func()
@@ -98,15 +97,17 @@ func nearer(a, b time.Duration) time.Duration {
 // EnterHost marks the start of a host call on the watched thread; its
 // result goes to LeaveHost when the call returns.
 func (w *Watch) EnterHost() time.Duration {
-	since := time.Since(epoch)
+	since, _ := readClock(w.clock)
+	since = max(since, 1) // 0 means no call runs
 	w.inHost.Store(int64(since))
 	return since
 }
 
-// LeaveHost ends the host call begun at since: its wall time is left out of
+// LeaveHost ends the host call begun at since: its CPU time is left out of
 // the counted time, and the budget is checked if it ran low meanwhile.
 func (w *Watch) LeaveHost(since time.Duration) {
-	w.excluded.Add(int64(time.Since(epoch) - since)) // before inHost clears, so no reader counts the call
+	now, _ := readClock(w.clock)
+	w.excluded.Add(int64(max(now-since, 0))) // before inHost clears, so no reader counts the call
 	w.inHost.Store(0)
 	if w.recheck.CompareAndSwap(true, false) {
 		w.check()
@@ -130,7 +131,7 @@ func (w *Watch) times() (counted, all time.Duration, inHost bool) {
 	all = now - w.start
 	counted = all - time.Duration(w.excluded.Load())
 	if since := w.inHost.Load(); since != 0 {
-		counted -= time.Since(epoch) - time.Duration(since)
+		counted -= max(now-time.Duration(since), 0)
 		inHost = true
 	}
 	return counted, all, inHost

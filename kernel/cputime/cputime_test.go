@@ -58,6 +58,30 @@ func TestHostCallIsNotCounted(t *testing.T) {
 	}
 }
 
+// A host call that waits (a fetch, an fsync, another actor's event) gives
+// the guest no CPU to spend on its own code: the call is left out by the CPU
+// it took, not by how long it lasted.
+func TestWaitingHostCallIsNoCredit(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	exceeded := make(chan struct{})
+	start := Thread()
+	w := Start(30*time.Millisecond, func() { close(exceeded) })
+	since := w.EnterHost()
+	time.Sleep(300 * time.Millisecond)
+	w.LeaveHost(since)
+	spin(10*time.Second, exceeded)
+	w.Stop()
+	select {
+	case <-exceeded:
+	default:
+		t.Fatal("the budget was never reported exceeded")
+	}
+	if all := Thread() - start; all > 200*time.Millisecond {
+		t.Errorf("stopped after %v of CPU, want about 30ms: the host call's wait was credited", all)
+	}
+}
+
 // A guest that spends its budget while the timer waits out a host call is
 // stopped once it runs again, not at the next host call or never.
 func TestBudgetCheckedAfterHostCall(t *testing.T) {
