@@ -15,6 +15,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -85,9 +86,9 @@ func (c Choice) Settings() []slog.Attr {
 // help tag is also a serve flag named as its key with dashes
 // (max_instances, --max-instances), whose default is the embedded
 // plugins.yaml's value; the other fields are set by repeatable flags of
-// their own. A number cannot be negative, and a field with a oneof tag takes
-// one of its values (or none: the default). A number or a string left at
-// zero takes the node's default.
+// their own. A number cannot be negative (nor over a max tag), and a field
+// with a oneof tag takes one of its values (or none: the default). A number
+// or a string left at zero takes the node's default.
 type Node struct {
 	Listen        string        `koanf:"listen" help:"address to serve HTTP on"`
 	DataDir       string        `koanf:"data_dir" help:"directory for actor databases and the compile cache"`
@@ -104,6 +105,29 @@ type Node struct {
 	LogFormat string `koanf:"log_format" oneof:"text,json" help:"the node's log lines: text (key=value) or json, one object a line"`
 	LogLevel  string `koanf:"log_level" oneof:"debug,info,warn,error" help:"the least severe log lines written: debug, info, warn or error"`
 
+	// The limits of the README's table, in its order.
+	MaxQueuedEvents        int           `koanf:"max_queued_events" help:"events queued per actor; more are answered 429"`
+	MaxBodyBytes           int64         `koanf:"max_body_bytes" help:"bytes of a request body (and of an actor_call's); more are answered 413"`
+	MaxHeaderFields        int           `koanf:"max_header_fields" help:"header fields of a request that reach an actor, Host included; more are answered 431"`
+	MaxHeaderBytes         int           `koanf:"max_header_bytes" help:"bytes of a request's header names and values and its target that reach an actor; more are answered 431"`
+	WallClock              time.Duration `koanf:"wall_clock" help:"wall time per event; past it the event answers 500 and its instance is discarded"`
+	MemoryLimitMiB         int           `koanf:"memory_limit_mib" max:"4095" help:"MiB of linear memory per instance; past it memory.grow fails in the guest"`
+	SQLMaxDatabaseBytes    int64         `koanf:"sql_max_database_bytes" help:"bytes of an actor's database; past it writes fail with quota-exceeded"`
+	SQLMaxValueBytes       int           `koanf:"sql_max_value_bytes" max:"1000000000" help:"bytes of one SQL text or blob value (SQLite's ceiling: 1e9)"`
+	SQLMaxResultBytes      int           `koanf:"sql_max_result_bytes" help:"bytes of one SQL query result, encoded"`
+	SQLCPUBudgetMS         int           `koanf:"sql_cpu_budget_ms" help:"SQL CPU per event, statements and their compiling together, in milliseconds"`
+	WebSocketsPerActor     int           `koanf:"websockets_per_actor" help:"open WebSockets per actor; more are answered 503"`
+	WebSocketsPerNode      int           `koanf:"websockets_per_node" help:"open WebSockets on the node; more are answered 503"`
+	WebSocketMaxMessage    int64         `koanf:"websocket_max_message_bytes" help:"bytes of a message from a WebSocket client; larger closes the socket with 1009"`
+	WebSocketQueueMessages int           `koanf:"websocket_queue_messages" help:"messages queued per WebSocket before a send gets backpressure"`
+	WebSocketQueueBytes    int           `koanf:"websocket_queue_bytes" help:"bytes queued per WebSocket before a send gets backpressure"`
+	WebSocketPingAfter     time.Duration `koanf:"websocket_ping_after" help:"silence from a WebSocket client before the node pings it"`
+	WebSocketPongWait      time.Duration `koanf:"websocket_pong_wait" help:"time a pinged WebSocket client has to answer before its socket closes"`
+	MaxFetches             int           `koanf:"max_fetches" help:"outbound HTTP requests (http_fetch) in flight on the node; more fail with too-many-requests"`
+	FetchStepTimeout       time.Duration `koanf:"fetch_step_timeout" help:"time for each step of an outbound request (connect, first byte, next byte) unless the guest asks"`
+	FetchMaxStepTimeout    time.Duration `koanf:"fetch_max_step_timeout" help:"the longest step timeout a guest may ask for"`
+	FetchMaxBodyBytes      int64         `koanf:"fetch_max_body_bytes" help:"bytes of an outbound request's body, and of its response's; more fail with too-large"`
+
 	Actors map[string]string `koanf:"actors"` // class name to module file
 	Access map[string]string `koanf:"access"` // class name to access mode (open, existing, existing:NAME,..., internal)
 
@@ -115,8 +139,9 @@ type Node struct {
 	OutboundCA        []string            `koanf:"outbound_ca"`         // PEM files of CA certificates
 }
 
-// Check refuses a negative number, or a string not among its oneof values,
-// naming the key, its flag, the value and what is valid.
+// Check refuses a negative number, one over its max tag, or a string not
+// among its oneof values, naming the key, its flag, the value and what is
+// valid.
 func (n Node) Check() error {
 	for key, f := range koanfFields(&n) {
 		v, field := f.value, f.field
@@ -132,12 +157,20 @@ func (n Node) Check() error {
 			if v.Int() < 0 {
 				return fmt.Errorf("%s is %v: it cannot be negative", name, v.Interface())
 			}
+			if most, ok := field.Tag.Lookup("max"); ok {
+				if m, _ := strconv.ParseInt(most, 10, 64); v.Int() > m {
+					return fmt.Errorf("%s is %v: it can be at most %s", name, v.Interface(), most)
+				}
+			}
 		case reflect.String:
 			valid, ok := field.Tag.Lookup("oneof")
 			if ok && v.String() != "" && !slices.Contains(strings.Split(valid, ","), v.String()) {
 				return fmt.Errorf("%s is %q: want %s", name, v.String(), strings.ReplaceAll(valid, ",", ", "))
 			}
 		}
+	}
+	if n.FetchMaxStepTimeout != 0 && n.FetchStepTimeout > n.FetchMaxStepTimeout {
+		return fmt.Errorf("node.fetch_step_timeout (--fetch-step-timeout) is %v: it can be at most node.fetch_max_step_timeout (--fetch-max-step-timeout), %v", n.FetchStepTimeout, n.FetchMaxStepTimeout)
 	}
 	return nil
 }

@@ -27,11 +27,6 @@ type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
-const (
-	defaultFetchStep = 30 * time.Second
-	maxFetchStep     = 60 * time.Second
-)
-
 // refusedPrefixes are the IANA special-purpose IPv4 blocks no guest may
 // reach unless --allow-outbound opens them; IPv6 outside globalV6 is refused
 // as a whole.
@@ -71,6 +66,9 @@ type fetcher struct {
 	resolver Resolver
 	tls      *tls.Config
 	slots    chan struct{} // requests in flight on the node
+
+	step, maxStep time.Duration // Options.FetchStep and FetchMaxStep
+	maxBody       int64         // Options.FetchMaxBodyBytes
 }
 
 func newFetcher(opts Options) (*fetcher, error) {
@@ -94,6 +92,7 @@ func newFetcher(opts Options) (*fetcher, error) {
 		allow: opts.AllowOutbound, ports: opts.AllowOutboundPorts, resolver: r,
 		tls:   &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
 		slots: make(chan struct{}, opts.MaxFetches),
+		step:  opts.FetchStep, maxStep: opts.FetchMaxStep, maxBody: opts.FetchMaxBodyBytes,
 	}, nil
 }
 
@@ -137,8 +136,8 @@ var errStepTimeout = errors.New("no byte arrived within the step timeout")
 func httpFetch(ctx context.Context, st *eventState, mem runtime.Memory, s []uint64) {
 	n := st.actor.node
 	raw := read(mem, s[0], s[1])
-	if int64(len(raw)) > n.opts.MaxBodyBytes+64<<10 {
-		st.fetchFailed(mem, s, fetchErr(abi.FetchTooLarge, "the request is larger than the 16 MB limit"))
+	if int64(len(raw)) > n.fetch.maxBody+64<<10 {
+		st.fetchFailed(mem, s, fetchErr(abi.FetchTooLarge, "the request is larger than the %s limit", sizeText(n.fetch.maxBody)))
 		return
 	}
 	var r abi.Reader
@@ -155,7 +154,7 @@ func httpFetch(ctx context.Context, st *eventState, mem runtime.Memory, s []uint
 		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-min(time.Second, n.opts.WallClock/10)))
 		defer cancel()
 	}
-	resp, err := n.fetch.do(ctx, req, step, n.opts.MaxBodyBytes)
+	resp, err := n.fetch.do(ctx, req, step)
 	if err != nil {
 		st.fetchFailed(mem, s, err)
 		return
@@ -172,19 +171,20 @@ func (st *eventState) fetchFailed(mem runtime.Memory, s []uint64, err *fetchErro
 // do checks and sends one request. The per-actor limit of 16 in flight
 // needs no count of its own: an actor runs one event at a time and fetch
 // is synchronous, so an actor has at most one request in flight.
-func (f *fetcher) do(ctx context.Context, req abi.Request, step time.Duration, maxBody int64) (*abi.Response, *fetchError) {
+func (f *fetcher) do(ctx context.Context, req abi.Request, step time.Duration) (*abi.Response, *fetchError) {
+	maxBody := f.maxBody
 	switch {
 	case step == 0:
-		step = defaultFetchStep
-	case step > maxFetchStep:
-		step = maxFetchStep
+		step = f.step
+	case step > f.maxStep:
+		step = f.maxStep
 	}
 	u, err := url.Parse(req.Path)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil {
 		return nil, fetchErr(abi.FetchInvalidRequest, "the URL must be absolute, http or https, with a host and no user info")
 	}
 	if int64(len(req.Body)) > maxBody {
-		return nil, fetchErr(abi.FetchTooLarge, "the request body is larger than the 16 MB limit")
+		return nil, fetchErr(abi.FetchTooLarge, "the request body is larger than the %s limit", sizeText(maxBody))
 	}
 	hreq, err := http.NewRequest(req.Method, u.String(), nil)
 	if err != nil {
@@ -263,7 +263,7 @@ func (f *fetcher) do(ctx context.Context, req abi.Request, step time.Duration, m
 		return nil, classify(ctx, err)
 	}
 	if int64(len(body)) > maxBody {
-		return nil, fetchErr(abi.FetchTooLarge, "the response body is larger than the 16 MB limit")
+		return nil, fetchErr(abi.FetchTooLarge, "the response body is larger than the %s limit", sizeText(maxBody))
 	}
 	out := &abi.Response{Status: resp.StatusCode, Body: body}
 	names := make([]string, 0, len(resp.Header))

@@ -19,6 +19,8 @@ import (
 // within a 2 ms budget, 1,000 small headers need about 10 ms and 4,000
 // more than 20 ms (8,000 failed the 50 ms); wasmtime is about five times
 // faster. Apache's default is also 100 fields.
+// These are the defaults of Options.MaxHeaderFields and MaxHeaderBytes
+// (node.max_header_fields, node.max_header_bytes).
 const (
 	MaxHeaderFields = 100      // header fields, Host included
 	MaxHeaderBytes  = 32 << 10 // their names and values and the request target
@@ -33,7 +35,7 @@ func (n *Node) NewServer(addr string) *http.Server {
 		Addr:              addr,
 		Handler:           n,
 		ReadHeaderTimeout: 30 * time.Second,
-		MaxHeaderBytes:    MaxHeaderBytes,
+		MaxHeaderBytes:    n.opts.MaxHeaderBytes,
 		IdleTimeout:       120 * time.Second,
 	}
 }
@@ -53,7 +55,7 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ready\n")
 		return
 	}
-	if msg := headersOverCaps(r); msg != "" {
+	if msg := n.headersOverCaps(r); msg != "" {
 		http.Error(w, msg, http.StatusRequestHeaderFieldsTooLarge)
 		return
 	}
@@ -110,9 +112,9 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// headersOverCaps says how r's headers exceed MaxHeaderFields or
+// headersOverCaps says how r's headers exceed Options.MaxHeaderFields or
 // MaxHeaderBytes, or returns "".
-func headersOverCaps(r *http.Request) string {
+func (n *Node) headersOverCaps(r *http.Request) string {
 	fields, size := 1, len("Host")+len(r.Host)+len(r.RequestURI) // Host is not in r.Header
 	for k, vs := range r.Header {
 		fields += len(vs)
@@ -121,10 +123,10 @@ func headersOverCaps(r *http.Request) string {
 		}
 	}
 	switch {
-	case fields > MaxHeaderFields:
-		return fmt.Sprintf("the request has %d header fields; at most %d reach an actor", fields, MaxHeaderFields)
-	case size > MaxHeaderBytes:
-		return fmt.Sprintf("the request's headers and target are %d bytes; at most %d reach an actor", size, MaxHeaderBytes)
+	case fields > n.opts.MaxHeaderFields:
+		return fmt.Sprintf("the request has %d header fields; at most %d reach an actor", fields, n.opts.MaxHeaderFields)
+	case size > n.opts.MaxHeaderBytes:
+		return fmt.Sprintf("the request's headers and target are %d bytes; at most %d reach an actor", size, n.opts.MaxHeaderBytes)
 	}
 	return ""
 }
@@ -162,6 +164,15 @@ func (n *Node) readRequest(w http.ResponseWriter, r *http.Request, path string) 
 }
 
 var errBodyTooLarge = errors.New("request body too large")
+
+// sizeText is a limit in bytes as messages give it: in MB (of 2^20 bytes)
+// when it is a whole number of them, as the defaults are.
+func sizeText(n int64) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
 
 // encodeRequest builds the abi.Request the guest receives, reading the body
 // straight into the payload.

@@ -48,10 +48,19 @@ type Options struct {
 	Stateless     string                       // module file of the stateless component ("" for none)
 	Logger        *slog.Logger
 
+	// Headers that reach an actor: more fields, or more bytes of names,
+	// values and request target, answer 431.
+	MaxHeaderFields int // [MaxHeaderFields]
+	MaxHeaderBytes  int // [MaxHeaderBytes]
+
 	WebSocketsPerActor int           // [1000] open WebSockets per actor; more get 503
 	WebSocketsPerNode  int           // [50000] open WebSockets per node; more get 503
 	WebSocketPingAfter time.Duration // [25s] of client silence before a ping
 	WebSocketPongWait  time.Duration // [30s] for the pong before the socket closes
+
+	WebSocketMaxMessage int64 // [1 MiB] bytes per client message; larger closes the socket with 1009
+	WebSocketQueue      int   // [256] messages queued per socket before a send gets backpressure
+	WebSocketQueueBytes int   // [4 MiB] bytes queued per socket before a send gets backpressure
 
 	// Outbound HTTP (http_fetch): public addresses only, but for these.
 	AllowOutbound      []netip.Prefix      // ranges guests may reach though they are not public
@@ -59,6 +68,10 @@ type Options struct {
 	OutboundCAs        []*x509.Certificate // trusted besides the system roots
 	Resolver           Resolver            // [net.DefaultResolver]
 	MaxFetches         int                 // [256] outbound requests in flight on the node
+
+	FetchStep         time.Duration // [30s] for each step (connect, first byte, next byte) unless the guest asks
+	FetchMaxStep      time.Duration // [60s] the longest step a guest may ask for
+	FetchMaxBodyBytes int64         // [16 MB] request and response body, each
 }
 
 func (o Options) withDefaults() Options {
@@ -74,6 +87,23 @@ func (o Options) withDefaults() Options {
 	def(&o.AdmissionWait, 250*time.Millisecond)
 	def(&o.WebSocketPingAfter, 25*time.Second)
 	def(&o.WebSocketPongWait, 30*time.Second)
+	def(&o.FetchStep, 30*time.Second)
+	def(&o.FetchMaxStep, 60*time.Second)
+	defInt := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defInt(&o.MaxHeaderFields, MaxHeaderFields)
+	defInt(&o.MaxHeaderBytes, MaxHeaderBytes)
+	defInt(&o.WebSocketQueue, 256)
+	defInt(&o.WebSocketQueueBytes, 4<<20)
+	if o.WebSocketMaxMessage == 0 {
+		o.WebSocketMaxMessage = 1 << 20
+	}
+	if o.FetchMaxBodyBytes == 0 {
+		o.FetchMaxBodyBytes = 16 << 20
+	}
 	if o.WebSocketsPerActor == 0 {
 		o.WebSocketsPerActor = 1000
 	}
@@ -110,6 +140,10 @@ func (o Options) withDefaults() Options {
 	o.Storage = o.Storage.Defaults()
 	return o
 }
+
+// WithDefaults returns o with each zero field at its default: what a node
+// made with o uses.
+func (o Options) WithDefaults() Options { return o.withDefaults() }
 
 // Node serves actors over HTTP.
 type Node struct {
@@ -153,6 +187,9 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	}
 	if opts.MaxInstances < 1 {
 		return nil, fmt.Errorf("max instances is %d; it must be at least 1", opts.MaxInstances)
+	}
+	if opts.FetchStep > opts.FetchMaxStep {
+		return nil, fmt.Errorf("the outbound HTTP step timeout (%v) is longer than the longest a guest may ask for (%v)", opts.FetchStep, opts.FetchMaxStep)
 	}
 	if err := os.MkdirAll(opts.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)

@@ -26,9 +26,6 @@ import (
 // every call, and closes over-long messages with 1009 itself.
 
 const (
-	wsMaxMessage  = 1 << 20 // bytes per client message; larger closes with 1009
-	wsQueueLimit  = 256     // messages queued per socket before backpressure
-	wsQueueBytes  = 4 << 20 // bytes queued per socket before backpressure
 	wsCloseWait   = 5 * time.Second
 	wsMaxReasonSz = 123 // a close frame's reason, in bytes
 )
@@ -218,7 +215,7 @@ func (n *Node) serveWebSocket(w http.ResponseWriter, r *http.Request, c *class, 
 		n.wsRelease(id, key)
 		return
 	}
-	conn.SetReadLimit(wsMaxMessage)
+	conn.SetReadLimit(n.opts.WebSocketMaxMessage)
 	n.ws.mu.Lock()
 	s.conn = conn
 	n.ws.mu.Unlock()
@@ -336,14 +333,15 @@ func (s *socket) signal() {
 	}
 }
 
-// send queues msg (kind byte + data) for the client.
-func (s *socket) send(msg []byte) uint32 {
+// send queues msg (kind byte + data) for the client, unless maxMessages or
+// maxBytes are queued already (Options.WebSocketQueue, WebSocketQueueBytes).
+func (s *socket) send(msg []byte, maxMessages, maxBytes int) uint32 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.closing:
 		return abi.SendUnknownConnection
-	case len(s.queue) >= wsQueueLimit || s.queued+len(msg) > wsQueueBytes:
+	case len(s.queue) >= maxMessages || s.queued+len(msg) > maxBytes:
 		return abi.SendBackpressure
 	}
 	s.queue = append(s.queue, msg)
@@ -474,13 +472,14 @@ func wsSend(_ context.Context, st *eventState, mem runtime.Memory, s []uint64) {
 		faultf("ws_send: unknown message kind %d", kind)
 	}
 	data := read(mem, s[2], s[3])
-	sock := st.actor.node.wsLookup(st.actor.key, s[0])
+	n := st.actor.node
+	sock := n.wsLookup(st.actor.key, s[0])
 	if sock == nil {
 		s[0] = abi.SendUnknownConnection
 		return
 	}
 	msg := make([]byte, 0, 1+len(data))
-	s[0] = uint64(sock.send(append(append(msg, byte(kind)), data...)))
+	s[0] = uint64(sock.send(append(append(msg, byte(kind)), data...), n.opts.WebSocketQueue, n.opts.WebSocketQueueBytes))
 }
 
 // wsClose is ws_close(conn, code, reason_ptr, reason_len): the socket leaves

@@ -273,19 +273,9 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	opts := node.Options{
-		DataDir:       ns.DataDir,
-		Classes:       ns.Actors,
-		Access:        access,
-		Env:           env,
-		Stateless:     f.stateless,
-		IdleTimeout:   ns.IdleTimeout,
-		CPUBudget:     time.Duration(ns.CPUBudgetMS) * time.Millisecond,
-		HostCPUBudget: time.Duration(ns.HostCPUMS) * time.Millisecond,
-		MaxInstances:  ns.MaxInstances,
-		GuestLogRate:  guestLogRate(ns.GuestLogRate),
-		Logger:        log,
-	}
+	opts := limits(ns)
+	opts.DataDir, opts.Classes, opts.Access, opts.Env = ns.DataDir, ns.Actors, access, env
+	opts.Stateless, opts.Logger = f.stateless, log
 	if err := outbound(&opts, cmd.Flags().Changed, ns, f); err != nil {
 		return err
 	}

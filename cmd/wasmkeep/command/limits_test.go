@@ -1,0 +1,60 @@
+package command
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep"
+	"github.com/wasmkeep/wasmkeep/kernel/config"
+	"github.com/wasmkeep/wasmkeep/kernel/node"
+)
+
+// The embedded plugins.yaml gives every node setting that has a flag a
+// value (so that --help shows it as the default), and its limits are the
+// node's own defaults: serving with the file changes nothing.
+func TestEmbeddedDefaultsAreTheNodes(t *testing.T) {
+	defaults, err := config.NodeDefaults(wasmkeep.DefaultConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, field := range config.NodeFields(&defaults) {
+		if key != "metrics_listen" && reflect.ValueOf(field.Ptr).Elem().IsZero() {
+			t.Errorf("plugins.yaml gives node.%s no value: --help would show no default", key)
+		}
+	}
+	got := limits(defaults)
+	want := node.Options{}.WithDefaults()
+	// What limits does not set, and what a node derives of its own.
+	want.Tenant, want.Logger, want.AdmissionWait = "", nil, 0
+	got = got.WithDefaults()
+	got.Tenant, got.Logger, got.AdmissionWait = "", nil, 0
+	gv, wv := reflect.ValueOf(got), reflect.ValueOf(want)
+	for i := range gv.NumField() {
+		if !reflect.DeepEqual(gv.Field(i).Interface(), wv.Field(i).Interface()) {
+			t.Errorf("Options.%s from plugins.yaml is %v; the node's default is %v", gv.Type().Field(i).Name, gv.Field(i).Interface(), wv.Field(i).Interface())
+		}
+	}
+	// And each number reaches Options: set to 1, it changes them.
+	for key := range config.NodeFields(&defaults) {
+		n := defaults
+		for k, f := range config.NodeFields(&n) {
+			if k != key {
+				continue
+			}
+			switch p := f.Ptr.(type) {
+			case *int:
+				*p = 1
+			case *int64:
+				*p = 1
+			case *time.Duration:
+				*p = 1
+			default:
+				continue // listen, data_dir, the log's, guest_log_rate: not limits
+			}
+			if reflect.DeepEqual(limits(n), limits(defaults)) {
+				t.Errorf("node.%s set to 1 changes no node option", key)
+			}
+		}
+	}
+}
