@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coder/websocket"
+
 	"github.com/wasmkeep/wasmkeep"
 	"github.com/wasmkeep/wasmkeep/kernel/config"
 )
@@ -25,26 +27,43 @@ func TestLimitsFromEachSource(t *testing.T) {
 	hello := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") }))
 	defer hello.Close()
 	cfg := filepath.Join(dir, "plugins.yaml")
-	if err := os.WriteFile(cfg, []byte("node:\n  max_header_fields: 5\n  allow_outbound: [127.0.0.0/8]\n"), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte("node:\n  max_header_fields: 12\n  websocket_max_message_bytes: 10\n  allow_outbound: [127.0.0.0/8]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	url, _, _ := serveBinary(t, bin, append(withoutWasmkeepVars(), "WASMKEEP_NODE__MAX_BODY_BYTES=10"),
-		"--config", cfg, "--actor", "probe="+probe(t), "--data-dir", filepath.Join(dir, "a"),
+	url, _, _ := serveBinary(t, bin, append(withoutWasmkeepVars(), "WASMKEEP_NODE__MAX_BODY_BYTES=10", "WASMKEEP_NODE__WEBSOCKET_QUEUE_BYTES=1000"),
+		"--config", cfg, "--actor", "probe="+probe(t), "--actor", "room="+room(t), "--data-dir", filepath.Join(dir, "a"),
 		"--fetch-max-body-bytes", "4")
 	tn := &testNode{t: t, url: url}
 
-	// node.max_header_fields: 5 in the file.
-	if code, body := rawGet(t, tn, "/actor/probe/a/echo", 5, 200); code != 200 {
-		t.Errorf("5 header fields with max_header_fields 5: %d %s", code, body)
+	// node.max_header_fields: 12 in the file (a WebSocket handshake has
+	// fewer).
+	if code, body := rawGet(t, tn, "/actor/probe/a/echo", 12, 300); code != 200 {
+		t.Errorf("12 header fields with max_header_fields 12: %d %s", code, body)
 	}
-	if code, body := rawGet(t, tn, "/actor/probe/a/echo", 6, 200); code != 431 || !strings.Contains(body, "at most 5 reach an actor") {
-		t.Errorf("6 header fields with max_header_fields 5: %d %s, want 431", code, body)
+	if code, body := rawGet(t, tn, "/actor/probe/a/echo", 13, 300); code != 431 || !strings.Contains(body, "at most 12 reach an actor") {
+		t.Errorf("13 header fields with max_header_fields 12: %d %s, want 431", code, body)
 	}
 	// WASMKEEP_NODE__MAX_BODY_BYTES=10.
 	tn.expect("POST", "/actor/probe/a/echo", "0123456789", 200, "POST /echo? 10")
 	if code, body := tn.do("POST", "/actor/probe/a/echo", "0123456789a"); code != 413 {
 		t.Errorf("11 bytes of body with WASMKEEP_NODE__MAX_BODY_BYTES=10: %d %s, want 413", code, body)
 	}
+	// WASMKEEP_NODE__WEBSOCKET_QUEUE_BYTES=1000: the room's 64 KiB
+	// messages never fit (4 MiB would take them).
+	c := dial(t, tn, "/actor/room/r/")
+	readText(t, c)
+	write(t, c, "flood 3")
+	if got := readText(t, c); got != "refused 3" {
+		t.Errorf("3 sends of 64 KiB with WASMKEEP_NODE__WEBSOCKET_QUEUE_BYTES=1000: %q, want refused 3", got)
+	}
+	// node.websocket_max_message_bytes: 10 in the file.
+	write(t, c, "0123456789")
+	if got := readText(t, c); got != "0123456789" {
+		t.Errorf("a message of 10 bytes with websocket_max_message_bytes 10: %q", got)
+	}
+	write(t, c, "0123456789a")
+	expectClose(t, c, websocket.StatusMessageTooBig, "")
+
 	// --fetch-max-body-bytes 4: "hello" is 5.
 	tn.expect("GET", "/actor/probe/a/fetch?url="+hello.URL, "", 200, "fetch-error too-large: the response body is larger than the 4 bytes limit")
 
