@@ -63,6 +63,7 @@ func Main(plugins ...plugin.Info) int {
 		Short:         "WasmKeep runs actors: addressable WebAssembly programs, each with its own SQLite database",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       readBuild().version, // --version; `wasmkeep version` says more
 	}
 	root.AddCommand(serveCommand(reg, defaults), pluginsCommand(reg))
 	root.AddCommand(benchCommand(reg))
