@@ -5,8 +5,9 @@
 package linearmem
 
 import (
-	"encoding/binary"
 	"errors"
+
+	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
 )
 
 // Segment is an active data segment: bytes written at offset when the
@@ -36,39 +37,42 @@ func ReadLayout(wasm []byte) (Layout, error) {
 	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
 		return l, errors.New("not a WebAssembly module")
 	}
-	r := reader{b: wasm[8:]}
+	// Numbers are read strictly: the layout can stand in for the data
+	// section (the wazero plugin drops it), so it must not read one an
+	// engine would refuse.
+	r := wasmbin.Reader{Rest: wasm[8:]}
 	memories := -1
-	for len(r.b) > 0 && r.err == nil {
-		id := r.byte()
-		s := reader{b: r.bytes(r.uleb())}
+	for !r.Done() {
+		id := r.Byte()
+		s := wasmbin.Reader{Rest: r.Bytes(r.StrictU32())}
 		switch id {
 		case 2: // import
-			for n := s.uleb(); n > 0 && s.err == nil; n-- {
-				s.bytes(s.uleb()) // module
-				s.bytes(s.uleb()) // name
-				switch s.byte() {
+			for n := s.StrictU32(); n > 0 && s.Err == nil; n-- {
+				s.Bytes(s.StrictU32()) // module
+				s.Bytes(s.StrictU32()) // name
+				switch s.Byte() {
 				case 0: // function: type
-					s.uleb()
+					s.StrictU32()
 				default: // a table, memory, global or tag: too much to read here
 					return l, errors.New("the module imports something other than functions")
 				}
 			}
 		case 5: // memory
-			memories = int(s.uleb())
-			if flags := s.byte(); flags&^1 != 0 {
+			memories = int(s.StrictU32())
+			if flags := s.Byte(); flags&^1 != 0 {
 				return l, errors.New("a shared or 64-bit memory")
 			}
-			l.MinBytes = s.uleb() << 16
+			l.MinBytes = uint64(s.StrictU32()) << 16
 		case 11: // data
-			for n := s.uleb(); n > 0 && s.err == nil; n-- {
-				if s.uleb() != 0 || s.byte() != 0x41 { // active in memory 0, i32.const
+			for n := s.StrictU32(); n > 0 && s.Err == nil; n-- {
+				if s.StrictU32() != 0 || s.Byte() != 0x41 { // active in memory 0, i32.const
 					return l, errors.New("a data segment is passive or not at a constant offset")
 				}
-				off := uint32(s.sleb32())
-				if s.byte() != 0x0b { // end
+				off := uint32(s.S32())
+				if s.Byte() != 0x0b { // end
 					return l, errors.New("a data segment's offset is not a constant")
 				}
-				b := s.bytes(s.uleb())
+				b := s.Bytes(s.StrictU32())
 				l.Segments = append(l.Segments, Segment{off, b})
 				l.End = max(l.End, uint64(off)+uint64(len(b)))
 				l.Data += uint64(len(b))
@@ -76,11 +80,11 @@ func ReadLayout(wasm []byte) (Layout, error) {
 		case 12: // data count
 			return l, errors.New("a data count section")
 		}
-		r.err = errors.Join(r.err, s.err)
+		r.Err = errors.Join(r.Err, s.Err)
 	}
 	switch {
-	case r.err != nil:
-		return l, r.err
+	case r.Err != nil:
+		return l, r.Err
 	case memories != 1:
 		return l, errors.New("the module does not define exactly one memory")
 	}
@@ -95,73 +99,6 @@ func (l Layout) Image() []byte {
 		copy(image[s.Offset:], s.Bytes)
 	}
 	return image
-}
-
-// reader reads a binary module: past the end or a malformed number it keeps
-// an error and reads zeros.
-type reader struct {
-	b   []byte
-	err error
-}
-
-var errTruncated = errors.New("truncated module")
-
-func (r *reader) fail(err error) {
-	if r.err == nil {
-		r.err = err
-	}
-	r.b = nil
-}
-
-func (r *reader) byte() byte {
-	if len(r.b) == 0 {
-		r.fail(errTruncated)
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-func (r *reader) bytes(n uint64) []byte {
-	if n > uint64(len(r.b)) {
-		r.fail(errTruncated)
-		return nil
-	}
-	b := r.b[:n]
-	r.b = r.b[n:]
-	return b
-}
-
-// uleb reads an unsigned LEB128 number of up to 32 bits.
-func (r *reader) uleb() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 || n > 5 || v > 1<<32-1 {
-		r.fail(errors.New("bad unsigned number"))
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-// sleb32 reads a signed LEB128 number of up to 32 bits.
-func (r *reader) sleb32() int32 {
-	var v int32
-	for i := 0; i < 5; i++ {
-		c := r.byte()
-		v |= int32(c&0x7f) << (7 * i)
-		switch {
-		case i == 4 && c&0x78 != 0 && c&0x78 != 0x78, i == 4 && c&0x80 != 0: // bits past 32 must extend the sign
-			r.fail(errors.New("bad signed number"))
-			return 0
-		case c&0x80 == 0:
-			if i < 4 && c&0x40 != 0 {
-				v |= -1 << (7 * (i + 1))
-			}
-			return v
-		}
-	}
-	return v
 }
 
 // ReleaseAfterStart hands back what a guest's start function left in mem

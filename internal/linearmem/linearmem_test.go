@@ -52,6 +52,7 @@ func TestReadLayout(t *testing.T) {
 		"data count":      module(memory1, section(12, 1), section(11, 1, 0, 0x41, 0, 0x0b, 1, 'x')),
 		"truncated":       module(memory1, section(11, 1, 0, 0x41, 0, 0x0b, 9, 'x')),
 		"long offset":     module(memory1, section(11, 1, 0, 0x41, 0xff, 0xff, 0xff, 0xff, 0x1f, 0x0b, 1, 'x')),
+		"wide length":     module(memory1, section(11, 1, 0, 0x41, 0, 0x0b, 0x80, 0x80, 0x80, 0x80, 0x10)), // bit 33 set
 	} {
 		if l, err := ReadLayout(wasm); err == nil {
 			t.Errorf("%s: read %+v, want an error", name, l)

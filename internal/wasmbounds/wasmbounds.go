@@ -18,6 +18,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+
+	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
 )
 
 // The bounds, which real modules pass with a margin: a standard Go guest
@@ -76,13 +78,13 @@ func Check(wasm []byte) error {
 	if !bytes.HasPrefix(wasm, header) {
 		return ErrNotWasm
 	}
-	r := reader{b: wasm[len(header):]}
-	var params []uint32 // of each type
-	var funcs reader    // the function section: each function's type
-	for len(r.b) > 0 && r.err == nil {
-		id := r.byte()
-		payload := r.bytes(uint64(r.u32()))
-		if r.err != nil {
+	r := wasmbin.Reader{Rest: wasm[len(header):]}
+	var params []uint32      // of each type
+	var funcs wasmbin.Reader // the function section: each function's type
+	for !r.Done() {
+		id := r.Byte()
+		payload := r.Bytes(r.U32())
+		if r.Err != nil {
 			break
 		}
 		var err error
@@ -90,9 +92,9 @@ func Check(wasm []byte) error {
 		case typeSection:
 			params, err = paramCounts(payload)
 		case functionSection:
-			funcs = reader{b: payload}
-			funcs.count()
-			err = funcs.err
+			funcs = wasmbin.Reader{Rest: payload}
+			funcs.Count()
+			err = funcs.Err
 		case codeSection:
 			err = checkCode(payload, params, &funcs)
 		}
@@ -100,7 +102,7 @@ func Check(wasm []byte) error {
 			return fmt.Errorf("%s section: %w", sectionNames[id], err)
 		}
 	}
-	return r.err
+	return r.Err
 }
 
 const (
@@ -114,40 +116,40 @@ var sectionNames = map[byte]string{typeSection: "type", functionSection: "functi
 // paramCounts reads the type section and returns each type's number of
 // parameters.
 func paramCounts(payload []byte) ([]uint32, error) {
-	r := reader{b: payload}
-	counts := make([]uint32, r.count())
+	r := wasmbin.Reader{Rest: payload}
+	counts := make([]uint32, r.Count())
 	for i := range counts {
-		if form := r.byte(); form != 0x60 && r.err == nil {
+		if form := r.Byte(); form != 0x60 && r.Err == nil {
 			return nil, fmt.Errorf("type %d: unknown type form %#x", i, form)
 		}
-		counts[i] = r.count()
+		counts[i] = r.Count()
 		for range counts[i] {
-			r.valueType()
+			r.ValueType()
 		}
-		for n := r.count(); n > 0 && r.err == nil; n-- {
-			r.valueType()
+		for n := r.Count(); n > 0 && r.Err == nil; n-- {
+			r.ValueType()
 		}
 	}
-	return counts, r.err
+	return counts, r.Err
 }
 
-func checkCode(payload []byte, params []uint32, funcs *reader) error {
+func checkCode(payload []byte, params []uint32, funcs *wasmbin.Reader) error {
 	if len(payload) > MaxCodeSize {
 		return fmt.Errorf("%d bytes of code, at most %d allowed", len(payload), MaxCodeSize)
 	}
-	r := reader{b: payload}
+	r := wasmbin.Reader{Rest: payload}
 	var work uint64
-	for i, n := uint32(0), r.u32(); i < n && r.err == nil; i++ {
-		size := r.u32()
+	for i, n := uint32(0), r.U32(); i < n && r.Err == nil; i++ {
+		size := r.U32()
 		if size > MaxFunctionSize {
 			return fmt.Errorf("function %d takes %d bytes, at most %d allowed", i, size, MaxFunctionSize)
 		}
-		body := reader{b: r.bytes(uint64(size))}
-		if r.err != nil {
+		body := reader{wasmbin.Reader{Rest: r.Bytes(size)}}
+		if r.Err != nil {
 			break
 		}
 		var vars uint64 // parameters, then locals too
-		if t := funcs.u32(); funcs.err == nil && uint64(t) < uint64(len(params)) {
+		if t := funcs.U32(); funcs.Err == nil && uint64(t) < uint64(len(params)) {
 			vars = uint64(params[t])
 		}
 		blocks, err := body.function(&vars)
@@ -163,27 +165,30 @@ func checkCode(payload []byte, params []uint32, funcs *reader) error {
 				"function's blocks times (blocks + %d times its parameters and locals) passes %d", i, VariableWeight, MaxBlockWork)
 		}
 	}
-	return r.err
+	return r.Err
 }
+
+// reader reads a function body: its locals and instructions.
+type reader struct{ wasmbin.Reader }
 
 // function reads a function body, its locals then its instructions, adds
 // its locals to vars and returns how many blocks it opens, a loop counting
 // LoopWeight.
 func (r *reader) function(vars *uint64) (blocks uint64, err error) {
 	var locals uint64
-	for n := r.u32(); n > 0 && r.err == nil; n-- {
-		locals += uint64(r.u32())
-		r.valueType()
+	for n := r.U32(); n > 0 && r.Err == nil; n-- {
+		locals += uint64(r.U32())
+		r.ValueType()
 	}
 	if locals > MaxLocals {
 		return 0, fmt.Errorf("%d locals, at most %d allowed", locals, MaxLocals)
 	}
 	*vars += locals
-	for len(r.b) > 0 && r.err == nil {
-		switch op := r.byte(); op {
+	for !r.Done() {
+		switch op := r.Byte(); op {
 		case 0x02, 0x03, 0x04, 0x05: // block, loop, if, else
 			if op != 0x05 {
-				r.leb() // block type: an s33
+				r.SkipLEB() // block type: an s33
 			}
 			if blocks++; op == 0x03 {
 				blocks += LoopWeight - 1
@@ -195,7 +200,7 @@ func (r *reader) function(vars *uint64) (blocks uint64, err error) {
 			r.immediates(op)
 		}
 	}
-	return blocks, r.err
+	return blocks, r.Err
 }
 
 // immediates reads what follows an instruction other than block, loop, if
@@ -205,151 +210,72 @@ func (r *reader) immediates(op byte) {
 	case op <= 0x01, op == 0x0b, op == 0x0f, op == 0x1a, op == 0x1b, op >= 0x45 && op <= 0xc4, op == 0xd1:
 		// no immediates
 	case op == 0x0c, op == 0x0d, op == 0x10, op >= 0x20 && op <= 0x26, op == 0xd2:
-		r.leb() // br, br_if, call, local.*, global.*, table.get/set, ref.func
+		r.SkipLEB() // br, br_if, call, local.*, global.*, table.get/set, ref.func
 	case op == 0x0e: // br_table
-		for n := r.count(); n > 0 && r.err == nil; n-- {
-			r.leb()
+		for n := r.Count(); n > 0 && r.Err == nil; n-- {
+			r.SkipLEB()
 		}
-		r.leb()
+		r.SkipLEB()
 	case op == 0x11: // call_indirect: type, table
-		r.leb()
-		r.leb()
+		r.SkipLEB()
+		r.SkipLEB()
 	case op == 0x1c: // select with types
-		r.bytes(uint64(r.count()))
+		r.Bytes(r.Count())
 	case op >= 0x28 && op <= 0x3e: // loads and stores
 		r.memarg()
 	case op == 0x3f, op == 0x40: // memory.size, memory.grow
-		r.byte()
+		r.Byte()
 	case op == 0x41, op == 0x42, op == 0xd0: // i32.const, i64.const, ref.null
-		r.leb()
+		r.SkipLEB()
 	case op == 0x43: // f32.const
-		r.bytes(4)
+		r.Bytes(4)
 	case op == 0x44: // f64.const
-		r.bytes(8)
+		r.Bytes(8)
 	case op == 0xfc:
 		r.miscImmediates()
 	case op == 0xfd:
 		r.simdImmediates()
 	default:
-		r.fail(fmt.Errorf("unknown opcode %#x", op))
+		r.Failf("unknown opcode %#x", op)
 	}
 }
 
 // miscImmediates reads what follows a 0xfc instruction: saturating
 // truncation, bulk memory and table instructions.
 func (r *reader) miscImmediates() {
-	switch sub := r.u32(); {
+	switch sub := r.U32(); {
 	case sub <= 7: // trunc_sat
 	case sub == 8, sub == 10, sub == 12, sub == 14: // memory.init, memory.copy, table.init, table.copy
-		r.leb()
-		r.leb()
+		r.SkipLEB()
+		r.SkipLEB()
 	case sub <= 17: // data.drop, memory.fill, elem.drop, table.grow/size/fill
-		r.leb()
+		r.SkipLEB()
 	default:
-		r.fail(fmt.Errorf("unknown opcode 0xfc %d", sub))
+		r.Failf("unknown opcode 0xfc %d", sub)
 	}
 }
 
 // simdImmediates reads what follows a 0xfd (SIMD) instruction.
 func (r *reader) simdImmediates() {
-	switch sub := r.u32(); {
+	switch sub := r.U32(); {
 	case sub <= 11, sub == 92, sub == 93: // loads and stores
 		r.memarg()
 	case sub == 12, sub == 13: // v128.const, i8x16.shuffle
-		r.bytes(16)
+		r.Bytes(16)
 	case sub >= 21 && sub <= 34: // extract and replace lane
-		r.byte()
+		r.Byte()
 	case sub >= 84 && sub <= 91: // lane loads and stores
 		r.memarg()
-		r.byte()
+		r.Byte()
 	case sub <= 255:
 		// no immediates
 	default:
-		r.fail(fmt.Errorf("unknown opcode 0xfd %d", sub))
-	}
-}
-
-// reader reads a binary module: past the end or a malformed number it keeps
-// the first error and reads nothing more.
-type reader struct {
-	b   []byte
-	err error
-}
-
-var errTruncated = errors.New("truncated module")
-
-func (r *reader) fail(err error) {
-	if r.err == nil {
-		r.err = err
-	}
-	r.b = nil
-}
-
-func (r *reader) byte() byte {
-	if len(r.b) == 0 {
-		r.fail(errTruncated)
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-func (r *reader) bytes(n uint64) []byte {
-	if n > uint64(len(r.b)) {
-		r.fail(errTruncated)
-		return nil
-	}
-	b := r.b[:n]
-	r.b = r.b[n:]
-	return b
-}
-
-// u32 reads an unsigned LEB128 number of up to 5 bytes.
-func (r *reader) u32() uint32 {
-	var v uint32
-	for i := range 5 {
-		c := r.byte()
-		v |= uint32(c&0x7f) << (7 * i)
-		if c&0x80 == 0 {
-			return v
-		}
-	}
-	r.fail(errors.New("integer representation too long"))
-	return 0
-}
-
-// leb skips a signed or unsigned LEB128 number of up to 10 bytes.
-func (r *reader) leb() {
-	for range 10 {
-		if r.byte()&0x80 == 0 {
-			return
-		}
-	}
-	r.fail(errors.New("integer representation too long"))
-}
-
-// count reads the length of a vector, which cannot hold more entries than
-// there are bytes left.
-func (r *reader) count() uint32 {
-	n := r.u32()
-	if uint64(n) > uint64(len(r.b)) {
-		r.fail(fmt.Errorf("a vector of %d entries in %d bytes", n, len(r.b)))
-		return 0
-	}
-	return n
-}
-
-// valueType reads a value type: one byte, or a reference type's two forms
-// of the function references proposal followed by a heap type.
-func (r *reader) valueType() {
-	if t := r.byte(); t == 0x63 || t == 0x64 {
-		r.leb()
+		r.Failf("unknown opcode 0xfd %d", sub)
 	}
 }
 
 // memarg reads a load's or store's alignment and offset.
 func (r *reader) memarg() {
-	r.leb()
-	r.leb()
+	r.SkipLEB()
+	r.SkipLEB()
 }

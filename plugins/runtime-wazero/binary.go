@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/wasmkeep/wasmkeep/internal/linearmem"
+	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
 	"github.com/wasmkeep/wasmkeep/internal/wasmbounds"
 )
 
@@ -112,18 +113,16 @@ func prepare(wasm []byte) (*prepared, error) {
 		return nil, err
 	}
 	var secs []section
-	r := reader{b: wasm[len(wasmHeader):]}
-	for !r.done() {
-		start := r.b
-		id, size := r.byte(), r.u32()
-		payload := r.b
-		r.skip(size)
-		if r.err == nil {
-			secs = append(secs, section{id: id, raw: start[:len(start)-len(r.b)], payload: payload[:size]})
+	r := wasmbin.Reader{Rest: wasm[len(wasmHeader):]}
+	for !r.Done() {
+		start := r.Rest
+		id, payload := r.Byte(), r.Bytes(r.U32())
+		if r.Err == nil {
+			secs = append(secs, section{id: id, raw: start[:len(start)-len(r.Rest)], payload: payload})
 		}
 	}
-	if r.err != nil {
-		return nil, r.err
+	if r.Err != nil {
+		return nil, r.Err
 	}
 
 	p := &prepared{}
@@ -161,10 +160,10 @@ func prepare(wasm []byte) (*prepared, error) {
 		if globals == nil {
 			globals = []byte{0}
 		}
-		r := reader{b: globals}
-		defined := r.u32()
+		r := wasmbin.Reader{Rest: globals}
+		defined := r.U32()
 		counter = importedGlobals + defined
-		rest := r.b
+		rest := r.Rest
 		globals = appendU32(nil, defined+1)
 		globals = append(globals, rest...)
 		globals = append(globals, 0x7f, 0x01, 0x41) // mutable i32, i32.const
@@ -229,8 +228,8 @@ func b2u(b bool) uint32 {
 // checkSection reads a vector section whose entries entry reads, and
 // checks it reads the whole payload.
 func checkSection(payload []byte, entry func(*reader)) error {
-	r := reader{b: payload}
-	for n := r.count(); n > 0 && r.err == nil; n-- {
+	r := reader{wasmbin.Reader{Rest: payload}}
+	for n := r.Count(); n > 0 && r.Err == nil; n-- {
 		entry(&r)
 	}
 	return r.end()
@@ -238,58 +237,58 @@ func checkSection(payload []byte, entry func(*reader)) error {
 
 // checkOther reads a section, but for the import, table and code sections.
 func checkOther(id byte, payload []byte) error {
-	r := reader{b: payload}
+	r := reader{wasmbin.Reader{Rest: payload}}
 	switch id {
 	case customSection:
 		if r.name() == "name" {
 			r.nameSection()
 		} else {
-			r.b = nil // wazero keeps neither custom sections nor DWARF here
+			r.Rest = nil // wazero keeps neither custom sections nor DWARF here
 		}
 		return r.end()
 	case typeSection:
 		return checkSection(payload, func(r *reader) {
-			if r.byte() != 0x60 {
-				r.failf("function type does not start with 0x60")
+			if r.Byte() != 0x60 {
+				r.Failf("function type does not start with 0x60")
 			}
 			for range 2 { // parameters, results
-				for n := r.count(); n > 0 && r.err == nil; n-- {
-					r.valType()
+				for n := r.Count(); n > 0 && r.Err == nil; n-- {
+					r.ValueType()
 				}
 			}
 		})
 	case functionSection:
-		return checkSection(payload, func(r *reader) { r.u32() })
+		return checkSection(payload, func(r *reader) { r.U32() })
 	case memorySection:
 		return checkSection(payload, func(r *reader) { r.limits() })
 	case globalSection:
 		return checkSection(payload, func(r *reader) {
-			r.valType()
-			r.byte() // mutability
+			r.ValueType()
+			r.Byte() // mutability
 			r.constExpr()
 		})
 	case tagSection:
-		return checkSection(payload, func(r *reader) { r.byte(); r.u32() })
+		return checkSection(payload, func(r *reader) { r.Byte(); r.U32() })
 	case exportSection:
-		return checkSection(payload, func(r *reader) { r.name(); r.byte(); r.u32() })
+		return checkSection(payload, func(r *reader) { r.name(); r.Byte(); r.U32() })
 	case startSection, dataCountSection:
-		r.u32()
+		r.U32()
 		return r.end()
 	case elementSection:
 		return checkSection(payload, (*reader).element)
 	case dataSection:
 		return checkSection(payload, func(r *reader) {
-			switch r.u32() {
+			switch r.U32() {
 			case 0:
 				r.constExpr()
 			case 1:
 			case 2:
-				r.u32() // memory
+				r.U32() // memory
 				r.constExpr()
 			default:
-				r.failf("unknown data segment kind")
+				r.Failf("unknown data segment kind")
 			}
-			r.skip(r.count()) // the bytes
+			r.Bytes(r.Count()) // the bytes
 		})
 	}
 	return fmt.Errorf("unknown section id")
@@ -298,22 +297,22 @@ func checkOther(id byte, payload []byte) error {
 func readImports(payload []byte) ([]rawImport, error) {
 	var out []rawImport
 	err := checkSection(payload, func(r *reader) {
-		imp := rawImport{module: r.name(), name: r.name(), kind: r.byte()}
+		imp := rawImport{module: r.name(), name: r.name(), kind: r.Byte()}
 		switch imp.kind {
 		case kindFunc:
-			r.u32() // type
+			r.U32() // type
 		case kindTable:
 			r.tableType()
 		case kindMemory:
 			r.limits()
 		case kindGlobal:
-			r.valType()
-			r.byte() // mutability
+			r.ValueType()
+			r.Byte() // mutability
 		case kindTag:
-			r.byte() // attribute
-			r.u32()  // type
+			r.Byte() // attribute
+			r.U32()  // type
 		default:
-			r.failf("unknown import kind %#x", imp.kind)
+			r.Failf("unknown import kind %#x", imp.kind)
 		}
 		out = append(out, imp)
 	})
@@ -324,16 +323,16 @@ func readImports(payload []byte) ([]rawImport, error) {
 // maxTableElements, refusing a table whose minimum is above it, or more than
 // maxTables tables with the imported ones.
 func capTables(payload []byte, imported uint32) ([]byte, error) {
-	r := reader{b: payload}
-	n := r.count()
+	r := reader{wasmbin.Reader{Rest: payload}}
+	n := r.Count()
 	if imported+n > maxTables {
 		return nil, fmt.Errorf("%d tables, at most %d allowed", imported+n, maxTables)
 	}
 	out := appendU32(nil, n)
-	for ; n > 0 && r.err == nil; n-- {
-		start := r.b
+	for ; n > 0 && r.Err == nil; n-- {
+		start := r.Rest
 		init := r.tableRef()
-		out = append(out, start[:len(start)-len(r.b)]...)
+		out = append(out, start[:len(start)-len(r.Rest)]...)
 		flags, min, max := r.limits()
 		if min > maxTableElements {
 			return nil, fmt.Errorf("a table of %d elements, at most %d allowed", min, maxTableElements)
@@ -343,9 +342,9 @@ func capTables(payload []byte, imported uint32) ([]byte, error) {
 		}
 		out = appendU32(appendU32(append(out, flags|1), min), max)
 		if init {
-			start = r.b
+			start = r.Rest
 			r.constExpr()
-			out = append(out, start[:len(start)-len(r.b)]...)
+			out = append(out, start[:len(start)-len(r.Rest)]...)
 		}
 	}
 	return out, r.end()
@@ -369,26 +368,24 @@ func prologue(g uint32) []byte {
 // section's payload, after the locals (wasmbounds.Check counted them: wazero
 // allocates them before validating).
 func instrumentCode(payload, prologue []byte) ([]byte, error) {
-	r := reader{b: payload}
-	n := r.count()
+	r := reader{wasmbin.Reader{Rest: payload}}
+	n := r.Count()
 	out := appendU32(make([]byte, 0, len(payload)+int(n)*(len(prologue)+1)), n)
-	for i := uint32(0); i < n && r.err == nil; i++ {
-		size := r.u32()
-		body := r.b
-		r.skip(size)
-		if r.err != nil {
+	for i := uint32(0); i < n && r.Err == nil; i++ {
+		size := r.U32()
+		body := r.Bytes(size)
+		if r.Err != nil {
 			break
 		}
-		body = body[:size]
-		locals := reader{b: body}
-		for j := locals.count(); j > 0 && locals.err == nil; j-- {
-			locals.u32()
-			locals.valType()
+		locals := wasmbin.Reader{Rest: body}
+		for j := locals.Count(); j > 0 && locals.Err == nil; j-- {
+			locals.U32()
+			locals.ValueType()
 		}
-		if locals.err != nil {
-			return nil, fmt.Errorf("function %d: %w", i, locals.err)
+		if locals.Err != nil {
+			return nil, fmt.Errorf("function %d: %w", i, locals.Err)
 		}
-		decl := len(body) - len(locals.b)
+		decl := len(body) - len(locals.Rest)
 		out = appendU32(out, size+uint32(len(prologue)))
 		out = append(out, body[:decl]...)
 		out = append(out, prologue...)
@@ -422,106 +419,27 @@ func appendI32(b []byte, v int32) []byte {
 	}
 }
 
-// reader reads a binary module. It checks bounds, keeps the first error and
-// then reads zeros.
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) done() bool { return r.err != nil || len(r.b) == 0 }
-
-func (r *reader) failf(format string, args ...any) {
-	if r.err == nil {
-		r.err = fmt.Errorf(format, args...)
-	}
-	r.b = nil
-}
+// reader reads what sections hold beyond wasmbin's numbers and vectors.
+type reader struct{ wasmbin.Reader }
 
 // end checks that everything was read.
 func (r *reader) end() error {
-	if r.err == nil && len(r.b) > 0 {
-		return fmt.Errorf("%d bytes left over", len(r.b))
+	if r.Err == nil && len(r.Rest) > 0 {
+		return fmt.Errorf("%d bytes left over", len(r.Rest))
 	}
-	return r.err
+	return r.Err
 }
 
-func (r *reader) skip(n uint32) {
-	if uint64(n) > uint64(len(r.b)) {
-		r.failf("truncated module")
-		return
-	}
-	r.b = r.b[n:]
-}
-
-func (r *reader) byte() byte {
-	if len(r.b) == 0 {
-		r.failf("truncated module")
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-// u32 reads an unsigned LEB128 number of up to 5 bytes.
-func (r *reader) u32() uint32 {
-	var v uint32
-	for i := 0; i < 5; i++ {
-		c := r.byte()
-		v |= uint32(c&0x7f) << (7 * i)
-		if c&0x80 == 0 {
-			return v
-		}
-	}
-	r.failf("integer representation too long")
-	return 0
-}
-
-// leb skips a signed or unsigned LEB128 number of up to 10 bytes.
-func (r *reader) leb() {
-	for range 10 {
-		if r.byte()&0x80 == 0 {
-			return
-		}
-	}
-	r.failf("integer representation too long")
-}
-
-// count reads the length of a vector, which may not promise more entries
-// than there are bytes left: each takes one at least.
-func (r *reader) count() uint32 {
-	n := r.u32()
-	if uint64(n) > uint64(len(r.b)) {
-		r.failf("a vector of %d entries in %d bytes", n, len(r.b))
-		return 0
-	}
-	return n
-}
-
-func (r *reader) name() string {
-	n := r.count()
-	s := string(r.b[:n])
-	r.b = r.b[n:]
-	return s
-}
-
-// valType reads a value type: one byte, or a reference prefix and a heap
-// type.
-func (r *reader) valType() {
-	if b := r.byte(); b == 0x63 || b == 0x64 {
-		r.leb()
-	}
-}
+func (r *reader) name() string { return string(r.Bytes(r.Count())) }
 
 func (r *reader) limits() (flags byte, min, max uint32) {
-	flags = r.byte()
+	flags = r.Byte()
 	if flags > 3 {
-		r.failf("unknown limits flags %#x", flags)
+		r.Failf("unknown limits flags %#x", flags)
 	}
-	min = r.u32()
+	min = r.U32()
 	if flags&1 != 0 {
-		max = r.u32()
+		max = r.U32()
 	}
 	return flags, min, max
 }
@@ -529,14 +447,14 @@ func (r *reader) limits() (flags byte, min, max uint32) {
 // tableRef reads the start of a table type, up to its limits; init says
 // an initializer follows them.
 func (r *reader) tableRef() (init bool) {
-	b := r.byte()
+	b := r.Byte()
 	if b == 0x40 {
-		r.byte() // reserved
+		r.Byte() // reserved
 		init = true
-		b = r.byte()
+		b = r.Byte()
 	}
 	if b == 0x63 || b == 0x64 {
-		r.leb()
+		r.SkipLEB()
 	}
 	return init
 }
@@ -551,47 +469,47 @@ func (r *reader) tableType() {
 
 // constExpr reads a constant expression, through its end.
 func (r *reader) constExpr() {
-	for r.err == nil {
-		switch op := r.byte(); op {
+	for r.Err == nil {
+		switch op := r.Byte(); op {
 		case 0x0b: // end
 			return
 		case 0x41, 0x42, 0x23, 0xd0, 0xd2: // i32.const, i64.const, global.get, ref.null, ref.func
-			r.leb()
+			r.SkipLEB()
 		case 0x43: // f32.const
-			r.skip(4)
+			r.Bytes(4)
 		case 0x44: // f64.const
-			r.skip(8)
+			r.Bytes(8)
 		case 0x6a, 0x6b, 0x6c, 0x7c, 0x7d, 0x7e: // extended constant arithmetic
 		case 0xfd: // v128.const
-			if r.byte() != 0x0c {
-				r.failf("not a constant instruction")
+			if r.Byte() != 0x0c {
+				r.Failf("not a constant instruction")
 			}
-			r.skip(16)
+			r.Bytes(16)
 		default:
-			r.failf("not a constant instruction: %#x", op)
+			r.Failf("not a constant instruction: %#x", op)
 		}
 	}
 }
 
 // element reads an element segment.
 func (r *reader) element() {
-	kind := r.u32()
+	kind := r.U32()
 	if kind > 7 {
-		r.failf("unknown element segment kind %d", kind)
+		r.Failf("unknown element segment kind %d", kind)
 		return
 	}
 	if kind&3 == 2 {
-		r.u32() // table
+		r.U32() // table
 	}
 	if kind&1 == 0 {
 		r.constExpr() // offset
 	}
 	if kind&3 != 0 { // element kind or reference type
-		r.valType()
+		r.ValueType()
 	}
-	for n := r.count(); n > 0 && r.err == nil; n-- {
+	for n := r.Count(); n > 0 && r.Err == nil; n-- {
 		if kind&4 == 0 {
-			r.u32() // function
+			r.U32() // function
 		} else {
 			r.constExpr()
 		}
@@ -601,35 +519,33 @@ func (r *reader) element() {
 // nameSection reads the "name" custom section's subsections. wazero decodes
 // the module, function and local names.
 func (r *reader) nameSection() {
-	for !r.done() {
-		id, size := r.byte(), r.u32()
-		if uint64(size) > uint64(len(r.b)) {
-			r.failf("truncated module")
+	for !r.Done() {
+		id, payload := r.Byte(), r.Bytes(r.U32())
+		if r.Err != nil {
 			return
 		}
-		sub := reader{b: r.b[:size]}
-		r.b = r.b[size:]
+		sub := reader{wasmbin.Reader{Rest: payload}}
 		switch id {
 		case 0:
 			sub.name()
 		case 1:
-			for n := sub.count(); n > 0 && sub.err == nil; n-- {
-				sub.u32()
+			for n := sub.Count(); n > 0 && sub.Err == nil; n-- {
+				sub.U32()
 				sub.name()
 			}
 		case 2:
-			for n := sub.count(); n > 0 && sub.err == nil; n-- {
-				sub.u32()
-				for m := sub.count(); m > 0 && sub.err == nil; m-- {
-					sub.u32()
+			for n := sub.Count(); n > 0 && sub.Err == nil; n-- {
+				sub.U32()
+				for m := sub.Count(); m > 0 && sub.Err == nil; m-- {
+					sub.U32()
 					sub.name()
 				}
 			}
 		default:
-			sub.b = nil
+			sub.Rest = nil
 		}
 		if err := sub.end(); err != nil {
-			r.failf("name section: %w", err)
+			r.Failf("name section: %w", err)
 		}
 	}
 }
