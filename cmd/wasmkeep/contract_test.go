@@ -81,56 +81,65 @@ func TestPluginsStateTheirOwnContract(t *testing.T) {
 func contractLiterals(t *testing.T, dir string) (infos int, problems []string) {
 	t.Helper()
 	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	names, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, pkg := range pkgs {
-		consts := map[string]string{} // name: its string value
-		for _, f := range pkg.Files {
-			for _, d := range f.Decls {
-				gd, ok := d.(*ast.GenDecl)
-				if !ok || gd.Tok != token.CONST {
-					continue
-				}
-				for _, spec := range gd.Specs {
-					vs := spec.(*ast.ValueSpec)
-					for i, name := range vs.Names {
-						if i < len(vs.Values) {
-							if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-								consts[name.Name], _ = strconv.Unquote(lit.Value)
-							}
+	var files []*ast.File
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	consts := map[string]string{} // name: its string value
+	for _, f := range files {
+		for _, d := range f.Decls {
+			gd, ok := d.(*ast.GenDecl)
+			if !ok || gd.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, name := range vs.Names {
+					if i < len(vs.Values) {
+						if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+							consts[name.Name], _ = strconv.Unquote(lit.Value)
 						}
 					}
 				}
 			}
 		}
-		for _, f := range pkg.Files {
-			ast.Inspect(f, func(n ast.Node) bool {
-				cl, ok := n.(*ast.CompositeLit)
-				if !ok {
-					return true
-				}
-				if sel, ok := cl.Type.(*ast.SelectorExpr); !ok || sel.Sel.Name != "Info" {
-					return true
-				}
-				for _, e := range cl.Elts {
-					kv, ok := e.(*ast.KeyValueExpr)
-					if !ok || kv.Key.(*ast.Ident).Name != "API" {
-						continue
-					}
-					infos++
-					pos := fset.Position(kv.Pos())
-					id, ok := kv.Value.(*ast.Ident)
-					if !ok {
-						problems = append(problems, pos.String()+": API is "+types.ExprString(kv.Value)+", not the plugin's own constant")
-					} else if v, ok := consts[id.Name]; !ok || !regexp.MustCompile(`^[a-z]+/v[0-9]+$`).MatchString(v) {
-						problems = append(problems, pos.String()+": API is "+id.Name+", not a string constant \"<kind>/vN\" of the plugin")
-					}
-				}
+	}
+	for _, f := range files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			cl, ok := n.(*ast.CompositeLit)
+			if !ok {
 				return true
-			})
-		}
+			}
+			if sel, ok := cl.Type.(*ast.SelectorExpr); !ok || sel.Sel.Name != "Info" {
+				return true
+			}
+			for _, e := range cl.Elts {
+				kv, ok := e.(*ast.KeyValueExpr)
+				if !ok || kv.Key.(*ast.Ident).Name != "API" {
+					continue
+				}
+				infos++
+				pos := fset.Position(kv.Pos())
+				id, ok := kv.Value.(*ast.Ident)
+				if !ok {
+					problems = append(problems, pos.String()+": API is "+types.ExprString(kv.Value)+", not the plugin's own constant")
+				} else if v, ok := consts[id.Name]; !ok || !regexp.MustCompile(`^[a-z]+/v[0-9]+$`).MatchString(v) {
+					problems = append(problems, pos.String()+": API is "+id.Name+", not a string constant \"<kind>/vN\" of the plugin")
+				}
+			}
+			return true
+		})
 	}
 	return infos, problems
 }

@@ -41,7 +41,7 @@ func TestVersion(t *testing.T) {
 		return regexp.QuoteMeta(strings.TrimSpace(string(b)))
 	}
 	short, err := exec.Command(bin, "--version").CombinedOutput()
-	if err != nil || !regexp.MustCompile(`^wasmkeep ` + strings.Replace(version, "version +", "version ", 1) + "\n$").Match(short) {
+	if err != nil || !regexp.MustCompile(`^wasmkeep `+strings.Replace(version, "version +", "version ", 1)+"\n$").Match(short) {
 		t.Errorf("wasmkeep --version: %v: %q", err, short)
 	}
 	for _, want := range []string{

@@ -126,9 +126,7 @@ func withBuckets(t *testing.T, except ...string) *plugin.Registry {
 			infos = append(infos, in)
 		}
 	}
-	for _, in := range registry(t).List() {
-		infos = append(infos, in)
-	}
+	infos = append(infos, registry(t).List()...)
 	reg, err := plugin.NewRegistry(infos...)
 	if err != nil {
 		t.Fatal(err)
