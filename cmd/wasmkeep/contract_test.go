@@ -19,14 +19,14 @@ import (
 // A build holding a plugin built against another version of its contract
 // (testdata/stalebuild: a bucket plugin on bucket/v0) does not start: every
 // command exits with status 2 before doing anything, the message naming the
-// plugin, both versions and what to do (issue 13, item 4; ADR 0002).
+// plugin, both versions and what to do (issue 13, item 4; ADR 1002).
 func TestBuildWithStalePluginIsRefused(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "wasmkeep-stale")
 	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/stalebuild").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	want := "wasmkeep: plugin bucket.stale implements bucket/v0, but this kernel requires " + bucket.API +
-		": build with a version of the plugin brought up to " + bucket.API + ", or leave it out of the build (ADR 0002)\n"
+		": build with a version of the plugin brought up to " + bucket.API + ", or leave it out of the build (ADR 1002)\n"
 	for _, args := range [][]string{
 		// Without the refusal, serve would fail later (exit status 1) on
 		// the missing guest rather than serve.
@@ -45,7 +45,7 @@ func TestBuildWithStalePluginIsRefused(t *testing.T) {
 // Every plugin in plugins/ states its contract version as its own string
 // constant (API: contract, const contract = "<kind>/vN"), never as the
 // kernel's constant (API: bucket.API), which would follow the kernel to a
-// new version the plugin does not implement (ADR 0002). The check itself
+// new version the plugin does not implement (ADR 1002). The check itself
 // is seen failing on a plugin that declares the kernel's constant.
 func TestPluginsStateTheirOwnContract(t *testing.T) {
 	dirs, err := filepath.Glob(filepath.Join(repoRoot(t), "plugins", "*"))

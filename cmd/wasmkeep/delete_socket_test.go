@@ -15,7 +15,7 @@ import (
 // Under existing, delete-self and delete-self-durable close the actor's
 // sockets with 1000 when the event ends, and a message racing the delete
 // (sent right behind it) does not create the actor again: the next outside
-// request and upgrade get 404 (ADR 0028; issue 12, item 8).
+// request and upgrade get 404 (book ADR 0028; issue 12, item 8).
 func TestDeleteClosesSocketsUnderExisting(t *testing.T) {
 	dir := t.TempDir()
 	n := startNode(t, node.Options{DataDir: dir,

@@ -11,7 +11,7 @@
 // opcode Check does not know (beyond WebAssembly 1.0 with sign extension,
 // saturating truncation, bulk memory, reference types, multi-value and
 // SIMD) is refused with an error naming the opcode.
-// docs/adr/0016-bounded-compilation.md gives the figures.
+// docs/adr/1016-bounded-compilation.md gives the figures.
 package wasmbounds
 
 import (
@@ -28,7 +28,7 @@ import (
 // times variables of 5,614 and a block work of 15 million. The Go compiler
 // built for wasip1 (49 MB: 32.4 MB of code, a block work of 844 million)
 // is refused. Compile costs at each bound are in
-// docs/adr/0016-bounded-compilation.md.
+// docs/adr/1016-bounded-compilation.md.
 const (
 	// MaxCodeSize is the most bytes all function bodies may take together:
 	// compile time and memory grow with it (16 MiB of additions: 47 s of

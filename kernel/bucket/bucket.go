@@ -1,7 +1,7 @@
 // Package bucket is the contract between the kernel and an object store
 // (bucket/v1): the cluster's only shared state. Every ownership decision and
 // every replicated write is a conditional create or replace, so a provider
-// must honour conditions exactly (ADR 0007, 0020). bucket-fs and bucket-s3
+// must honour conditions exactly (book ADR 0007, 0020). bucket-fs and bucket-s3
 // implement it; conformance/buckettest holds its rules, and Probe is the
 // check a node runs before it trusts a bucket.
 //
@@ -13,7 +13,7 @@
 // segment to a file name. The kernel never makes a key both an object and
 // the parent of others (k and k/x): a file-system provider may refuse that.
 // 960 leaves a provider MaxPrefixLen of the 1,024 bytes S3 allows for a
-// prefix of its own (ADR 0011). CheckKey and CheckPrefix apply the rule;
+// prefix of its own (ADR 1011). CheckKey and CheckPrefix apply the rule;
 // providers call them first.
 package bucket
 

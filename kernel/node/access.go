@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// AccessMode says which outside requests reach a class's actors (ADR 0010).
+// AccessMode says which outside requests reach a class's actors (book ADR 0010).
 type AccessMode int
 
 const (

@@ -438,7 +438,7 @@ func (n *Node) wsCloseWhere(match func(*socket) bool, code websocket.StatusCode,
 }
 
 // closeSocketsOnDelete closes a deleted actor's sockets, open or being
-// opened, with 1000 under existing and internal (ADR 0028: not 1012, which
+// opened, with 1000 under existing and internal (book ADR 0028: not 1012, which
 // tells a client to reconnect). An open class keeps them, as before: a
 // message there creates the actor anew, as any outside request may.
 func (a *actor) closeSocketsOnDelete() {

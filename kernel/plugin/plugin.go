@@ -33,7 +33,7 @@ type Info struct {
 	// "runtime/v1": a literal in the plugin, never the kernel's own
 	// constant, so that a plugin left behind when the kernel moves to a new
 	// version says so. The kernel refuses a plugin whose version differs
-	// from its own (CheckAPIs, ADR 0002).
+	// from its own (CheckAPIs, ADR 1002).
 	API string
 	// Summary is one line for `wasmkeep plugins`.
 	Summary string
@@ -154,7 +154,7 @@ func (r *Registry) List() []Info {
 func CheckAPI(in Info, want string) error {
 	if in.API != want {
 		return fmt.Errorf("plugin %s implements %s, but this kernel requires %s: "+
-			"build with a version of the plugin brought up to %s, or leave it out of the build (ADR 0002)",
+			"build with a version of the plugin brought up to %s, or leave it out of the build (ADR 1002)",
 			in.ID(), in.API, want, want)
 	}
 	return nil

@@ -1,7 +1,7 @@
 // Package transport is the contract between the kernel and the network that
 // links the nodes of a cluster (transport/v1): forwarded requests, relayed
 // WebSockets and calls between actors on different nodes. transport-mtls
-// implements it with mutual TLS and pinned certificates (ADR 0011).
+// implements it with mutual TLS and pinned certificates (book ADR 0011).
 package transport
 
 import (

@@ -2,7 +2,7 @@
 // a file at its key's path, conditional creates and replaces atomic across
 // the processes of one machine (a flock per key shard around the check and
 // the rename), so several nodes on one machine can share the directory as
-// their bucket. See README.md for what it guarantees and ADR 0006 for why it
+// their bucket. See README.md for what it guarantees and ADR 1006 for why it
 // is not built on gocloud.dev's fileblob.
 package fsbucket
 
@@ -29,7 +29,7 @@ func NewConfig() *Config {
 // contract is the bucket contract version this plugin is built against.
 // Change it only when the plugin is brought up to a new version of
 // kernel/bucket: the kernel refuses a plugin whose version is not its own
-// (ADR 0002).
+// (ADR 1002).
 const contract = "bucket/v1"
 
 // Info describes the plugin to the kernel's registry.

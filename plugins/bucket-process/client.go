@@ -148,7 +148,7 @@ func (b *Bucket) start(path string, settings []byte, timeout time.Duration) erro
 	}
 	if resp.Api != bucket.API {
 		return fmt.Errorf("%s serves %s plugin %q, but this kernel requires %s: "+
-			"use a build of the provider made for %s (ADR 0002)", b.desc, resp.Api, resp.Name, bucket.API, bucket.API)
+			"use a build of the provider made for %s (ADR 1002)", b.desc, resp.Api, resp.Name, bucket.API, bucket.API)
 	}
 	b.log.Info("bucket provider started", "pid", b.pc.ID(), "protocol", b.pc.NegotiatedVersion(), "plugin", resp.Name)
 	return nil

@@ -2,7 +2,7 @@
 // bucket plugin "process" (bucket/v1) starts the binary plugins.yaml names,
 // speaks the bucket provider protocol to it over hashicorp/go-plugin's gRPC
 // connection, and stops it when the bucket is closed. Serve is the other
-// side: what a provider binary's main calls. See README.md and ADR 0007.
+// side: what a provider binary's main calls. See README.md and ADR 1007.
 package processbucket
 
 import (
@@ -38,7 +38,7 @@ const defaultStartTimeout = 30 * time.Second
 // contract is the bucket contract version this plugin is built against.
 // Change it only when the plugin is brought up to a new version of
 // kernel/bucket: the kernel refuses a plugin whose version is not its own
-// (ADR 0002).
+// (ADR 1002).
 const contract = "bucket/v1"
 
 // Info describes the plugin to the kernel's registry.

@@ -12,7 +12,7 @@ import (
 // ProtocolVersion is the bucket provider protocol this package speaks
 // (internal/bucketpb/bucket.proto, package wasmkeep.bucket.v1). Host and
 // provider agree on it in go-plugin's handshake; a change an old peer
-// cannot ignore is a new version (ADR 0007).
+// cannot ignore is a new version (ADR 1007).
 const ProtocolVersion = 1
 
 // Handshake is what host and provider check before anything else. The

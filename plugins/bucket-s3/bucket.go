@@ -32,7 +32,7 @@ type Bucket struct {
 
 // writeTokenMeta is the user metadata (x-amz-meta-wasmkeep-write) that
 // tags each Put with a random token, so that a Put whose earlier try may
-// have landed can tell its own object from another writer's (ADR 0012).
+// have landed can tell its own object from another writer's (ADR 1012).
 const writeTokenMeta = "wasmkeep-write"
 
 // maxListPage is S3's largest listing page.
@@ -188,7 +188,7 @@ func (b *Bucket) Delete(ctx context.Context, key string, cond bucket.Condition) 
 	err = b.fail(ctx, "delete", key, err)
 	if c.tries.Load() > 1 && cond.IfVersion != "" && (errors.Is(err, bucket.ErrNotFound) || errors.Is(err, bucket.ErrPrecondition)) {
 		// An earlier try may have deleted it: if the key is gone, so is
-		// the version the caller meant (ADR 0012).
+		// the version the caller meant (ADR 1012).
 		if _, herr := b.blob.Attributes(ctx, stored); errors.Is(b.fail(ctx, "head", key, herr), bucket.ErrNotFound) {
 			return nil
 		}

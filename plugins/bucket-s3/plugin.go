@@ -74,7 +74,7 @@ const maxBackoff = 2 * time.Second
 // contract is the bucket contract version this plugin is built against.
 // Change it only when the plugin is brought up to a new version of
 // kernel/bucket: the kernel refuses a plugin whose version is not its own
-// (ADR 0002).
+// (ADR 1002).
 const contract = "bucket/v1"
 
 // Info describes the plugin to the kernel's registry.

@@ -275,7 +275,7 @@ func newProxy(t *testing.T, upstream string, fail func(r *http.Request, n int) f
 
 // A conditional write whose first try landed but whose answer was lost is
 // retried, and the retry's 412 is recognised as the write's own doing: the
-// caller sees success and the version that is there (ADR 0012).
+// caller sees success and the version that is there (ADR 1012).
 func TestRetriedConditionalWrites(t *testing.T) {
 	srv := s3test.Start(t)
 	name := srv.NewBucket(t)

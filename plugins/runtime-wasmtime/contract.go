@@ -4,5 +4,5 @@ package wasmtimeruntime
 // builds with cgo and without (where the plugin lists itself as
 // unavailable). Change it only when the plugin is brought up to a new
 // version of kernel/runtime: the kernel refuses a plugin whose version is
-// not its own (ADR 0002).
+// not its own (ADR 1002).
 const contract = "runtime/v1"

@@ -21,7 +21,7 @@ type Config struct {
 // contract is the runtime contract version this plugin is built against.
 // Change it only when the plugin is brought up to a new version of
 // kernel/runtime: the kernel refuses a plugin whose version is not its own
-// (ADR 0002).
+// (ADR 1002).
 const contract = "runtime/v1"
 
 // Info describes the plugin to the kernel's registry.

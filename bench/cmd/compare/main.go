@@ -231,7 +231,7 @@ type goal struct {
 var goals = []goal{
 	{"c", "server_cpu_per_request", "server_cpu_per_request", 0.4, ""},
 	{"c", "read_resident_p50", "read_resident_p50", 0.3, ""},
-	// The memory target on both readings (ADR 0010): RSS, the book's row,
+	// The memory target on both readings (ADR 1010): RSS, the book's row,
 	// counts the pages of the guest's data image that every actor maps
 	// once per actor; PSS divides them among the actors.
 	{"c", "memory_per_resident_actor", "memory_per_resident_actor", 0.8, "RSS, shared pages counted per actor"},
