@@ -17,7 +17,8 @@ import (
 )
 
 // The actor's files: the driver names them from the address and the root,
-// and answers for them (Exists, Remove, Restore, Snapshot, Walk).
+// and answers for them (Exists, Remove, Restore, Snapshot, Walk); and
+// storage.Syncer, where a DB has it.
 var fileTests = []test{
 	{"ExistsFollowsOpenAndRemove", func(t *testing.T, s suite) {
 		f := s.files(t)
@@ -142,6 +143,26 @@ var fileTests = []test{
 		if got := f.replaced(); len(got) != 0 {
 			t.Errorf("refused Restores left %v", got)
 		}
+	}},
+	{"Sync", func(t *testing.T, s suite) {
+		f := s.files(t)
+		db := f.open(addr("c", "a"))
+		syncer, ok := db.(storage.Syncer)
+		if !ok {
+			t.Skip("the driver's DB does not implement storage.Syncer (optional)")
+		}
+		if err := syncer.Sync(ctx()); err != nil {
+			t.Errorf("Sync of a fresh database: %v", err)
+		}
+		put(t, db, "one")
+		if err := syncer.Sync(ctx()); err != nil {
+			t.Errorf("Sync after a commit: %v", err)
+		}
+		f.close(db)
+		if err := syncer.Sync(ctx()); err == nil {
+			t.Error("Sync of a closed database succeeded")
+		}
+		f.wantValue(addr("c", "a"), "one")
 	}},
 	{"NamesRoundTrip", func(t *testing.T, s suite) {
 		f := s.files(t)

@@ -75,7 +75,11 @@ func alarmSet(ctx context.Context, st *eventState, _ runtime.Memory, s []uint64)
 		return
 	}
 	st.alarmTouched = true
-	if _, err := st.actor.db.HostExec(ctx, "INSERT INTO "+alarmTable+" (id, at, failures) VALUES (1, ?, 0) ON CONFLICT (id) DO UPDATE SET at = excluded.at, failures = 0", integer(int64(s[0]))); err != nil {
+	a := st.actor
+	if err := a.node.index.lower(a.key, a.class.name, a.addr.Name, int64(s[0])); err != nil {
+		faultf("set-alarm: %v", err)
+	}
+	if _, err := a.db.HostExec(ctx, "INSERT INTO "+alarmTable+" (id, at, failures) VALUES (1, ?, 0) ON CONFLICT (id) DO UPDATE SET at = excluded.at, failures = 0", integer(int64(s[0]))); err != nil {
 		faultf("set-alarm: %v", err)
 	}
 }
@@ -304,48 +308,30 @@ func (n *Node) deliverAlarm(it *alarmItem) {
 	}
 }
 
-// scheduleFrom updates the node's timer from the actor's database, after an
-// event that may have changed its alarm.
+// scheduleFrom updates the node's timer and the alarm index from the
+// actor's database, after an event that may have changed its alarm.
 func (a *actor) scheduleFrom(ctx context.Context) {
-	if a.db == nil {
+	if a.db == nil { // deleted
 		a.node.alarms.clear(a.key)
+		if !a.node.hasDatabase(a.addr) { // removed for good: nothing left to sync
+			a.node.index.settle(a.key, a.class.name, a.addr.Name, 0, false, func() error { return nil })
+		}
 		return
 	}
 	at, _, ok, err := readAlarm(ctx, a.db)
 	switch {
 	case err != nil:
 		a.node.log.Error("reading alarm", "actor", a.key, "err", err)
+		return
 	case ok:
 		a.node.alarms.set(a.key, a.class, a.addr.Name, time.UnixMilli(at))
 	default:
 		a.node.alarms.clear(a.key)
 	}
-}
-
-// scanAlarms feeds the timer, at start, with the pending alarms of every
-// actor database of the served classes in the data directory.
-func (n *Node) scanAlarms(ctx context.Context) error {
-	return n.storage.Walk(ctx, n.opts.DataDir, n.opts.Tenant, n.opts.Storage, func(f storage.Found) error {
-		c := n.classes[f.Class]
-		switch {
-		case c == nil:
-			return nil
-		case f.Err != nil:
-			return f.Err
+	a.node.index.settle(a.key, a.class.name, a.addr.Name, at, ok, func() error {
+		if s, ok := a.db.(storage.Syncer); ok {
+			return s.Sync(ctx)
 		}
-		return n.scanAlarm(ctx, c, f.DB)
-	})
-}
-
-func (n *Node) scanAlarm(ctx context.Context, c *class, db storage.DB) error {
-	name, ok, err := metaValue(ctx, db, "name")
-	if err != nil || !ok {
-		return nil // an actor from before host tables existed has no alarm either
-	}
-	at, _, ok, err := readAlarm(ctx, db)
-	if err != nil || !ok {
 		return nil
-	}
-	n.alarms.set(n.opts.Tenant+"/"+c.name+"/"+name, c, name, time.UnixMilli(at))
-	return nil
+	})
 }

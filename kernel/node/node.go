@@ -166,6 +166,7 @@ type Node struct {
 
 	stopping atomic.Bool
 	alarms   *schedule
+	index    *alarmIndex // the pending alarms of the tenant's actors, for a start (alarmindex.go)
 	metrics  *metrics
 	fetch    *fetcher
 	ws       sockets
@@ -262,7 +263,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		n.stateless = c
 		n.log.Info("stateless component loaded", "module", opts.Stateless, "version", c.version[:12])
 	}
-	if err := n.scanAlarms(ctx); err != nil {
+	if err := n.loadAlarms(ctx); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("reading pending alarms from %s: %w", opts.DataDir, err)
 	}
@@ -298,6 +299,9 @@ func (n *Node) hibernateAll() {
 // are closed first.
 func (n *Node) Close() {
 	n.hibernateAll()
+	if n.index != nil {
+		n.index.close()
+	}
 	if n.cancel != nil {
 		n.cancel()
 	}

@@ -139,6 +139,16 @@ type DB interface {
 	Close() error
 }
 
+// Syncer is an optional interface of a DB (the kernel does without it): Sync
+// returns once every commit so far is durable on this machine, as
+// exec-durable's is. The kernel calls it before a file of its own stops
+// recording what the database committed (the alarm index forgetting an
+// alarm), so that a machine crash cannot keep the one and lose the other.
+// Without it, that holds for a crash of the process only.
+type Syncer interface {
+	Sync(ctx context.Context) error
+}
+
 // ExecOptions modify Exec.
 type ExecOptions struct {
 	Durable bool

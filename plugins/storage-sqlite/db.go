@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,7 +17,10 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
 
-var _ storage.DB = (*db)(nil)
+var (
+	_ storage.DB     = (*db)(nil)
+	_ storage.Syncer = (*db)(nil)
+)
 
 // db is one actor's database on one SQLite connection in WAL mode.
 type db struct {
@@ -660,6 +664,19 @@ func (d *db) endDeadlineWatch() {
 	d.mu.Lock()
 	d.deadlineDone = nil
 	d.mu.Unlock()
+}
+
+// Sync makes every commit so far durable (storage.Syncer): it fsyncs the
+// log, as exec-durable does after its commit. With no log there is nothing
+// to sync: a checkpoint, which syncs the database file, has folded it in.
+func (d *db) Sync(context.Context) error {
+	if d.closed {
+		return errClosed
+	}
+	if err := d.syncLog(); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // syncLog makes what the connection has committed durable. With

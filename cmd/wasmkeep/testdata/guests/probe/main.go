@@ -170,6 +170,12 @@ func serve(w wasmkeep.ResponseWriter, r *wasmkeep.Request) {
 	case "/alarm-clear":
 		wasmkeep.ClearAlarm()
 		fmt.Fprint(w, "cleared")
+	case "/alarm-set-spin": // the alarm committed, then an event that never ends: a test kills the node in it
+		ms, _ := strconv.Atoi(q.Get("in"))
+		wasmkeep.SetAlarm(time.Now().UnixMilli() + int64(ms))
+		fmt.Println("alarm-set-spin: the alarm is committed")
+		for {
+		}
 	case "/mirror":
 		w.Write(r.Body)
 	case "/numbers":
