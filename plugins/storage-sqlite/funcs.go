@@ -4,7 +4,7 @@ import "bytes"
 
 // SQLite's built-in functions whose one call can cost more than linear time
 // in its arguments, in Go, registered on guest connections under the same
-// names (see ADR 0014). SQLite checks for an interrupt and calls the
+// names (see ADR 1014). SQLite checks for an interrupt and calls the
 // progress handler only between virtual machine steps, and one function
 // call is one step: instr('<16 MB>', '<300 KB>') in C ran 95 s past every
 // limit. These give the same results as SQLite 3.54's func.c (a

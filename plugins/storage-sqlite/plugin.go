@@ -43,7 +43,7 @@ var missing = map[string]error{}
 // contract is the storage contract version this plugin is built against.
 // Change it only when the plugin is brought up to a new version of
 // kernel/storage: the kernel refuses a plugin whose version is not its own
-// (ADR 0002).
+// (ADR 1002).
 const contract = "storage/v2"
 
 // Info describes the plugin to the kernel's registry.
