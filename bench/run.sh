@@ -10,6 +10,9 @@
 #                             the Go and the C counter (sdk/c/wkcc) on wazero and
 #                             wasmtime, 3 runs; writes ...-workerd-run<N>.csv
 #                             and ...-workerd-median.csv
+#   ./bench/run.sh restart    bench/cmd/wkrestart: restarts with 1,000, 10,000
+#                             and 100,000 actors on disk (built once, in
+#                             $TMPDIR/wkrestart); writes ...-restart.csv
 #   ./bench/run.sh hostile    bench/cmd/wkhostile: the counter alone and beside
 #                             the hostile guest (cmd/wasmkeep/testdata/guests/
 #                             hostile); writes ...-hostile-<engine>.csv
@@ -38,6 +41,12 @@ workerd)
 	go build -o "$tmp/compare" ./bench/cmd/compare
 	"$tmp/compare" -workerd bench/workerd -wasmkeep "$tmp/wasmkeep" \
 		-guest go="$tmp/counter.wasm" -guest c="$tmp/c-counter.wasm" -out bench/results "$@"
+	;;
+restart)
+	shift
+	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$tmp/probe.wasm" ./cmd/wasmkeep/testdata/guests/probe
+	go build -o "$tmp/wkrestart" ./bench/cmd/wkrestart
+	"$tmp/wkrestart" -wasmkeep "$tmp/wasmkeep" -guest "$tmp/probe.wasm" -out bench/results "$@"
 	;;
 hostile)
 	shift
