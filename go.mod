@@ -22,6 +22,7 @@ require (
 	github.com/mattn/go-sqlite3 v1.14.53
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/cobra v1.10.2
+	github.com/superfly/ltx v0.5.3
 	github.com/tetratelabs/wazero v1.12.0
 	github.com/wasmkeep/wasmkeep/kernel/abi v0.0.0-00010101000000-000000000000
 	github.com/wasmkeep/wasmkeep/sdk/go v0.0.0-00010101000000-000000000000
@@ -69,6 +70,7 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/oklog/run v1.1.0 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
