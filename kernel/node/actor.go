@@ -6,7 +6,6 @@ import (
 	"fmt"
 	goruntime "runtime"
 	"sync/atomic"
-	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/cputime"
@@ -84,7 +83,7 @@ func newActor(n *Node, c *class, addr abi.Address, key string, prev *actor) *act
 		done:   make(chan struct{}),
 	}
 	a.state.actor = a
-	a.lastActive.Store(time.Now().UnixNano())
+	a.lastActive.Store(n.clock.Now().UnixNano())
 	a.logLimit = newGuestLimit(n, key)
 	a.stdout = guestLog{limit: &a.logLimit, stream: "stdout"}
 	a.stderr = guestLog{limit: &a.logLimit, stream: "stderr"}
@@ -123,21 +122,21 @@ func (a *actor) run() {
 	if a.prev != nil {
 		<-a.prev.done // its database must be closed before this one opens it
 	}
-	idle := time.NewTimer(a.node.opts.IdleTimeout)
+	idle := a.node.clock.NewTimer(a.node.opts.IdleTimeout)
 	defer idle.Stop()
 	for {
 		if ev := a.queue.pop(); ev != nil {
 			a.handle(ev)
-			idle.Reset(a.node.opts.IdleTimeout)
+			resetTimer(idle, a.node.opts.IdleTimeout)
 			continue
 		}
 		select {
 		case <-a.queue.ready:
-		case <-idle.C:
+		case <-idle.C():
 			if a.hibernate() {
 				return
 			}
-			idle.Reset(a.node.opts.IdleTimeout)
+			resetTimer(idle, a.node.opts.IdleTimeout)
 		case <-a.evict:
 			if a.hibernate() {
 				return
@@ -193,7 +192,7 @@ func (a *actor) handle(ev *event) {
 		return
 	}
 	a.busy.Store(true)
-	start := time.Now()
+	start := a.node.clock.Now()
 	goruntime.LockOSThread()
 	out := a.runEvent(ev)
 	goruntime.UnlockOSThread()
@@ -204,13 +203,16 @@ func (a *actor) handle(ev *event) {
 	case ev.ws != nil:
 		kind = kindWebSocket
 	}
-	a.node.metrics.event(a.class.name, kind, out.err != nil, time.Since(start))
-	a.lastActive.Store(time.Now().UnixNano())
+	a.node.metrics.event(a.class.name, kind, out.err != nil, a.node.clock.Now().Sub(start))
+	a.lastActive.Store(a.node.clock.Now().UnixNano())
 	a.busy.Store(false)
 	ev.reply <- out
 }
 
 func (a *actor) runEvent(ev *event) outcome {
+	// The wall-clock limit stays on the wall clock: calls and fetches read
+	// the event's deadline back (ctx.Deadline), which a deadline armed on
+	// n.clock could give only through a context implementation of our own.
 	ctx, cancel := context.WithTimeoutCause(a.node.ctx, a.node.opts.WallClock, errWallClock)
 	defer cancel()
 	st := &a.state
@@ -297,7 +299,7 @@ func (a *actor) wake(ctx context.Context) error {
 	}
 	// _initialize runs guest code (Go's package init functions, which may
 	// call the host): it gets the budget and host state of an event.
-	start := time.Now()
+	start := a.node.clock.Now()
 	err := a.guest(ctx, abi.ExportInitialize, func(ctx context.Context) error {
 		inst, err := a.class.module.Instantiate(ctx, runtime.InstanceConfig{Stdout: &a.stdout, Stderr: &a.stderr})
 		a.inst = inst
@@ -306,7 +308,7 @@ func (a *actor) wake(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.node.metrics.instanceCreated(a.class, time.Since(start))
+	a.node.metrics.instanceCreated(a.class, a.node.clock.Now().Sub(start))
 	if a.needInit, err = a.initPending(ctx); err != nil {
 		a.discardInstance()
 		return &failure{"internal error", err}

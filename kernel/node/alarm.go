@@ -119,7 +119,7 @@ func (a *actor) runAlarm(ctx context.Context) error {
 	if err != nil {
 		return &failure{"internal error", err}
 	}
-	if !ok || at > time.Now().UnixMilli() {
+	if !ok || at > a.node.clock.Now().UnixMilli() {
 		a.state.alarmTouched = true // a stale schedule: follow the database
 		return nil
 	}
@@ -147,7 +147,7 @@ func (a *actor) runAlarm(ctx context.Context) error {
 // retryAlarm counts a failed attempt and moves the alarm to the next one,
 // unless the event set another alarm meanwhile.
 func (a *actor) retryAlarm(at, failures int64) error {
-	next := time.Now().Add(retryDelay(failures + 1)).UnixMilli()
+	next := a.node.clock.Now().Add(retryDelay(failures + 1)).UnixMilli()
 	_, err := a.db.HostExec(context.Background(), "UPDATE "+alarmTable+" SET at = ?, failures = failures + 1 WHERE at = ? AND failures = ?",
 		integer(next), integer(at), integer(failures))
 	return err
@@ -159,11 +159,11 @@ func (a *actor) retryAlarm(at, failures int64) error {
 // retried in a tight loop.
 func (a *actor) alarmNotRun() {
 	if a.db == nil {
-		a.node.alarms.set(a.key, a.class, a.addr.Name, time.Now().Add(alarmRetryFirst))
+		a.node.alarms.set(a.key, a.class, a.addr.Name, a.node.clock.Now().Add(alarmRetryFirst))
 		return
 	}
 	a.db.EndEvent(context.Background())
-	if at, failures, ok, err := readAlarm(context.Background(), a.db); err == nil && ok && at <= time.Now().UnixMilli() {
+	if at, failures, ok, err := readAlarm(context.Background(), a.db); err == nil && ok && at <= a.node.clock.Now().UnixMilli() {
 		if err := a.retryAlarm(at, failures); err != nil {
 			a.node.log.Error("rescheduling alarm", "actor", a.key, "err", err)
 		}
@@ -264,17 +264,17 @@ func (s *schedule) next(now time.Time) (*alarmItem, time.Duration) {
 
 // runAlarms delivers due alarms until the node stops.
 func (n *Node) runAlarms() {
-	t := time.NewTimer(time.Hour)
+	t := n.clock.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
-		it, wait := n.alarms.next(time.Now())
+		it, wait := n.alarms.next(n.clock.Now())
 		if it != nil {
 			n.deliverAlarm(it)
 			continue
 		}
-		t.Reset(wait)
+		resetTimer(t, wait)
 		select {
-		case <-t.C:
+		case <-t.C():
 		case <-n.alarms.kick:
 		case <-n.ctx.Done():
 			return
@@ -285,10 +285,9 @@ func (n *Node) runAlarms() {
 // deliverAlarm queues an alarm event; one refused admission is tried again
 // with backoff and jitter.
 func (n *Node) deliverAlarm(it *alarmItem) {
-	ctx, cancel := context.WithTimeout(n.ctx, n.opts.AdmissionWait)
-	defer cancel()
+	// deliver's admission gives up after AdmissionWait on n.clock.
 	ev := &event{ctx: n.ctx, alarm: true, reply: make(chan outcome, 1)}
-	if err := n.deliver(ctx, it.class, it.name, ev); err != nil {
+	if err := n.deliver(n.ctx, it.class, it.name, ev); err != nil {
 		if errors.Is(err, errStopping) {
 			return
 		}
@@ -299,7 +298,7 @@ func (n *Node) deliverAlarm(it *alarmItem) {
 		retry := n.alarms.byKey[it.key] == nil // an event may have rescheduled it meanwhile
 		n.alarms.mu.Unlock()
 		if retry {
-			n.alarms.set(it.key, it.class, it.name, time.Now().Add(delay))
+			n.alarms.set(it.key, it.class, it.name, n.clock.Now().Add(delay))
 			n.alarms.mu.Lock()
 			n.alarms.byKey[it.key].tries = it.tries + 1
 			n.alarms.mu.Unlock()

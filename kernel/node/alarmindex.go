@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
 
@@ -64,6 +65,7 @@ type indexEntry struct {
 type alarmIndex struct {
 	path  string
 	log   *slog.Logger
+	clock clock.Clock   // times the load for the log
 	ready chan struct{} // closed once the entries are read: every method but rewrite waits for it
 
 	syncMu sync.Mutex // held around an fsync or a rewrite; taken before mu
@@ -91,6 +93,7 @@ func (n *Node) openAlarmIndex(ctx context.Context, arm func(map[string]indexEntr
 		ready:  make(chan struct{}),
 		path:   filepath.Join(n.opts.DataDir, "alarm-index", n.opts.Tenant),
 		log:    n.log,
+		clock:  n.clock,
 		tenant: n.opts.Tenant,
 		rebuilds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wasmkeep_alarm_index_rebuilds_total", Help: "Times the alarm index was rebuilt from every actor database, missing or damaged at start.",
@@ -136,7 +139,7 @@ func (n *Node) openAlarmIndex(ctx context.Context, arm func(map[string]indexEntr
 // ready.
 func (ix *alarmIndex) load(body []byte, torn bool, arm func(map[string]indexEntry)) {
 	defer close(ix.ready)
-	start := time.Now()
+	start := ix.clock.Now()
 	ix.items, ix.lines = parseAlarmIndex(body, ix.tenant)
 	var err error
 	if torn || ix.lines > 2*len(ix.items)+1024 { // an append would join a torn line; or too long
@@ -149,7 +152,7 @@ func (ix *alarmIndex) load(body []byte, torn bool, arm func(map[string]indexEntr
 		ix.log.Error("alarm index: cannot be written; alarms already indexed are armed, new ones are refused", "index", ix.path, "err", err)
 	}
 	arm(ix.items)
-	ix.log.Debug("alarm index loaded", "alarms", len(ix.items), "took", time.Since(start).Round(time.Microsecond))
+	ix.log.Debug("alarm index loaded", "alarms", len(ix.items), "took", ix.clock.Now().Sub(start).Round(time.Microsecond))
 }
 
 // checkAlarmIndex checks a whole file, every record's checksum and form,
@@ -277,7 +280,7 @@ func parseIndexRecord(line []byte) (byte, indexEntry) {
 // tenant, of every class (served or not: the index is the tenant's).
 func (n *Node) rebuildAlarmIndex(ctx context.Context, ix *alarmIndex) (map[string]indexEntry, error) {
 	items := map[string]indexEntry{}
-	start := time.Now()
+	start := n.clock.Now()
 	dbs := 0
 	err := n.storage.Walk(ctx, n.opts.DataDir, n.opts.Tenant, n.opts.Storage, func(f storage.Found) error {
 		dbs++
@@ -308,7 +311,7 @@ func (n *Node) rebuildAlarmIndex(ctx context.Context, ix *alarmIndex) (map[strin
 		items[n.opts.Tenant+"/"+f.Class+"/"+name] = indexEntry{class: f.Class, name: name, at: at}
 		return nil
 	})
-	n.log.Info("alarm index rebuilt", "databases", dbs, "alarms", len(items), "took", time.Since(start).Round(time.Millisecond))
+	n.log.Info("alarm index rebuilt", "databases", dbs, "alarms", len(items), "took", n.clock.Now().Sub(start).Round(time.Millisecond))
 	return items, err
 }
 

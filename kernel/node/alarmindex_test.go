@@ -7,10 +7,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
 )
 
 func newTestIndex(t testing.TB) *alarmIndex {
-	ix := &alarmIndex{path: filepath.Join(t.TempDir(), "default"), log: slog.Default(), tenant: "default", items: map[string]indexEntry{}, ready: make(chan struct{})}
+	ix := &alarmIndex{path: filepath.Join(t.TempDir(), "default"), log: slog.Default(), clock: clock.Real, tenant: "default", items: map[string]indexEntry{}, ready: make(chan struct{})}
 	close(ix.ready)
 	if err := ix.rewrite(); err != nil {
 		t.Fatal(err)

@@ -289,6 +289,8 @@ func (f *fetcher) resolve(ctx context.Context, host string, step time.Duration) 
 		}
 		return []netip.Addr{a.Unmap()}, nil
 	}
+	// Outbound steps bound I/O with a real peer, whose own timers (dial,
+	// TLS, net/http) are the wall clock's: so is this one, not n.clock.
 	ctx, cancel := context.WithTimeout(ctx, step)
 	defer cancel()
 	found, _ := f.resolver.LookupNetIP(ctx, "ip", host) // a refused answer and no answer read the same
@@ -341,7 +343,7 @@ type stepReader struct {
 }
 
 func (s *stepReader) Read(p []byte) (int, error) {
-	if s.timer == nil {
+	if s.timer == nil { // the wall clock, as resolve's step says why
 		s.timer = time.AfterFunc(s.step, func() { s.cancel(errStepTimeout) })
 	} else {
 		s.timer.Reset(s.step)

@@ -90,7 +90,7 @@ func (l *guestLimit) log(stream string, line []byte) {
 		n.guestLogDropped.Add(1)
 		return
 	}
-	now := time.Now()
+	now := n.clock.Now()
 	if !l.bucket.take(now) || !n.guestLogBucket.take(now) {
 		l.dropped++
 		n.guestLogDropped.Add(1)

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
@@ -47,6 +48,7 @@ type Options struct {
 	Env           map[string]map[string]string // by class: its configuration (--env), name to value
 	Stateless     string                       // module file of the stateless component ("" for none)
 	Logger        *slog.Logger
+	Clock         clock.Clock // [clock.Real] what idle timeouts, alarms, admission waits, WebSocket pings and metrics read and wait on
 
 	// Headers that reach an actor: more fields, or more bytes of names,
 	// values and request target, answer 431.
@@ -134,6 +136,9 @@ func (o Options) withDefaults() Options {
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = 16 << 20
 	}
+	if o.Clock == nil {
+		o.Clock = clock.Real
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -149,6 +154,7 @@ func (o Options) WithDefaults() Options { return o.withDefaults() }
 type Node struct {
 	opts    Options
 	log     *slog.Logger
+	clock   clock.Clock // opts.Clock
 	engine  runtime.Engine
 	storage storage.Driver
 	classes map[string]*class
@@ -215,7 +221,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		return nil, fmt.Errorf("runtime engine: %w", err)
 	}
 	n := &Node{
-		opts: opts, log: opts.Logger, engine: eng, storage: st,
+		opts: opts, log: opts.Logger, clock: opts.Clock, engine: eng, storage: st,
 		classes: map[string]*class{},
 		actors:  map[string]*actor{}, closing: map[string]*actor{},
 		slots:  make(chan struct{}, opts.MaxInstances),
@@ -276,6 +282,8 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 // is closed cleanly.
 func (n *Node) Shutdown(srv *http.Server, grace time.Duration) error {
 	n.stopping.Store(true)
+	// The grace is the operator's wall time, and net/http polls its idle
+	// connections on timers of its own: the wall clock, not n.clock.
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	err := srv.Shutdown(ctx)
@@ -384,7 +392,7 @@ func (n *Node) hasDatabase(addr abi.Address) bool {
 // admissions each evict an actor of their own; it gives up after
 // AdmissionWait.
 func (n *Node) admit(ctx context.Context) error {
-	t := time.NewTimer(n.opts.AdmissionWait)
+	t := n.clock.NewTimer(n.opts.AdmissionWait)
 	defer t.Stop()
 	for {
 		select {
@@ -397,7 +405,7 @@ func (n *Node) admit(ctx context.Context) error {
 			select {
 			case n.slots <- struct{}{}:
 				return nil
-			case <-t.C:
+			case <-t.C():
 				return errCapacity
 			case <-ctx.Done():
 				return ctx.Err()
@@ -409,7 +417,7 @@ func (n *Node) admit(ctx context.Context) error {
 				return nil
 			}
 			// an event reached the victim first: evict another
-		case <-t.C:
+		case <-t.C():
 			n.abandonClaim(victim, claim)
 			return errCapacity
 		case <-ctx.Done():

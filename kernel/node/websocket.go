@@ -16,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
@@ -151,7 +152,7 @@ func (n *Node) serveWebSocket(w http.ResponseWriter, r *http.Request, c *class, 
 		return
 	}
 	s := &socket{id: id, key: key, class: c, name: name, wake: make(chan struct{}, 1), done: make(chan struct{})}
-	s.lastRead.Store(time.Now().UnixNano())
+	s.lastRead.Store(n.clock.Now().UnixNano())
 	n.ws.mu.Lock()
 	n.ws.all[id] = s
 	n.ws.mu.Unlock()
@@ -264,7 +265,7 @@ func (n *Node) wsRead(s *socket) {
 			n.wsClosed(s, code, reason)
 			return
 		}
-		s.lastRead.Store(time.Now().UnixNano())
+		s.lastRead.Store(n.clock.Now().UnixNano())
 		msg := make([]byte, 0, 1+len(data))
 		msg = append(append(msg, byte(wsKind(kind))), data...)
 		ev := &event{ctx: n.ctx, payload: msg, reply: make(chan outcome, 1),
@@ -287,15 +288,15 @@ func wsKind(t websocket.MessageType) abi.MessageKind {
 // for up to wait, or while the node runs if wait is 0 (up to the wall-clock
 // limit once it stops).
 func (n *Node) deliverPatiently(s *socket, ev *event, wait time.Duration) error {
-	start := time.Now()
+	start := n.clock.Now()
 	limit := cmp.Or(wait, n.opts.WallClock)
 	for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
 		err := n.deliver(n.ctx, s.class, s.name, ev)
 		if err == nil || errors.Is(err, errStopping) || n.ctx.Err() != nil ||
-			((wait > 0 || n.stopping.Load()) && time.Since(start) > limit) {
+			((wait > 0 || n.stopping.Load()) && n.clock.Now().Sub(start) > limit) {
 			return err
 		}
-		time.Sleep(delay)
+		clock.Sleep(n.ctx, n.clock, delay)
 	}
 }
 
@@ -376,7 +377,7 @@ func (n *Node) wsWrite(s *socket) {
 			if abi.MessageKind(msg[0]) == abi.MessageBinary {
 				kind = websocket.MessageBinary
 			}
-			ctx, cancel := context.WithTimeout(n.ctx, wsCloseWait)
+			ctx, cancel := n.withTimeout(n.ctx, wsCloseWait)
 			err := s.conn.Write(ctx, kind, msg[1:])
 			cancel()
 			if err != nil {
@@ -392,25 +393,25 @@ func (n *Node) wsWrite(s *socket) {
 func (n *Node) wsPing(s *socket) {
 	defer n.ws.wg.Done()
 	for {
-		silent := time.Since(time.Unix(0, s.lastRead.Load()))
+		silent := n.clock.Now().Sub(time.Unix(0, s.lastRead.Load()))
 		if wait := n.opts.WebSocketPingAfter - silent; wait > 0 {
-			t := time.NewTimer(wait)
+			t := n.clock.NewTimer(wait)
 			select {
-			case <-t.C:
+			case <-t.C():
 			case <-s.done:
 				t.Stop()
 				return
 			}
 			continue
 		}
-		ctx, cancel := context.WithTimeout(n.ctx, n.opts.WebSocketPongWait)
+		ctx, cancel := n.withTimeout(n.ctx, n.opts.WebSocketPongWait)
 		err := s.conn.Ping(ctx)
 		cancel()
 		if err != nil {
 			s.conn.CloseNow()
 			return
 		}
-		s.lastRead.Store(time.Now().UnixNano())
+		s.lastRead.Store(n.clock.Now().UnixNano())
 	}
 }
 
