@@ -1,0 +1,468 @@
+package nodelease
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/faulty"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/simtest"
+)
+
+var ctx = context.Background()
+
+// world is one bucket and one clock shared by the test's nodes.
+type world struct {
+	t   *testing.T
+	mem *buckettest.Memory
+	fb  *faulty.Bucket
+	clk *simtest.Clock
+}
+
+// sim runs f in a synctest bubble with a new world.
+func sim(t *testing.T, f func(*testing.T, *world)) {
+	synctest.Test(t, func(t *testing.T) { f(t, newWorld(t)) })
+}
+
+// fence writes a fence over nodes/<id> as a peer would.
+func (w *world) fence(id string) {
+	r := w.object(id)
+	f := r.Object
+	f.State = Fenced
+	if err := w.put(Key(id), f, bucket.Condition{IfVersion: r.Version}); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// tryFence fails the test unless TryFence(id) comes out as want; msg has
+// one %v for what it got.
+func (w *world) tryFence(f *Fencer, id string, want FenceOutcome, msg string) {
+	w.t.Helper()
+	if got, _ := f.TryFence(ctx, id); got != want {
+		w.t.Fatalf(msg, got)
+	}
+}
+
+func newWorld(t *testing.T) *world {
+	mem := buckettest.NewMemory(buckettest.Flaws{})
+	return &world{t: t, mem: mem, fb: faulty.New(mem), clk: simtest.New()}
+}
+
+// node is one process's lease and what its events said.
+type node struct {
+	*Lease
+	mu     sync.Mutex
+	events []string
+}
+
+func (n *node) log(s string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.events = append(n.events, s)
+}
+
+func (n *node) saw(s string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, e := range n.events {
+		if strings.HasPrefix(e, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *world) lease(id, instance string, c clock.Clock) *node {
+	if c == nil {
+		c = w.clk
+	}
+	n := &node{}
+	l, err := New(Config{Bucket: w.fb, Clock: c, Settings: DefaultSettings(), NodeID: id, Instance: instance,
+		Info: Info{Version: "test", Advertise: "http://" + instance + ".test:8080"},
+		Events: Events{
+			Lapsed:  func() { n.log("lapsed") },
+			Renewed: func() { n.log("renewed") },
+			Lost:    func(err error) { n.log("lost: " + err.Error()) },
+		}})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	n.Lease = l
+	w.t.Cleanup(func() { w.halt(n) })
+	return n
+}
+
+// await runs f while stepping the clock, for at most limit, and returns
+// its error.
+func (w *world) await(limit time.Duration, f func() error) error {
+	return w.result(limit, goErr(f))
+}
+
+func goErr(f func() error) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	return done
+}
+
+// result steps the clock until done sends, for at most limit.
+func (w *world) result(limit time.Duration, done <-chan error) error {
+	var err error
+	if !w.clk.Until(limit, func() bool {
+		select {
+		case err = <-done:
+			return true
+		default:
+			return false
+		}
+	}) {
+		w.t.Fatalf("not done within %v", limit)
+	}
+	return err
+}
+
+// start runs Start while stepping the clock.
+func (w *world) start(n *node, limit time.Duration) error {
+	return w.await(limit, func() error { return n.Start(ctx) })
+}
+
+// running is a lease that passed its start.
+func (w *world) running(id, instance string) *node {
+	n := w.lease(id, instance, nil)
+	if err := w.start(n, time.Minute); err != nil {
+		w.t.Fatal(err)
+	}
+	return n
+}
+
+// stop runs Stop while stepping the clock.
+func (w *world) stop(n *node) error {
+	return w.await(time.Minute, func() error { return n.Stop(ctx) })
+}
+
+// halt ends n's writer task, so that a failed test's bubble can exit.
+func (w *world) halt(n *node) {
+	n.Lease.mu.Lock()
+	n.Lease.stopped = true
+	n.Lease.mu.Unlock()
+	select {
+	case <-n.quit:
+	default:
+		close(n.quit)
+	}
+	if n.Lease.lapseTimer != nil {
+		n.Lease.lapseTimer.Stop()
+	}
+	w.fb.Drop()
+	w.clk.Step(5 * time.Second)
+}
+
+func (w *world) object(id string) Read {
+	r, err := ReadObject(ctx, w.mem, id)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return r
+}
+
+func (w *world) put(key string, o Object, cond bucket.Condition) error {
+	b := o.Encode()
+	_, err := w.mem.Put(ctx, key, bytes.NewReader(b), int64(len(b)), cond)
+	return err
+}
+
+func TestSettingsValidate(t *testing.T) {
+	if err := DefaultSettings().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	d := DefaultSettings()
+	if d.Period() != 3*time.Second || d.Validity() != 8*time.Second || d.Takeover() != 15*time.Second {
+		t.Fatalf("defaults: period %v validity %v takeover %v", d.Period(), d.Validity(), d.Takeover())
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*Settings)
+	}{
+		{"ttl", func(s *Settings) { s.TTL = 0 }},
+		{"grace", func(s *Settings) { s.Grace = -time.Second }},
+		{"safety", func(s *Settings) { s.Safety = 0 }},
+		{"safety", func(s *Settings) { s.Safety = s.TTL }},
+		{"max_skew", func(s *Settings) { s.MaxSkew = -1 }},
+		{"max_skew", func(s *Settings) { s.MaxSkew = 4 * time.Second }},
+		{"heartbeat_period", func(s *Settings) { s.HeartbeatPeriod = 4 * time.Second }},
+		{"heartbeat_period", func(s *Settings) { s.HeartbeatPeriod = -1 }},
+	} {
+		s := DefaultSettings()
+		c.edit(&s)
+		err := s.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.name) {
+			t.Errorf("%+v: got %v, want an error naming %s", s, err, c.name)
+		}
+	}
+}
+
+func TestObjectRoundTrip(t *testing.T) {
+	o := Object{State: Fenced, Instance: "abc", Seq: 7, WrittenAt: time.UnixMilli(1234567),
+		Info: Info{Version: "v1", Advertise: "http://a:1", App: "shop", ClusterAddr: "https://a:7443", Pins: []string{"p1", "p2"}}}
+	got, err := Decode(o.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != o.State || got.Instance != o.Instance || got.Seq != o.Seq || !got.WrittenAt.Equal(o.WrittenAt) ||
+		got.Info.Advertise != o.Info.Advertise || got.Info.ClusterAddr != o.Info.ClusterAddr || len(got.Info.Pins) != 2 {
+		t.Fatalf("round trip: %+v, want %+v", got, o)
+	}
+	for _, bad := range []string{"", "wasmkeep-node 2\nx\n1\n", "wasmkeep-node 3\nlive - 1\n5\n", "wasmkeep-node 3\nzombie a 1\n5\n", "wasmkeep-node 3\nlive a 1\nsoon\n"} {
+		if _, err := Decode([]byte(bad)); err == nil {
+			t.Errorf("Decode(%q) accepted", bad)
+		}
+	}
+}
+
+// The start check waits ttl + grace even with no object, then creates it;
+// the lease is valid from then on, renewed on its own task.
+func TestStartCheckWaitsThenCreates(t *testing.T) {
+	sim(t, func(t *testing.T, w *world) {
+		a := w.running("a", "i1")
+		if got := w.clk.Since(); got < 15*time.Second {
+			t.Fatalf("Start returned after %v, before ttl + grace", got)
+		}
+		if !a.Valid() {
+			t.Fatal("not valid after Start")
+		}
+		r := w.object("a")
+		if !r.live() || r.Object.Instance != "i1" {
+			t.Fatalf("nodes/a: %+v", r)
+		}
+		w.clk.Step(30 * time.Second)
+		if !a.Valid() || a.saw("lapsed") || a.saw("lost") {
+			t.Fatalf("after 30 s: valid %v, events %v", a.Valid(), a.events)
+		}
+		if r2 := w.object("a"); r2.Object.Seq < 10 {
+			t.Fatalf("seq %d after 30 s: the writer did not write every period", r2.Object.Seq)
+		}
+		if err := w.stop(a); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A second process with the same id is refused, naming the first's
+// address, and writes nothing.
+func TestStartCheckRefusesTwin(t *testing.T) {
+	sim(t, func(t *testing.T, w *world) {
+		a := w.running("a", "i1")
+		b := w.lease("a", "i2", nil)
+		err := w.start(b, time.Minute)
+		var twin *TwinError
+		if !errors.As(err, &twin) || twin.Advertise != "http://i1.test:8080" {
+			t.Fatalf("second process: %v, want a TwinError naming http://i1.test:8080", err)
+		}
+		if r := w.object("a"); r.Object.Instance != "i1" || !a.Valid() || a.saw("lost") {
+			t.Fatalf("the first process was disturbed: %+v, events %v", r.Object, a.events)
+		}
+		w.stop(a)
+	})
+}
+
+// After a clean stop, a new process waits only until the released
+// object's written_at is ttl + grace old, then replaces it.
+func TestStartCheckAfterRelease(t *testing.T) {
+	sim(t, func(t *testing.T, w *world) {
+		a := w.running("a", "i1")
+		w.clk.Step(time.Second)
+		if err := w.stop(a); err != nil {
+			t.Fatal(err)
+		}
+		if a.Valid() {
+			t.Fatal("valid after Stop")
+		}
+		r := w.object("a")
+		if r.Object.State != Released || r.Object.Instance != "i1" {
+			t.Fatalf("after Stop: %+v", r.Object)
+		}
+		w.clk.Step(20 * time.Second) // the released written_at is past ttl + grace
+		b := w.lease("a", "i2", nil)
+		t0 := w.clk.Now()
+		if err := w.start(b, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if d := w.clk.Now().Sub(t0); d > 3*time.Second {
+			t.Fatalf("start check after a release took %v, want about half a period", d)
+		}
+		if r := w.object("a"); !r.live() || r.Object.Instance != "i2" {
+			t.Fatalf("nodes/a: %+v", r.Object)
+		}
+		w.stop(b)
+	})
+}
+
+// Two processes that pass the check together: only one first write lands
+// (each is conditioned on what its check read), the other goes back to
+// the check and is refused there.
+func TestSimultaneousStartsOneWins(t *testing.T) {
+	sim(t, func(t *testing.T, w *world) {
+		a, b := w.lease("a", "i1", nil), w.lease("a", "i2", nil)
+		errs := make(chan error, 2)
+		go func() { errs <- a.Start(ctx) }()
+		go func() { errs <- b.Start(ctx) }()
+		var got []error
+		w.clk.Until(time.Minute, func() bool {
+			select {
+			case err := <-errs:
+				got = append(got, err)
+			default:
+			}
+			return len(got) == 2
+		})
+		var twin *TwinError
+		if len(got) != 2 || (got[0] == nil) == (got[1] == nil) || !errors.As(errors.Join(got...), &twin) {
+			t.Fatalf("starts: %v, want one nil and one TwinError", got)
+		}
+		for _, n := range []*node{a, b} {
+			if n.Valid() {
+				w.stop(n)
+			}
+		}
+	})
+}
+
+// A node whose lease a peer fenced finds out at its next write and loses
+// the lease; its write must not land over the fence. Planted bug: renew
+// writing without its If-Match (bucket.Condition{}) lands over the fence,
+// the node never reports Lost and this test fails.
+func TestFencedNodeLosesItsLease(t *testing.T) {
+	sim(t, func(t *testing.T, w *world) {
+		a := w.running("a", "i1")
+		w.fence("a")
+		w.clk.Step(4 * time.Second)
+		if !a.saw("lost: node lease lost: this node was fenced") || a.Valid() {
+			t.Fatalf("events %v, valid %v: the fence was not noticed", a.events, a.Valid())
+		}
+		if r := w.object("a"); r.Object.State != Fenced {
+			t.Fatalf("nodes/a is %s: a write landed over the fence", r.Object.State)
+		}
+		w.clk.Step(10 * time.Second)
+		if r := w.object("a"); r.Object.State != Fenced {
+			t.Fatal("the lost lease kept writing")
+		}
+		if err := w.stop(a); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A write whose reply was lost landed; the next write's condition fails,
+// and the re-read finds this process's own live object: adopted, not taken
+// for a fence.
+func TestLostReplyAdopted(t *testing.T) {
+	sim(t, func(t *testing.T, w *world) {
+		a := w.running("a", "i1")
+		w.fb.Next(faulty.Put, "nodes/a", faulty.LostReply)
+		seq := w.object("a").Object.Seq
+		w.clk.Step(7 * time.Second)
+		if w.fb.Counts[faulty.LostReply] != 1 || w.object("a").Object.Seq < seq+2 {
+			t.Fatalf("the lost reply did not happen or writing stopped: %v", w.fb.Counts)
+		}
+		if a.saw("lost") || a.saw("lapsed") || !a.Valid() {
+			t.Fatalf("events %v, valid %v", a.events, a.Valid())
+		}
+		w.stop(a)
+	})
+}
+
+// A lost reply followed by a fence: the re-read shows a fenced object that
+// still names this instance, which is not this process's write. Planted
+// bug: ours() accepting any state with this instance adopts the fence, the
+// node keeps acting and this test fails.
+func TestFenceNotAdopted(t *testing.T) {
+	sim(t, func(t *testing.T, w *world) {
+		a := w.running("a", "i1")
+		w.fb.Next(faulty.Put, "nodes/a", faulty.LostReply)
+		w.clk.Step(3 * time.Second) // the write lands, its reply is lost
+		w.fence("a")
+		w.clk.Step(4 * time.Second)
+		if !a.saw("lost") || a.Valid() {
+			t.Fatalf("events %v, valid %v: a fence was adopted", a.events, a.Valid())
+		}
+		w.stop(a)
+	})
+}
+
+// The bucket stops answering: the lease lapses at written_at + ttl -
+// safety while a write hangs, is not lost, keeps writing, and is valid
+// again at the first acknowledged write, from which a watch of peers
+// starts again.
+func TestLapseAndRenew(t *testing.T) {
+	sim(t, func(t *testing.T, w *world) {
+		a := w.running("a", "i1")
+		w.clk.Step(time.Second)
+		last := w.object("a").Object.WrittenAt
+		for range 20 {
+			w.fb.Next(faulty.Put, "nodes/a", faulty.Hang)
+		}
+		w.clk.Until(20*time.Second, func() bool { return a.saw("lapsed") })
+		if !a.saw("lapsed") || a.Valid() {
+			t.Fatalf("no lapse: events %v", a.events)
+		}
+		if d := w.clk.Now().Sub(last); d < 8*time.Second || d > 8*time.Second+simtest.Tick {
+			t.Fatalf("lapsed %v after the last acknowledged send, want ttl - safety (8 s)", d)
+		}
+		w.clk.Until(time.Minute, func() bool { return a.saw("renewed") })
+		if !a.Valid() || a.saw("lost") {
+			t.Fatalf("after the outage: valid %v, events %v", a.Valid(), a.events)
+		}
+		if !a.WatchFrom().After(last.Add(8 * time.Second)) {
+			t.Fatalf("watch from %v: not restarted by the renewal", a.WatchFrom())
+		}
+		w.stop(a)
+	})
+}
+
+// A first write held in flight until it times out lands later; the start
+// check, run again, finds this process's own live object and adopts it.
+func TestLateFirstWriteAdopted(t *testing.T) {
+	sim(t, func(t *testing.T, w *world) {
+		a := w.lease("a", "i1", nil)
+		w.fb.Next(faulty.Put, "nodes/a", faulty.Hold)
+		done := goErr(func() error { return a.Start(ctx) })
+		w.clk.Until(time.Minute, func() bool { return w.fb.Held() == 1 })
+		w.clk.Step(5 * time.Second) // timed out, back in the check
+		if w.fb.Land() != 1 {
+			t.Fatal("the held first write did not land")
+		}
+		err := w.result(time.Minute, done)
+		if err != nil || !a.Valid() {
+			t.Fatalf("Start: %v, valid %v", err, a.Valid())
+		}
+		w.clk.Step(10 * time.Second)
+		if a.saw("lost") || !a.Valid() {
+			t.Fatalf("events %v", a.events)
+		}
+		w.stop(a)
+	})
+}
+
+// A lost reply on the released write: the retry's conflict re-reads a
+// released object, and the stop is done.
+func TestStopReleasedReplyLost(t *testing.T) {
+	sim(t, func(t *testing.T, w *world) {
+		a := w.running("a", "i1")
+		w.clk.Step(time.Second)
+		kept := w.object("a").Object.WrittenAt
+		w.fb.Next(faulty.Put, "nodes/a", faulty.LostReply)
+		if err := w.stop(a); err != nil {
+			t.Fatal(err)
+		}
+		if r := w.object("a"); r.Object.State != Released || !r.Object.WrittenAt.Equal(kept) {
+			t.Fatalf("after Stop: %+v, want released keeping %v", r.Object, kept)
+		}
+	})
+}

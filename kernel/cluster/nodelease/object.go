@@ -1,0 +1,182 @@
+package nodelease
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+)
+
+// Header is the first line of a node lease object (format 3; there is no
+// older format to read, ADR 1020).
+const Header = "wasmkeep-node 3"
+
+// State is a node lease object's state.
+type State string
+
+const (
+	Live     State = "live"     // written by the process it names
+	Released State = "released" // that process stopped cleanly
+	Fenced   State = "fenced"   // a peer or an operator took the lease
+)
+
+// Info is what a node says of itself in its lease, for membership and
+// routing: none of it is lease state.
+type Info struct {
+	Version     string   // the WasmKeep version it runs
+	Advertise   string   // the URL other nodes reach it at (--advertise)
+	App         string   // the app it serves, or ""
+	ClusterAddr string   // its cluster listener, https://HOST:PORT, or ""
+	Pins        []string // SHA-256 fingerprints of its certificate, or none
+}
+
+// Object is the content of nodes/<id>. Line by line:
+//
+//	wasmkeep-node 3
+//	<state> <instance or -> <seq>
+//	<written_at, Unix milliseconds>
+//	<version>
+//	<advertise>
+//	<app>
+//	<cluster address>
+//	<pins, comma-separated>
+//
+// Seq counts the process's live writes, so every write the lease
+// conditions on has content of its own (a version token may hash the
+// content). A released or fenced object keeps the instance, seq and
+// written_at of the live write it replaced.
+type Object struct {
+	State     State
+	Instance  string
+	Seq       uint64
+	WrittenAt time.Time
+	Info      Info
+}
+
+// Key is the bucket key of a node's lease.
+func Key(nodeID string) string { return "nodes/" + nodeID }
+
+// CheckNodeID refuses an id outside [a-z0-9-] (1 to 63 bytes).
+func CheckNodeID(id string) error {
+	if id == "" || len(id) > 63 {
+		return fmt.Errorf("node id %q must be 1 to 63 bytes of a-z 0-9 -", id)
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
+			return fmt.Errorf("node id %q must be 1 to 63 bytes of a-z 0-9 -", id)
+		}
+	}
+	return nil
+}
+
+func field(s string) string {
+	if s == "" {
+		return ""
+	}
+	return strings.NewReplacer("\n", " ", "\r", " ").Replace(s)
+}
+
+// Encode renders o.
+func (o Object) Encode() []byte {
+	inst := o.Instance
+	if inst == "" {
+		inst = "-"
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%s\n%s %s %d\n%d\n", Header, o.State, inst, o.Seq, o.WrittenAt.UnixMilli())
+	for _, f := range []string{o.Info.Version, o.Info.Advertise, o.Info.App, o.Info.ClusterAddr, strings.Join(o.Info.Pins, ",")} {
+		b.WriteString(field(f))
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
+// Decode parses an object; anything but format 3 is an error.
+func Decode(data []byte) (Object, error) {
+	var lines []string
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() && len(lines) < 9 {
+		lines = append(lines, sc.Text())
+	}
+	if len(lines) < 3 || lines[0] != Header {
+		return Object{}, fmt.Errorf("not a %q object", Header)
+	}
+	var o Object
+	st := strings.Fields(lines[1])
+	if len(st) != 3 {
+		return Object{}, fmt.Errorf("line 2 %q is not <state> <instance> <seq>", lines[1])
+	}
+	switch o.State = State(st[0]); o.State {
+	case Live, Released, Fenced:
+	default:
+		return Object{}, fmt.Errorf("unknown state %q", st[0])
+	}
+	if st[1] != "-" {
+		o.Instance = st[1]
+	} else if o.State == Live {
+		return Object{}, errors.New("a live object names no instance")
+	}
+	var err error
+	if o.Seq, err = strconv.ParseUint(st[2], 10, 64); err != nil {
+		return Object{}, fmt.Errorf("seq %q: %v", st[2], err)
+	}
+	ms, err := strconv.ParseInt(lines[2], 10, 64)
+	if err != nil {
+		return Object{}, fmt.Errorf("written_at %q: %v", lines[2], err)
+	}
+	o.WrittenAt = time.UnixMilli(ms)
+	get := func(i int) string {
+		if i < len(lines) {
+			return lines[i]
+		}
+		return ""
+	}
+	o.Info = Info{Version: get(3), Advertise: get(4), App: get(5), ClusterAddr: get(6)}
+	if p := get(7); p != "" {
+		o.Info.Pins = strings.Split(p, ",")
+	}
+	return o, nil
+}
+
+// Read is one versioned GET of a node's lease. Found is false when the key
+// is absent; Err is set when the object is there but is not format 3.
+type Read struct {
+	Found   bool
+	Version bucket.Version
+	Body    []byte
+	Object  Object
+	Err     error
+}
+
+// ReadObject reads nodes/<id>; only a failed request is an error.
+func ReadObject(ctx context.Context, b bucket.Bucket, nodeID string) (Read, error) {
+	o, err := b.Get(ctx, Key(nodeID), bucket.GetOptions{})
+	if errors.Is(err, bucket.ErrNotFound) {
+		return Read{}, nil
+	}
+	if err != nil {
+		return Read{}, err
+	}
+	defer o.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(o.Body, 64<<10))
+	if err != nil {
+		return Read{}, err
+	}
+	r := Read{Found: true, Version: o.Version, Body: body}
+	r.Object, r.Err = Decode(body)
+	return r, nil
+}
+
+// same reports whether two reads saw the same content (never comparing
+// version tokens).
+func (r Read) same(o Read) bool { return r.Found == o.Found && bytes.Equal(r.Body, o.Body) }
+
+// live reports whether r holds a live format-3 object.
+func (r Read) live() bool { return r.Found && r.Err == nil && r.Object.State == Live }
