@@ -145,12 +145,8 @@ func CheckChain(p Plan, sums map[Key]Sums) error {
 		if !ok {
 			return &BrokenError{Head: p.Head, At: o.Key.Pos(), What: fmt.Sprintf("no header read for the %s", o.Key)}
 		}
-		wantMin := o.Key.TXID
-		if o.Key.Kind == Snapshot {
-			wantMin = 1
-		}
-		if s.MinTXID != wantMin || s.MaxTXID != o.Key.TXID {
-			return &BrokenError{Head: p.Head, At: o.Key.Pos(), What: fmt.Sprintf("the %s holds transactions %d to %d", o.Key, s.MinTXID, s.MaxTXID)}
+		if err := checkRange(p.Head, o.Key, s); err != nil {
+			return err
 		}
 		if s.PreApply != running {
 			before := "the empty database"
@@ -160,6 +156,19 @@ func CheckChain(p Plan, sums map[Key]Sums) error {
 			return &BrokenError{Head: p.Head, At: o.Key.Pos(), What: fmt.Sprintf("the %s expects checksum %s before it, %s leaves %s", o.Key, s.PreApply, before, running)}
 		}
 		running = s.PostApply
+	}
+	return nil
+}
+
+// checkRange refuses a file that does not hold the transactions its key
+// names: a snapshot 1 to its txid, a segment its txid alone.
+func checkRange(head Pos, k Key, s Sums) error {
+	wantMin := k.TXID
+	if k.Kind == Snapshot {
+		wantMin = 1
+	}
+	if s.MinTXID != wantMin || s.MaxTXID != k.TXID {
+		return &BrokenError{Head: head, At: k.Pos(), What: fmt.Sprintf("the %s holds transactions %d to %d", k, s.MinTXID, s.MaxTXID)}
 	}
 	return nil
 }
