@@ -4,7 +4,7 @@
 // and LTX v3 segments (github.com/superfly/ltx). It does no I/O of its own
 // beyond the readers and files it is handed, reads no clock (times are
 // arguments) and imports no plugin, so the server and a simulation run the
-// same code.
+// same code. ADR 1020 says what the book left open.
 //
 // Keys, under an actor's prefix actors/<tenant>/<class>/<name>/:
 //
