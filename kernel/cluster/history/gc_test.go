@@ -28,6 +28,9 @@ func timedListing(t *testing.T, landed map[Key]time.Time, unknown ...string) Lis
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(l.Unknown) != len(unknown) {
+		t.Fatalf("unknown keys %v", l.Unknown)
+	}
 	return l
 }
 
@@ -330,4 +333,39 @@ func TestCollectableProperty(t *testing.T) {
 		t.Fatal("nothing was ever collected: the property proves nothing")
 	}
 	t.Logf("%d seeds, %d objects collected", seeds, collected)
+}
+
+// A delete (ADR 0028 §1, book ADR 0012 "Deleted actors"): the holder ships a
+// reset segment on its head and a snapshot at it, then erases without the
+// window: two objects remain, and they restore.
+func TestCollectableErasesADeletedActor(t *testing.T) {
+	landed := map[Key]time.Time{}
+	for txid := uint64(1); txid <= 70; txid++ {
+		g := uint64(1 + txid/30)
+		parent := g
+		if txid == 1 {
+			parent = 0
+		} else if (txid-1)/30+1 != g {
+			parent = g - 1
+		}
+		landed[seg(txid, g, parent)] = t0
+	}
+	landed[snap(64, 3)] = t0
+	landed[seg(50, 1, 1)] = t0 // a late upload of an earlier holder
+	const h = 4
+	reset, s := seg(71, h, 3), snap(71, h)
+	landed[reset], landed[s] = t0.Add(time.Minute), t0.Add(time.Minute)
+	got, err := Collectable(timedListing(t, landed), h, s, 0, t0.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range got {
+		delete(landed, o.Key)
+	}
+	if len(landed) != 2 || landed[reset].IsZero() || landed[s].IsZero() {
+		t.Fatalf("after the erasure: %v", keysOf(objectsOf(landed)))
+	}
+	if p, err := PlanRestore(timedListing(t, landed)); err != nil || !sameKeys(planKeys(p), []Key{s}) {
+		t.Fatalf("the deleted actor restores %v, %v", planKeys(p), err)
+	}
 }
