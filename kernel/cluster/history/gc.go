@@ -25,7 +25,7 @@ const DefaultRetention = 3600 * time.Second
 // earlier generation cannot become the head), never h's segments after it,
 // never a key that is not history (Listing.Unknown), and, when retention is
 // above 0, never an object whose listed time is less than retention before
-// now. A retention of 0 is no window at all (a delete's erasure, ADR 0028).
+// now. A retention of 0 is no window at all (a delete's erasure, book ADR 0028).
 func Collectable(l Listing, h uint64, snap Key, retention time.Duration, now time.Time) ([]Object, error) {
 	if snap.Kind != Snapshot {
 		return nil, fmt.Errorf("history: collect after a %s: only after a snapshot", snap)

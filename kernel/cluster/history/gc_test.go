@@ -335,7 +335,7 @@ func TestCollectableProperty(t *testing.T) {
 	t.Logf("%d seeds, %d objects collected", seeds, collected)
 }
 
-// A delete (ADR 0028 §1, book ADR 0012 "Deleted actors"): the holder ships a
+// A delete (book ADR 0028 §1, book ADR 0012 "Deleted actors"): the holder ships a
 // reset segment on its head and a snapshot at it, then erases without the
 // window: two objects remain, and they restore.
 func TestCollectableErasesADeletedActor(t *testing.T) {

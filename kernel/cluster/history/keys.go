@@ -1,5 +1,5 @@
 // Package history is an actor's history in the bucket as pure logic (book:
-// "History in the bucket", ADR 0007, ADR 0012): the keys of its segments and
+// "History in the bucket", book ADR 0007, book ADR 0012): the keys of its segments and
 // snapshots, restore planning from a listing, the garbage-collection rule,
 // and LTX v3 segments (github.com/superfly/ltx). It does no I/O of its own
 // beyond the readers and files it is handed, reads no clock (times are

@@ -11,7 +11,7 @@ import (
 // a missing link, two segments claiming one position, or a checksum that
 // does not follow from the one before. The actor is then degraded: it
 // refuses its events until the history is repaired, and is never restored
-// to an older state instead (ADR 0007, restore step 4).
+// to an older state instead (book ADR 0007, restore step 4).
 var ErrBroken = errors.New("history: broken chain")
 
 // BrokenError names where a chain breaks.
@@ -48,7 +48,7 @@ func (p Plan) Objects() []Object {
 	return append(out, p.Segments...)
 }
 
-// PlanRestore is restore steps 1 and 2 of ADR 0007, from key names alone:
+// PlanRestore is restore steps 1 and 2 of book ADR 0007, from key names alone:
 // the head is the newest segment of the highest generation (a snapshot only
 // when the listing holds no segment: then the newest snapshot of the
 // highest generation); from it, parent links are followed back to the
@@ -130,7 +130,7 @@ type Sums struct {
 	PostApply        ltx.Checksum
 }
 
-// CheckChain is restore step 3 of ADR 0007 on what the files say, before
+// CheckChain is restore step 3 of book ADR 0007 on what the files say, before
 // any page is applied: the snapshot covers transactions 1 to its txid from
 // nothing; each segment holds exactly its own transaction, and its
 // pre-apply checksum is the post-apply checksum of what comes before it (0

@@ -256,7 +256,7 @@ func (im *Image) Apply(f *File) error {
 	return nil
 }
 
-// Rebuild is restore steps 3 and 4 of ADR 0007 for a plan: each object is
+// Rebuild is restore steps 3 and 4 of book ADR 0007 for a plan: each object is
 // read (open), decoded and verified whole, checked to be the file its key
 // names (its transactions), and applied to an image in f, in the plan's
 // order. Any object that is not what the chain needs is a *BrokenError at
