@@ -22,6 +22,7 @@ type event struct {
 	chain   []string        // actors waiting in the call chain that sent it (calls only)
 	alarm   bool            // the pending alarm is due (no payload, no reply read)
 	ws      *wsEvent        // a WebSocket event; payload is what its hook finds pending
+	placed  bool            // the front door asked the placement for it already (place)
 }
 
 // outcome is how an event ended.

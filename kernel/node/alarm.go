@@ -282,12 +282,18 @@ func (n *Node) runAlarms() {
 	}
 }
 
-// deliverAlarm queues an alarm event; one refused admission is tried again
-// with backoff and jitter.
+// deliverAlarm queues an alarm event; one refused admission (or an owner
+// not known now) is tried again with backoff and jitter. An actor another
+// node holds leaves this node's timer: the holder's fires it.
 func (n *Node) deliverAlarm(it *alarmItem) {
 	// deliver's admission gives up after AdmissionWait on n.clock.
 	ev := &event{ctx: n.ctx, alarm: true, reply: make(chan outcome, 1)}
 	if err := n.deliver(n.ctx, it.class, it.name, ev); err != nil {
+		var elsewhere *errElsewhere
+		if errors.As(err, &elsewhere) {
+			n.log.Info("alarm left to the actor's holder", "actor", it.key, "node", elsewhere.owner.Node)
+			return
+		}
 		if errors.Is(err, errStopping) {
 			return
 		}

@@ -76,6 +76,12 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unknown class "+strconv.Quote(route.class), http.StatusNotFound)
 		return
 	}
+	// Where the actor runs comes first: the access rule may read this
+	// node's storage, which only the holder's is.
+	if err := n.place(r.Context(), c, route.name); err != nil {
+		n.refuse(w, err)
+		return
+	}
 	// Every request here comes from outside; refused ones create nothing.
 	switch {
 	case c.access.Mode == Internal:
@@ -99,7 +105,7 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ev := &event{ctx: r.Context(), payload: payload, reply: make(chan outcome, 1)}
+	ev := &event{ctx: r.Context(), payload: payload, reply: make(chan outcome, 1), placed: true}
 	if err := n.deliver(r.Context(), c, route.name, ev); err != nil {
 		n.refuse(w, err)
 		return
@@ -134,7 +140,16 @@ func (n *Node) headersOverCaps(r *http.Request) string {
 // refuse answers and counts a request that could not be delivered.
 func (n *Node) refuse(w http.ResponseWriter, err error) {
 	n.countRefusal(err)
+	var elsewhere *errElsewhere
+	var unplaced *errUnplaced
 	switch {
+	case errors.As(err, &elsewhere): // not run here; forwarding will answer this
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, elsewhere.Error(), http.StatusServiceUnavailable)
+	case errors.As(err, &unplaced):
+		n.log.Warn("actor not placed", "err", err)
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "the actor's owner is not known now, retry", http.StatusServiceUnavailable)
 	case errors.Is(err, errQueueFull):
 		http.Error(w, "too many requests for this actor", http.StatusTooManyRequests)
 	case errors.Is(err, errCapacity), errors.Is(err, errStopping):

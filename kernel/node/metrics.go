@@ -167,7 +167,7 @@ func (n *Node) countRefusal(err error) {
 		n.metrics.refused.WithLabelValues(refusedOverloaded).Inc()
 	case errors.Is(err, errCapacity):
 		n.metrics.refused.WithLabelValues(refusedCapacity).Inc()
-	case errors.Is(err, errStopping):
+	case errors.Is(err, errStopping), notHere(err):
 		n.metrics.refused.WithLabelValues(refusedUnavailable).Inc()
 	}
 }

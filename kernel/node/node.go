@@ -48,6 +48,7 @@ type Options struct {
 	Env           map[string]map[string]string // by class: its configuration (--env), name to value
 	Stateless     string                       // module file of the stateless component ("" for none)
 	Logger        *slog.Logger
+	Placement     Placement   // [Local] where each actor runs: asked before every delivery
 	Clock         clock.Clock // [clock.Real] what idle timeouts, alarms, admission waits, WebSocket pings and metrics read and wait on
 
 	// Headers that reach an actor: more fields, or more bytes of names,
@@ -135,6 +136,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = 16 << 20
+	}
+	if o.Placement == nil {
+		o.Placement = Local{}
 	}
 	if o.Clock == nil {
 		o.Clock = clock.Real
@@ -329,8 +333,14 @@ var (
 )
 
 // deliver queues ev in the mailbox of tenant/class/name, waking the actor if
-// it has none.
+// it has none. Every event reaches an actor through it, and only if the
+// placement says the actor runs here (unless the front door asked already).
 func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) error {
+	if !ev.placed {
+		if err := n.place(ctx, c, name); err != nil {
+			return err
+		}
+	}
 	key := n.actorKey(c, name)
 	for {
 		if n.stopping.Load() && !ev.isWSClose() {

@@ -157,7 +157,7 @@ func (n *Node) serveWebSocket(w http.ResponseWriter, r *http.Request, c *class, 
 	n.ws.all[id] = s
 	n.ws.mu.Unlock()
 	ev := &event{ctx: r.Context(), payload: []byte(path), reply: make(chan outcome, 1),
-		ws: &wsEvent{hook: abi.ExportOnWebSocketOpen, conn: id}}
+		ws: &wsEvent{hook: abi.ExportOnWebSocketOpen, conn: id}, placed: true} // by ServeHTTP
 	if err := n.deliver(r.Context(), c, name, ev); err != nil {
 		n.wsRelease(id, key)
 		if errors.Is(err, errQueueFull) { // an upgrade is not retried as a request would be: 503
@@ -271,7 +271,9 @@ func (n *Node) wsRead(s *socket) {
 		ev := &event{ctx: n.ctx, payload: msg, reply: make(chan outcome, 1),
 			ws: &wsEvent{hook: abi.ExportOnWebSocketMessage, conn: s.id}}
 		err = n.deliverPatiently(s, ev, n.opts.WallClock)
-		if err != nil && !errors.Is(err, errStopping) { // stopping closes it with 1012
+		if notHere(err) { // the actor is no longer this node's (or not known to be)
+			n.wsCloseWith(s, websocket.StatusServiceRestart, "the actor moved, reconnect")
+		} else if err != nil && !errors.Is(err, errStopping) { // stopping closes it with 1012
 			n.wsCloseWith(s, websocket.StatusTryAgainLater, "actor overloaded")
 		}
 	}
@@ -292,7 +294,7 @@ func (n *Node) deliverPatiently(s *socket, ev *event, wait time.Duration) error 
 	limit := cmp.Or(wait, n.opts.WallClock)
 	for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
 		err := n.deliver(n.ctx, s.class, s.name, ev)
-		if err == nil || errors.Is(err, errStopping) || n.ctx.Err() != nil ||
+		if err == nil || errors.Is(err, errStopping) || notHere(err) || n.ctx.Err() != nil ||
 			((wait > 0 || n.stopping.Load()) && n.clock.Now().Sub(start) > limit) {
 			return err
 		}
