@@ -51,7 +51,7 @@ func logNode(rate int) (*Node, *strings.Builder) {
 			return a
 		},
 	}))
-	return &Node{opts: opts, log: opts.Logger, guestLogBucket: newBucket(nodeGuestLogRate)}, &buf
+	return &Node{opts: opts, log: opts.Logger, clock: opts.Clock, guestLogBucket: newBucket(nodeGuestLogRate)}, &buf
 }
 
 // Buckets that never refill (rate 0) make the tests independent of time.
