@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cputime"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
@@ -61,6 +62,7 @@ type actor struct {
 	claim      chan bool // the admission that evicts it, under the node's lock: gets its slot (true) or false if it stays
 	stopCh     chan struct{}
 	done       chan struct{} // closed once db and instance are closed
+	idleTimer  clock.Timer   // the idle timeout, armed again as each event ends (nil for the stateless component)
 	busy       atomic.Bool
 	lastActive atomic.Int64
 	deleted    atomic.Bool // deleted and not created again: no longer "exists" for access rules
@@ -124,11 +126,11 @@ func (a *actor) run() {
 		<-a.prev.done // its database must be closed before this one opens it
 	}
 	idle := a.node.clock.NewTimer(a.node.opts.IdleTimeout)
+	a.idleTimer = idle
 	defer idle.Stop()
 	for {
 		if ev := a.queue.pop(); ev != nil {
-			a.handle(ev)
-			resetTimer(idle, a.node.opts.IdleTimeout)
+			a.handle(ev) // re-arms idle
 			continue
 		}
 		select {
@@ -185,11 +187,11 @@ func (a *actor) discardInstance() {
 func (a *actor) handle(ev *event) {
 	if ev.ctx.Err() != nil {
 		a.node.metrics.requestsAbandoned.Inc()
-		ev.reply <- outcome{skipped: true}
+		a.answer(ev, outcome{skipped: true})
 		return
 	}
 	if ev.ws != nil && a.wsActorGone() {
-		ev.reply <- outcome{skipped: true}
+		a.answer(ev, outcome{skipped: true})
 		return
 	}
 	a.busy.Store(true)
@@ -207,6 +209,15 @@ func (a *actor) handle(ev *event) {
 	a.node.metrics.event(a.class.name, kind, out.err != nil, a.node.clock.Now().Sub(start))
 	a.lastActive.Store(a.node.clock.Now().UnixNano())
 	a.busy.Store(false)
+	a.answer(ev, out)
+}
+
+// answer re-arms the idle timeout, then sends the event's outcome: whoever
+// reads the outcome knows the idle timeout counts from before it.
+func (a *actor) answer(ev *event, out outcome) {
+	if a.idleTimer != nil {
+		resetTimer(a.idleTimer, a.node.opts.IdleTimeout)
+	}
 	ev.reply <- out
 }
 
