@@ -1,0 +1,518 @@
+// Package ownership is the ownership records owners/<tenant>/<class>/<name>
+// (book ADR 0020 section 3): which node, and which process of it, holds an
+// actor, with a generation of its own for every hold. A hold starts with an
+// acquisition (a conditional create, or a conditional replace of a record
+// that names nobody, this process, or a holder its node lease frees) and
+// ends with a release (the record naming nobody, If-Match on the
+// acquisition's version, generation kept). Releases that did not land and
+// acquisitions whose outcome is unknown are kept and resolved by a
+// background pass, under one lock per actor. It is logic over a bucket, a
+// clock and the node lease (the small Lease interface), with no network
+// and no wall-clock call of its own.
+package ownership
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
+)
+
+// Lease is what ownership needs of the node lease (*nodelease.Lease has
+// it).
+type Lease interface {
+	// Valid: the node may act as owner now.
+	Valid() bool
+	// Instance is this process's instance.
+	Instance() string
+	// NodeID is this node's id.
+	NodeID() string
+}
+
+var _ Lease = (*nodelease.Lease)(nil)
+
+// Actor names an actor; each part is already a valid key segment.
+type Actor struct{ Tenant, Class, Name string }
+
+// Key is the actor's record key.
+func (a Actor) Key() string { return "owners/" + a.Tenant + "/" + a.Class + "/" + a.Name }
+
+func (a Actor) String() string { return a.Tenant + "/" + a.Class + "/" + a.Name }
+
+// Header is the first line of a record.
+const Header = "wasmkeep-owner 1"
+
+// Record is an ownership record: a node and its instance holding the
+// actor at a generation, or nobody (Node "") keeping the last generation.
+type Record struct {
+	Node, Instance string
+	Generation     uint64
+}
+
+// Nobody reports whether the record names no holder.
+func (r Record) Nobody() bool { return r.Node == "" }
+
+// Encode renders r: the header, then "<node> <instance> <generation>",
+// "- - <generation>" for nobody.
+func (r Record) Encode() []byte {
+	n, i := r.Node, r.Instance
+	if r.Nobody() {
+		n, i = "-", "-"
+	}
+	return fmt.Appendf(nil, "%s\n%s %s %d\n", Header, n, i, r.Generation)
+}
+
+// Decode parses a record.
+func Decode(b []byte) (Record, error) {
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) != 2 || lines[0] != Header {
+		return Record{}, fmt.Errorf("not a %q record", Header)
+	}
+	f := strings.Fields(lines[1])
+	if len(f) != 3 || (f[0] == "-") != (f[1] == "-") {
+		return Record{}, fmt.Errorf("line 2 %q is not <node> <instance> <generation>", lines[1])
+	}
+	g, err := strconv.ParseUint(f[2], 10, 64)
+	if err != nil {
+		return Record{}, fmt.Errorf("generation %q: %v", f[2], err)
+	}
+	if f[0] == "-" {
+		return Record{Generation: g}, nil
+	}
+	return Record{Node: f[0], Instance: f[1], Generation: g}, nil
+}
+
+// Hold is one acquisition of an actor by this process.
+type Hold struct {
+	Actor      Actor
+	Generation uint64
+	Version    bucket.Version // the record's version while the hold lasts
+}
+
+var (
+	// ErrLeaseInvalid: the node lease is not valid; nothing was written.
+	ErrLeaseInvalid = errors.New("ownership: the node lease is not valid")
+	// ErrUnresolved: the acquisition's outcome is unknown; it is kept and
+	// resolved in the background (a landed write is released there).
+	ErrUnresolved = errors.New("ownership: the acquisition's outcome is unknown")
+	// ErrReleasePending: the release did not land; it is retried in the
+	// background.
+	ErrReleasePending = errors.New("ownership: the release is pending")
+)
+
+// HeldError: another holder, whose node lease does not free the record,
+// holds the actor; requests go to Record.Node.
+type HeldError struct{ Record Record }
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("ownership: held by node %s (instance %s, generation %d)", e.Record.Node, e.Record.Instance, e.Record.Generation)
+}
+
+// Config is what New needs.
+type Config struct {
+	Bucket   bucket.Bucket
+	Clock    clock.Clock
+	Lease    Lease
+	Settings nodelease.Settings // ttl + grace frees a fenced or released holder
+}
+
+// OwnerTimeout bounds the routing read of a record (ADMISSION_WAIT).
+const OwnerTimeout = 250 * time.Millisecond
+
+type kind int
+
+const (
+	release kind = iota // a release that did not land
+	acquire             // an acquisition whose outcome is unknown
+)
+
+// entry is a pending release (version is the acquisition's) or an
+// unresolved acquire (prior is the record body it was conditioned on,
+// nil if none).
+type entry struct {
+	kind       kind
+	actor      Actor
+	generation uint64
+	version    bucket.Version
+	prior      []byte
+	since      time.Time
+}
+
+// actorLock is a channel with room for one, so a goroutine waiting for it
+// is durably blocked (testing/synctest sees it settle).
+type actorLock struct {
+	ch chan struct{}
+	n  int
+}
+
+// Owners holds this process's holds and its pending entries.
+type Owners struct {
+	b     bucket.Bucket
+	clk   clock.Clock
+	lease Lease
+	s     nodelease.Settings
+
+	mu      sync.Mutex
+	locks   map[Actor]*actorLock
+	holds   map[Actor]Hold
+	pending []*entry
+}
+
+// New returns an Owners with no hold.
+func New(cfg Config) (*Owners, error) {
+	if err := cfg.Settings.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Bucket == nil || cfg.Clock == nil || cfg.Lease == nil {
+		return nil, errors.New("ownership: a bucket, a clock and a lease are needed")
+	}
+	return &Owners{b: cfg.Bucket, clk: cfg.Clock, lease: cfg.Lease, s: cfg.Settings,
+		locks: map[Actor]*actorLock{}, holds: map[Actor]Hold{}}, nil
+}
+
+// lock takes the actor's lock; the returned func gives it back.
+func (o *Owners) lock(a Actor) func() {
+	o.mu.Lock()
+	l := o.locks[a]
+	if l == nil {
+		l = &actorLock{ch: make(chan struct{}, 1)}
+		o.locks[a] = l
+	}
+	l.n++
+	o.mu.Unlock()
+	l.ch <- struct{}{}
+	return func() {
+		<-l.ch
+		o.mu.Lock()
+		if l.n--; l.n == 0 {
+			delete(o.locks, a)
+		}
+		o.mu.Unlock()
+	}
+}
+
+func (o *Owners) bounded(ctx context.Context, d time.Duration, f func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	t := o.clk.AfterFunc(d, cancel)
+	defer func() { t.Stop(); cancel() }()
+	return f(ctx)
+}
+
+// read is one GET of the actor's record; found is false when absent.
+func (o *Owners) read(ctx context.Context, a Actor, d time.Duration) (rec Record, body []byte, v bucket.Version, found bool, err error) {
+	err = o.bounded(ctx, d, func(ctx context.Context) error {
+		obj, err := o.b.Get(ctx, a.Key(), bucket.GetOptions{})
+		if errors.Is(err, bucket.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		defer obj.Body.Close()
+		if body, err = io.ReadAll(io.LimitReader(obj.Body, 4<<10)); err != nil {
+			return err
+		}
+		found, v = true, obj.Version
+		rec, err = Decode(body)
+		return err
+	})
+	if err != nil {
+		err = fmt.Errorf("ownership: reading %s: %w", a.Key(), err)
+	}
+	return rec, body, v, found, err
+}
+
+func (o *Owners) put(ctx context.Context, a Actor, r Record, cond bucket.Condition) (v bucket.Version, err error) {
+	body := r.Encode()
+	err = o.bounded(ctx, o.s.AttemptTimeout(), func(ctx context.Context) error {
+		v, err = o.b.Put(ctx, a.Key(), bytes.NewReader(body), int64(len(body)), cond)
+		return err
+	})
+	return v, err
+}
+
+// ours reports whether r names this process at generation g.
+func (o *Owners) ours(r Record, g uint64) bool {
+	return r.Node == o.lease.NodeID() && r.Instance == o.lease.Instance() && r.Generation == g
+}
+
+// free reports whether a record read just before may be replaced: it
+// names nobody, this process, or a holder whose node lease, read now
+// (after the record), names another instance live, or is fenced or
+// released with its written_at + ttl + grace passed on this clock. An
+// absent or unreadable nodes/<id> frees nothing.
+func (o *Owners) free(ctx context.Context, r Record) (bool, error) {
+	if r.Nobody() || r.Node == o.lease.NodeID() && r.Instance == o.lease.Instance() {
+		return true, nil
+	}
+	var n nodelease.Read
+	err := o.bounded(ctx, o.s.AttemptTimeout(), func(ctx context.Context) (err error) {
+		n, err = nodelease.ReadObject(ctx, o.b, r.Node)
+		return err
+	})
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("ownership: reading nodes/%s: %w", r.Node, err)
+	case !n.Found || n.Err != nil:
+		return false, nil
+	case n.Object.State == nodelease.Live:
+		return n.Object.Instance != r.Instance, nil
+	}
+	return !o.clk.Now().Before(n.Object.WrittenAt.Add(o.s.Takeover())), nil
+}
+
+// Acquire takes the actor for this process, under the actor's lock: the
+// hold it has already, or a new one at a generation above the record's.
+// It returns a *HeldError when another holder keeps it, ErrLeaseInvalid
+// while the node lease is not valid, ErrUnresolved when the write's
+// outcome is unknown (kept for the background pass).
+func (o *Owners) Acquire(ctx context.Context, a Actor) (Hold, error) {
+	defer o.lock(a)()
+	o.mu.Lock()
+	h, ok := o.holds[a]
+	o.mu.Unlock()
+	if ok {
+		return h, nil
+	}
+	if !o.lease.Valid() {
+		return Hold{}, ErrLeaseInvalid
+	}
+	cur, prior, r, found, err := o.read(ctx, a, o.s.AttemptTimeout())
+	if err != nil {
+		return Hold{}, err
+	}
+	next, cond := uint64(1), bucket.Condition{IfAbsent: true}
+	if found {
+		free, err := o.free(ctx, cur)
+		if err != nil {
+			return Hold{}, err
+		}
+		if !free {
+			return Hold{}, &HeldError{Record: cur}
+		}
+		next, cond = cur.Generation+1, bucket.Condition{IfVersion: r}
+	}
+	if !o.lease.Valid() {
+		return Hold{}, ErrLeaseInvalid
+	}
+	rec := Record{Node: o.lease.NodeID(), Instance: o.lease.Instance(), Generation: next}
+	v, err := o.put(ctx, a, rec, cond)
+	if err == nil {
+		return o.register(Hold{Actor: a, Generation: next, Version: v}), nil
+	}
+	// The write may have landed (a lost reply, a retry's conflict) or may
+	// still land: read once, still under the lock.
+	back, body, bv, bfound, berr := o.read(ctx, a, o.s.AttemptTimeout())
+	if berr == nil && bfound && o.ours(back, next) {
+		return o.register(Hold{Actor: a, Generation: next, Version: bv}), nil
+	}
+	if berr == nil && bfound && !bytes.Equal(body, prior) && !back.Nobody() {
+		if free, ferr := o.free(ctx, back); ferr == nil && !free {
+			return Hold{}, &HeldError{Record: back}
+		}
+	}
+	o.keep(&entry{kind: acquire, actor: a, generation: next, prior: prior, since: o.clk.Now()})
+	return Hold{}, fmt.Errorf("%w: %s at generation %d: %v", ErrUnresolved, a, next, err)
+}
+
+func (o *Owners) register(h Hold) Hold {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.holds[h.Actor] = h
+	return h
+}
+
+func (o *Owners) keep(e *entry) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.pending = append(o.pending, e)
+}
+
+// Owns reports whether this process owns the actor now: it holds it and
+// the node lease is valid.
+func (o *Owners) Owns(a Actor) (Hold, bool) {
+	o.mu.Lock()
+	h, ok := o.holds[a]
+	o.mu.Unlock()
+	return h, ok && o.lease.Valid()
+}
+
+// Release ends the hold (hibernation, a clean stop, a drain, a move, an
+// abandoned hold): this process stops acting as owner at once, then
+// writes the record naming nobody, If-Match on the hold's version,
+// generation kept. If that does not land it is kept as a pending release
+// and ErrReleasePending returned.
+func (o *Owners) Release(ctx context.Context, h Hold) error {
+	defer o.lock(h.Actor)()
+	o.mu.Lock()
+	if cur, ok := o.holds[h.Actor]; ok && cur.Generation == h.Generation {
+		delete(o.holds, h.Actor)
+	}
+	o.mu.Unlock()
+	nobody := Record{Generation: h.Generation}
+	if _, err := o.put(ctx, h.Actor, nobody, bucket.Condition{IfVersion: h.Version}); err != nil {
+		o.keep(&entry{kind: release, actor: h.Actor, generation: h.Generation, version: h.Version, since: o.clk.Now()})
+		return fmt.Errorf("%w: %s generation %d: %v", ErrReleasePending, h.Actor, h.Generation, err)
+	}
+	return nil
+}
+
+// ReleaseAll releases every hold (a clean stop); it returns how many
+// releases are left pending.
+func (o *Owners) ReleaseAll(ctx context.Context) int {
+	for _, h := range o.Holds() {
+		o.Release(ctx, h) //nolint:errcheck // a failure is kept pending, counted below
+	}
+	return o.Pending()
+}
+
+// Holds lists this process's holds.
+func (o *Owners) Holds() []Hold {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	hs := make([]Hold, 0, len(o.holds))
+	for _, h := range o.holds {
+		hs = append(hs, h)
+	}
+	return hs
+}
+
+// DropAll is the lease's lapse: every hold ends here at once, each kept
+// as a pending release with its generation and acquire version; nothing
+// is written now.
+func (o *Owners) DropAll() {
+	now := o.clk.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for a, h := range o.holds {
+		o.pending = append(o.pending, &entry{kind: release, actor: a, generation: h.Generation, version: h.Version, since: now})
+	}
+	clear(o.holds)
+}
+
+// Abandon is the lease's loss: every hold and entry is dropped without
+// writing anything (the fence, or the other instance, frees the records).
+func (o *Owners) Abandon() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	clear(o.holds)
+	o.pending = nil
+}
+
+// Pending is how many releases and acquisitions are unresolved (a drain
+// ends only at zero).
+func (o *Owners) Pending() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.pending)
+}
+
+// Resolve makes one pass over the pending entries, each under its
+// actor's lock, while the node lease is valid; it reports how many ended.
+func (o *Owners) Resolve(ctx context.Context) int {
+	o.mu.Lock()
+	es := append([]*entry(nil), o.pending...)
+	o.mu.Unlock()
+	ended := 0
+	for _, e := range es {
+		if !o.lease.Valid() || ctx.Err() != nil {
+			break
+		}
+		unlock := o.lock(e.actor)
+		var done bool
+		if e.kind == release {
+			done = o.resolveRelease(ctx, e)
+		} else {
+			done = o.resolveAcquire(ctx, e)
+		}
+		unlock()
+		if done {
+			ended++
+			o.mu.Lock()
+			for i, p := range o.pending {
+				if p == e {
+					o.pending = append(o.pending[:i], o.pending[i+1:]...)
+					break
+				}
+			}
+			o.mu.Unlock()
+		}
+	}
+	return ended
+}
+
+// resolveRelease sends the same release again, If-Match on the hold's
+// acquire version (never a version read later). It ends when that lands
+// or a read shows the record no longer names this process at that
+// generation.
+func (o *Owners) resolveRelease(ctx context.Context, e *entry) bool {
+	if _, err := o.put(ctx, e.actor, Record{Generation: e.generation}, bucket.Condition{IfVersion: e.version}); err == nil {
+		return true
+	}
+	rec, _, _, found, err := o.read(ctx, e.actor, o.s.AttemptTimeout())
+	if err != nil {
+		return false
+	}
+	return !found || !o.ours(rec, e.generation)
+}
+
+// resolveAcquire reads the record: naming this process at the generation
+// tried with no hold here, it is a landed write, released If-Match on that
+// read's version (kept as a pending release if that does not land). A
+// record unchanged since the acquisition read it keeps the entry (the
+// write may still land) for ttl + grace; anything else ends it.
+func (o *Owners) resolveAcquire(ctx context.Context, e *entry) bool {
+	rec, body, v, found, err := o.read(ctx, e.actor, o.s.AttemptTimeout())
+	if err != nil {
+		return false
+	}
+	if found && o.ours(rec, e.generation) {
+		o.mu.Lock()
+		_, held := o.holds[e.actor]
+		o.mu.Unlock()
+		if held {
+			return true
+		}
+		if _, err := o.put(ctx, e.actor, Record{Generation: e.generation}, bucket.Condition{IfVersion: v}); err != nil {
+			o.keep(&entry{kind: release, actor: e.actor, generation: e.generation, version: v, since: o.clk.Now()})
+		}
+		return true
+	}
+	unchanged := found == (e.prior != nil) && bytes.Equal(body, e.prior)
+	return !unchanged || !o.clk.Now().Before(e.since.Add(o.s.Takeover()))
+}
+
+// Run resolves the pending entries in the background until ctx ends: a
+// pass every half period while entries end, backing off to ttl while a
+// pass ends none, and waiting while the node lease is invalid.
+func (o *Owners) Run(ctx context.Context) {
+	base := o.s.Period() / 2
+	wait := base
+	for clock.Sleep(ctx, o.clk, wait) == nil {
+		if o.Pending() == 0 || !o.lease.Valid() {
+			wait = base
+			continue
+		}
+		if o.Resolve(ctx) > 0 {
+			wait = base
+		} else {
+			wait = min(2*wait, o.s.TTL)
+		}
+	}
+}
+
+// Owner is the routing read: one GET of the record within OwnerTimeout.
+// Whether the node it names is live is the membership view's to say.
+func (o *Owners) Owner(ctx context.Context, a Actor) (Record, bool, error) {
+	rec, _, _, found, err := o.read(ctx, a, OwnerTimeout)
+	return rec, found, err
+}
