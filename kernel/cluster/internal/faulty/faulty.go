@@ -90,6 +90,13 @@ func (b *Bucket) Next(op Op, prefix string, kind Kind) {
 	b.rules = append(b.rules, rule{op, prefix, kind})
 }
 
+// Clear disarms every fault armed by Next.
+func (b *Bucket) Clear() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.rules = nil
+}
+
 // Random draws a fault for every call not matched by Next, each kind with
 // its probability, from a source seeded with seed.
 func (b *Bucket) Random(seed uint64, rates map[Kind]float64) {
