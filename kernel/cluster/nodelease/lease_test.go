@@ -428,6 +428,8 @@ func TestLapseAndRenew(t *testing.T) {
 
 // A first write held in flight until it times out lands later; the start
 // check, run again, finds this process's own live object and adopts it.
+// Planted bug: check() not adopting its own instance (taking it for a
+// twin) fails this test.
 func TestLateFirstWriteAdopted(t *testing.T) {
 	sim(t, func(t *testing.T, w *world) {
 		a := w.lease("a", "i1", nil)
@@ -464,5 +466,71 @@ func TestStopReleasedReplyLost(t *testing.T) {
 		if r := w.object("a"); r.Object.State != Released || !r.Object.WrittenAt.Equal(kept) {
 			t.Fatalf("after Stop: %+v, want released keeping %v", r.Object, kept)
 		}
+	})
+}
+
+// The previous process is fenced while the start check runs: a fence is
+// not a process running, and the check ends once the fence's kept
+// written_at is ttl + grace old, before its full wait. Planted bug: check()
+// refusing any change as a twin (not only a live one) fails this test.
+func TestStartCheckFenceIsNotATwin(t *testing.T) {
+	sim(t, func(t *testing.T, w *world) {
+		old := w.running("a", "i1")
+		w.halt(old) // it dies: no more writes
+		b := w.lease("a", "i2", nil)
+		done := goErr(func() error { return b.Start(ctx) })
+		w.clk.Step(3 * time.Second)
+		w.fence("a") // a peer fences the dead process
+		start := w.clk.Now()
+		if err := w.result(time.Minute, done); err != nil {
+			t.Fatalf("start after a fence: %v", err)
+		}
+		if d := w.clk.Now().Sub(start); d > 12*time.Second {
+			t.Fatalf("the check went on %v after the fence, its full wait", d)
+		}
+		if r := w.object("a"); !r.live() || r.Object.Instance != "i2" {
+			t.Fatalf("nodes/a: %+v", r.Object)
+		}
+		w.stop(b)
+	})
+}
+
+// While the bucket cannot be read, the start check keeps trying and does
+// not pass.
+func TestStartCheckNeedsReads(t *testing.T) {
+	sim(t, func(t *testing.T, w *world) {
+		for range 100 {
+			w.fb.Next(faulty.Get, "nodes/a", faulty.Fail)
+		}
+		a := w.lease("a", "i1", nil)
+		done := goErr(func() error { return a.Start(ctx) })
+		w.clk.Step(30 * time.Second)
+		if len(done) != 0 || a.Valid() {
+			t.Fatal("the start check passed without reading nodes/a")
+		}
+		w.fb.Clear()
+		if err := w.result(time.Minute, done); err != nil {
+			t.Fatal(err)
+		}
+		w.stop(a)
+	})
+}
+
+// A running node whose object is deleted loses its lease at its next
+// write (If-Match on a missing key fails), and recreates nothing.
+func TestDeletedObjectLosesLease(t *testing.T) {
+	sim(t, func(t *testing.T, w *world) {
+		a := w.running("a", "i1")
+		if err := w.mem.Delete(ctx, Key("a"), bucket.Condition{}); err != nil {
+			t.Fatal(err)
+		}
+		w.clk.Step(4 * time.Second)
+		if !a.saw("lost: node lease lost: nodes/a was deleted") || a.Valid() {
+			t.Fatalf("events %v", a.events)
+		}
+		if r := w.object("a"); r.Found {
+			t.Fatal("the lost lease wrote nodes/a again")
+		}
+		w.stop(a)
 	})
 }
