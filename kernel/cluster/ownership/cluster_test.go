@@ -162,6 +162,10 @@ func TestFailoverUnderSkewNeverTwoOwners(t *testing.T) {
 		if err := a.lostErr(); err == nil || !strings.Contains(err.Error(), "fenced") {
 			t.Fatalf("a: %v, want its lease lost to the fence", err)
 		}
+		if err := a.owners.Release(ctx, Hold{Actor: x, Generation: 1}); err != nil {
+			t.Fatalf("a release after the loss: %v", err)
+		}
+		w.want(x, Record{"b", "ib", 2}) // the lost node wrote nothing
 		w.stopMember(b)
 		w.stopMember(a)
 	})

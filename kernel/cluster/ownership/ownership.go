@@ -350,20 +350,40 @@ func (o *Owners) Owns(a Actor) (Hold, bool) {
 // abandoned hold): this process stops acting as owner at once, then
 // writes the record naming nobody, If-Match on the hold's version,
 // generation kept. If that does not land it is kept as a pending release
-// and ErrReleasePending returned.
+// and ErrReleasePending returned. A hold that already ended here (a
+// lapse's DropAll, a loss's Abandon) writes nothing.
 func (o *Owners) Release(ctx context.Context, h Hold) error {
 	defer o.lock(h.Actor)()
 	o.mu.Lock()
-	if cur, ok := o.holds[h.Actor]; ok && cur.Generation == h.Generation {
+	cur, ok := o.holds[h.Actor]
+	ok = ok && cur.Generation == h.Generation
+	if ok {
 		delete(o.holds, h.Actor)
 	}
+	pending := o.pendingLocked(h)
 	o.mu.Unlock()
+	if !ok { // ended already: by a lapse (pending) or a loss (nothing to write)
+		if pending {
+			return fmt.Errorf("%w: %s generation %d", ErrReleasePending, h.Actor, h.Generation)
+		}
+		return nil
+	}
 	nobody := Record{Generation: h.Generation}
 	if _, err := o.put(ctx, h.Actor, nobody, bucket.Condition{IfVersion: h.Version}); err != nil {
 		o.keep(&entry{kind: release, actor: h.Actor, generation: h.Generation, version: h.Version, since: o.clk.Now()})
 		return fmt.Errorf("%w: %s generation %d: %v", ErrReleasePending, h.Actor, h.Generation, err)
 	}
 	return nil
+}
+
+// pendingLocked reports whether h's release is pending; o.mu is held.
+func (o *Owners) pendingLocked(h Hold) bool {
+	for _, e := range o.pending {
+		if e.kind == release && e.actor == h.Actor && e.generation == h.Generation {
+			return true
+		}
+	}
+	return false
 }
 
 // ReleaseAll releases every hold (a clean stop); it returns how many

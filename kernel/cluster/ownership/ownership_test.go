@@ -290,8 +290,12 @@ func TestLapseDropsHoldsIntoPending(t *testing.T) {
 	for _, x := range actors {
 		w.acquire(a, x)
 	}
+	h := w.acquire(a, actors[0])
 	l.set(false)
 	a.DropAll()
+	if err := a.Release(ctx, h); !errors.Is(err, ErrReleasePending) {
+		t.Fatalf("a release after the lapse: %v, want pending", err)
+	}
 	if len(a.Holds()) != 0 || a.Pending() != 3 {
 		t.Fatalf("holds %d pending %d", len(a.Holds()), a.Pending())
 	}
