@@ -1,6 +1,7 @@
 // Package storagetest holds the rules every storage/v2 plugin must pass: the
-// book's storage interface, its sandbox and its quotas, and the actor's files
-// (Exists, Remove, Restore, Snapshot, Walk, names). A plugin's test calls
+// book's storage interface, its sandbox and its quotas, the actor's files
+// (Exists, Remove, Restore, Snapshot, Walk, names) and replication's capture
+// (storage.Replicator). A plugin's test calls
 // Run with a constructor for its driver:
 //
 //	func TestConformance(t *testing.T) {
@@ -42,6 +43,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) storage.Driver) {
 		{"OneCall", oneCallTests},
 		{"Capabilities", capabilityTests},
 		{"Files", fileTests},
+		{"Replication", replicationTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

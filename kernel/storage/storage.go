@@ -23,7 +23,10 @@ import (
 //
 // storage/v2 (from storage/v1): the driver takes an actor's address and a
 // data root instead of a file path (Open), and answers Exists, Remove,
-// Restore, Snapshot and Walk.
+// Restore, Snapshot and Walk; every DB is a Replicator (capture and
+// checkpoint for replication, Options.Replication). v2 absorbed the required
+// Replicator on the day it was introduced, before any release: no plugin
+// outside this repository could implement v2 yet (ADR 1022).
 const API = "storage/v2"
 
 // Driver is what a storage plugin's New returns. Every method takes the data
@@ -86,6 +89,10 @@ type Options struct {
 	MaxResultBytes   int           // 16 MB per query result, encoded
 	SQLCPUPerEvent   time.Duration // 2 s of SQL CPU per event, all statements together
 	WritePerEvent    int64         // 256 MB written per event, counting every page rewrite
+	// Replication opens the database for replication (Replicator): no
+	// automatic checkpoint and none at Close. Without it the driver
+	// checkpoints automatically, so a single node's log stays bounded.
+	Replication bool
 }
 
 // Defaults fills zero fields with the book's defaults.
@@ -137,6 +144,8 @@ type DB interface {
 	EndEvent(ctx context.Context) error
 	// Close closes the database cleanly (any open transaction rolled back).
 	Close() error
+
+	Replicator
 }
 
 // Syncer is an optional interface of a DB (the kernel does without it): Sync
@@ -176,19 +185,42 @@ func KindOf(err error) abi.SQLErrorKind {
 	return abi.SQLInternal
 }
 
-// Replicator is the part of storage/v2 the replication protocol (a later
-// issue) will use, implemented by a DB (on its own connection: a database
-// is opened once per process); single-node servers never call it, so a
-// driver may leave it out until then. The kernel owns the protocol (what is uploaded, when,
-// and the acknowledgement rule); the driver owns reading its own files.
+// Replicator is the storage side of replication (book ADR 0007's capture),
+// required of every storage/v2 DB: the kernel owns the protocol (segments,
+// transaction ids, checksums, uploads, the acknowledgement rule), the driver
+// owns reading its own log. It is meant for a database opened with
+// Options.Replication: with it, the driver never checkpoints on its own (not
+// automatically, not at Close), so a commit leaves the log only through
+// Checkpoint, after its capture; without it, automatic checkpoints keep the
+// log bounded and Capture fails. Only whole committed transactions are
+// captured: never an open transaction's pages, never a rolled-back one's,
+// never a torn tail. Capture and Checkpoint run on the DB's goroutine,
+// between statements.
 type Replicator interface {
-	// Capture calls page for every page committed since the previous
-	// capture, each page once with its newest contents, in ascending page
-	// order, then returns the database's size in pages after the capture
-	// and its page size. It captures only whole transactions.
+	// Capture calls page for every page that the transactions committed
+	// since the previous capture changed, each page once with its newest
+	// contents, in ascending page order and none past the database's size
+	// after them, then moves its position past those transactions. data is
+	// PageSize bytes, valid until page returns. An error (page's included)
+	// leaves the position where it was: the next Capture returns the same
+	// transactions again, and any committed since. A database just opened
+	// starts at the beginning of its log: every commit not yet
+	// checkpointed is captured again, so the kernel, which knows what it
+	// shipped, checkpoints before it closes one. A capture with
+	// Transactions 0 holds no page.
 	Capture(ctx context.Context, page func(pgno uint32, data []byte) error) (CaptureInfo, error)
-	// Checkpoint folds captured changes into the main database file so the
-	// log does not grow without bound; uncaptured changes stay capturable.
+	// CaptureAll is Capture that calls page for every page of the database
+	// as its last committed transaction leaves it (1 to Pages, except
+	// SQLite's lock page, which no database stores), what a first segment
+	// or a snapshot holds; its position moves as Capture's does.
+	CaptureAll(ctx context.Context, page func(pgno uint32, data []byte) error) (CaptureInfo, error)
+	// Checkpoint folds the log into the database file and truncates it
+	// (SQLite's TRUNCATE checkpoint), once the kernel has shipped what it
+	// captured. Uncaptured commits are never folded away: while the log
+	// holds a commit past the capture position, or a transaction is open,
+	// Checkpoint does nothing and returns nil (a later one, after the next
+	// capture, does it). Without Options.Replication there is nothing to
+	// capture: it checkpoints unless a transaction is open.
 	Checkpoint(ctx context.Context) error
 }
 
@@ -197,6 +229,11 @@ type CaptureInfo struct {
 	PageSize uint32
 	Pages    uint32 // the database's size in pages after the captured commits
 	Changed  int    // pages passed to the callback
+	// Transactions is how many committed transactions the capture holds;
+	// 0 means nothing committed since the previous capture (the kernel
+	// writes no segment). The kernel numbers its segments itself, one per
+	// capture: a capture of several transactions is one segment.
+	Transactions int
 }
 
 // Capabilities are SQL features guests may use that depend on how a

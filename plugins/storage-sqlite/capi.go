@@ -173,5 +173,6 @@ const (
 	// sqlite3_db_config options, per connection.
 	configEnableLoadExtension = 1005
 	configDefensive           = 1010
+	configNoCkptOnClose       = 1006
 	configTrustedSchema       = 1017
 )

@@ -65,7 +65,9 @@ type db struct {
 	written int64 // bytes written to the log
 	aborted bool  // a failure rolled the event's transaction back
 
-	wal       *os.File // the WAL, opened at the first durable write
+	wal       *os.File // the WAL, opened at the first durable write or capture
+	file      *os.File // the database file, opened at the first CaptureAll
+	capture   capturePos
 	dirSynced bool
 	closed    bool
 	release   func() // gives up the claim on path (files.go); nil if none
@@ -126,6 +128,20 @@ func (d *db) setup(synchronous string, likeBlobs bool) error {
 		return fmt.Errorf("SQLite refused WAL mode (journal_mode is %q)", mode.Bytes)
 	}
 	if _, err := d.pragma("PRAGMA synchronous=" + synchronous); err != nil {
+		return err
+	}
+	// Replication (storage.Replicator): commits leave the log only through
+	// Checkpoint, after their capture, so no automatic checkpoint and none
+	// at close. Otherwise SQLite's default, set here so that no build
+	// option changes it: a checkpoint once the log passes 1000 pages.
+	autoCkpt := "PRAGMA wal_autocheckpoint=1000"
+	if d.opts.Replication {
+		if err := d.c.configure(configNoCkptOnClose, true); err != nil {
+			return err
+		}
+		autoCkpt = "PRAGMA wal_autocheckpoint=0"
+	}
+	if _, err := d.pragma(autoCkpt); err != nil {
 		return err
 	}
 	size, err := d.pragma("PRAGMA page_size")
@@ -196,8 +212,13 @@ func (d *db) Close() error {
 	d.guest.finalizeAll()
 	d.host.finalizeAll()
 	err := d.c.close() // rolls back an open transaction
+	// Our own descriptors close after SQLite's: closing one releases the
+	// process's POSIX locks on the file, which SQLite holds until its close.
 	if d.wal != nil {
 		err = errors.Join(err, d.wal.Close())
+	}
+	if d.file != nil {
+		err = errors.Join(err, d.file.Close())
 	}
 	if d.release != nil {
 		d.release()
@@ -679,6 +700,22 @@ func (d *db) Sync(context.Context) error {
 	return nil
 }
 
+// openLog opens the WAL for reading (d.wal) if it is not yet open. The
+// descriptor is kept until Close (see Close). SQLite keeps the file once
+// it exists (a TRUNCATE checkpoint empties it, Close removes it after its
+// own close).
+func (d *db) openLog() error {
+	if d.wal != nil {
+		return nil
+	}
+	f, err := os.Open(d.path + "-wal")
+	if err != nil {
+		return err
+	}
+	d.wal = f
+	return nil
+}
+
 // syncLog makes what the connection has committed durable. With
 // synchronous=NORMAL a WAL-mode commit is written to the log but not
 // fsynced; fsyncing the log (and its directory, once, for the log's and
@@ -687,12 +724,8 @@ func (d *db) Sync(context.Context) error {
 // switching it for a durable COMMIT is not an option; a checkpoint would
 // rewrite the database file for nothing.
 func (d *db) syncLog() error {
-	if d.wal == nil {
-		f, err := os.Open(d.path + "-wal")
-		if err != nil {
-			return err
-		}
-		d.wal = f
+	if err := d.openLog(); err != nil {
+		return err
 	}
 	if err := d.wal.Sync(); err != nil {
 		return err
