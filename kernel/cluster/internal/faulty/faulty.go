@@ -69,6 +69,7 @@ type Bucket struct {
 	rng   *rand.Rand
 	rates map[Kind]float64
 	held  []held
+	cut   bool
 	// Counts of what happened, for tests that must prove a fault occurred.
 	Counts map[Kind]int
 	// Landed is how many held writes were applied by Land.
@@ -90,6 +91,14 @@ func (b *Bucket) Next(op Op, prefix string, kind Kind) {
 	b.rules = append(b.rules, rule{op, prefix, kind})
 }
 
+// Cut partitions the caller from the store (or ends it): while cut, every
+// call hangs until its context is done and nothing is applied.
+func (b *Bucket) Cut(cut bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cut = cut
+}
+
 // Clear disarms every fault armed by Next.
 func (b *Bucket) Clear() {
 	b.mu.Lock()
@@ -109,6 +118,9 @@ func (b *Bucket) Random(seed uint64, rates map[Kind]float64) {
 func (b *Bucket) pick(op Op, key string) Kind {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.cut {
+		return Hang
+	}
 	k := None
 	for i, r := range b.rules {
 		if r.op == op && strings.HasPrefix(key, r.prefix) {
