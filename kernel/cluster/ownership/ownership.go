@@ -128,6 +128,15 @@ type Config struct {
 // OwnerTimeout bounds the routing read of a record (ADMISSION_WAIT).
 const OwnerTimeout = 250 * time.Millisecond
 
+// ReleaseTimeout bounds a foreground release (RELEASE_TRIES): hibernation
+// and hand-overs do not wait on a slow bucket; the pass retries with the
+// full attempt timeout.
+const ReleaseTimeout = time.Second
+
+// MaxRefusals is how many entries in a row may fail to end before a pass
+// stops, so a refusing or throttling bucket gets no burst of writes.
+const MaxRefusals = 32
+
 type kind int
 
 const (
@@ -231,9 +240,13 @@ func (o *Owners) read(ctx context.Context, a Actor, d time.Duration) (rec Record
 	return rec, body, v, found, err
 }
 
-func (o *Owners) put(ctx context.Context, a Actor, r Record, cond bucket.Condition) (v bucket.Version, err error) {
+func (o *Owners) put(ctx context.Context, a Actor, r Record, cond bucket.Condition) (bucket.Version, error) {
+	return o.putWithin(ctx, o.s.AttemptTimeout(), a, r, cond)
+}
+
+func (o *Owners) putWithin(ctx context.Context, d time.Duration, a Actor, r Record, cond bucket.Condition) (v bucket.Version, err error) {
 	body := r.Encode()
-	err = o.bounded(ctx, o.s.AttemptTimeout(), func(ctx context.Context) error {
+	err = o.bounded(ctx, d, func(ctx context.Context) error {
 		v, err = o.b.Put(ctx, a.Key(), bytes.NewReader(body), int64(len(body)), cond)
 		return err
 	})
@@ -369,7 +382,7 @@ func (o *Owners) Release(ctx context.Context, h Hold) error {
 		return nil
 	}
 	nobody := Record{Generation: h.Generation}
-	if _, err := o.put(ctx, h.Actor, nobody, bucket.Condition{IfVersion: h.Version}); err != nil {
+	if _, err := o.putWithin(ctx, min(ReleaseTimeout, o.s.AttemptTimeout()), h.Actor, nobody, bucket.Condition{IfVersion: h.Version}); err != nil {
 		o.keep(&entry{kind: release, actor: h.Actor, generation: h.Generation, version: h.Version, since: o.clk.Now()})
 		return fmt.Errorf("%w: %s generation %d: %v", ErrReleasePending, h.Actor, h.Generation, err)
 	}
@@ -437,14 +450,15 @@ func (o *Owners) Pending() int {
 }
 
 // Resolve makes one pass over the pending entries, each under its
-// actor's lock, while the node lease is valid; it reports how many ended.
+// actor's lock, while the node lease is valid and until MaxRefusals in a
+// row failed to end; it reports how many ended.
 func (o *Owners) Resolve(ctx context.Context) int {
 	o.mu.Lock()
 	es := append([]*entry(nil), o.pending...)
 	o.mu.Unlock()
-	ended := 0
+	ended, refused := 0, 0
 	for _, e := range es {
-		if !o.lease.Valid() || ctx.Err() != nil {
+		if !o.lease.Valid() || ctx.Err() != nil || refused == MaxRefusals {
 			break
 		}
 		unlock := o.lock(e.actor)
@@ -455,7 +469,8 @@ func (o *Owners) Resolve(ctx context.Context) int {
 			done = o.resolveAcquire(ctx, e)
 		}
 		unlock()
-		if done {
+		if refused++; done {
+			refused = 0
 			ended++
 			o.mu.Lock()
 			for i, p := range o.pending {

@@ -428,3 +428,51 @@ func TestActorLockOrdersResolverAndAcquire(t *testing.T) {
 		}
 	})
 }
+
+// A pass stops after MaxRefusals entries in a row that did not end, so a
+// refusing bucket gets no burst of writes.
+func TestPassStopsAfterRefusals(t *testing.T) {
+	w := newWorld(t)
+	a, _ := w.node("a", "ia")
+	for i := range 40 {
+		h := w.acquire(a, Actor{"t", "c", fmt.Sprint(i)})
+		w.releaseFails(a, h, faulty.Fail)
+	}
+	w.fb.Random(1, map[faulty.Kind]float64{faulty.Fail: 1})
+	before := w.fb.Counts[faulty.Fail]
+	if a.Resolve(ctx) != 0 {
+		t.Fatal("entries ended against a failing bucket")
+	}
+	if tried := w.fb.Counts[faulty.Fail] - before; tried != 2*MaxRefusals { // a write and a read each
+		t.Fatalf("%d requests in one pass, want %d", tried, 2*MaxRefusals)
+	}
+	w.fb.Random(1, nil)
+	if a.Resolve(ctx) != 40 || a.Pending() != 0 {
+		t.Fatalf("pending %d", a.Pending())
+	}
+}
+
+// A foreground release waits at most ReleaseTimeout on a hung bucket, then
+// is pending.
+func TestForegroundReleaseBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t)
+		a, _ := w.node("a", "ia")
+		h := w.acquire(a, act)
+		w.fb.Next(faulty.Put, "owners/", faulty.Hang)
+		done := make(chan error, 1)
+		go func() { done <- a.Release(ctx, h) }()
+		w.clk.Step(ReleaseTimeout)
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrReleasePending) {
+				t.Fatalf("release: %v", err)
+			}
+		default:
+			t.Fatal("the release outlived ReleaseTimeout")
+		}
+		if a.Resolve(ctx) != 1 {
+			t.Fatal("not resolved")
+		}
+	})
+}
