@@ -107,11 +107,13 @@ func counter(t testing.TB) string { return buildGuest(t, "examples/counter", "")
 
 // testNode is a node serving on 127.0.0.1 with the standard plugins.
 type testNode struct {
-	t    testing.TB
-	node *node.Node
-	srv  *http.Server
-	url  string
-	log  *syncBuffer
+	t       testing.TB
+	node    *node.Node
+	srv     *http.Server
+	url     string
+	log     *syncBuffer
+	dataDir string         // opts.DataDir
+	storage storage.Driver // the node's storage plugin: what has a database
 }
 
 // startNode starts a node on the configured engine; opts.DataDir defaults
@@ -143,7 +145,7 @@ func startNodeOn(t testing.TB, engine string, opts node.Options) *testNode {
 	}
 	srv := n.NewServer(l.Addr().String())
 	go srv.Serve(l)
-	tn := &testNode{t: t, node: n, srv: srv, url: "http://" + l.Addr().String(), log: logs}
+	tn := &testNode{t: t, node: n, srv: srv, url: "http://" + l.Addr().String(), log: logs, dataDir: opts.DataDir, storage: st}
 	t.Cleanup(tn.stop)
 	return tn
 }

@@ -1,11 +1,10 @@
-package node
+package main
 
 import (
 	"context"
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -14,39 +13,40 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/node"
 )
 
 // fakePlacement answers Here but for the actors moved elsewhere or made
 // unplaceable, and records what it was asked.
 type fakePlacement struct {
 	mu    sync.Mutex
-	asked map[string]int   // class/name: times asked
-	away  map[string]Owner // class/name: held by another node
-	fail  map[string]error // class/name: owner not known
+	asked map[string]int        // class/name: times asked
+	away  map[string]node.Owner // class/name: held by another node
+	fail  map[string]error      // class/name: owner not known
 }
 
 func newFakePlacement() *fakePlacement {
-	return &fakePlacement{asked: map[string]int{}, away: map[string]Owner{}, fail: map[string]error{}}
+	return &fakePlacement{asked: map[string]int{}, away: map[string]node.Owner{}, fail: map[string]error{}}
 }
 
-func (f *fakePlacement) Place(_ context.Context, a abi.Address) (Owner, error) {
+func (f *fakePlacement) Place(_ context.Context, a abi.Address) (node.Owner, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k := a.Class + "/" + a.Name
 	f.asked[k]++
 	if err := f.fail[k]; err != nil {
-		return Owner{}, err
+		return node.Owner{}, err
 	}
 	if o, ok := f.away[k]; ok {
 		return o, nil
 	}
-	return Here, nil
+	return node.Here, nil
 }
 
-func (f *fakePlacement) move(k string, o Owner) {
+func (f *fakePlacement) move(k string, o node.Owner) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if o == Here {
+	if o == node.Here {
 		delete(f.away, k)
 	} else {
 		f.away[k] = o
@@ -59,16 +59,19 @@ func (f *fakePlacement) count(k string) int {
 	return f.asked[k]
 }
 
-var n2 = Owner{Node: "n2", Addr: "127.0.0.2:7070"}
+var n2 = node.Owner{Node: "n2", Addr: "127.0.0.2:7070"}
 
-// untouched fails the test if class/name runs here or has a database.
-func untouched(t *testing.T, n *Node, class, name string) {
+// untouched fails the test if class/name has a database on n, or if n has
+// other than resident actors in memory (the node's clock is manual: no
+// actor hibernates while the test does not move it).
+func untouched(t *testing.T, n *testNode, class, name string, resident float64) {
 	t.Helper()
-	if resident(n, class, name) {
-		t.Errorf("%s/%s is resident here", class, name)
+	if got := n.metric("wasmkeep_actors_resident"); got != resident {
+		t.Errorf("%v actors resident after %s/%s was refused, want %v", got, class, name, resident)
 	}
-	if n.hasDatabase(abi.Address{Tenant: n.opts.Tenant, Class: class, Name: name}) {
-		t.Errorf("%s/%s has a database here", class, name)
+	ok, err := n.storage.Exists(context.Background(), n.dataDir, abi.Address{Tenant: "default", Class: class, Name: name})
+	if err != nil || ok {
+		t.Errorf("%s/%s has a database here: %v %v", class, name, ok, err)
 	}
 }
 
@@ -77,30 +80,32 @@ func untouched(t *testing.T, n *Node, class, name string) {
 // 503 naming that node, an owner not known a 503 to retry.
 func TestPlacementHTTP(t *testing.T) {
 	p := newFakePlacement()
-	n := newTestNode(t, Options{Placement: p})
-	expect(t, n, "GET", "/actor/probe/near/hits", "", 200, "1")
+	n, _ := newManualNode(t, node.Options{Placement: p})
+	n.expect("GET", "/actor/probe/near/hits", "", 200, "1")
 	if c := p.count("probe/near"); c != 1 {
 		t.Errorf("placement asked %d times for one request, want 1", c)
 	}
 
 	p.move("probe/far", n2)
-	code, body, h := do(t, n, "GET", "/actor/probe/far/hits", "")
+	code, body, h := n.doH("GET", "/actor/probe/far/hits", "", nil)
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "node n2 (127.0.0.2:7070)") || h.Get("Retry-After") != "1" {
 		t.Errorf("an actor held by n2: %d %q Retry-After %q, want 503 naming n2, Retry-After 1", code, body, h.Get("Retry-After"))
 	}
-	untouched(t, n, "probe", "far")
+	untouched(t, n, "probe", "far", 1)
 
+	p.mu.Lock()
 	p.fail["probe/lost"] = errors.New("the ownership record did not answer")
-	code, body, h = do(t, n, "POST", "/actor/probe/lost/exec", "CREATE TABLE t (x)")
+	p.mu.Unlock()
+	code, body, h = n.doH("POST", "/actor/probe/lost/exec", "CREATE TABLE t (x)", nil)
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "owner is not known") || h.Get("Retry-After") != "1" {
 		t.Errorf("an owner not known: %d %q Retry-After %q, want 503, Retry-After 1", code, body, h.Get("Retry-After"))
 	}
-	untouched(t, n, "probe", "lost")
+	untouched(t, n, "probe", "lost", 1)
 
 	// A class only existing actors of which are reached: the placement
 	// answers before this node's storage is asked whether the actor exists.
-	ne := newTestNode(t, Options{Placement: p, Access: map[string]Access{"probe": {Mode: Existing}}})
-	code, body, _ = do(t, ne, "GET", "/actor/probe/far/hits", "")
+	ne, _ := newManualNode(t, node.Options{Placement: p, Access: map[string]node.Access{"probe": mustAccess(t, "existing")}})
+	code, body = ne.do("GET", "/actor/probe/far/hits", "")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "node n2") {
 		t.Errorf("an actor held by n2, existing-only class: %d %q, want 503 naming n2", code, body)
 	}
@@ -110,37 +115,45 @@ func TestPlacementHTTP(t *testing.T) {
 // naming the node; the callee does not run here.
 func TestPlacementCall(t *testing.T) {
 	p := newFakePlacement()
-	n := newTestNode(t, Options{Placement: p})
+	n, _ := newManualNode(t, node.Options{Placement: p})
 	p.move("probe/far", n2)
-	code, body, _ := do(t, n, "GET", "/actor/probe/near/call?to=probe/far&path=/hits", "")
+	code, body := n.do("GET", "/actor/probe/near/call?to=probe/far&path=/hits", "")
 	if code != 200 || !strings.HasPrefix(body, "call-error") || !strings.Contains(body, "node n2") {
 		t.Errorf("call to an actor held by n2: %d %q, want a call-error naming n2", code, body)
 	}
 	if c := p.count("probe/far"); c != 1 {
 		t.Errorf("placement asked %d times for the callee, want 1", c)
 	}
-	untouched(t, n, "probe", "far")
+	untouched(t, n, "probe", "far", 1) // the caller only
 }
 
 // A due alarm of an actor another node now holds is asked about, then
-// left to the holder: it leaves this node's timer and on-alarm does not run
-// here.
+// left to the holder: it leaves this node's timer (it is not asked about
+// again, though an alarm due later fires) and on-alarm does not run here.
 func TestPlacementAlarm(t *testing.T) {
 	p := newFakePlacement()
-	n, m := newManualNode(t, Options{Placement: p})
-	expect(t, n, "GET", "/actor/probe/b/alarm-set?in=3600000", "", 200, "set")
+	n, m := newManualNode(t, node.Options{Placement: p})
+	n.expect("GET", "/actor/probe/b/alarm-set?in=3600000", "", 200, "set")
 	p.move("probe/b", n2)
 	before := p.count("probe/b")
 	m.Advance(time.Hour + time.Second)
-	waitFor(t, "the due alarm to be placed", func() bool { return p.count("probe/b") > before })
-	n.alarms.mu.Lock()
-	left := len(n.alarms.byKey)
-	n.alarms.mu.Unlock()
-	if left != 0 {
-		t.Errorf("%d alarms left on this node's timer, want 0", left)
+	waitFor(t, time.Minute, "the due alarm to be left to n2", func() bool {
+		return strings.Contains(n.log.String(), "alarm left to the actor's holder")
+	})
+	if c := p.count("probe/b"); c != before+1 {
+		t.Fatalf("placement asked %d times for the due alarm, want 1", c-before)
 	}
-	p.move("probe/b", Here)
-	if got := attempts(t, n, "b"); got != 0 {
+	// The node's timer delivers in the order of due times: an alarm kept
+	// for a retry (at most seconds ahead) would be asked about again before
+	// c's, an hour ahead, fires.
+	n.expect("GET", "/actor/probe/c/alarm-set?in=7200000", "", 200, "set") // the wall clock is an hour behind
+	m.Advance(2 * time.Hour)
+	waitFor(t, time.Minute, "the alarm of c", func() bool { return attempts(n, "c") == 1 })
+	if c := p.count("probe/b"); c != before+1 {
+		t.Errorf("placement asked %d times for b's alarm, want 1: it stayed on this node's timer", c-before)
+	}
+	p.move("probe/b", node.Here)
+	if got := attempts(n, "b"); got != 0 {
 		t.Errorf("on-alarm ran %d times here for an actor held by n2", got)
 	}
 }
@@ -150,10 +163,8 @@ func TestPlacementAlarm(t *testing.T) {
 // message, which does not run here, and no on-websocket-close runs.
 func TestPlacementWebSocket(t *testing.T) {
 	p := newFakePlacement()
-	n := newTestNode(t, Options{Placement: p})
-	srv := httptest.NewServer(n)
-	defer srv.Close()
-	ws := "ws" + strings.TrimPrefix(srv.URL, "http")
+	n, _ := newManualNode(t, node.Options{Placement: p})
+	ws := "ws" + strings.TrimPrefix(n.url, "http")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -166,29 +177,19 @@ func TestPlacementWebSocket(t *testing.T) {
 	if !strings.Contains(string(body), "node n2") {
 		t.Errorf("upgrade refused with %q, want it to name n2", body)
 	}
-	untouched(t, n, "room", "far")
+	untouched(t, n, "room", "far", 0)
 
-	c, _, err := websocket.Dial(ctx, ws+"/actor/room/near/", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.CloseNow()
-	if _, msg, err := c.Read(ctx); err != nil || string(msg) != "welcome 1" {
-		t.Fatalf("first message %q %v, want welcome 1", msg, err)
+	c := dial(t, n, "/actor/room/near/")
+	if msg := readText(t, c); msg != "welcome 1" {
+		t.Fatalf("first message %q, want welcome 1", msg)
 	}
 	p.move("room/near", n2)
-	if err := c.Write(ctx, websocket.MessageText, []byte("hello")); err != nil {
-		t.Fatal(err)
-	}
+	write(t, c, "hello")
 	_, msg, err := c.Read(ctx)
 	if websocket.CloseStatus(err) != websocket.StatusServiceRestart {
 		t.Fatalf("after the actor moved: %q %v, want a close with 1012", msg, err)
 	}
-	waitFor(t, "the socket to be released", func() bool {
-		n.ws.mu.Lock()
-		defer n.ws.mu.Unlock()
-		return len(n.ws.all) == 0
-	})
-	p.move("room/near", Here)
-	expect(t, n, "GET", "/actor/room/near/", "", 200, "") // no on-websocket-close ran here
+	waitFor(t, time.Minute, "the socket to be released", func() bool { return n.metric("wasmkeep_websockets_open") == 0 })
+	p.move("room/near", node.Here)
+	n.expect("GET", "/actor/room/near/", "", 200, "") // no on-websocket-close ran here
 }
