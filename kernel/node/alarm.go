@@ -267,12 +267,19 @@ func (n *Node) runAlarms() {
 	t := n.clock.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
-		it, wait := n.alarms.next(n.clock.Now())
+		now := n.clock.Now()
+		it, wait := n.alarms.next(now)
 		if it != nil {
 			n.deliverAlarm(it)
 			continue
 		}
 		resetTimer(t, wait)
+		// The timer counts wait from when it was armed: if the clock
+		// moved meanwhile (a manual clock advanced, this thread
+		// descheduled), it would fire late by as much, so compute again.
+		if n.clock.Now().Sub(now) > time.Millisecond {
+			continue
+		}
 		select {
 		case <-t.C():
 		case <-n.alarms.kick:
