@@ -40,6 +40,19 @@ func Sleep(ctx context.Context, c Clock, d time.Duration) error {
 	}
 }
 
+// WithTimeout is context.WithTimeout on c: the context is cancelled once d
+// has passed on c, with context.DeadlineExceeded as its cause
+// (context.Cause). It has no Deadline, since c need not be the wall clock:
+// only what waits on Done may rely on it.
+func WithTimeout(parent context.Context, c Clock, d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	t := c.AfterFunc(d, func() { cancel(context.DeadlineExceeded) })
+	return ctx, func() {
+		t.Stop()
+		cancel(context.Canceled)
+	}
+}
+
 // Real is the wall clock.
 var Real Clock = realClock{}
 

@@ -75,3 +75,42 @@ func TestManualAdvanceAndSleep(t *testing.T) {
 		t.Errorf("%d timers left armed", m.Armed())
 	}
 }
+
+// A value a timer sent that nobody read is dropped by Stop and Reset, as
+// time.Timer does (Go 1.23): a reset timer's channel holds only its own.
+func TestManualResetDropsUnread(t *testing.T) {
+	m := NewManual(epoch)
+	tm := m.NewTimer(time.Second)
+	m.Advance(time.Second) // fires; nobody reads
+	tm.Reset(time.Minute)
+	select {
+	case v := <-tm.C():
+		t.Fatalf("the reset timer's channel still held %v", v)
+	default:
+	}
+	m.Advance(time.Minute)
+	if v := <-tm.C(); !v.Equal(epoch.Add(time.Second + time.Minute)) {
+		t.Errorf("fired with %v, want its new deadline", v)
+	}
+}
+
+// WithTimeout's context ends once d has passed on the clock, with
+// DeadlineExceeded as its cause; cancelled first, its cause is Canceled.
+func TestWithTimeout(t *testing.T) {
+	m := NewManual(epoch)
+	ctx, cancel := WithTimeout(context.Background(), m, time.Second)
+	defer cancel()
+	m.Advance(999 * time.Millisecond)
+	if ctx.Err() != nil {
+		t.Fatal("ended before its time")
+	}
+	m.Advance(time.Millisecond)
+	if ctx.Err() == nil || context.Cause(ctx) != context.DeadlineExceeded {
+		t.Errorf("after its time: %v, cause %v", ctx.Err(), context.Cause(ctx))
+	}
+	ctx, cancel = WithTimeout(context.Background(), m, time.Second)
+	cancel()
+	if context.Cause(ctx) != context.Canceled || m.Armed() != 0 {
+		t.Errorf("cancelled: cause %v, %d timers armed", context.Cause(ctx), m.Armed())
+	}
+}

@@ -9,7 +9,8 @@ import (
 // Manual is a Clock that moves only when told (Advance, AdvanceToNext):
 // timers fire in the order of their deadlines, those due at the same time
 // in the order they were armed, so a run is the same every time. A NewTimer
-// timer's channel has room for one value, as time.Timer's. An AfterFunc
+// timer's channel has room for one value, which Stop and Reset drop if
+// nobody read it, as time.Timer's do since Go 1.23. An AfterFunc
 // timer's f runs on the goroutine that advances the clock, before the next
 // timer fires (time.AfterFunc runs it on a goroutine of its own): so f must
 // not wait for anything only another Advance would bring.
@@ -121,8 +122,15 @@ func (m *Manual) fireNext(end time.Time) bool {
 	return true
 }
 
-// remove disarms t; m.mu is held.
+// remove disarms t and drops a value it sent that nobody read; m.mu is
+// held.
 func (m *Manual) remove(t *manualTimer) bool {
+	if t.ch != nil {
+		select {
+		case <-t.ch:
+		default:
+		}
+	}
 	if !t.armed {
 		return false
 	}

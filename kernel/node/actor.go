@@ -139,7 +139,7 @@ func (a *actor) run() {
 			if a.hibernate() {
 				return
 			}
-			resetTimer(idle, a.node.opts.IdleTimeout)
+			idle.Reset(a.node.opts.IdleTimeout)
 		case <-a.evict:
 			if a.hibernate() {
 				return
@@ -216,7 +216,7 @@ func (a *actor) handle(ev *event) {
 // reads the outcome knows the idle timeout counts from before it.
 func (a *actor) answer(ev *event, out outcome) {
 	if a.idleTimer != nil {
-		resetTimer(a.idleTimer, a.node.opts.IdleTimeout)
+		a.idleTimer.Reset(a.node.opts.IdleTimeout)
 	}
 	ev.reply <- out
 }

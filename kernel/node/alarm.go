@@ -273,7 +273,7 @@ func (n *Node) runAlarms() {
 			n.deliverAlarm(it)
 			continue
 		}
-		resetTimer(t, wait)
+		t.Reset(wait)
 		// The timer counts wait from when it was armed: if the clock
 		// moved meanwhile (a manual clock advanced, this thread
 		// descheduled), it would fire late by as much, so compute again.

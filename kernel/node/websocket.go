@@ -379,7 +379,7 @@ func (n *Node) wsWrite(s *socket) {
 			if abi.MessageKind(msg[0]) == abi.MessageBinary {
 				kind = websocket.MessageBinary
 			}
-			ctx, cancel := n.withTimeout(n.ctx, wsCloseWait)
+			ctx, cancel := clock.WithTimeout(n.ctx, n.clock, wsCloseWait)
 			err := s.conn.Write(ctx, kind, msg[1:])
 			cancel()
 			if err != nil {
@@ -406,7 +406,7 @@ func (n *Node) wsPing(s *socket) {
 			}
 			continue
 		}
-		ctx, cancel := n.withTimeout(n.ctx, n.opts.WebSocketPongWait)
+		ctx, cancel := clock.WithTimeout(n.ctx, n.clock, n.opts.WebSocketPongWait)
 		err := s.conn.Ping(ctx)
 		cancel()
 		if err != nil {

@@ -144,19 +144,13 @@ func (l *Lease) WatchFrom() time.Time {
 // attempt runs f with a context cancelled after one attempt timeout on
 // the lease's clock.
 func (l *Lease) attempt(ctx context.Context, f func(context.Context) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	t := l.clk.AfterFunc(l.s.AttemptTimeout(), cancel)
-	defer func() { t.Stop(); cancel() }()
+	ctx, cancel := clock.WithTimeout(ctx, l.clk, l.s.AttemptTimeout())
+	defer cancel()
 	return f(ctx)
 }
 
-func (l *Lease) read(ctx context.Context) (r Read, err error) {
-	err = l.attempt(ctx, func(ctx context.Context) error {
-		r, err = ReadObject(ctx, l.b, l.id)
-		return err
-	})
-	return r, err
-}
+// read reads this node's own object.
+func (l *Lease) read(ctx context.Context) (Read, error) { return l.readPeer(ctx, l.id) }
 
 func (l *Lease) put(ctx context.Context, o Object, cond bucket.Condition) (v bucket.Version, err error) {
 	body := o.Encode()

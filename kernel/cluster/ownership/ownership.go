@@ -210,9 +210,8 @@ func (o *Owners) lock(a Actor) func() {
 }
 
 func (o *Owners) bounded(ctx context.Context, d time.Duration, f func(context.Context) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	t := o.clk.AfterFunc(d, cancel)
-	defer func() { t.Stop(); cancel() }()
+	ctx, cancel := clock.WithTimeout(ctx, o.clk, d)
+	defer cancel()
 	return f(ctx)
 }
 
