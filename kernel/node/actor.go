@@ -206,8 +206,9 @@ func (a *actor) handle(ev *event) {
 	case ev.ws != nil:
 		kind = kindWebSocket
 	}
-	a.node.metrics.event(a.class.name, kind, out.err != nil, a.node.clock.Now().Sub(start))
-	a.lastActive.Store(a.node.clock.Now().UnixNano())
+	end := a.node.clock.Now()
+	a.node.metrics.event(a.class, kind, out.err != nil, end.Sub(start))
+	a.lastActive.Store(end.UnixNano())
 	a.busy.Store(false)
 	a.answer(ev, out)
 }
@@ -240,7 +241,7 @@ func (a *actor) runEvent(ev *event) outcome {
 	}
 	if a.needInit {
 		err := a.callHook(ctx, abi.ExportOnInit, 0)
-		a.node.metrics.event(a.class.name, kindInit, err != nil, 0)
+		a.node.metrics.event(a.class, kindInit, err != nil, 0)
 		if err != nil {
 			if ev.alarm {
 				a.alarmNotRun()

@@ -53,7 +53,8 @@ import (
 //
 // S sets an actor's entry, C removes it; a later record wins. It is
 // rewritten whole (temporary file, fsync, rename) at start when it holds
-// more records than twice its entries, and when appends make it so.
+// more than twice as many records as entries, plus 1,024 (overgrown), and
+// when appends make it so.
 const alarmIndexHeader = "wasmkeep alarm index 1\n"
 
 type indexEntry struct {
@@ -142,7 +143,7 @@ func (ix *alarmIndex) load(body []byte, torn bool, arm func(map[string]indexEntr
 	start := ix.clock.Now()
 	ix.items, ix.lines = parseAlarmIndex(body, ix.tenant)
 	var err error
-	if torn || ix.lines > 2*len(ix.items)+1024 { // an append would join a torn line; or too long
+	if torn || ix.overgrown() { // an append would join a torn line; or too long
 		err = ix.rewrite()
 	} else {
 		ix.f, err = os.OpenFile(ix.path, os.O_WRONLY|os.O_APPEND, 0)
@@ -196,23 +197,6 @@ func parseAlarmIndex(body []byte, tenant string) (map[string]indexEntry, int) {
 		}
 	}
 	return items, lines
-}
-
-// readAlarmIndex checks and parses the file at path.
-func readAlarmIndex(path, tenant string) (map[string]indexEntry, int, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, 0, err
-	}
-	body, torn, err := checkAlarmIndex(path, data)
-	if err != nil {
-		return nil, 0, err
-	}
-	items, lines := parseAlarmIndex(body, tenant)
-	if torn {
-		lines = -1
-	}
-	return items, lines, nil
 }
 
 func formatIndexRecord(op byte, e indexEntry) string {
@@ -444,7 +428,7 @@ func (ix *alarmIndex) settle(key, class, name string, at int64, has bool, durabl
 	} else {
 		err = ix.append('C', key, e)
 	}
-	grown := ix.lines > 2*len(ix.items)+1024
+	grown := ix.overgrown()
 	ix.mu.Unlock()
 	if err != nil {
 		ix.log.Error("alarm index: the entry stays as it was", "actor", key, "err", err)
@@ -460,7 +444,7 @@ func (ix *alarmIndex) compact() {
 	defer ix.syncMu.Unlock()
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	if ix.bad == nil && ix.lines <= 2*len(ix.items)+1024 {
+	if ix.bad == nil && !ix.overgrown() {
 		return
 	}
 	if err := ix.rewrite(); err != nil {
@@ -482,17 +466,9 @@ func (ix *alarmIndex) close() {
 	}
 }
 
-// entries returns the index's entries.
-func (ix *alarmIndex) entries() map[string]indexEntry {
-	<-ix.ready
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	out := make(map[string]indexEntry, len(ix.items))
-	for k, e := range ix.items {
-		out[k] = e
-	}
-	return out
-}
+// overgrown reports whether the file holds so many more records than
+// entries that it is worth rewriting; ix.mu is held.
+func (ix *alarmIndex) overgrown() bool { return ix.lines > 2*len(ix.items)+1024 }
 
 // loadAlarms feeds the timer, at start, from the alarm index: the entries
 // of the served classes (the others stay in the index for when they are).

@@ -131,3 +131,32 @@ func BenchmarkAlarmIndex100k(b *testing.B) {
 		}
 	})
 }
+
+// readAlarmIndex checks and parses the file at path.
+func readAlarmIndex(path, tenant string) (map[string]indexEntry, int, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	body, torn, err := checkAlarmIndex(path, data)
+	if err != nil {
+		return nil, 0, err
+	}
+	items, lines := parseAlarmIndex(body, tenant)
+	if torn {
+		lines = -1
+	}
+	return items, lines, nil
+}
+
+// entries returns the index's entries.
+func (ix *alarmIndex) entries() map[string]indexEntry {
+	<-ix.ready
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	out := make(map[string]indexEntry, len(ix.items))
+	for k, e := range ix.items {
+		out[k] = e
+	}
+	return out
+}

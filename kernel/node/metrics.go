@@ -124,21 +124,21 @@ func (n *Node) MetricsHandler() http.Handler {
 	return promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{Registry: n.metrics.reg})
 }
 
-// event counts one event of a class ("" for the stateless component, whose
-// requests are counted apart).
-func (m *metrics) event(class, kind string, failed bool, took time.Duration) {
+// event counts one event of class c (the stateless component's requests
+// are counted apart).
+func (m *metrics) event(c *class, kind string, failed bool, took time.Duration) {
 	outcome := "ok"
 	if failed {
 		outcome = "failed"
 	}
-	if class == "" {
+	if c.stateless {
 		m.stateless.WithLabelValues(outcome).Inc()
 		m.statelessDuration.Observe(took.Seconds())
 		return
 	}
-	m.events.WithLabelValues(class, kind, outcome).Inc()
+	m.events.WithLabelValues(c.name, kind, outcome).Inc()
 	if kind != kindInit {
-		m.duration.WithLabelValues(class).Observe(took.Seconds())
+		m.duration.WithLabelValues(c.name).Observe(took.Seconds())
 	}
 }
 
