@@ -196,37 +196,30 @@ func (drv *driver) Restore(ctx context.Context, root string, addr abi.Address, s
 		return err
 	}
 	tmp := path + restoringSuffix
+	defer removeWithLogs(tmp) // on failure; after the rename there is nothing left to remove
 	if err := writeSynced(tmp, src); err != nil {
-		removeWithLogs(tmp)
 		return fmt.Errorf("restore %s: writing the new database: %w", path, err)
 	}
 	if err := drv.check(tmp); err != nil {
-		removeWithLogs(tmp)
 		return fmt.Errorf("restore %s: the new database: %w", path, err)
 	}
 	if err := ctx.Err(); err != nil {
-		removeWithLogs(tmp)
 		return err
 	}
 	if _, err := os.Stat(path); err == nil {
 		if err := drv.checkpoint(path); err != nil {
-			removeWithLogs(tmp)
 			return fmt.Errorf("restore %s: checkpointing the old database: %w", path, err)
 		}
 		if err := removeWithLogs(path + replacedSuffix); err != nil {
-			removeWithLogs(tmp)
 			return err
 		}
 		if err := os.Link(path, path+replacedSuffix); err != nil {
-			removeWithLogs(tmp)
 			return fmt.Errorf("restore %s: keeping the old database: %w", path, err)
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		removeWithLogs(tmp)
 		return err
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		removeWithLogs(tmp)
 		return fmt.Errorf("restore %s: %w", path, err)
 	}
 	return syncDir(dir)
@@ -287,18 +280,11 @@ func (drv *driver) checkpoint(path string) error {
 		if _, err := pragmaOn(c, "PRAGMA journal_mode"); err != nil { // reads the header, recovers the log
 			return err
 		}
-		s, _, err := c.prepare("PRAGMA wal_checkpoint(TRUNCATE)")
-		if err != nil {
-			return err
+		busy, err := pragmaOn(c, "PRAGMA wal_checkpoint(TRUNCATE)")
+		if err == nil && busy.Int != 0 {
+			err = errors.New("the log could not be checkpointed")
 		}
-		defer s.finalize()
-		if _, err := s.step(); err != nil {
-			return err
-		}
-		if busy := s.column(0); busy.Int != 0 {
-			return errors.New("the log could not be checkpointed")
-		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return err

@@ -137,10 +137,11 @@ func (d *db) scanLog(from capturePos, all bool) (walScan, error) {
 		}
 	}
 	// The frames of the transaction being read, until its commit frame.
-	var pending []struct {
+	type frame struct {
 		pgno uint32
-		off  int64
+		off  int64 // of its page
 	}
+	var pending []frame
 	frameSize := int64(walFrameHeaderSize) + int64(h.pageSize)
 	buf := make([]byte, frameSize)
 	ck0, ck1 := pos.ck0, pos.ck1
@@ -163,10 +164,7 @@ func (d *db) scanLog(from capturePos, all bool) (walScan, error) {
 		if pgno == 0 {
 			return s, fmt.Errorf("the log holds a frame for page 0 at offset %d", off)
 		}
-		pending = append(pending, struct {
-			pgno uint32
-			off  int64
-		}{pgno, off + walFrameHeaderSize})
+		pending = append(pending, frame{pgno, off + walFrameHeaderSize})
 		if commit := binary.BigEndian.Uint32(buf[4:]); commit != 0 {
 			for _, p := range pending {
 				s.frames[p.pgno] = p.off
