@@ -63,7 +63,11 @@ var WASIPreview1 = map[string]Signature{
 func wasiSig(params string) Signature {
 	s := Signature{Results: []ValueType{I32}}
 	for _, c := range params {
-		s.Params = append(s.Params, map[rune]ValueType{'i': I32, 'I': I64}[c])
+		t := I32
+		if c == 'I' {
+			t = I64
+		}
+		s.Params = append(s.Params, t)
 	}
 	return s
 }

@@ -90,11 +90,14 @@ func conformanceBucket(cmd *cobra.Command, reg *plugin.Registry, f conformanceFl
 	for _, r := range buckettest.Rules() {
 		width = max(width, len(r.Name))
 	}
-	failed := 0
+	failed, capabilities := 0, 0
 	var lacking []string
 	// A line as each rule ends: the large and racing rules take a while.
 	results, err := buckettest.Check(ctx, b, f.opts, func(r buckettest.Result) {
 		status, why := "passed", r.Summary
+		if r.Rule.Capability {
+			capabilities++
+		}
 		switch {
 		case r.Failed():
 			status, why = "FAILED", r.Err.Error()
@@ -112,12 +115,6 @@ func conformanceBucket(cmd *cobra.Command, reg *plugin.Registry, f conformanceFl
 	}
 	if err != nil {
 		return err
-	}
-	capabilities := 0
-	for _, r := range results {
-		if r.Rule.Capability {
-			capabilities++
-		}
 	}
 	rules := len(results) - capabilities
 	fmt.Fprintf(out, "%d rules: %d passed, %d failed\n", rules, rules-failed, failed)

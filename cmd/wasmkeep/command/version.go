@@ -138,17 +138,12 @@ func printVersion(cmd *cobra.Command, reg *plugin.Registry, b build) error {
 		if in.Kind != plugin.Runtime {
 			continue
 		}
-		fmt.Fprintf(tw, "engine\t%s\n", describePlugin(b, in, "engine"))
+		fmt.Fprintf(tw, "engine\t%s\n", describeEngine(b, in))
 	}
 	if _, ok := reg.Get(plugin.Storage, "sqlite"); ok {
 		for _, lib := range libraries {
-			if lib.what != "SQLite driver" {
-				continue
-			}
-			if path, v, ok := b.linked(lib); ok {
-				fmt.Fprintf(tw, "SQLite driver\t%s (%s %s)\n", lib.name, path, v)
-			} else {
-				fmt.Fprintf(tw, "SQLite driver\t%s: not in this build\n", lib.name)
+			if lib.what == "SQLite driver" {
+				fmt.Fprintf(tw, "SQLite driver\t%s\n", b.describe(lib, ": not in this build"))
 			}
 		}
 	}
@@ -162,18 +157,25 @@ func printVersion(cmd *cobra.Command, reg *plugin.Registry, b build) error {
 	return tw.Flush()
 }
 
-// describePlugin is a plugin's name, its library and the library's version
-// when it is a known one, or why the build lacks it.
-func describePlugin(b build, in plugin.Info, what string) string {
+// describeEngine is a runtime plugin's name, its library and the
+// library's version when it is a known one, or why the build lacks it.
+func describeEngine(b build, in plugin.Info) string {
 	if in.Unavailable != "" {
 		return in.Name + ": not in this build (" + in.Unavailable + ")"
 	}
 	for _, lib := range libraries {
-		if lib.what == what && lib.name == in.Name {
-			if path, v, ok := b.linked(lib); ok {
-				return fmt.Sprintf("%s (%s %s)", in.Name, path, v)
-			}
+		if lib.what == "engine" && lib.name == in.Name {
+			return b.describe(lib, "")
 		}
 	}
 	return in.Name
+}
+
+// describe is lib's name with its module path and version if the build
+// links it, else its name followed by missing.
+func (b build) describe(lib library, missing string) string {
+	if path, v, ok := b.linked(lib); ok {
+		return fmt.Sprintf("%s (%s %s)", lib.name, path, v)
+	}
+	return lib.name + missing
 }
