@@ -5,6 +5,7 @@
 package linearmem
 
 import (
+	"bytes"
 	"errors"
 
 	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
@@ -34,19 +35,19 @@ type Layout struct {
 // says; the caller decides what that means.
 func ReadLayout(wasm []byte) (Layout, error) {
 	var l Layout
-	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
+	if len(wasm) < len(wasmbin.Header) || !bytes.HasPrefix(wasm, wasmbin.Header[:4]) { // any version
 		return l, errors.New("not a WebAssembly module")
 	}
 	// Numbers are read strictly: the layout can stand in for the data
 	// section (the wazero plugin drops it), so it must not read one an
 	// engine would refuse.
-	r := wasmbin.Reader{Rest: wasm[8:]}
+	r := wasmbin.Reader{Rest: wasm[len(wasmbin.Header):]}
 	memories := -1
 	for !r.Done() {
 		id := r.Byte()
 		s := wasmbin.Reader{Rest: r.Bytes(r.StrictU32())}
 		switch id {
-		case 2: // import
+		case wasmbin.ImportSection:
 			for n := s.StrictU32(); n > 0 && s.Err == nil; n-- {
 				s.Bytes(s.StrictU32()) // module
 				s.Bytes(s.StrictU32()) // name
@@ -57,13 +58,13 @@ func ReadLayout(wasm []byte) (Layout, error) {
 					return l, errors.New("the module imports something other than functions")
 				}
 			}
-		case 5: // memory
+		case wasmbin.MemorySection:
 			memories = int(s.StrictU32())
 			if flags := s.Byte(); flags&^1 != 0 {
 				return l, errors.New("a shared or 64-bit memory")
 			}
 			l.MinBytes = uint64(s.StrictU32()) << 16
-		case 11: // data
+		case wasmbin.DataSection:
 			for n := s.StrictU32(); n > 0 && s.Err == nil; n-- {
 				if s.StrictU32() != 0 || s.Byte() != 0x41 { // active in memory 0, i32.const
 					return l, errors.New("a data segment is passive or not at a constant offset")
@@ -77,7 +78,7 @@ func ReadLayout(wasm []byte) (Layout, error) {
 				l.End = max(l.End, uint64(off)+uint64(len(b)))
 				l.Data += uint64(len(b))
 			}
-		case 12: // data count
+		case wasmbin.DataCountSection:
 			return l, errors.New("a data count section")
 		}
 		r.Err = errors.Join(r.Err, s.Err)

@@ -65,8 +65,6 @@ const (
 	MaxLocals = 50000
 )
 
-var header = []byte{0x00, 'a', 's', 'm', 0x01, 0x00, 0x00, 0x00}
-
 // ErrNotWasm is what Check returns for bytes that are not a binary module.
 var ErrNotWasm = errors.New("not a WebAssembly 1.0 binary module (bad magic number or version)")
 
@@ -75,10 +73,10 @@ var ErrNotWasm = errors.New("not a WebAssembly 1.0 binary module (bad magic numb
 // cannot read. It does not validate: what it accepts may still be refused by
 // an engine.
 func Check(wasm []byte) error {
-	if !bytes.HasPrefix(wasm, header) {
+	if !bytes.HasPrefix(wasm, wasmbin.Header) {
 		return ErrNotWasm
 	}
-	r := wasmbin.Reader{Rest: wasm[len(header):]}
+	r := wasmbin.Reader{Rest: wasm[len(wasmbin.Header):]}
 	var params []uint32      // of each type
 	var funcs wasmbin.Reader // the function section: each function's type
 	for !r.Done() {
@@ -89,29 +87,21 @@ func Check(wasm []byte) error {
 		}
 		var err error
 		switch id {
-		case typeSection:
+		case wasmbin.TypeSection:
 			params, err = paramCounts(payload)
-		case functionSection:
+		case wasmbin.FunctionSection:
 			funcs = wasmbin.Reader{Rest: payload}
 			funcs.Count()
 			err = funcs.Err
-		case codeSection:
+		case wasmbin.CodeSection:
 			err = checkCode(payload, params, &funcs)
 		}
 		if err != nil {
-			return fmt.Errorf("%s section: %w", sectionNames[id], err)
+			return fmt.Errorf("%s: %w", wasmbin.SectionName(id), err)
 		}
 	}
 	return r.Err
 }
-
-const (
-	typeSection     = 1
-	functionSection = 3
-	codeSection     = 10
-)
-
-var sectionNames = map[byte]string{typeSection: "type", functionSection: "function", codeSection: "code"}
 
 // paramCounts reads the type section and returns each type's number of
 // parameters.

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
 )
 
 func uleb(v int) []byte {
@@ -32,11 +34,11 @@ func moduleParams(params int, bodies ...[]byte) []byte {
 		code = append(code, 0x0b)
 		funcs = append(funcs, 0)
 	}
-	wasm := append([]byte(nil), header...)
+	wasm := append([]byte(nil), wasmbin.Header...)
 	typ := append(append([]byte{1, 0x60}, uleb(params)...), bytes.Repeat([]byte{0x7f}, params)...)
 	wasm = append(append(append(wasm, 1), uleb(len(typ)+1)...), append(typ, 0)...)
 	wasm = append(append(append(wasm, 3), uleb(len(funcs))...), funcs...)
-	return append(append(append(wasm, codeSection), uleb(len(code))...), code...)
+	return append(append(append(wasm, wasmbin.CodeSection), uleb(len(code))...), code...)
 }
 
 // blocks is a body without locals that opens n nested blocks.
@@ -73,7 +75,7 @@ func TestCheck(t *testing.T) {
 		wasm []byte
 		want string // "" to pass
 	}{
-		{"empty module", header, ""},
+		{"empty module", wasmbin.Header, ""},
 		{"every immediate", module(immediates), ""},
 		{"MaxBlocks nested blocks", module(blocks(MaxBlocks)), ""},
 		{"one block more", module(blocks(MaxBlocks + 1)), "code section: function 0: more than 16384 blocks"},
@@ -92,7 +94,7 @@ func TestCheck(t *testing.T) {
 		{"a byte more", module(append([]byte{0}, make([]byte, MaxFunctionSize-1)...)), "function 0 takes 1048577 bytes, at most 1048576 allowed"},
 		{"MaxLocals", module(append([]byte{2}, append(uleb(MaxLocals-1), 0x7f, 1, 0x7e)...)), ""},
 		{"a local more", module(append([]byte{2}, append(uleb(MaxLocals), 0x7f, 1, 0x7e)...)), "50001 locals, at most 50000 allowed"},
-		{"unknown type form", append(append([]byte(nil), header...), 1, 2, 1, 0x5f), "type section: type 0: unknown type form 0x5f"},
+		{"unknown type form", append(append([]byte(nil), wasmbin.Header...), 1, 2, 1, 0x5f), "type section: type 0: unknown type form 0x5f"},
 		{"unknown opcode", module([]byte{0, 0x06}), "unknown opcode 0x6"},
 		{"truncated", truncated, "truncated module"},
 		{"not wasm", []byte("hello, world"), ErrNotWasm.Error()},

@@ -46,36 +46,6 @@ const (
 	maxTableElements = 1 << 20
 )
 
-var wasmHeader = []byte{0x00, 'a', 's', 'm', 0x01, 0x00, 0x00, 0x00}
-
-// Section ids.
-const (
-	customSection    = 0
-	typeSection      = 1
-	importSection    = 2
-	functionSection  = 3
-	tableSection     = 4
-	memorySection    = 5
-	globalSection    = 6
-	exportSection    = 7
-	startSection     = 8
-	elementSection   = 9
-	codeSection      = 10
-	dataSection      = 11
-	dataCountSection = 12
-	tagSection       = 13
-)
-
-var sectionNames = [...]string{"custom", "type", "import", "function", "table", "memory", "global",
-	"export", "start", "element", "code", "data", "data count", "tag"}
-
-func sectionName(id byte) string {
-	if int(id) < len(sectionNames) {
-		return sectionNames[id] + " section"
-	}
-	return fmt.Sprintf("section %d", id)
-}
-
 // Import and export kinds.
 const (
 	kindFunc   = 0
@@ -113,7 +83,7 @@ func prepare(wasm []byte) (*prepared, error) {
 		return nil, err
 	}
 	var secs []section
-	r := wasmbin.Reader{Rest: wasm[len(wasmHeader):]}
+	r := wasmbin.Reader{Rest: wasm[len(wasmbin.Header):]}
 	for !r.Done() {
 		start := r.Rest
 		id, payload := r.Byte(), r.Bytes(r.U32())
@@ -132,23 +102,23 @@ func prepare(wasm []byte) (*prepared, error) {
 	for _, s := range secs {
 		var err error
 		switch s.id {
-		case importSection:
+		case wasmbin.ImportSection:
 			p.imports, err = readImports(s.payload)
 			for _, imp := range p.imports {
 				importedGlobals += b2u(imp.kind == kindGlobal)
 				importedTables += b2u(imp.kind == kindTable)
 			}
-		case tableSection:
+		case wasmbin.TableSection:
 			tables, err = capTables(s.payload, importedTables)
-		case globalSection:
+		case wasmbin.GlobalSection:
 			globals, err = s.payload, checkOther(s.id, s.payload)
-		case codeSection:
+		case wasmbin.CodeSection:
 			hasCode = true // checked as it is instrumented
 		default:
 			err = checkOther(s.id, s.payload)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", sectionName(s.id), err)
+			return nil, fmt.Errorf("%s: %w", wasmbin.SectionName(s.id), err)
 		}
 	}
 
@@ -170,27 +140,27 @@ func prepare(wasm []byte) (*prepared, error) {
 		globals = append(appendI32(globals, checkPeriod), 0x0b)
 	}
 
-	out := append(make([]byte, 0, len(wasm)+len(wasm)/8), wasmHeader...)
+	out := append(make([]byte, 0, len(wasm)+len(wasm)/8), wasmbin.Header...)
 	placedGlobals := globals == nil
 	for _, s := range secs {
-		if !placedGlobals && (s.id == globalSection || afterGlobals(s.id)) {
-			out = appendSection(out, globalSection, globals)
+		if !placedGlobals && (s.id == wasmbin.GlobalSection || afterGlobals(s.id)) {
+			out = appendSection(out, wasmbin.GlobalSection, globals)
 			placedGlobals = true
 		}
 		switch s.id {
-		case globalSection:
-		case dataSection:
+		case wasmbin.GlobalSection:
+		case wasmbin.DataSection:
 			if p.image == nil {
 				out = append(out, s.raw...)
 			}
-		case tableSection:
-			out = appendSection(out, tableSection, tables)
-		case codeSection:
+		case wasmbin.TableSection:
+			out = appendSection(out, wasmbin.TableSection, tables)
+		case wasmbin.CodeSection:
 			code, err := instrumentCode(s.payload, prologue(counter))
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", sectionName(s.id), err)
+				return nil, fmt.Errorf("%s: %w", wasmbin.SectionName(s.id), err)
 			}
-			out = appendSection(out, codeSection, code)
+			out = appendSection(out, wasmbin.CodeSection, code)
 		default:
 			out = append(out, s.raw...)
 		}
@@ -216,7 +186,7 @@ func memoryImage(wasm []byte) []byte {
 
 // afterGlobals reports whether sections with id come after the global
 // section: export, start, element, data count, code, data.
-func afterGlobals(id byte) bool { return id >= exportSection && id <= dataCountSection }
+func afterGlobals(id byte) bool { return id >= wasmbin.ExportSection && id <= wasmbin.DataCountSection }
 
 func b2u(b bool) uint32 {
 	if b {
@@ -239,14 +209,14 @@ func checkSection(payload []byte, entry func(*reader)) error {
 func checkOther(id byte, payload []byte) error {
 	r := reader{wasmbin.Reader{Rest: payload}}
 	switch id {
-	case customSection:
+	case wasmbin.CustomSection:
 		if r.name() == "name" {
 			r.nameSection()
 		} else {
 			r.Rest = nil // wazero keeps neither custom sections nor DWARF here
 		}
 		return r.end()
-	case typeSection:
+	case wasmbin.TypeSection:
 		return checkSection(payload, func(r *reader) {
 			if r.Byte() != 0x60 {
 				r.Failf("function type does not start with 0x60")
@@ -257,26 +227,26 @@ func checkOther(id byte, payload []byte) error {
 				}
 			}
 		})
-	case functionSection:
+	case wasmbin.FunctionSection:
 		return checkSection(payload, func(r *reader) { r.U32() })
-	case memorySection:
+	case wasmbin.MemorySection:
 		return checkSection(payload, func(r *reader) { r.limits() })
-	case globalSection:
+	case wasmbin.GlobalSection:
 		return checkSection(payload, func(r *reader) {
 			r.ValueType()
 			r.Byte() // mutability
 			r.constExpr()
 		})
-	case tagSection:
+	case wasmbin.TagSection:
 		return checkSection(payload, func(r *reader) { r.Byte(); r.U32() })
-	case exportSection:
+	case wasmbin.ExportSection:
 		return checkSection(payload, func(r *reader) { r.name(); r.Byte(); r.U32() })
-	case startSection, dataCountSection:
+	case wasmbin.StartSection, wasmbin.DataCountSection:
 		r.U32()
 		return r.end()
-	case elementSection:
+	case wasmbin.ElementSection:
 		return checkSection(payload, (*reader).element)
-	case dataSection:
+	case wasmbin.DataSection:
 		return checkSection(payload, func(r *reader) {
 			switch r.U32() {
 			case 0:

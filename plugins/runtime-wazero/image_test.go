@@ -7,17 +7,18 @@ import (
 
 	"github.com/tetratelabs/wazero"
 
+	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
 // dataModule is a module with a memory of minPages, exported as "memory",
 // and the given data section payload (none if nil).
 func dataModule(minPages byte, data []byte, extra ...[]byte) []byte {
-	secs := [][]byte{sec(memorySection, 1, 0, minPages)}
-	secs = append(secs, sec(exportSection, 1, 6, 'm', 'e', 'm', 'o', 'r', 'y', kindMemory, 0))
+	secs := [][]byte{sec(wasmbin.MemorySection, 1, 0, minPages)}
+	secs = append(secs, sec(wasmbin.ExportSection, 1, 6, 'm', 'e', 'm', 'o', 'r', 'y', kindMemory, 0))
 	secs = append(secs, extra...)
 	if data != nil {
-		secs = append(secs, sec(dataSection, data...))
+		secs = append(secs, sec(wasmbin.DataSection, data...))
 	}
 	return binaryModule(secs...)
 }
@@ -88,8 +89,8 @@ func TestMemoryImage(t *testing.T) {
 		{"past the end of memory", dataModule(1, vector(activeSegment(0, []byte("ok")), activeSegment(65536-1, []byte("no")))), false},
 		{"negative offset", dataModule(1, vector(activeSegment(-1, []byte("x")))), false},
 		{"sparse", dataModule(64, vector(activeSegment(3<<20, []byte("far")))), false},
-		{"passive segment", dataModule(1, vector(activeSegment(1, []byte("x")), passive), sec(dataCountSection, 2)), false},
-		{"offset from a global", dataModule(1, vector(globalOffset), sec(globalSection, 1, 0x7f, 0, 0x41, 8, 0x0b)), false},
+		{"passive segment", dataModule(1, vector(activeSegment(1, []byte("x")), passive), sec(wasmbin.DataCountSection, 2)), false},
+		{"offset from a global", dataModule(1, vector(globalOffset), sec(wasmbin.GlobalSection, 1, 0x7f, 0, 0x41, 8, 0x0b)), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := prepare(tc.wasm)

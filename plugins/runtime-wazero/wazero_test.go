@@ -10,6 +10,7 @@ import (
 	"github.com/tetratelabs/wazero"
 
 	"github.com/wasmkeep/wasmkeep/conformance/runtimetest"
+	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
 	"github.com/wasmkeep/wasmkeep/internal/wasmbounds"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
@@ -78,10 +79,10 @@ func TestCacheDirOfUnversionedBuild(t *testing.T) {
 // prepare never panics, and what it returns for a module wazero accepts is
 // accepted too.
 func FuzzPrepare(f *testing.F) {
-	f.Add(wasmHeader)
+	f.Add(wasmbin.Header)
 	f.Add(binaryModule(voidFunc()...))
 	f.Add(binaryModule(tableGuest(1, -1)...))
-	f.Add(binaryModule(sec(dataSection, 0xff, 0xff, 0xff, 0xff, 0x0f)))
+	f.Add(binaryModule(sec(wasmbin.DataSection, 0xff, 0xff, 0xff, 0xff, 0x0f)))
 	ctx := context.Background()
 	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
 	defer rt.Close(ctx)
@@ -103,7 +104,7 @@ func FuzzPrepare(f *testing.F) {
 
 // binaryModule assembles a module from its sections.
 func binaryModule(sections ...[]byte) []byte {
-	out := append([]byte(nil), wasmHeader...)
+	out := append([]byte(nil), wasmbin.Header...)
 	for _, s := range sections {
 		out = append(out, s...)
 	}
@@ -121,9 +122,9 @@ func voidFunc(locals ...uint32) [][]byte {
 	}
 	code = append(code, 0x0b)
 	return [][]byte{
-		sec(typeSection, 1, 0x60, 0, 0),
-		sec(functionSection, 1, 0),
-		sec(codeSection, append(appendU32([]byte{1}, uint32(len(code))), code...)...),
+		sec(wasmbin.TypeSection, 1, 0x60, 0, 0),
+		sec(wasmbin.FunctionSection, 1, 0),
+		sec(wasmbin.CodeSection, append(appendU32([]byte{1}, uint32(len(code))), code...)...),
 	}
 }
 
@@ -136,11 +137,11 @@ func tableGuest(min uint32, max int64) [][]byte {
 	}
 	body := []byte{0, 0xd0, 0x70, 0x20, 0, 0xfc, 0x0f, 0, 0x0b} // ref.null func; local.get 0; table.grow 0
 	return [][]byte{
-		sec(typeSection, 1, 0x60, 1, 0x7f, 1, 0x7f),
-		sec(functionSection, 1, 0),
-		sec(tableSection, append([]byte{1, 0x70}, limits...)...),
-		sec(exportSection, 1, 4, 'g', 'r', 'o', 'w', kindFunc, 0),
-		sec(codeSection, append([]byte{1, byte(len(body))}, body...)...),
+		sec(wasmbin.TypeSection, 1, 0x60, 1, 0x7f, 1, 0x7f),
+		sec(wasmbin.FunctionSection, 1, 0),
+		sec(wasmbin.TableSection, append([]byte{1, 0x70}, limits...)...),
+		sec(wasmbin.ExportSection, 1, 4, 'g', 'r', 'o', 'w', kindFunc, 0),
+		sec(wasmbin.CodeSection, append([]byte{1, byte(len(body))}, body...)...),
 	}
 }
 
@@ -160,15 +161,15 @@ func TestRefusedModules(t *testing.T) {
 	huge := []byte{0xff, 0xff, 0xff, 0xff, 0x0f}
 	tables := append([]byte{maxTables + 1}, bytes.Repeat([]byte{0x70, 0, 0}, maxTables+1)...)
 	for name, wasm := range map[string][]byte{
-		"data segments":     binaryModule(sec(dataSection, huge...)),
-		"custom name":       binaryModule(sec(customSection, huge...)),
-		"parameters":        binaryModule(sec(typeSection, append([]byte{1, 0x60}, huge...)...)),
-		"import name":       binaryModule(sec(importSection, append([]byte{1}, huge...)...)),
-		"function names":    binaryModule(sec(customSection, append([]byte{4, 'n', 'a', 'm', 'e', 1, 5}, huge...)...)),
-		"element functions": binaryModule(sec(elementSection, append([]byte{1, 1, 0}, huge...)...)),
+		"data segments":     binaryModule(sec(wasmbin.DataSection, huge...)),
+		"custom name":       binaryModule(sec(wasmbin.CustomSection, huge...)),
+		"parameters":        binaryModule(sec(wasmbin.TypeSection, append([]byte{1, 0x60}, huge...)...)),
+		"import name":       binaryModule(sec(wasmbin.ImportSection, append([]byte{1}, huge...)...)),
+		"function names":    binaryModule(sec(wasmbin.CustomSection, append([]byte{4, 'n', 'a', 'm', 'e', 1, 5}, huge...)...)),
+		"element functions": binaryModule(sec(wasmbin.ElementSection, append([]byte{1, 1, 0}, huge...)...)),
 		"locals":            binaryModule(voidFunc(wasmbounds.MaxLocals, 0x7f, 1, 0x7f)...),
 		"table elements":    binaryModule(tableGuest(maxTableElements+1, -1)...),
-		"tables":            binaryModule(sec(tableSection, tables...)),
+		"tables":            binaryModule(sec(wasmbin.TableSection, tables...)),
 	} {
 		if m, err := e.Compile(t.Context(), wasm); err == nil {
 			m.Close(t.Context())
@@ -226,11 +227,11 @@ func TestHostFunctionWithoutMemory(t *testing.T) {
 	defer e.Close(t.Context())
 	body := []byte{0, 0x10, 0, 0x0b} // call 0
 	wasm := binaryModule(
-		sec(typeSection, 1, 0x60, 0, 0),
-		sec(importSection, 1, 3, 'e', 'n', 'v', 5, 'p', 'r', 'o', 'b', 'e', kindFunc, 0),
-		sec(functionSection, 1, 0),
-		sec(exportSection, 1, 3, 'r', 'u', 'n', kindFunc, 1),
-		sec(codeSection, append([]byte{1, byte(len(body))}, body...)...))
+		sec(wasmbin.TypeSection, 1, 0x60, 0, 0),
+		sec(wasmbin.ImportSection, 1, 3, 'e', 'n', 'v', 5, 'p', 'r', 'o', 'b', 'e', kindFunc, 0),
+		sec(wasmbin.FunctionSection, 1, 0),
+		sec(wasmbin.ExportSection, 1, 3, 'r', 'u', 'n', kindFunc, 1),
+		sec(wasmbin.CodeSection, append([]byte{1, byte(len(body))}, body...)...))
 	m, err := e.Compile(t.Context(), wasm)
 	if err != nil {
 		t.Fatal(err)
