@@ -178,8 +178,8 @@ func (b *bench) measure() ([]Row, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	add("startup_to_first_response", ms(percentile(fresh, 0.5)), "ms")
-	add("startup_to_first_response_restart", ms(percentile(restart, 0.5)), "ms")
+	add("startup_to_first_response", Ms(percentile(fresh, 0.5)), "ms")
+	add("startup_to_first_response_restart", Ms(percentile(restart, 0.5)), "ms")
 
 	dir, err := os.MkdirTemp(b.scratch, "data-")
 	if err != nil {
@@ -279,19 +279,19 @@ func (b *bench) onServer(srv *server) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	add("first_request_new_actor_p50", us(percentile(firsts, 0.5)), "us")
+	add("first_request_new_actor_p50", Us(percentile(firsts, 0.5)), "us")
 
 	reads, writes, durable, err := b.resident(seq)
 	if err != nil {
 		return nil, err
 	}
-	add("read_resident_p50", us(percentile(reads, 0.5)), "us")
-	add("read_resident_p99", us(percentile(reads, 0.99)), "us")
-	add("write_resident_p50", us(percentile(writes, 0.5)), "us")
-	add("write_resident_p99", us(percentile(writes, 0.99)), "us")
+	add("read_resident_p50", Us(percentile(reads, 0.5)), "us")
+	add("read_resident_p99", Us(percentile(reads, 0.99)), "us")
+	add("write_resident_p50", Us(percentile(writes, 0.5)), "us")
+	add("write_resident_p99", Us(percentile(writes, 0.99)), "us")
 	if durable != nil {
-		add("write_durable_resident_p50", us(percentile(durable, 0.5)), "us")
-		add("write_durable_resident_p99", us(percentile(durable, 0.99)), "us")
+		add("write_durable_resident_p50", Us(percentile(durable, 0.5)), "us")
+		add("write_durable_resident_p99", Us(percentile(durable, 0.99)), "us")
 	}
 
 	if err := srv.alone(); err != nil {
@@ -481,7 +481,7 @@ func (b *bench) throughput(srv *server, c *client) (perSecond, cpuPerRequestUS f
 		return 0, 0, errors.New("no request completed in the throughput run")
 	}
 	b.logf("%d requests in %v, server CPU %v", n, elapsed.Round(time.Millisecond), cpuAfter-cpuBefore)
-	return float64(n) / elapsed.Seconds(), us((cpuAfter - cpuBefore) / time.Duration(n)), nil
+	return float64(n) / elapsed.Seconds(), Us((cpuAfter - cpuBefore) / time.Duration(n)), nil
 }
 
 // fanOut runs fn on n goroutines and returns their errors; after the first
@@ -571,5 +571,6 @@ func percentile(ds []time.Duration, q float64) time.Duration {
 	return s[max(rank, 1)-1]
 }
 
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+// Ms and Us are d in milliseconds and microseconds, for tables and CSVs.
+func Ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+func Us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

@@ -77,11 +77,11 @@ func main() {
 			fmt.Printf("wkhostile: %s at %s on %s; %d counter requests a phase, %d hostile clients\n", *bin, commit, r.engine, *requests, *hostiles)
 			fmt.Printf("%-30s %9s %9s %12s %8s  %s\n", "hostile neighbour", "p50 ms", "p99 ms", "CPU s/event", "events", "hostile answers")
 		}
-		add("counter_p50_"+p.key, us(r.p50), "µs")
-		add("counter_p99_"+p.key, us(r.p99), "µs")
+		add("counter_p50_"+p.key, measure.Us(r.p50), "µs")
+		add("counter_p99_"+p.key, measure.Us(r.p99), "µs")
 		if p.path == "" {
 			aloneCPU = r.cpu / time.Duration(*requests)
-			fmt.Printf("%-30s %9.2f %9.2f %12s %8s\n", p.name, ms(r.p50), ms(r.p99), "-", "-")
+			fmt.Printf("%-30s %9.2f %9.2f %12s %8s\n", p.name, measure.Ms(r.p50), measure.Ms(r.p99), "-", "-")
 			continue
 		}
 		cpu := "-"
@@ -89,11 +89,11 @@ func main() {
 			// The server's CPU in the phase, less what the counter's
 			// requests cost alone, over the hostile events.
 			perEvent := (r.cpu - aloneCPU*time.Duration(*requests)) / time.Duration(n)
-			add("hostile_cpu_per_event_"+p.key, ms(perEvent), "ms")
+			add("hostile_cpu_per_event_"+p.key, measure.Ms(perEvent), "ms")
 			cpu = fmt.Sprintf("%.2f", perEvent.Seconds())
 		}
 		add("hostile_events_"+p.key, float64(len(r.answers)), "events")
-		fmt.Printf("%-30s %9.2f %9.2f %12s %8d  %s\n", p.name, ms(r.p50), ms(r.p99), cpu, len(r.answers), tally(r.answers, r.unfinished))
+		fmt.Printf("%-30s %9.2f %9.2f %12s %8d  %s\n", p.name, measure.Ms(r.p50), measure.Ms(r.p99), cpu, len(r.answers), tally(r.answers, r.unfinished))
 	}
 	path, err := measure.WriteCSV(*out, commit, "-hostile-"+res.Engine, res)
 	if err != nil {
@@ -211,6 +211,3 @@ func tally(answers []string, unfinished int) string {
 	sort.Strings(parts)
 	return strings.Join(parts, "; ")
 }
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

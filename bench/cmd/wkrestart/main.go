@@ -81,7 +81,7 @@ func main() {
 			log.Fatalf("%d actors: %v", n, err)
 		}
 		fmt.Printf("%-10d %14.1f %14.1f   (%.1f-%.1f; %.1f-%.1f)\n", n, median(serving), median(alarm),
-			ms(slices.Min(serving)), ms(slices.Max(serving)), ms(slices.Min(alarm)), ms(slices.Max(alarm)))
+			measure.Ms(slices.Min(serving)), measure.Ms(slices.Max(serving)), measure.Ms(slices.Min(alarm)), measure.Ms(slices.Max(alarm)))
 		rows = append(rows,
 			measure.Row{Metric: fmt.Sprintf("restart_to_serving_%d", n), Value: median(serving), Unit: "ms"},
 			measure.Row{Metric: fmt.Sprintf("restart_to_first_overdue_alarm_%d", n), Value: median(alarm), Unit: "ms"})
@@ -277,6 +277,4 @@ func measurePopulation(srv measure.Wasmkeep, dir string, runs int) (serving, ala
 	return serving, alarm, nil
 }
 
-func median(ds []time.Duration) float64 { return ms(measure.Percentile(ds, 0.5)) }
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+func median(ds []time.Duration) float64 { return measure.Ms(measure.Percentile(ds, 0.5)) }
