@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/wasmkeep/wasmkeep/kernel/node/address"
 )
 
 // AccessMode says which outside requests reach a class's actors (book ADR 0010).
@@ -45,7 +47,7 @@ func ParseAccess(s string) (Access, error) {
 	}
 	names := strings.Split(list, ",")
 	for _, name := range names {
-		if err := checkName(name); err != nil {
+		if err := address.CheckName(name); err != nil {
 			return Access{}, fmt.Errorf("access mode %q: %w", s, err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/node/address"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
@@ -62,7 +63,7 @@ func actorCall(ctx context.Context, st *eventState, mem runtime.Memory, s []uint
 		return strings.HasPrefix(strings.ToLower(h.Name), "x-wasmkeep-")
 	})
 	a := st.actor.addr
-	req.Headers = append(req.Headers, abi.Header{Name: callerHeader, Value: a.Tenant + "/" + a.Class + "/" + escapeName(a.Name)})
+	req.Headers = append(req.Headers, abi.Header{Name: callerHeader, Value: a.Tenant + "/" + a.Class + "/" + address.EscapeName(a.Name)})
 	// The call ends a little before the caller's own wall clock does, so
 	// that the caller lives to handle the timeout.
 	if deadline, ok := ctx.Deadline(); ok {
@@ -114,7 +115,7 @@ func (n *Node) parseCallAddress(addr string) (*class, string, error) {
 	if err != nil {
 		return nil, "", errors.New("the name is not valid percent-encoding")
 	}
-	if err := checkName(name); err != nil {
+	if err := address.CheckName(name); err != nil {
 		return nil, "", err
 	}
 	return c, name, nil
@@ -132,10 +133,4 @@ func callErrorOf(ctx context.Context, err error) (abi.CallErrorKind, string) {
 	default:
 		return abi.CallFailed, err.Error()
 	}
-}
-
-// escapeName percent-encodes every byte of an actor name but ASCII letters,
-// digits and -._~, as the caller header carries it.
-func escapeName(name string) string {
-	return percentEncode(name, func(c byte) bool { return isAlnum(c) || c == '-' || c == '.' || c == '_' || c == '~' })
 }

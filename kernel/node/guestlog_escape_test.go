@@ -16,3 +16,9 @@ func TestGuestLogKeepsTabsEscapesControls(t *testing.T) {
 		t.Fatalf("log:\n%s\nwant:\n%s", buf, want)
 	}
 }
+
+func TestEscapeLine(t *testing.T) {
+	if got := escapeLine([]byte("ok \x1b[31m\xff")); got != `ok \u{1b}[31m\x{ff}` {
+		t.Errorf("got %q", got)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/node/address"
 )
 
 // The request headers a guest may receive: its SDK parses all of them
@@ -59,7 +60,7 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, msg, http.StatusRequestHeaderFieldsTooLarge)
 		return
 	}
-	route, ok, err := parseActorPath(r.URL.EscapedPath())
+	route, ok, err := address.ParsePath(r.URL.EscapedPath())
 	switch {
 	case !ok && n.stateless != nil && !strings.HasPrefix(r.URL.Path, "/_wasmkeep/"):
 		n.serveStateless(w, r)
@@ -71,14 +72,14 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	c := n.classes[route.class]
+	c := n.classes[route.Class]
 	if c == nil {
-		http.Error(w, "unknown class "+strconv.Quote(route.class), http.StatusNotFound)
+		http.Error(w, "unknown class "+strconv.Quote(route.Class), http.StatusNotFound)
 		return
 	}
 	// Where the actor runs comes first: the access rule may read this
 	// node's storage, which only the holder's is.
-	if err := n.place(r.Context(), c, route.name); err != nil {
+	if err := n.place(r.Context(), c, route.Name); err != nil {
 		n.refuse(w, err)
 		return
 	}
@@ -86,27 +87,27 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case c.access.Mode == Internal:
 		n.metrics.refused.WithLabelValues(refusedAccess).Inc()
-		http.Error(w, "class "+strconv.Quote(route.class)+" is internal: outside requests are refused", http.StatusForbidden)
+		http.Error(w, "class "+strconv.Quote(route.Class)+" is internal: outside requests are refused", http.StatusForbidden)
 		return
-	case !c.access.allowsCreate(route.name) && !n.exists(c, route.name):
+	case !c.access.allowsCreate(route.Name) && !n.exists(c, route.Name):
 		n.metrics.refused.WithLabelValues(refusedAccess).Inc()
-		http.Error(w, "unknown actor "+strconv.Quote(route.name), http.StatusNotFound)
+		http.Error(w, "unknown actor "+strconv.Quote(route.Name), http.StatusNotFound)
 		return
 	}
 	if isUpgrade(r) {
-		path := route.rest
+		path := route.Rest
 		if r.URL.RawQuery != "" {
 			path += "?" + r.URL.RawQuery
 		}
-		n.serveWebSocket(w, r, c, route.name, path)
+		n.serveWebSocket(w, r, c, route.Name, path)
 		return
 	}
-	payload, ok := n.readRequest(w, r, route.rest)
+	payload, ok := n.readRequest(w, r, route.Rest)
 	if !ok {
 		return
 	}
 	ev := &event{ctx: r.Context(), payload: payload, reply: make(chan outcome, 1), placed: true}
-	if err := n.deliver(r.Context(), c, route.name, ev); err != nil {
+	if err := n.deliver(r.Context(), c, route.Name, ev); err != nil {
 		n.refuse(w, err)
 		return
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/node/address"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
@@ -193,7 +194,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	if opts.DataDir == "" {
 		return nil, errors.New("node: a data directory is required")
 	}
-	if !ValidIdent(opts.Tenant) {
+	if !address.ValidIdent(opts.Tenant) {
 		return nil, fmt.Errorf("tenant %q must match [a-z][a-z0-9-]{0,63}", opts.Tenant)
 	}
 	if opts.MaxInstances < 1 {
@@ -248,7 +249,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		}
 	}
 	for _, name := range names {
-		if !ValidIdent(name) {
+		if !address.ValidIdent(name) {
 			n.Close()
 			return nil, fmt.Errorf("class name %q must match [a-z][a-z0-9-]{0,63}", name)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/node/address"
 )
 
 // Placement says where an actor runs. The node asks it once for every
@@ -46,7 +47,7 @@ type errElsewhere struct {
 
 func (e *errElsewhere) Error() string {
 	return fmt.Sprintf("actor %s/%s is held by node %s (%s); this node does not forward yet: retry at that node",
-		e.addr.Class, escapeName(e.addr.Name), e.owner.Node, e.owner.Addr)
+		e.addr.Class, address.EscapeName(e.addr.Name), e.owner.Node, e.owner.Addr)
 }
 
 // errUnplaced wraps a Placement's error: the actor's owner is not known now.
