@@ -14,6 +14,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
+	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 )
 
 // fakePlacement answers Here but for the actors moved elsewhere or made
@@ -104,7 +105,7 @@ func TestPlacementHTTP(t *testing.T) {
 
 	// A class only existing actors of which are reached: the placement
 	// answers before this node's storage is asked whether the actor exists.
-	ne, _ := newManualNode(t, node.Options{Placement: p, Access: map[string]node.Access{"probe": mustAccess(t, "existing")}})
+	ne, _ := newManualNode(t, node.Options{Placement: p, Access: map[string]access.Access{"probe": mustAccess(t, "existing")}})
 	code, body = ne.do("GET", "/actor/probe/far/hits", "")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "node n2") {
 		t.Errorf("an actor held by n2, existing-only class: %d %q, want 503 naming n2", code, body)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 	"github.com/wasmkeep/wasmkeep/kernel/node/address"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
@@ -30,21 +31,21 @@ import (
 
 // Options configure a node. Zero values take the defaults in brackets.
 type Options struct {
-	DataDir       string            // where databases live (required)
-	CacheDir      string            // [DataDir/cache] compiled modules, kept across restarts
-	Tenant        string            // [default]
-	Classes       map[string]string // class name to module file
-	Access        map[string]Access // [open] by class: who outside may reach its actors
-	IdleTimeout   time.Duration     // [30s] without events before an actor hibernates
-	CPUBudget     time.Duration     // [50ms] guest CPU per event
-	HostCPUBudget time.Duration     // [3s] CPU per event besides CPUBudget, in host calls or not: the event's CPU cap is their sum
-	WallClock     time.Duration     // [30s] wall time per event
-	MaxInstances  int               // [1000] instances at once: resident actors and stateless requests
-	MemoryLimit   uint32            // [128 MiB] per linear memory, in bytes
-	QueueLimit    int               // [1024] events waiting per actor
-	MaxBodyBytes  int64             // [16 MB] request body
-	AdmissionWait time.Duration     // [250ms] for an idle actor to make room
-	GuestLogRate  int               // [50] lines a second each actor instance may print, bursts of twice that; DiscardGuestLogs for none
+	DataDir       string                   // where databases live (required)
+	CacheDir      string                   // [DataDir/cache] compiled modules, kept across restarts
+	Tenant        string                   // [default]
+	Classes       map[string]string        // class name to module file
+	Access        map[string]access.Access // [open] by class: who outside may reach its actors
+	IdleTimeout   time.Duration            // [30s] without events before an actor hibernates
+	CPUBudget     time.Duration            // [50ms] guest CPU per event
+	HostCPUBudget time.Duration            // [3s] CPU per event besides CPUBudget, in host calls or not: the event's CPU cap is their sum
+	WallClock     time.Duration            // [30s] wall time per event
+	MaxInstances  int                      // [1000] instances at once: resident actors and stateless requests
+	MemoryLimit   uint32                   // [128 MiB] per linear memory, in bytes
+	QueueLimit    int                      // [1024] events waiting per actor
+	MaxBodyBytes  int64                    // [16 MB] request body
+	AdmissionWait time.Duration            // [250ms] for an idle actor to make room
+	GuestLogRate  int                      // [50] lines a second each actor instance may print, bursts of twice that; DiscardGuestLogs for none
 	Storage       storage.Options
 	Env           map[string]map[string]string // by class: its configuration (--env), name to value
 	Stateless     string                       // module file of the stateless component ("" for none)

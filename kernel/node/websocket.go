@@ -17,6 +17,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
@@ -445,7 +446,7 @@ func (n *Node) wsCloseWhere(match func(*socket) bool, code websocket.StatusCode,
 // tells a client to reconnect). An open class keeps them, as before: a
 // message there creates the actor anew, as any outside request may.
 func (a *actor) closeSocketsOnDelete() {
-	if a.class.access.Mode == Open {
+	if a.class.access.Mode == access.Open {
 		return
 	}
 	a.node.wsCloseWhere(func(s *socket) bool { return s.key == a.key }, websocket.StatusNormalClosure, "actor deleted")
@@ -458,7 +459,7 @@ func (a *actor) closeSocketsOnDelete() {
 // creates nothing: a socket event never recreates a deleted actor of an
 // existing or internal class (the book's security model).
 func (a *actor) wsActorGone() bool {
-	if a.class.access.allowsCreate(a.addr.Name) || a.db != nil {
+	if a.class.access.AllowsCreate(a.addr.Name) || a.db != nil {
 		return false
 	}
 	if a.node.hasDatabase(a.addr) {

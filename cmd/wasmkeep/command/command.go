@@ -27,6 +27,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/config"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
+	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
@@ -209,14 +210,14 @@ func nodeSettings(cmd *cobra.Command, cfg config.Node, f serveFlags) (config.Nod
 
 // accessRules parses --access, then node.access for the classes no flag
 // names: a flag overrides the file class by class.
-func accessRules(file map[string]string, flags []string) (map[string]node.Access, error) {
-	rules := map[string]node.Access{}
+func accessRules(file map[string]string, flags []string) (map[string]access.Access, error) {
+	rules := map[string]access.Access{}
 	for _, s := range flags {
 		class, mode, ok := strings.Cut(s, "=")
 		if !ok || class == "" {
 			return nil, fmt.Errorf("--access %q: want CLASS=MODE", s)
 		}
-		a, err := node.ParseAccess(mode)
+		a, err := access.Parse(mode)
 		if err != nil {
 			return nil, fmt.Errorf("--access %q: %w", s, err)
 		}
@@ -226,7 +227,7 @@ func accessRules(file map[string]string, flags []string) (map[string]node.Access
 		if _, set := rules[class]; set {
 			continue
 		}
-		a, err := node.ParseAccess(mode)
+		a, err := access.Parse(mode)
 		if err != nil {
 			return nil, fmt.Errorf("node.access.%s: %w", class, err)
 		}
