@@ -10,6 +10,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cputime"
+	"github.com/wasmkeep/wasmkeep/kernel/node/mailbox"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
@@ -57,7 +58,7 @@ type actor struct {
 	key   string // tenant/class/name, or "stateless": names it in the log
 	prev  *actor // the previous incarnation, possibly still closing
 
-	queue      *mailbox
+	queue      *mailbox.Mailbox[*event]
 	evict      chan struct{}
 	claim      chan bool // the admission that evicts it, under the node's lock: gets its slot (true) or false if it stays
 	stopCh     chan struct{}
@@ -80,7 +81,7 @@ type actor struct {
 func newActor(n *Node, c *class, addr abi.Address, key string, prev *actor) *actor {
 	a := &actor{
 		node: n, class: c, addr: addr, key: key, prev: prev,
-		queue:  newMailbox(n.opts.QueueLimit),
+		queue:  mailbox.New[*event](n.opts.QueueLimit),
 		evict:  make(chan struct{}, 1),
 		stopCh: make(chan struct{}),
 		done:   make(chan struct{}),
@@ -95,13 +96,13 @@ func newActor(n *Node, c *class, addr abi.Address, key string, prev *actor) *act
 
 // enqueue adds ev to the mailbox; the caller holds the node's lock.
 func (a *actor) enqueue(ev *event) error {
-	if !a.queue.push(ev) {
+	if !a.queue.Push(ev) {
 		return errQueueFull
 	}
 	return nil
 }
 
-func (a *actor) idle() bool { return !a.busy.Load() && a.queue.len() == 0 }
+func (a *actor) idle() bool { return !a.busy.Load() && a.queue.Len() == 0 }
 
 func (a *actor) requestEviction() {
 	select {
@@ -129,12 +130,12 @@ func (a *actor) run() {
 	a.idleTimer = idle
 	defer idle.Stop()
 	for {
-		if ev := a.queue.pop(); ev != nil {
+		if ev, ok := a.queue.Pop(); ok {
 			a.handle(ev) // re-arms idle
 			continue
 		}
 		select {
-		case <-a.queue.ready:
+		case <-a.queue.Ready():
 		case <-idle.C():
 			if a.hibernate() {
 				return

@@ -482,7 +482,7 @@ func (n *Node) abandonClaim(victim *actor, claim chan bool) {
 func (n *Node) retire(a *actor) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if a.queue.len() > 0 {
+	if a.queue.Len() > 0 {
 		if a.claim != nil {
 			a.claim <- false
 			a.claim = nil
