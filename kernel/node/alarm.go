@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
@@ -296,9 +297,9 @@ func (n *Node) deliverAlarm(it *alarmItem) {
 	// deliver's admission gives up after AdmissionWait on n.clock.
 	ev := &event{ctx: n.ctx, alarm: true, reply: make(chan outcome, 1)}
 	if err := n.deliver(n.ctx, it.class, it.name, ev); err != nil {
-		var elsewhere *errElsewhere
+		var elsewhere *placement.Elsewhere
 		if errors.As(err, &elsewhere) {
-			n.log.Info("alarm left to the actor's holder", "actor", it.key, "node", elsewhere.owner.Node)
+			n.log.Info("alarm left to the actor's holder", "actor", it.key, "node", elsewhere.Owner.Node)
 			return
 		}
 		if errors.Is(err, errStopping) {

@@ -13,6 +13,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 	"github.com/wasmkeep/wasmkeep/kernel/node/address"
+	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
 )
 
 // The request headers a guest may receive: its SDK parses all of them
@@ -142,8 +143,8 @@ func (n *Node) headersOverCaps(r *http.Request) string {
 // refuse answers and counts a request that could not be delivered.
 func (n *Node) refuse(w http.ResponseWriter, err error) {
 	n.countRefusal(err)
-	var elsewhere *errElsewhere
-	var unplaced *errUnplaced
+	var elsewhere *placement.Elsewhere
+	var unplaced *placement.Unplaced
 	switch {
 	case errors.As(err, &elsewhere): // not run here; forwarding will answer this
 		w.Header().Set("Retry-After", "1")

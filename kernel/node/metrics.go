@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
 )
 
 // Event kinds and outcomes, the labels of wasmkeep_events_total.
@@ -167,7 +169,7 @@ func (n *Node) countRefusal(err error) {
 		n.metrics.refused.WithLabelValues(refusedOverloaded).Inc()
 	case errors.Is(err, errCapacity):
 		n.metrics.refused.WithLabelValues(refusedCapacity).Inc()
-	case errors.Is(err, errStopping), notHere(err):
+	case errors.Is(err, errStopping), placement.NotHere(err):
 		n.metrics.refused.WithLabelValues(refusedUnavailable).Inc()
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 	"github.com/wasmkeep/wasmkeep/kernel/node/address"
+	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
@@ -50,8 +51,8 @@ type Options struct {
 	Env           map[string]map[string]string // by class: its configuration (--env), name to value
 	Stateless     string                       // module file of the stateless component ("" for none)
 	Logger        *slog.Logger
-	Placement     Placement   // [Local] where each actor runs: asked before every delivery
-	Clock         clock.Clock // [clock.Real] what idle timeouts, alarms, admission waits, WebSocket pings and metrics read and wait on
+	Placement     placement.Placement // [Local] where each actor runs: asked before every delivery
+	Clock         clock.Clock         // [clock.Real] what idle timeouts, alarms, admission waits, WebSocket pings and metrics read and wait on
 
 	// Headers that reach an actor: more fields, or more bytes of names,
 	// values and request target, answer 431.
@@ -140,7 +141,7 @@ func (o Options) withDefaults() Options {
 		o.MaxBodyBytes = 16 << 20
 	}
 	if o.Placement == nil {
-		o.Placement = Local{}
+		o.Placement = placement.Local{}
 	}
 	if o.Clock == nil {
 		o.Clock = clock.Real
@@ -372,6 +373,14 @@ func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) er
 		go a.run()
 		return nil
 	}
+}
+
+// place decides whether an event for c/name runs here: nil if it does, a
+// *placement.Elsewhere or *placement.Unplaced if not. It is the one place
+// that asks the Placement (deliver calls it, or the front door before its
+// access check, which reads this node's storage).
+func (n *Node) place(ctx context.Context, c *class, name string) error {
+	return placement.Check(ctx, n.opts.Placement, abi.Address{Tenant: n.opts.Tenant, Class: c.name, Name: name})
 }
 
 // actorKey is an actor's key in n.actors: tenant/class/name.

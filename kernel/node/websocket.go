@@ -18,6 +18,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
+	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
@@ -272,7 +273,7 @@ func (n *Node) wsRead(s *socket) {
 		ev := &event{ctx: n.ctx, payload: msg, reply: make(chan outcome, 1),
 			ws: &wsEvent{hook: abi.ExportOnWebSocketMessage, conn: s.id}}
 		err = n.deliverPatiently(s, ev, n.opts.WallClock)
-		if notHere(err) { // the actor is no longer this node's (or not known to be)
+		if placement.NotHere(err) { // the actor is no longer this node's (or not known to be)
 			n.wsCloseWith(s, websocket.StatusServiceRestart, "the actor moved, reconnect")
 		} else if err != nil && !errors.Is(err, errStopping) { // stopping closes it with 1012
 			n.wsCloseWith(s, websocket.StatusTryAgainLater, "actor overloaded")
@@ -295,7 +296,7 @@ func (n *Node) deliverPatiently(s *socket, ev *event, wait time.Duration) error 
 	limit := cmp.Or(wait, n.opts.WallClock)
 	for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
 		err := n.deliver(n.ctx, s.class, s.name, ev)
-		if err == nil || errors.Is(err, errStopping) || notHere(err) || n.ctx.Err() != nil ||
+		if err == nil || errors.Is(err, errStopping) || placement.NotHere(err) || n.ctx.Err() != nil ||
 			((wait > 0 || n.stopping.Load()) && n.clock.Now().Sub(start) > limit) {
 			return err
 		}
