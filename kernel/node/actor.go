@@ -10,6 +10,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cputime"
+	"github.com/wasmkeep/wasmkeep/kernel/node/guestlog"
 	"github.com/wasmkeep/wasmkeep/kernel/node/mailbox"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
@@ -71,9 +72,9 @@ type actor struct {
 	db       storage.DB
 	inst     runtime.Instance
 	needInit bool
-	logLimit guestLimit // the instance's, shared by stdout and stderr
-	stdout   guestLog
-	stderr   guestLog
+	logLimit guestlog.Limit // the instance's, shared by stdout and stderr
+	stdout   guestlog.Stream
+	stderr   guestlog.Stream
 	state    eventState
 	stack    [3]uint64
 }
@@ -88,9 +89,9 @@ func newActor(n *Node, c *class, addr abi.Address, key string, prev *actor) *act
 	}
 	a.state.actor = a
 	a.lastActive.Store(n.clock.Now().UnixNano())
-	a.logLimit = newGuestLimit(n, key)
-	a.stdout = guestLog{limit: &a.logLimit, stream: "stdout"}
-	a.stderr = guestLog{limit: &a.logLimit, stream: "stderr"}
+	a.logLimit = n.guestLogs.NewLimit(key)
+	a.stdout = guestlog.NewStream(&a.logLimit, "stdout")
+	a.stderr = guestlog.NewStream(&a.logLimit, "stderr")
 	return a
 }
 
@@ -178,9 +179,9 @@ func (a *actor) discardInstance() {
 	a.inst.Close(context.Background())
 	a.inst = nil
 	a.node.metrics.instanceDropped(a.class)
-	a.stdout.flush()
-	a.stderr.flush()
-	a.logLimit.endInstance()
+	a.stdout.Flush()
+	a.stderr.Flush()
+	a.logLimit.EndInstance()
 }
 
 // handle runs one event on a thread of its own, so that the CPU clock of

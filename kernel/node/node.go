@@ -25,6 +25,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 	"github.com/wasmkeep/wasmkeep/kernel/node/address"
+	"github.com/wasmkeep/wasmkeep/kernel/node/guestlog"
 	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
@@ -46,7 +47,7 @@ type Options struct {
 	QueueLimit    int                      // [1024] events waiting per actor
 	MaxBodyBytes  int64                    // [16 MB] request body
 	AdmissionWait time.Duration            // [250ms] for an idle actor to make room
-	GuestLogRate  int                      // [50] lines a second each actor instance may print, bursts of twice that; DiscardGuestLogs for none
+	GuestLogRate  int                      // [50] lines a second each actor instance may print, bursts of twice that; guestlog.Discard for none
 	Storage       storage.Options
 	Env           map[string]map[string]string // by class: its configuration (--env), name to value
 	Stateless     string                       // module file of the stateless component ("" for none)
@@ -132,7 +133,7 @@ func (o Options) withDefaults() Options {
 		o.QueueLimit = 1024
 	}
 	if o.GuestLogRate == 0 {
-		o.GuestLogRate = defaultGuestLogRate
+		o.GuestLogRate = guestlog.DefaultRate
 	}
 	if o.MaxFetches == 0 {
 		o.MaxFetches = 256
@@ -184,9 +185,7 @@ type Node struct {
 	fetch    *fetcher
 	ws       sockets
 
-	guestLogBucket  *bucket // the node-wide limit on guest log lines
-	guestLogLines   atomic.Int64
-	guestLogDropped atomic.Int64
+	guestLogs *guestlog.Sink // what guests print, rate-limited and counted
 }
 
 // New creates a node: it creates the engine, then compiles and checks every
@@ -231,11 +230,10 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		opts: opts, log: opts.Logger, clock: opts.Clock, engine: eng, storage: st,
 		classes: map[string]*class{},
 		actors:  map[string]*actor{}, closing: map[string]*actor{},
-		slots:  make(chan struct{}, opts.MaxInstances),
-		alarms: newSchedule(),
-		fetch:  fetch,
-
-		guestLogBucket: newBucket(nodeGuestLogRate),
+		slots:     make(chan struct{}, opts.MaxInstances),
+		alarms:    newSchedule(),
+		fetch:     fetch,
+		guestLogs: guestlog.NewSink(opts.Logger, opts.Clock, opts.GuestLogRate),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.metrics = newMetrics(n)
@@ -283,6 +281,13 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	go n.runAlarms()
 	return n, nil
 }
+
+// GuestLogLines is how many lines printed by guests reached the log.
+func (n *Node) GuestLogLines() int64 { return n.guestLogs.Lines() }
+
+// GuestLogDropped is how many lines printed by guests the limits dropped
+// (every line, with guestlog.Discard).
+func (n *Node) GuestLogDropped() int64 { return n.guestLogs.Dropped() }
 
 // Shutdown stops the node: not ready at once, then in-flight requests get up
 // to grace to finish, actors finish their queued events, and every database

@@ -28,6 +28,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/config"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
+	"github.com/wasmkeep/wasmkeep/kernel/node/guestlog"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
@@ -334,13 +335,13 @@ func newLogger(w io.Writer, format, level string) *slog.Logger {
 }
 
 // guestLogRate maps node.guest_log_rate to node.Options, where 0 is the
-// default and discarding is DiscardGuestLogs.
+// default and discarding is guestlog.Discard.
 func guestLogRate(rate *int) int {
 	switch {
 	case rate == nil:
 		return 0
 	case *rate == 0:
-		return node.DiscardGuestLogs
+		return guestlog.Discard
 	}
 	return *rate
 }
