@@ -12,6 +12,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/cputime"
 	"github.com/wasmkeep/wasmkeep/kernel/node/guestlog"
 	"github.com/wasmkeep/wasmkeep/kernel/node/mailbox"
+	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
@@ -178,7 +179,7 @@ func (a *actor) discardInstance() {
 	}
 	a.inst.Close(context.Background())
 	a.inst = nil
-	a.node.metrics.instanceDropped(a.class)
+	a.node.metrics.InstanceDropped(a.class.stateless)
 	a.stdout.Flush()
 	a.stderr.Flush()
 	a.logLimit.EndInstance()
@@ -188,7 +189,7 @@ func (a *actor) discardInstance() {
 // that thread is the event's.
 func (a *actor) handle(ev *event) {
 	if ev.ctx.Err() != nil {
-		a.node.metrics.requestsAbandoned.Inc()
+		a.node.metrics.Abandoned()
 		a.answer(ev, outcome{skipped: true})
 		return
 	}
@@ -201,15 +202,15 @@ func (a *actor) handle(ev *event) {
 	goruntime.LockOSThread()
 	out := a.runEvent(ev)
 	goruntime.UnlockOSThread()
-	kind := kindRequest
+	kind := metrics.KindRequest
 	switch {
 	case ev.alarm:
-		kind = kindAlarm
+		kind = metrics.KindAlarm
 	case ev.ws != nil:
-		kind = kindWebSocket
+		kind = metrics.KindWebSocket
 	}
 	end := a.node.clock.Now()
-	a.node.metrics.event(a.class, kind, out.err != nil, end.Sub(start))
+	a.node.metrics.Event(a.class.name, a.class.stateless, kind, out.err != nil, end.Sub(start))
 	a.lastActive.Store(end.UnixNano())
 	a.busy.Store(false)
 	a.answer(ev, out)
@@ -243,7 +244,7 @@ func (a *actor) runEvent(ev *event) outcome {
 	}
 	if a.needInit {
 		err := a.callHook(ctx, abi.ExportOnInit, 0)
-		a.node.metrics.event(a.class, kindInit, err != nil, 0)
+		a.node.metrics.Event(a.class.name, a.class.stateless, metrics.KindInit, err != nil, 0)
 		if err != nil {
 			if ev.alarm {
 				a.alarmNotRun()
@@ -323,7 +324,7 @@ func (a *actor) wake(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.node.metrics.instanceCreated(a.class, a.node.clock.Now().Sub(start))
+	a.node.metrics.InstanceCreated(a.class.stateless, a.node.clock.Now().Sub(start))
 	if a.needInit, err = a.initPending(ctx); err != nil {
 		a.discardInstance()
 		return &failure{"internal error", err}
@@ -386,13 +387,13 @@ func (a *actor) guest(ctx context.Context, what string, f func(ctx context.Conte
 	if errors.Is(err, runtime.ErrInterrupted) || ctx.Err() != nil {
 		switch cause := context.Cause(ctx); {
 		case errors.Is(cause, errCPUBudget):
-			a.node.metrics.cpuBudget.Inc()
+			a.node.metrics.CPUBudgetExceeded()
 			return &failure{"actor exceeded its CPU budget", cause}
 		case errors.Is(cause, errHostCPU):
-			a.node.metrics.cuts.WithLabelValues("host_cpu").Inc()
+			a.node.metrics.Cut(metrics.CutHostCPU)
 			return &failure{"actor exceeded its CPU budget for host work", cause}
 		case errors.Is(cause, errWallClock):
-			a.node.metrics.cuts.WithLabelValues("wall").Inc()
+			a.node.metrics.Cut(metrics.CutWall)
 			return &failure{"actor exceeded its wall-clock limit", cause}
 		default:
 			return &failure{"actor stopped", cause}

@@ -305,7 +305,7 @@ func (n *Node) deliverAlarm(it *alarmItem) {
 		if errors.Is(err, errStopping) {
 			return
 		}
-		n.metrics.alarmRetries.Inc()
+		n.metrics.AlarmRetried()
 		ceiling := min(admitRetryFirst<<min(it.tries, 8), admitRetryMax)
 		delay := ceiling/2 + rand.N(ceiling/2+1)
 		n.alarms.mu.Lock()

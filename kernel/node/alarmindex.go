@@ -16,8 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
@@ -78,9 +76,6 @@ type alarmIndex struct {
 	lines  int    // records in the file
 	seq    uint64 // records written
 	synced uint64 // records known durable
-
-	rebuilds   prometheus.Counter
-	unreadable prometheus.Counter
 }
 
 var errIndexDamaged = errors.New("damaged")
@@ -96,14 +91,7 @@ func (n *Node) openAlarmIndex(ctx context.Context, arm func(map[string]indexEntr
 		log:    n.log,
 		clock:  n.clock,
 		tenant: n.opts.Tenant,
-		rebuilds: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wasmkeep_alarm_index_rebuilds_total", Help: "Times the alarm index was rebuilt from every actor database, missing or damaged at start.",
-		}),
-		unreadable: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wasmkeep_alarm_index_unreadable_databases_total", Help: "Actor databases a rebuild of the alarm index could not read: their alarms, if any, are not scheduled.",
-		}),
 	}
-	n.metrics.reg.MustRegister(ix.rebuilds, ix.unreadable)
 	if err := os.MkdirAll(filepath.Dir(ix.path), 0o750); err != nil {
 		return nil, err
 	}
@@ -120,7 +108,7 @@ func (n *Node) openAlarmIndex(ctx context.Context, arm func(map[string]indexEntr
 		return ix, nil
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, errIndexDamaged):
 		n.log.Warn("rebuilding the alarm index from every actor database", "index", ix.path, "why", err)
-		ix.rebuilds.Inc()
+		n.metrics.IndexRebuilt()
 		if ix.items, err = n.rebuildAlarmIndex(ctx, ix); err != nil {
 			return nil, fmt.Errorf("rebuilding the alarm index: %w", err)
 		}
@@ -269,7 +257,7 @@ func (n *Node) rebuildAlarmIndex(ctx context.Context, ix *alarmIndex) (map[strin
 	err := n.storage.Walk(ctx, n.opts.DataDir, n.opts.Tenant, n.opts.Storage, func(f storage.Found) error {
 		dbs++
 		unreadable := func(err error) error {
-			ix.unreadable.Inc()
+			n.metrics.IndexUnreadable()
 			n.log.Error("alarm index rebuild: an actor database cannot be read; its alarm, if any, is not scheduled", "class", f.Class, "where", f.Where, "err", err)
 			return nil
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 	"github.com/wasmkeep/wasmkeep/kernel/node/address"
+	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
 	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
 )
 
@@ -88,11 +89,11 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Every request here comes from outside; refused ones create nothing.
 	switch {
 	case c.access.Mode == access.Internal:
-		n.metrics.refused.WithLabelValues(refusedAccess).Inc()
+		n.metrics.Refused(metrics.RefusedAccess)
 		http.Error(w, "class "+strconv.Quote(route.Class)+" is internal: outside requests are refused", http.StatusForbidden)
 		return
 	case !c.access.AllowsCreate(route.Name) && !n.exists(c, route.Name):
-		n.metrics.refused.WithLabelValues(refusedAccess).Inc()
+		n.metrics.Refused(metrics.RefusedAccess)
 		http.Error(w, "unknown actor "+strconv.Quote(route.Name), http.StatusNotFound)
 		return
 	}

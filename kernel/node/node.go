@@ -26,6 +26,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 	"github.com/wasmkeep/wasmkeep/kernel/node/address"
 	"github.com/wasmkeep/wasmkeep/kernel/node/guestlog"
+	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
 	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
@@ -181,7 +182,7 @@ type Node struct {
 	stopping atomic.Bool
 	alarms   *schedule
 	index    *alarmIndex // the pending alarms of the tenant's actors, for a start (alarmindex.go)
-	metrics  *metrics
+	metrics  *metrics.Metrics
 	fetch    *fetcher
 	ws       sockets
 
@@ -236,7 +237,14 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		guestLogs: guestlog.NewSink(opts.Logger, opts.Clock, opts.GuestLogRate),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.metrics = newMetrics(n)
+	n.metrics = metrics.New(metrics.Gauges{
+		Resident:        func() float64 { n.mu.Lock(); defer n.mu.Unlock(); return float64(len(n.actors)) },
+		GuestLogLines:   func() float64 { return float64(n.GuestLogLines()) },
+		GuestLogDropped: func() float64 { return float64(n.GuestLogDropped()) },
+		WebSockets:      func() float64 { n.ws.mu.Lock(); defer n.ws.mu.Unlock(); return float64(len(n.ws.all)) },
+		Classes:         func() float64 { return float64(len(n.classes)) },
+		Ready:           func() bool { return !n.stopping.Load() },
+	})
 	names := make([]string, 0, len(opts.Classes))
 	for name := range opts.Classes {
 		names = append(names, name)
@@ -281,6 +289,9 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	go n.runAlarms()
 	return n, nil
 }
+
+// MetricsHandler serves the node's metrics page (--metrics-listen).
+func (n *Node) MetricsHandler() http.Handler { return n.metrics.Handler() }
 
 // GuestLogLines is how many lines printed by guests reached the log.
 func (n *Node) GuestLogLines() int64 { return n.guestLogs.Lines() }
@@ -386,6 +397,18 @@ func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) er
 // access check, which reads this node's storage).
 func (n *Node) place(ctx context.Context, c *class, name string) error {
 	return placement.Check(ctx, n.opts.Placement, abi.Address{Tenant: n.opts.Tenant, Class: c.name, Name: name})
+}
+
+// countRefusal counts a request or call that deliver refused.
+func (n *Node) countRefusal(err error) {
+	switch {
+	case errors.Is(err, errQueueFull):
+		n.metrics.Refused(metrics.RefusedOverloaded)
+	case errors.Is(err, errCapacity):
+		n.metrics.Refused(metrics.RefusedCapacity)
+	case errors.Is(err, errStopping), placement.NotHere(err):
+		n.metrics.Refused(metrics.RefusedUnavailable)
+	}
 }
 
 // actorKey is an actor's key in n.actors: tenant/class/name.

@@ -18,6 +18,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
+	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
 	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
@@ -148,7 +149,7 @@ func (n *Node) serveWebSocket(w http.ResponseWriter, r *http.Request, c *class, 
 	key := n.actorKey(c, name)
 	id, err := n.wsReserve(key)
 	if err != nil {
-		n.metrics.refused.WithLabelValues(refusedCapacity).Inc()
+		n.metrics.Refused(metrics.RefusedCapacity)
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "too many WebSockets, retry", http.StatusServiceUnavailable)
 		return
@@ -180,7 +181,7 @@ func (n *Node) serveWebSocket(w http.ResponseWriter, r *http.Request, c *class, 
 	if out.skipped {
 		n.wsRelease(id, key)
 		if r.Context().Err() == nil { // the client is still there: a delete ran first
-			n.metrics.refused.WithLabelValues(refusedAccess).Inc()
+			n.metrics.Refused(metrics.RefusedAccess)
 			http.Error(w, "unknown actor "+strconv.Quote(name), http.StatusNotFound)
 		}
 		return
