@@ -359,6 +359,8 @@ func metaValue(ctx context.Context, db storage.DB, key string) (string, bool, er
 	return string(v.Bytes), true, r.Err()
 }
 
+func text(s string) abi.Value { return abi.Value{Kind: abi.KindText, Bytes: []byte(s)} }
+
 func (a *actor) recordInit(ctx context.Context) error {
 	_, err := a.db.HostExec(ctx, "INSERT OR REPLACE INTO "+metaTable+" (key, value) VALUES ('init_version', ?)",
 		abi.Value{Kind: abi.KindText, Bytes: []byte(a.class.version)})

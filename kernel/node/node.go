@@ -25,6 +25,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 	"github.com/wasmkeep/wasmkeep/kernel/node/address"
+	"github.com/wasmkeep/wasmkeep/kernel/node/alarm"
 	"github.com/wasmkeep/wasmkeep/kernel/node/guestlog"
 	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
 	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
@@ -180,8 +181,8 @@ type Node struct {
 	wg      sync.WaitGroup    // actor goroutines and stateless requests
 
 	stopping atomic.Bool
-	alarms   *schedule
-	index    *alarmIndex // the pending alarms of the tenant's actors, for a start (alarmindex.go)
+	alarms   *alarm.Schedule
+	index    *alarm.Index // the pending alarms of the tenant's actors, for a start
 	metrics  *metrics.Metrics
 	fetch    *fetcher
 	ws       sockets
@@ -232,7 +233,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		classes: map[string]*class{},
 		actors:  map[string]*actor{}, closing: map[string]*actor{},
 		slots:     make(chan struct{}, opts.MaxInstances),
-		alarms:    newSchedule(),
+		alarms:    alarm.NewSchedule(),
 		fetch:     fetch,
 		guestLogs: guestlog.NewSink(opts.Logger, opts.Clock, opts.GuestLogRate),
 	}
@@ -286,7 +287,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		n.Close()
 		return nil, fmt.Errorf("reading pending alarms from %s: %w", opts.DataDir, err)
 	}
-	go n.runAlarms()
+	go n.alarms.Run(n.ctx, n.clock, n.deliverAlarm)
 	return n, nil
 }
 
@@ -331,7 +332,7 @@ func (n *Node) hibernateAll() {
 func (n *Node) Close() {
 	n.hibernateAll()
 	if n.index != nil {
-		n.index.close()
+		n.index.Close()
 	}
 	if n.cancel != nil {
 		n.cancel()
