@@ -10,6 +10,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/node/address"
+	"github.com/wasmkeep/wasmkeep/kernel/node/fetch"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
@@ -37,7 +38,7 @@ func actorCall(ctx context.Context, st *eventState, mem runtime.Memory, s []uint
 		return
 	}
 	if int64(len(raw)) > n.opts.MaxBodyBytes+64<<10 {
-		fail(abi.CallTooLarge, "the request is larger than the "+sizeText(n.opts.MaxBodyBytes)+" limit")
+		fail(abi.CallTooLarge, "the request is larger than the "+fetch.SizeText(n.opts.MaxBodyBytes)+" limit")
 		return
 	}
 	req, err := abi.DecodeRequest(raw)
@@ -45,7 +46,7 @@ func actorCall(ctx context.Context, st *eventState, mem runtime.Memory, s []uint
 		faultf("actor_call: malformed request: %v", err)
 	}
 	if int64(len(req.Body)) > n.opts.MaxBodyBytes {
-		fail(abi.CallTooLarge, "the request body is larger than the "+sizeText(n.opts.MaxBodyBytes)+" limit")
+		fail(abi.CallTooLarge, "the request body is larger than the "+fetch.SizeText(n.opts.MaxBodyBytes)+" limit")
 		return
 	}
 	if req.Method == "" || !strings.HasPrefix(req.Path, "/") {
@@ -90,7 +91,7 @@ func actorCall(ctx context.Context, st *eventState, mem runtime.Memory, s []uint
 			}
 			fail(abi.CallFailed, msg)
 		case int64(len(out.resp.Body)) > n.opts.MaxBodyBytes:
-			fail(abi.CallTooLarge, "the response body is larger than the "+sizeText(n.opts.MaxBodyBytes)+" limit")
+			fail(abi.CallTooLarge, "the response body is larger than the "+fetch.SizeText(n.opts.MaxBodyBytes)+" limit")
 		default:
 			st.out = abi.AppendResponse(st.out[:0], &out.resp)
 			s[0] = st.result(mem, s[4], s[5], st.out, false)

@@ -6,10 +6,9 @@ import (
 	"errors"
 	"fmt"
 
-	"golang.org/x/net/http/httpguts"
-
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/cputime"
+	"github.com/wasmkeep/wasmkeep/kernel/node/fetch"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
@@ -251,15 +250,11 @@ func (st *eventState) respond(b []byte) uint32 {
 		return abi.RespondBadEncoding
 	}
 	for _, h := range r.Headers {
-		if !validHeader(h) {
+		if !fetch.ValidHeader(h) {
 			return abi.RespondBadEncoding
 		}
 	}
 	r.Body = append([]byte(nil), r.Body...)
 	st.resp, st.responded = r, true
 	return abi.RespondOK
-}
-
-func validHeader(h abi.Header) bool {
-	return httpguts.ValidHeaderFieldName(h.Name) && httpguts.ValidHeaderFieldValue(h.Value)
 }

@@ -184,15 +184,6 @@ func (n *Node) readRequest(w http.ResponseWriter, r *http.Request, path string) 
 
 var errBodyTooLarge = errors.New("request body too large")
 
-// sizeText is a limit in bytes as messages give it: in MB (of 2^20 bytes)
-// when it is a whole number of them, as the defaults are.
-func sizeText(n int64) string {
-	if n >= 1<<20 && n%(1<<20) == 0 {
-		return fmt.Sprintf("%d MB", n>>20)
-	}
-	return fmt.Sprintf("%d bytes", n)
-}
-
 // encodeRequest builds the abi.Request the guest receives, reading the body
 // straight into the payload.
 func (n *Node) encodeRequest(r *http.Request, path string) ([]byte, error) {

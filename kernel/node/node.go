@@ -26,6 +26,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 	"github.com/wasmkeep/wasmkeep/kernel/node/address"
 	"github.com/wasmkeep/wasmkeep/kernel/node/alarm"
+	"github.com/wasmkeep/wasmkeep/kernel/node/fetch"
 	"github.com/wasmkeep/wasmkeep/kernel/node/guestlog"
 	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
 	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
@@ -75,7 +76,7 @@ type Options struct {
 	AllowOutbound      []netip.Prefix      // ranges guests may reach though they are not public
 	AllowOutboundPorts []int               // ports guests may reach though the Fetch standard blocks them
 	OutboundCAs        []*x509.Certificate // trusted besides the system roots
-	Resolver           Resolver            // [net.DefaultResolver]
+	Resolver           fetch.Resolver      // [net.DefaultResolver]
 	MaxFetches         int                 // [256] outbound requests in flight on the node
 
 	FetchStep         time.Duration // [30s] for each step (connect, first byte, next byte) unless the guest asks
@@ -184,7 +185,7 @@ type Node struct {
 	alarms   *alarm.Schedule
 	index    *alarm.Index // the pending alarms of the tenant's actors, for a start
 	metrics  *metrics.Metrics
-	fetch    *fetcher
+	fetch    *fetch.Fetcher
 	ws       sockets
 
 	guestLogs *guestlog.Sink // what guests print, rate-limited and counted
@@ -209,7 +210,10 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	if err := os.MkdirAll(opts.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
-	fetch, err := newFetcher(opts)
+	fetcher, err := fetch.New(fetch.Options{
+		Allow: opts.AllowOutbound, Ports: opts.AllowOutboundPorts, CAs: opts.OutboundCAs, Resolver: opts.Resolver,
+		Max: opts.MaxFetches, Step: opts.FetchStep, MaxStep: opts.FetchMaxStep, MaxBody: opts.FetchMaxBodyBytes,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +238,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		actors:  map[string]*actor{}, closing: map[string]*actor{},
 		slots:     make(chan struct{}, opts.MaxInstances),
 		alarms:    alarm.NewSchedule(),
-		fetch:     fetch,
+		fetch:     fetcher,
 		guestLogs: guestlog.NewSink(opts.Logger, opts.Clock, opts.GuestLogRate),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
