@@ -184,7 +184,7 @@ func hostFunctions() map[string]runtime.HostFunction {
 		})),
 		hostFunc(abi.HostWSSend, sig(types(i64, i32, i32, i32), i32), wsSend),
 		hostFunc(abi.HostWSList, sig(types(i32, i32), i32), withOutput(0, func(_ context.Context, st *eventState, mem runtime.Memory, s []uint64) {
-			st.out = st.actor.node.wsList(st.actor.key, st.out[:0])
+			st.out = st.actor.node.ws.List(st.actor.key, st.out[:0])
 			s[0] = st.result(mem, s[0], s[1], st.out, false)
 		})),
 		hostFunc(abi.HostDeleteSelf, sig(types(i32, i32, i32), i32), withOutput(1, deleteSelf)),

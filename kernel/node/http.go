@@ -15,6 +15,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/node/address"
 	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
 	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
+	"github.com/wasmkeep/wasmkeep/kernel/node/websocket"
 )
 
 // The request headers a guest may receive: its SDK parses all of them
@@ -97,7 +98,7 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unknown actor "+strconv.Quote(route.Name), http.StatusNotFound)
 		return
 	}
-	if isUpgrade(r) {
+	if websocket.IsUpgrade(r) {
 		path := route.Rest
 		if r.URL.RawQuery != "" {
 			path += "?" + r.URL.RawQuery

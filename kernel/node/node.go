@@ -30,6 +30,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/node/guestlog"
 	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
 	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
+	"github.com/wasmkeep/wasmkeep/kernel/node/websocket"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
@@ -186,7 +187,7 @@ type Node struct {
 	index    *alarm.Index // the pending alarms of the tenant's actors, for a start
 	metrics  *metrics.Metrics
 	fetch    *fetch.Fetcher
-	ws       sockets
+	ws       *websocket.Hub
 
 	guestLogs *guestlog.Sink // what guests print, rate-limited and counted
 }
@@ -242,11 +243,16 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		guestLogs: guestlog.NewSink(opts.Logger, opts.Clock, opts.GuestLogRate),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.ws = websocket.NewHub(n.ctx, n.clock, websocket.Options{
+		PerActor: opts.WebSocketsPerActor, PerNode: opts.WebSocketsPerNode,
+		PingAfter: opts.WebSocketPingAfter, PongWait: opts.WebSocketPongWait, MaxMessage: opts.WebSocketMaxMessage,
+		Queue: opts.WebSocketQueue, QueueBytes: opts.WebSocketQueueBytes,
+	})
 	n.metrics = metrics.New(metrics.Gauges{
 		Resident:        func() float64 { n.mu.Lock(); defer n.mu.Unlock(); return float64(len(n.actors)) },
 		GuestLogLines:   func() float64 { return float64(n.GuestLogLines()) },
 		GuestLogDropped: func() float64 { return float64(n.GuestLogDropped()) },
-		WebSockets:      func() float64 { n.ws.mu.Lock(); defer n.ws.mu.Unlock(); return float64(len(n.ws.all)) },
+		WebSockets:      func() float64 { return float64(n.ws.Len()) },
 		Classes:         func() float64 { return float64(len(n.classes)) },
 		Ready:           func() bool { return !n.stopping.Load() },
 	})
@@ -315,7 +321,7 @@ func (n *Node) Shutdown(srv *http.Server, grace time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	err := srv.Shutdown(ctx)
-	n.closeSockets()
+	n.ws.Shutdown()
 	n.hibernateAll()
 	n.Close()
 	return err
