@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-type event struct{ int }
+type event struct{ _ byte } // not zero-sized: each event has an address of its own
 
 // Events come out in the order they went in, at most limit wait, and a
 // reader that waits on Ready after popping everything never misses one.

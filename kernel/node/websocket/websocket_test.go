@@ -93,7 +93,7 @@ func (r *recorder) Closed(s *Socket, code int, reason string) { r.closed <- code
 func TestHubServe(t *testing.T) {
 	h := NewHub(context.Background(), clock.Real, testOptions())
 	rec := &recorder{h: h, msgs: make(chan string, 4), closed: make(chan int, 1)}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ctx, c := dial(t, func(w http.ResponseWriter, r *http.Request) {
 		s, err := h.Reserve("t/c/a")
 		if err != nil {
 			t.Error(err)
@@ -101,14 +101,7 @@ func TestHubServe(t *testing.T) {
 		}
 		h.Show(s)
 		h.Serve(w, r, s, rec)
-	}))
-	defer srv.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, _, err := websocket.Dial(ctx, srv.URL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	if err := c.Write(ctx, websocket.MessageText, []byte("hi")); err != nil {
 		t.Fatal(err)
 	}
@@ -130,18 +123,11 @@ func TestHubServe(t *testing.T) {
 func TestHubRefuse(t *testing.T) {
 	h := NewHub(context.Background(), clock.Real, testOptions())
 	reason := strings.Repeat("é", 100)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ctx, c := dial(t, func(w http.ResponseWriter, r *http.Request) {
 		s, _ := h.Reserve("t/c/a")
 		h.Refuse(w, r, s, reason)
-	}))
-	defer srv.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, _, err := websocket.Dial(ctx, srv.URL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _, err = c.Read(ctx)
+	})
+	_, _, err := c.Read(ctx)
 	var ce websocket.CloseError
 	if !errors.As(err, &ce) || ce.Code != websocket.StatusPolicyViolation || ce.Reason != strings.Repeat("é", 61) {
 		t.Fatalf("closed with %v", err)
@@ -159,4 +145,17 @@ func waitForgotten(ctx context.Context, t *testing.T, h *Hub) {
 	if h.Len() != 0 {
 		t.Fatal("the socket is still registered")
 	}
+}
+
+// dial connects a client over loopback to a server answering with serve.
+func dial(t *testing.T, serve http.HandlerFunc) (context.Context, *websocket.Conn) {
+	srv := httptest.NewServer(serve)
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	c, _, err := websocket.Dial(ctx, srv.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, c
 }
