@@ -3,6 +3,12 @@
 // on demand and hibernates them when idle, bounds how many are resident, and
 // enforces each event's limits. It uses a runtime engine and a storage driver
 // through their contracts only.
+//
+// Its rooms are packages below it, none of which imports it (ADR 1024):
+// address, access, mailbox, placement, alarm, websocket, fetch, guestlog,
+// envfile and metrics. What stays here is the node itself, the actor's
+// life cycle, the front door (http.go) and the host ABI (host.go,
+// module.go, and the host functions beside the room each one serves).
 package node
 
 import (
