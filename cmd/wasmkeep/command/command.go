@@ -25,6 +25,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster"
 	"github.com/wasmkeep/wasmkeep/kernel/config"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
@@ -110,6 +111,8 @@ type serveFlags struct {
 	allowOutbound      []string
 	allowOutboundPorts []string
 	outboundCAs        []string
+
+	cluster clusterFlags
 }
 
 func serveCommand(reg *plugin.Registry, defaults config.Node) *cobra.Command {
@@ -145,6 +148,7 @@ node: (--max-instances is node.max_instances).`,
 	fl.StringArrayVar(&f.allowOutbound, "allow-outbound", nil, "let guests' http_fetch reach this non-public range, e.g. 10.1.0.0/16 (repeatable; node.allow_outbound)")
 	fl.StringArrayVar(&f.allowOutboundPorts, "allow-outbound-port", nil, "let guests' http_fetch reach this port, which the Fetch standard blocks (repeatable; node.allow_outbound_port)")
 	fl.StringArrayVar(&f.outboundCAs, "outbound-ca", nil, "trust the CA certificates of this PEM file for guests' https fetches, besides the system roots (repeatable; node.outbound_ca)")
+	f.cluster.bind(fl, true)
 	return cmd
 }
 
@@ -236,7 +240,7 @@ func accessRules(file map[string]string, flags []string) (map[string]node.Access
 }
 
 func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
-	cfg, err := config.Load(wasmkeep.DefaultConfig, f.config, os.Environ(), reg, APIs)
+	cfg, err := config.Load(wasmkeep.DefaultConfig, f.config, os.Environ(), reg, APIs, f.cluster.layers(cmd.Flags())...)
 	if err != nil {
 		return err
 	}
@@ -274,6 +278,29 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// With a bucket the node joins its cluster before it listens: a second
+	// process with this node id is refused here, having taken nothing.
+	var member *cluster.Member
+	lost := make(chan error, 1)
+	if cfg.Cluster.Bucket != "" {
+		var b bucket.Bucket
+		member, b, err = joinCluster(ctx, cfg, ns.Listen, log, func(err error) { lost <- err })
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		// Leaving releases the lease, so a restart need not wait for it to
+		// expire; a lost lease is not this process's to release.
+		defer func() {
+			if len(lost) == 0 {
+				leaveCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := member.Leave(leaveCtx); err != nil {
+					log.Warn("leaving the cluster", "err", err)
+				}
+			}
+		}()
+	}
 	opts := limits(ns)
 	opts.DataDir, opts.Classes, opts.Access, opts.Env = ns.DataDir, ns.Actors, access, env
 	opts.Stateless, opts.Logger = f.stateless, log
@@ -311,6 +338,13 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	case <-ctx.Done():
 		log.Info("stopping: finishing in-flight requests and queued events")
 	case err := <-errc:
+		n.Close()
+		return err
+	case err := <-lost:
+		// Another writer replaced this node's lease: its actors are no
+		// longer this process's to run, and a service manager restarts it.
+		log.Error("stopping at once: the node lease is lost", "err", err)
+		srv.Close()
 		n.Close()
 		return err
 	}
