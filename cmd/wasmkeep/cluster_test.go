@@ -6,6 +6,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
 )
 
 // shortLease are lease timings that keep a start check under two seconds
@@ -62,5 +65,42 @@ func TestBucketFlagRefusals(t *testing.T) {
 		if err == nil || !strings.Contains(string(out), want) {
 			t.Errorf("serve %s: %v, want an error containing %q:\n%s", args, err, want, out)
 		}
+	}
+}
+
+// bucket ls and verify run on the bucket --bucket names: an empty one has
+// no actors; a key under actors/ that is no actor's is refused, naming it;
+// --actor names an actor the bucket must hold.
+func TestBucketCommands(t *testing.T) {
+	bin := wasmkeepBinary(t)
+	dir := t.TempDir()
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, append([]string{"bucket"}, append(args, "--bucket", "file://"+dir)...)...)
+		cmd.Env = withoutWasmkeepVars()
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run("ls"); err != nil || strings.TrimSpace(out) != "ACTOR  HEAD TXID  GENERATION  REPLAYS  OBJECTS  OTHER KEYS" {
+		t.Errorf("ls of an empty bucket: %v\n%s", err, out)
+	}
+	if out, err := run("verify"); err != nil || !strings.Contains(out, "0 actors: 0 ok, 0 broken") {
+		t.Errorf("verify of an empty bucket: %v\n%s", err, out)
+	}
+	if out, err := run("verify", "--actor", "counter"); err == nil || !strings.Contains(out, `--actor "counter": want CLASS/NAME`) {
+		t.Errorf("verify --actor counter: %v\n%s", err, out)
+	}
+	if out, err := run("verify", "--actor", "counter/a"); err == nil || !strings.Contains(out, "tenant default has no history of it") {
+		t.Errorf("verify of an absent actor: %v\n%s", err, out)
+	}
+	b, err := fsbucket.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Put(t.Context(), "actors/default/stray", strings.NewReader("x"), 1, bucket.Condition{IfAbsent: true}); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if out, err := run("ls"); err == nil || !strings.Contains(out, `"actors/default/stray" is under actors/ but not under an actor's prefix`) {
+		t.Errorf("ls with a stray key: %v\n%s", err, out)
 	}
 }

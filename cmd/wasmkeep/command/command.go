@@ -70,6 +70,7 @@ func Main(plugins ...plugin.Info) int {
 	root.AddCommand(benchCommand(reg))
 	root.AddCommand(conformanceCommand(reg))
 	root.AddCommand(versionCommand(reg))
+	root.AddCommand(bucketCommand(reg))
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "wasmkeep:", err)
 		return 1
