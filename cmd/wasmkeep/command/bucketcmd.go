@@ -12,11 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/wasmkeep/wasmkeep"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
-	"github.com/wasmkeep/wasmkeep/kernel/config"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
 )
 
@@ -67,15 +65,7 @@ reported ok or with what is broken; the command fails if any is.`,
 // withStored opens the bucket --bucket or plugins.yaml names and runs fn on
 // the actors it stores (the one --actor names, if given).
 func withStored(cmd *cobra.Command, reg *plugin.Registry, f bucketFlags, fn func(context.Context, bucket.Bucket, []cluster.Stored) error) error {
-	cfg, err := config.Load(wasmkeep.DefaultConfig, f.config, os.Environ(), reg, APIs, f.cluster.layers(cmd.Flags())...)
-	if err != nil {
-		return err
-	}
-	ch, err := cfg.Plugin(plugin.Bucket)
-	if err != nil {
-		return err
-	}
-	b, err := openBucket(ch)
+	b, _, err := chosenBucket(reg, f.config, f.cluster.layers(cmd.Flags())...)
 	if err != nil {
 		return err
 	}
