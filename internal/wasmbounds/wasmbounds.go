@@ -174,11 +174,7 @@ type reader struct{ wasmbin.Reader }
 // its locals to vars and returns how many blocks it opens, a loop counting
 // LoopWeight.
 func (r *reader) function(vars *uint64) (blocks uint64, err error) {
-	var locals uint64
-	for n := r.U32(); n > 0 && r.Err == nil; n-- {
-		locals += uint64(r.U32())
-		r.ValueType()
-	}
+	locals := r.Locals()
 	if locals > MaxLocals {
 		return 0, fmt.Errorf("%d locals, at most %d allowed", locals, MaxLocals)
 	}

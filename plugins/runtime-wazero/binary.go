@@ -344,10 +344,7 @@ func instrumentCode(payload, prologue []byte) ([]byte, error) {
 			break
 		}
 		locals := wasmbin.Reader{Rest: body}
-		for j := locals.Count(); j > 0 && locals.Err == nil; j-- {
-			locals.U32()
-			locals.ValueType()
-		}
+		locals.Locals()
 		if locals.Err != nil {
 			return nil, fmt.Errorf("function %d: %w", i, locals.Err)
 		}
