@@ -176,21 +176,32 @@ func nodeFlag(fl *pflag.FlagSet, key string, field config.NodeField) {
 	}
 }
 
-// nodeSettings applies the flags that were set over the loaded settings.
-func nodeSettings(cmd *cobra.Command, cfg config.Node, f serveFlags) (config.Node, error) {
-	set := cmd.Flags().Changed
-	given := map[string]any{}
+// nodeFlags are the node flags that were given, as configuration layers
+// over the file and the environment.
+func nodeFlags(cmd *cobra.Command, f serveFlags) []config.Flag {
+	var out []config.Flag
 	for key, field := range config.NodeFields(&f.node) {
-		given[key] = field.Ptr
-	}
-	for key, field := range config.NodeFields(&cfg) {
-		if set(config.FlagName(key)) {
-			reflect.ValueOf(field.Ptr).Elem().Set(reflect.ValueOf(given[key]).Elem())
+		name := config.FlagName(key)
+		if !cmd.Flags().Changed(name) {
+			continue
 		}
+		var v any
+		switch p := field.Ptr.(type) {
+		case *time.Duration:
+			v = p.String() // plugins.yaml's form: a number alone is refused
+		case **int:
+			v = **p
+		default:
+			v = reflect.ValueOf(p).Elem().Interface()
+		}
+		out = append(out, config.Flag{Name: "--" + name, Key: "node." + key, Value: v})
 	}
-	if err := cfg.Check(); err != nil {
-		return cfg, err
-	}
+	return out
+}
+
+// nodeSettings adds the --actor flags to the loaded settings and checks
+// that there is something to serve.
+func nodeSettings(cfg config.Node, f serveFlags) (config.Node, error) {
 	if len(f.actors) > 0 && cfg.Actors == nil {
 		cfg.Actors = map[string]string{}
 	}
@@ -241,11 +252,12 @@ func accessRules(file map[string]string, flags []string) (map[string]node.Access
 }
 
 func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
-	cfg, err := config.Load(wasmkeep.DefaultConfig, f.config, os.Environ(), reg, APIs, f.cluster.layers(cmd.Flags())...)
+	flags := append(nodeFlags(cmd, f), f.cluster.layers(cmd.Flags())...)
+	cfg, err := config.Load(wasmkeep.DefaultConfig, f.config, os.Environ(), reg, APIs, flags...)
 	if err != nil {
 		return err
 	}
-	ns, err := nodeSettings(cmd, cfg.Node, f)
+	ns, err := nodeSettings(cfg.Node, f)
 	if err != nil {
 		return err
 	}
