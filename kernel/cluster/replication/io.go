@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
@@ -98,8 +99,10 @@ func retryable(err error) (again, pause bool) {
 // after ReadSilence of silence or ReadSilence plus a second per started
 // megabyte read alongside it, and is sent again up to ReadTries tries,
 // after a pause (without its turn) when the bucket refused it with an
-// error a resend may get past. Any other error ends it at once.
-func read(ctx context.Context, b bucket.Bucket, clk clock.Clock, l *Limiter, key string, size int64, opts bucket.GetOptions) ([]byte, error) {
+// error a resend may get past. Any other error ends it at once. extra,
+// if not nil, gains at each try the time other reads in flight on the node
+// added to that try's limit (what a restore's deadline does not count).
+func read(ctx context.Context, b bucket.Bucket, clk clock.Clock, l *Limiter, key string, size int64, opts bucket.GetOptions, extra *atomic.Int64) ([]byte, error) {
 	var err error
 	for try := 0; try < ReadTries; try++ {
 		release, aerr := l.acquire(ctx, max(size, 0))
@@ -107,8 +110,12 @@ func read(ctx context.Context, b bucket.Bucket, clk clock.Clock, l *Limiter, key
 			return nil, aerr
 		}
 		_, inFlight := l.InFlight()
+		limit, own := ReadSilence+mb(inFlight)*time.Second, ReadSilence+mb(l.share(max(size, 0)))*time.Second
+		if extra != nil && limit > own {
+			extra.Add(int64(limit - own))
+		}
 		var data []byte
-		data, err = readOnce(ctx, b, clk, key, size, opts, ReadSilence+mb(inFlight)*time.Second)
+		data, err = readOnce(ctx, b, clk, key, size, opts, limit)
 		release()
 		if err == nil {
 			return data, nil

@@ -54,6 +54,10 @@ const (
 	// within ReadAheadBytes of them by the listing's sizes (always one).
 	ReadAhead      = 8
 	ReadAheadBytes = 32 << 20
+	// RestoreDeadline is the base of a restore's deadline for its reads:
+	// plus a second per started megabyte it reads and a second per eight
+	// objects, counted only while it waits for the object it applies next.
+	RestoreDeadline = 30 * time.Second
 
 	// DeleteBatch is how many deletes a collection pass sends between two
 	// checks of the hold.
@@ -81,6 +85,9 @@ var (
 	// ErrExists: the key already holds an object this stream did not
 	// write (no hold writes another's generation: a reused generation).
 	ErrExists = errors.New("replication: the key already exists")
+	// ErrDeadline: a restore's reads ran past its deadline (restore step
+	// 7); the restore failed and changed nothing.
+	ErrDeadline = errors.New("replication: the restore's reads ran past their deadline")
 	// ErrDeleted: the actor was deleted by this stream (Reset); nothing
 	// more is shipped for this hold.
 	ErrDeleted = errors.New("replication: the actor was deleted")

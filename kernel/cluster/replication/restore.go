@@ -9,11 +9,14 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/superfly/ltx"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
@@ -106,7 +109,7 @@ func (r *Replicas) localHead(ctx context.Context, addr abi.Address, opts storage
 	if head.Size < ltx.TrailerSize {
 		return nil, &history.BrokenError{Head: plan.Head, At: plan.Head, What: fmt.Sprintf("%s holds %d bytes, less than an LTX trailer", head.Key, head.Size)}
 	}
-	tr, err := read(ctx, r.cfg.Bucket, r.cfg.Clock, r.cfg.Reads, head.Key, head.Size, bucket.GetOptions{Offset: head.Size - ltx.TrailerSize, Length: ltx.TrailerSize})
+	tr, err := read(ctx, r.cfg.Bucket, r.cfg.Clock, r.cfg.Reads, head.Key, head.Size, bucket.GetOptions{Offset: head.Size - ltx.TrailerSize, Length: ltx.TrailerSize}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -197,8 +200,11 @@ func (r *Replicas) rebuild(ctx context.Context, addr abi.Address, plan history.P
 // least one), each under the node's limiter.
 type readAheadState struct {
 	ctx     context.Context
+	clk     clock.Clock
 	objs    []history.Object
 	results []chan readResult
+	extra   []atomic.Int64 // per object: what other restores added to its tries' limits
+	left    time.Duration  // of the restore's deadline (restore step 7)
 	mu      sync.Mutex
 	space   chan struct{} // a read's budget was given back
 	taken   int           // objects handed to Rebuild
@@ -211,7 +217,10 @@ type readResult struct {
 }
 
 func (r *Replicas) readAhead(ctx context.Context, objs []history.Object) *readAheadState {
-	ra := &readAheadState{ctx: ctx, objs: objs, results: make([]chan readResult, len(objs)), space: make(chan struct{}, 1)}
+	ra := &readAheadState{
+		ctx: ctx, clk: r.cfg.Clock, objs: objs, results: make([]chan readResult, len(objs)),
+		extra: make([]atomic.Int64, len(objs)), left: deadline(objs), space: make(chan struct{}, 1),
+	}
 	for i := range ra.results {
 		ra.results[i] = make(chan readResult, 1)
 	}
@@ -240,7 +249,7 @@ func (r *Replicas) readAhead(ctx context.Context, objs []history.Object) *readAh
 			ra.wg.Add(1)
 			go func(i int, o history.Object) {
 				defer ra.wg.Done()
-				data, err := read(ctx, r.cfg.Bucket, r.cfg.Clock, r.cfg.Reads, o.Entry.Key, o.Entry.Size, bucket.GetOptions{})
+				data, err := read(ctx, r.cfg.Bucket, r.cfg.Clock, r.cfg.Reads, o.Entry.Key, o.Entry.Size, bucket.GetOptions{}, &ra.extra[i])
 				ra.results[i] <- readResult{data, err}
 			}(i, o)
 		}
@@ -256,11 +265,9 @@ func (ra *readAheadState) open(o history.Object) (io.ReadCloser, error) {
 	if i >= len(ra.objs) || ra.objs[i].Key != o.Key {
 		return nil, errors.New("replication: objects asked out of the plan's order")
 	}
-	var res readResult
-	select {
-	case res = <-ra.results[i]:
-	case <-ra.ctx.Done():
-		return nil, ra.ctx.Err()
+	res, err := ra.await(i)
+	if err != nil {
+		return nil, err
 	}
 	ra.mu.Lock()
 	ra.taken++
@@ -273,6 +280,45 @@ func (ra *readAheadState) open(o history.Object) (io.ReadCloser, error) {
 		return nil, res.err
 	}
 	return io.NopCloser(bytes.NewReader(res.data)), nil
+}
+
+// deadline is a restore's deadline for its reads (restore step 7): 30 s,
+// a second per started megabyte of its objects and a second per eight
+// objects.
+func deadline(objs []history.Object) time.Duration {
+	var size int64
+	for _, o := range objs {
+		size += o.Entry.Size
+	}
+	return RestoreDeadline + mb(size)*time.Second + time.Duration((len(objs)+7)/8)*time.Second
+}
+
+// await waits for object i's read, counting the wait against the
+// restore's deadline less what other restores' bytes added to the limits
+// of its tries (up to the wait itself); past the deadline the restore
+// fails.
+func (ra *readAheadState) await(i int) (readResult, error) {
+	start := ra.clk.Now()
+	counted := func() time.Duration {
+		waited := ra.clk.Now().Sub(start)
+		return waited - min(time.Duration(ra.extra[i].Load()), waited)
+	}
+	for {
+		t := ra.clk.NewTimer(ra.left - counted())
+		select {
+		case res := <-ra.results[i]:
+			t.Stop()
+			ra.left -= counted()
+			return res, nil
+		case <-ra.ctx.Done():
+			t.Stop()
+			return readResult{}, ra.ctx.Err()
+		case <-t.C():
+			if counted() >= ra.left {
+				return readResult{}, fmt.Errorf("%w: %s", ErrDeadline, ra.objs[i].Entry.Key)
+			}
+		}
+	}
 }
 
 // wait waits for every read started to end (after the context was

@@ -14,6 +14,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/faulty"
 )
@@ -264,4 +265,60 @@ func TestReadCapsRespected(t *testing.T) {
 func (w *world) prefixOf(a abi.Address) string {
 	p, _ := history.Prefix(Actor(a))
 	return p
+}
+
+// slowBucket answers every Get after delay on the clock: never silent for
+// ReadSilence, never past a read's own limit, only slow.
+type slowBucket struct {
+	bucket.Bucket
+	clk   clock.Clock
+	delay time.Duration
+}
+
+func (b *slowBucket) Get(ctx context.Context, key string, opts bucket.GetOptions) (*bucket.Object, error) {
+	if err := clock.Sleep(ctx, b.clk, b.delay); err != nil {
+		return nil, err
+	}
+	return b.Bucket.Get(ctx, key, opts)
+}
+
+// A restore's reads end within one deadline (restore step 7): reads that
+// are each within their own bounds but add up past 30 s, a second per
+// megabyte and a second per eight objects fail the restore, which changes
+// nothing; the same reads a little faster pass. (Planted bug: no
+// deadline, and the slow restore succeeds after about a minute.)
+func TestRestoreDeadline(t *testing.T) {
+	for _, c := range []struct {
+		delay time.Duration
+		fail  bool
+	}{{4500 * time.Millisecond, true}, {2 * time.Second, false}} {
+		synctest.Test(t, func(t *testing.T) {
+			w := newWorld(t)
+			w.write(addr, 1, 100, 11)
+			drv := newDriver()
+			r := w.node(drv)
+			r.cfg.Bucket = &slowBucket{Bucket: w.b, clk: w.clk, delay: c.delay}
+			done := make(chan error, 1)
+			go func() {
+				_, db, err := r.Open(context.Background(), addr, 2, func() bool { return true })
+				if err == nil {
+					db.Close()
+				}
+				done <- err
+			}()
+			limit := RestoreDeadline + time.Second + 13*time.Second
+			w.clk.Step(limit + 5*time.Second)
+			select {
+			case err := <-done:
+				if c.fail != errors.Is(err, ErrDeadline) {
+					t.Fatalf("reads of %s each: %v", c.delay, err)
+				}
+			default:
+				t.Fatalf("reads of %s each: the restore still runs after %s", c.delay, limit)
+			}
+			if c.fail && drv.store(addr) != nil {
+				t.Fatal("a restore past its deadline left a database")
+			}
+		})
+	}
 }
