@@ -66,14 +66,20 @@ func (d *fakeDriver) store(addr abi.Address) *store {
 	return d.stores[addr]
 }
 
-func (d *fakeDriver) Open(_ context.Context, _ string, addr abi.Address, opts storage.Options) (storage.DB, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+// create is addr's store, created empty if absent; d.mu is held.
+func (d *fakeDriver) create(addr abi.Address) *store {
 	s := d.stores[addr]
 	if s == nil {
 		s = &store{}
 		d.stores[addr] = s
 	}
+	return s
+}
+
+func (d *fakeDriver) Open(_ context.Context, _ string, addr abi.Address, opts storage.Options) (storage.DB, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.create(addr)
 	if s.open {
 		return nil, storage.ErrOpen
 	}
@@ -105,11 +111,7 @@ func (d *fakeDriver) Restore(_ context.Context, _ string, addr abi.Address, src 
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	s := d.stores[addr]
-	if s == nil {
-		s = &store{}
-		d.stores[addr] = s
-	}
+	s := d.create(addr)
 	if s.open {
 		return storage.ErrOpen
 	}

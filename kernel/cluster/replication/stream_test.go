@@ -21,9 +21,7 @@ import (
 // or as ErrExists, fail the second case.)
 func TestUploadAttempts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		w := newWorld(t)
-		st, db := w.open(w.node(newDriver()), 1, newHold())
-		rng := rand.New(rand.NewPCG(5, 5))
+		w, st, db, rng := start(t, 5)
 
 		db.randomTxn(rng)
 		w.fb.Next(faulty.Put, w.prefix, faulty.Hang)
@@ -88,9 +86,7 @@ func TestUploadNeverOverwrites(t *testing.T) {
 // second Ship.)
 func TestCaptureFailureKeepsPosition(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		w := newWorld(t)
-		st, db := w.open(w.node(newDriver()), 1, newHold())
-		rng := rand.New(rand.NewPCG(6, 6))
+		w, st, db, rng := start(t, 6)
 		db.randomTxn(rng)
 		mustShip(t, st)
 		db.randomTxn(rng)
@@ -239,4 +235,46 @@ func (b *freshBucket) List(ctx context.Context, prefix string, opts bucket.ListO
 		p.Entries[i].ModTime = b.clk.Now()
 	}
 	return p, err
+}
+
+// An actor the bucket has no history of, whose local database holds data
+// written before (a single node joining a cluster): an event that writes
+// nothing uploads nothing (it would create the actor empty), and the first
+// write uploads a first segment of every page, from which another node
+// restores everything. (Planted bug: a first Ship that captures only the
+// changed pages leaves a restore without the older ones.)
+func TestFirstSegmentHoldsTheLocalDatabase(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t)
+		drv := newDriver()
+		rng := rand.New(rand.NewPCG(4, 4))
+		db0, _ := drv.Open(context.Background(), "", addr, optsRepl)
+		for range 5 {
+			db0.(*fakeDB).randomTxn(rng)
+		}
+		db0.(*fakeDB).pos = len(db0.(*fakeDB).s.log)
+		db0.Checkpoint(context.Background())
+		db0.Close()
+		st, db := w.open(w.node(drv), 1, newHold())
+		db.pos = len(db.s.log) // nothing committed since the checkpoint
+		if sh := mustShip(t, st); sh.Key != (history.Key{}) || len(w.keys()) != 0 {
+			t.Fatalf("an event without writes uploaded %s", sh.Key)
+		}
+		db.randomTxn(rng)
+		if sh := mustShip(t, st); sh.Key.TXID != 1 {
+			t.Fatalf("the first write shipped %s, want transaction 1", sh.Key)
+		}
+		want := db.s.state()
+		_, db2 := w.open(w.node(newDriver()), 2, newHold())
+		if !sameState(db2.s.state(), want) {
+			t.Fatal("a restore from the first segment lacks the local database's older pages")
+		}
+	})
+}
+
+// start is a world and a first hold's stream on a node of its own.
+func start(t *testing.T, seed uint64) (*world, *Stream, *fakeDB, *rand.Rand) {
+	w := newWorld(t)
+	st, db := w.open(w.node(newDriver()), 1, newHold())
+	return w, st, db, rand.New(rand.NewPCG(seed, seed))
 }
