@@ -73,21 +73,21 @@ func (r *Replicas) open(ctx context.Context, addr abi.Address, gen uint64, valid
 	for _, o := range plan.Segments {
 		start.SinceBytes += o.Entry.Size
 	}
+	var db storage.DB
 	if !plan.Empty() {
-		sums, err := r.localHead(ctx, addr, opts, plan)
-		if err != nil {
+		if db, start.Sums, err = r.localHead(ctx, addr, opts, plan); err != nil {
 			return nil, nil, err
 		}
-		if sums == nil {
-			if sums, err = r.rebuild(ctx, addr, plan); err != nil {
+		if db == nil {
+			if start.Sums, err = r.rebuild(ctx, addr, plan); err != nil {
 				return nil, nil, err
 			}
 		}
-		start.Sums = sums
 	}
-	db, err := r.cfg.Driver.Open(ctx, r.cfg.Root, addr, opts)
-	if err != nil {
-		return nil, nil, err
+	if db == nil {
+		if db, err = r.cfg.Driver.Open(ctx, r.cfg.Root, addr, opts); err != nil {
+			return nil, nil, err
+		}
 	}
 	st, err := r.NewStream(a, gen, valid, db, start)
 	if err != nil {
@@ -97,36 +97,42 @@ func (r *Replicas) open(ctx context.Context, addr abi.Address, gen uint64, valid
 	return st, db, nil
 }
 
-// localHead returns the local database's checksums if it is the plan's
-// head, nil if it is not (or there is none).
-func (r *Replicas) localHead(ctx context.Context, addr abi.Address, opts storage.Options, plan history.Plan) (*history.Checksums, error) {
+// localHead returns the local database, open, and its checksums if it is
+// the plan's head; no database if it is not (or there is none). The
+// database stays open from the check on, its log checkpointed (everything
+// in it is the head's), so no commit the head holds is captured again.
+func (r *Replicas) localHead(ctx context.Context, addr abi.Address, opts storage.Options, plan history.Plan) (storage.DB, *history.Checksums, error) {
 	ok, err := r.cfg.Driver.Exists(ctx, r.cfg.Root, addr)
 	if err != nil || !ok {
-		return nil, err
+		return nil, nil, err
 	}
 	objs := plan.Objects()
 	head := objs[len(objs)-1].Entry
 	if head.Size < ltx.TrailerSize {
-		return nil, &history.BrokenError{Head: plan.Head, At: plan.Head, What: fmt.Sprintf("%s holds %d bytes, less than an LTX trailer", head.Key, head.Size)}
+		return nil, nil, &history.BrokenError{Head: plan.Head, At: plan.Head, What: fmt.Sprintf("%s holds %d bytes, less than an LTX trailer", head.Key, head.Size)}
 	}
 	tr, err := read(ctx, r.cfg.Bucket, r.cfg.Clock, r.cfg.Reads, head.Key, head.Size, bucket.GetOptions{Offset: head.Size - ltx.TrailerSize, Length: ltx.TrailerSize}, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(tr) != ltx.TrailerSize {
-		return nil, fmt.Errorf("replication: %s: a trailer of %d bytes", head.Key, len(tr))
+		return nil, nil, fmt.Errorf("replication: %s: a trailer of %d bytes", head.Key, len(tr))
 	}
 	want := ltx.Checksum(binary.BigEndian.Uint64(tr))
 	db, err := r.cfg.Driver.Open(ctx, r.cfg.Root, addr, opts)
 	if err != nil {
-		return nil, nil // restored over; the driver's Restore says if it cannot
+		return nil, nil, nil // restored over; the driver's Restore says if it cannot
 	}
-	defer db.Close()
 	sums, err := checksumsOf(ctx, db)
 	if err != nil || sums.Sum() != want {
-		return nil, nil // not the head, or not readable: restored over
+		db.Close()
+		return nil, nil, nil // not the head, or not readable: restored over
 	}
-	return sums, nil
+	if err := db.Checkpoint(ctx); err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return db, sums, nil
 }
 
 // checksumsOf is the checksums of every page of db, taken in chunks so a
