@@ -9,6 +9,8 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/replication"
 	"github.com/wasmkeep/wasmkeep/kernel/cputime"
 	"github.com/wasmkeep/wasmkeep/kernel/node/guestlog"
 	"github.com/wasmkeep/wasmkeep/kernel/node/mailbox"
@@ -40,6 +42,7 @@ type outcome struct {
 type failure struct {
 	public string // the response body: never host details
 	cause  error  // for the log
+	retry  bool   // the client may retry: 503 with Retry-After, not 500
 }
 
 func (f *failure) Error() string { return f.public + ": " + f.cause.Error() }
@@ -71,6 +74,9 @@ type actor struct {
 	deleted    atomic.Bool // deleted and not created again: no longer "exists" for access rules
 
 	db       storage.DB
+	hold     ownership.Hold      // with a bucket: the actor's hold while its database is open
+	stream   *replication.Stream // with a bucket: the hold's replication, nil on a node alone
+	erasing  *erasure            // a delete's history to erase after the answer
 	inst     runtime.Instance
 	needInit bool
 	logLimit guestlog.Limit // the instance's, shared by stdout and stderr
@@ -162,12 +168,7 @@ func (a *actor) hibernate() bool {
 		return false
 	}
 	a.discardInstance()
-	if a.db != nil {
-		if err := a.db.Close(); err != nil {
-			a.node.log.Error("closing database", "actor", a.key, "err", err)
-		}
-		a.db = nil
-	}
+	a.closeHeld(context.WithoutCancel(a.node.ctx))
 	close(a.done)
 	a.node.closed(a)
 	return true
@@ -214,6 +215,7 @@ func (a *actor) handle(ev *event) {
 	a.lastActive.Store(end.UnixNano())
 	a.busy.Store(false)
 	a.answer(ev, out)
+	a.afterAnswer(context.WithoutCancel(a.node.ctx))
 }
 
 // answer re-arms the idle timeout, then sends the event's outcome: whoever
@@ -252,7 +254,7 @@ func (a *actor) runEvent(ev *event) outcome {
 			return outcome{err: err}
 		}
 		if err := a.recordInit(ctx); err != nil {
-			return outcome{err: &failure{"internal error", err}}
+			return outcome{err: &failure{public: "internal error", cause: err}}
 		}
 		a.needInit = false
 		st.hookErr = ""
@@ -295,19 +297,22 @@ func (a *actor) endEvent() {
 	if st.alarmTouched || st.deleteAtEnd || st.deleted {
 		a.scheduleFrom(context.Background())
 	}
+	if st.unheld {
+		a.giveUp(context.Background())
+	}
 }
 
 // wake opens the database and creates an instance, as needed.
 func (a *actor) wake(ctx context.Context) error {
 	if a.db == nil && !a.class.stateless {
-		db, err := a.node.storage.Open(ctx, a.node.opts.DataDir, a.addr, a.node.opts.Storage)
+		db, err := a.openDatabase(ctx)
 		if err != nil {
-			return &failure{"internal error", fmt.Errorf("opening database: %w", err)}
+			return err
 		}
 		a.db = db
 		a.deleted.Store(false)
 		if err := a.ensureHostTables(ctx); err != nil {
-			return &failure{"internal error", err}
+			return &failure{public: "internal error", cause: err}
 		}
 	}
 	if a.inst != nil {
@@ -327,7 +332,7 @@ func (a *actor) wake(ctx context.Context) error {
 	a.node.metrics.InstanceCreated(a.class.stateless, a.node.clock.Now().Sub(start))
 	if a.needInit, err = a.initPending(ctx); err != nil {
 		a.discardInstance()
-		return &failure{"internal error", err}
+		return &failure{public: "internal error", cause: err}
 	}
 	return nil
 }
@@ -390,19 +395,19 @@ func (a *actor) guest(ctx context.Context, what string, f func(ctx context.Conte
 		switch cause := context.Cause(ctx); {
 		case errors.Is(cause, errCPUBudget):
 			a.node.metrics.CPUBudgetExceeded()
-			return &failure{"actor exceeded its CPU budget", cause}
+			return &failure{public: "actor exceeded its CPU budget", cause: cause}
 		case errors.Is(cause, errHostCPU):
 			a.node.metrics.Cut(metrics.CutHostCPU)
-			return &failure{"actor exceeded its CPU budget for host work", cause}
+			return &failure{public: "actor exceeded its CPU budget for host work", cause: cause}
 		case errors.Is(cause, errWallClock):
 			a.node.metrics.Cut(metrics.CutWall)
-			return &failure{"actor exceeded its wall-clock limit", cause}
+			return &failure{public: "actor exceeded its wall-clock limit", cause: cause}
 		default:
-			return &failure{"actor stopped", cause}
+			return &failure{public: "actor stopped", cause: cause}
 		}
 	}
 	a.node.log.Warn("actor trapped", "actor", a.key, "in", what, "err", err)
-	return &failure{"actor failed", err}
+	return &failure{public: "actor failed", cause: err}
 }
 
 // callHook calls a hook under the event's limits. A hook that fails returns
@@ -422,7 +427,7 @@ func (a *actor) callHook(ctx context.Context, name string, args ...uint64) error
 			msg = fmt.Sprintf("%s returned %d", name, code)
 		}
 		a.node.log.Warn("actor hook failed", "actor", a.key, "hook", name, "err", msg)
-		return &failure{"actor error: " + msg, errors.New(msg)}
+		return &failure{public: "actor error: " + msg, cause: errors.New(msg)}
 	}
 	return nil
 }
@@ -433,7 +438,7 @@ func (a *actor) runWebSocket(ctx context.Context, ev *wsEvent, n uint64) error {
 	switch ev.hook {
 	case abi.ExportOnWebSocketOpen:
 		if a.inst.Function(ev.hook) == nil {
-			return &failure{"actor error: this actor accepts no WebSockets", errors.New("no " + ev.hook)}
+			return &failure{public: "actor error: this actor accepts no WebSockets", cause: errors.New("no " + ev.hook)}
 		}
 		return a.callHook(ctx, ev.hook, ev.conn, n)
 	case abi.ExportOnWebSocketClose:

@@ -20,15 +20,21 @@ import (
 // records the actor's name, which the alarm index's rebuild reads back (a
 // file name may hold only a hash of a long name).
 func (a *actor) ensureHostTables(ctx context.Context) error {
+	return hostTables(ctx, a.db, a.addr.Name)
+}
+
+// hostTables creates the host's tables in an actor's database, recording
+// its name.
+func hostTables(ctx context.Context, db storage.DB, name string) error {
 	for _, sql := range []string{
 		"CREATE TABLE IF NOT EXISTS " + metaTable + " (key TEXT PRIMARY KEY, value ANY) WITHOUT ROWID",
 		alarm.CreateTable,
 	} {
-		if _, err := a.db.HostExec(ctx, sql); err != nil {
+		if _, err := db.HostExec(ctx, sql); err != nil {
 			return err
 		}
 	}
-	_, err := a.db.HostExec(ctx, "INSERT OR IGNORE INTO "+metaTable+" (key, value) VALUES ('name', ?)", text(a.addr.Name))
+	_, err := db.HostExec(ctx, "INSERT OR IGNORE INTO "+metaTable+" (key, value) VALUES ('name', ?)", text(name))
 	return err
 }
 
@@ -83,7 +89,7 @@ func alarmClear(ctx context.Context, st *eventState, _ runtime.Memory, _ []uint6
 func (a *actor) runAlarm(ctx context.Context) error {
 	at, failures, ok, err := alarm.Read(ctx, a.db)
 	if err != nil {
-		return &failure{"internal error", err}
+		return &failure{public: "internal error", cause: err}
 	}
 	if !ok || at > a.node.clock.Now().UnixMilli() {
 		a.state.alarmTouched = true // a stale schedule: follow the database
@@ -96,7 +102,7 @@ func (a *actor) runAlarm(ctx context.Context) error {
 	// What the handler left open is rolled back before the host decides,
 	// so a failed attempt is counted on the alarm as committed.
 	if err := a.db.EndEvent(context.Background()); err != nil {
-		return &failure{"internal error", err}
+		return &failure{public: "internal error", cause: err}
 	}
 	if hookErr == nil {
 		err = alarm.Done(context.Background(), a.db, at, failures)
@@ -105,7 +111,7 @@ func (a *actor) runAlarm(ctx context.Context) error {
 	}
 	a.state.alarmTouched = true
 	if err != nil {
-		return &failure{"internal error", err}
+		return &failure{public: "internal error", cause: err}
 	}
 	return hookErr
 }

@@ -53,7 +53,7 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok\n")
 		return
 	case "/_wasmkeep/ready":
-		if n.stopping.Load() {
+		if !n.ready() {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return
 		}
@@ -256,11 +256,21 @@ func readBody(b []byte, body io.Reader, limit int64) ([]byte, error) {
 func writeOutcome(w http.ResponseWriter, out outcome) {
 	if out.err != nil {
 		var f *failure
-		msg := "internal error"
-		if errors.As(out.err, &f) {
+		var elsewhere *placement.Elsewhere
+		msg, code := "internal error", http.StatusInternalServerError
+		switch {
+		case errors.As(out.err, &elsewhere):
+			msg, code = elsewhere.Error(), http.StatusServiceUnavailable
+		case errors.As(out.err, &f):
 			msg = f.public
+			if f.retry {
+				code = http.StatusServiceUnavailable
+			}
 		}
-		http.Error(w, msg, http.StatusInternalServerError)
+		if code == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "1")
+		}
+		http.Error(w, msg, code)
 		return
 	}
 	h := w.Header()

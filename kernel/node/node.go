@@ -29,6 +29,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/replication"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 	"github.com/wasmkeep/wasmkeep/kernel/node/address"
 	"github.com/wasmkeep/wasmkeep/kernel/node/alarm"
@@ -64,6 +65,7 @@ type Options struct {
 	Logger        *slog.Logger
 	Placement     placement.Placement // [Local] where each actor runs: asked before every delivery
 	Clock         clock.Clock         // [clock.Real] what idle timeouts, alarms, admission waits, WebSocket pings and metrics read and wait on
+	Cluster       *Cluster            // [nil: a node alone] the bucket and the membership of a node with a bucket (replica.go)
 
 	// Headers that reach an actor: more fields, or more bytes of names,
 	// values and request target, answer 431.
@@ -188,6 +190,8 @@ type Node struct {
 	slots   chan struct{}     // one token per instance: resident actor or stateless request
 	wg      sync.WaitGroup    // actor goroutines and stateless requests
 
+	replicas *replication.Replicas // with a bucket: the actors' replication (replica.go); nil on a node alone
+
 	stopping atomic.Bool
 	alarms   *alarm.Schedule
 	index    *alarm.Index // the pending alarms of the tenant's actors, for a start
@@ -260,8 +264,12 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		GuestLogDropped: func() float64 { return float64(n.GuestLogDropped()) },
 		WebSockets:      func() float64 { return float64(n.ws.Len()) },
 		Classes:         func() float64 { return float64(len(n.classes)) },
-		Ready:           func() bool { return !n.stopping.Load() },
+		Ready:           n.ready,
 	})
+	if n.replicas, err = n.newReplicas(); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("replication: %w", err)
+	}
 	names := make([]string, 0, len(opts.Classes))
 	for name := range opts.Classes {
 		names = append(names, name)
@@ -305,6 +313,12 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	}
 	go n.alarms.Run(n.ctx, n.clock, n.deliverAlarm)
 	return n, nil
+}
+
+// ready reports whether /_wasmkeep/ready answers 200: not while stopping,
+// nor, with a bucket, while the node lease is not valid.
+func (n *Node) ready() bool {
+	return !n.stopping.Load() && (n.opts.Cluster == nil || n.opts.Cluster.Member.Ready())
 }
 
 // MetricsHandler serves the node's metrics page (--metrics-listen).

@@ -25,7 +25,6 @@ import (
 
 	"github.com/wasmkeep/wasmkeep"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
-	"github.com/wasmkeep/wasmkeep/kernel/cluster"
 	"github.com/wasmkeep/wasmkeep/kernel/config"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
@@ -295,22 +294,21 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	defer stop()
 	// With a bucket the node joins its cluster before it listens: a second
 	// process with this node id is refused here, having taken nothing.
-	var member *cluster.Member
+	var nc *node.Cluster
 	lost := make(chan error, 1)
 	if cfg.Cluster.Bucket != "" {
-		var b bucket.Bucket
-		member, b, err = joinCluster(ctx, cfg, ns.Listen, log, func(err error) { lost <- err })
+		nc, err = joinCluster(ctx, cfg, ns.Listen, log, func(err error) { lost <- err })
 		if err != nil {
 			return err
 		}
-		defer b.Close()
+		defer nc.Bucket.Close()
 		// Leaving releases the lease, so a restart need not wait for it to
 		// expire; a lost lease is not this process's to release.
 		defer func() {
 			if len(lost) == 0 {
 				leaveCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				if err := member.Leave(leaveCtx); err != nil {
+				if err := nc.Member.Leave(leaveCtx); err != nil {
 					log.Warn("leaving the cluster", "err", err)
 				}
 			}
@@ -318,7 +316,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	}
 	opts := limits(ns)
 	opts.DataDir, opts.Classes, opts.Access, opts.Env = ns.DataDir, ns.Actors, access, env
-	opts.Stateless, opts.Logger = f.stateless, log
+	opts.Stateless, opts.Logger, opts.Cluster = f.stateless, log, nc
 	if err := outbound(&opts, cmd.Flags().Changed, ns, f); err != nil {
 		return err
 	}
