@@ -60,19 +60,31 @@ func buildGuest(t testing.TB, pkg, ldflags string) string {
 	t.Helper()
 	name := strings.NewReplacer("/", "_", " ", "_", "=", "_", ".", "_").Replace(pkg+ldflags) + ".wasm"
 	out := filepath.Join(guestDir, name)
-	once, _ := guestOnce.LoadOrStore(name, new(sync.Once))
-	once.(*sync.Once).Do(func() {
+	buildOnce(t, name, func() error {
 		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-ldflags", ldflags, "-o", out, "./"+pkg)
 		cmd.Dir = repoRoot(t)
 		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 		if b, err := cmd.CombinedOutput(); err != nil {
-			guestErrs.Store(name, fmt.Errorf("building %s: %v\n%s", pkg, err, b))
+			return fmt.Errorf("building %s: %v\n%s", pkg, err, b)
+		}
+		return nil
+	})
+	return out
+}
+
+// buildOnce runs build for the output name once per test binary; a
+// failure fails every test that asks for the output.
+func buildOnce(t testing.TB, name string, build func() error) {
+	t.Helper()
+	once, _ := guestOnce.LoadOrStore(name, new(sync.Once))
+	once.(*sync.Once).Do(func() {
+		if err := build(); err != nil {
+			guestErrs.Store(name, err)
 		}
 	})
 	if err, ok := guestErrs.Load(name); ok {
 		t.Fatal(err)
 	}
-	return out
 }
 
 // buildCGuest compiles the C guest in dir (relative to the repository
@@ -83,22 +95,18 @@ func buildCGuest(t testing.TB, dir string) string {
 	t.Helper()
 	name := "c_" + strings.ReplaceAll(dir, "/", "_") + ".wasm"
 	out := filepath.Join(guestDir, name)
-	once, _ := guestOnce.LoadOrStore(name, new(sync.Once))
-	once.(*sync.Once).Do(func() {
+	buildOnce(t, name, func() error {
 		root := repoRoot(t)
 		srcs, _ := filepath.Glob(filepath.Join(root, dir, "*.c"))
 		if len(srcs) == 0 {
-			guestErrs.Store(name, fmt.Errorf("building %s: no .c files there", dir))
-			return
+			return fmt.Errorf("building %s: no .c files there", dir)
 		}
 		cmd := exec.Command(filepath.Join(root, "sdk/c/wkcc"), append([]string{"-Werror", "-o", out}, srcs...)...)
 		if b, err := cmd.CombinedOutput(); err != nil {
-			guestErrs.Store(name, fmt.Errorf("building %s: %v\n%s", dir, err, b))
+			return fmt.Errorf("building %s: %v\n%s", dir, err, b)
 		}
+		return nil
 	})
-	if err, ok := guestErrs.Load(name); ok {
-		t.Fatal(err)
-	}
 	return out
 }
 

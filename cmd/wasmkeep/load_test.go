@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -25,14 +26,17 @@ func TestModuleWithUnknownImportIsRefused(t *testing.T) {
 	}
 }
 
-// wasmkeepBinary builds the command once per test.
+// wasmkeepBinary builds the command once per test binary (every test that
+// runs it runs the same code; a build costs seconds).
 func wasmkeepBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "wasmkeep")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := filepath.Join(guestDir, "wasmkeep")
+	buildOnce(t, "wasmkeep", func() error {
+		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+			return fmt.Errorf("go build: %v\n%s", err, out)
+		}
+		return nil
+	})
 	return bin
 }
 
