@@ -382,7 +382,9 @@ type durabilitySizes struct {
 // durableAcrossStopsAndKills is the test of issue 14: writes acknowledged
 // by exec-durable survive a clean stop with the data directory deleted
 // after it, and then kills at random moments while clients write, the
-// data directory deleted after some and kept after others.
+// data directory deleted after some and kept after others. After a third
+// of the kills the node is killed once more while the first reads after
+// its start restore the actors.
 func durableAcrossStopsAndKills(t *testing.T, n *bucketNode, size durabilitySizes) {
 	names := counterNames(size.actors)
 	l := newLedger(names)
@@ -404,7 +406,7 @@ func durableAcrossStopsAndKills(t *testing.T, n *bucketNode, size durabilitySize
 	}
 
 	rng := rand.New(rand.NewPCG(durabilitySeed(t), 0))
-	wiped := 0
+	wiped, restoring := 0, 0
 	for k := range size.kills {
 		ctx, cancel := context.WithCancel(t.Context())
 		sent0, acked0 := l.totals()
@@ -425,10 +427,23 @@ func durableAcrossStopsAndKills(t *testing.T, n *bucketNode, size durabilitySize
 		t.Logf("kill %d after %v: %d writes sent, %d acknowledged; data directory %s", k+1, after, sent-sent0, acked-acked0,
 			map[bool]string{true: "deleted", false: "kept"}[wipe])
 		n.start()
+		if rng.IntN(3) == 0 {
+			// Killed again while the first reads restore the actors.
+			during := time.Duration(rng.IntN(150)) * time.Millisecond
+			reading := make(chan verdict)
+			go func() { reading <- l.check(n.url) }()
+			time.Sleep(during)
+			n.kill()
+			cut := (<-reading).failed
+			t.Logf("killed again %v into the restores: %d of %d actors not read", during, len(cut), len(names))
+			restoring++
+			n.start()
+		}
 		l.check(n.url).require(t, fmt.Sprintf("after kill %d", k+1), n.logs)
 	}
 	sent, acked := l.totals()
-	t.Logf("%d kills (%d with the data directory deleted): %d writes sent, %d acknowledged, none lost", size.kills, wiped, sent, acked)
+	t.Logf("%d kills (%d with the data directory deleted), %d more during restores: %d writes sent, %d acknowledged, none lost",
+		size.kills, wiped, restoring, sent, acked)
 	n.stop()
 }
 
