@@ -505,6 +505,41 @@ func TestDurableWritesSurviveStopAndKill(t *testing.T) {
 	})
 }
 
+// A durable write whose upload landed but whose reply was lost is
+// acknowledged, once: bucket-s3 sends the conditional create again, the
+// store refuses it (the key exists), and bucket-s3 reads the object back
+// and finds its own write (ADR 1012). The relay loses the reply of every
+// third PUT, the node lease's writes and the ownership records' included:
+// every durable write is acknowledged, the node keeps its lease, and after
+// a clean stop and the data directory deleted each counter is exactly its
+// writes (a write applied twice would show).
+func TestDurableWritesWithLostReplies(t *testing.T) {
+	t.Parallel()
+	srv := startS3(t)
+	relay := startRelay(t, srv.Endpoint)
+	n := newBucketNode(t, "s3://"+srv.NewBucket(t), append(srv.Environ(), "AWS_ENDPOINT="+relay.URL))
+	names := counterNames(10)
+	l := newLedger(names)
+	n.start()
+	relay.LoseReplies(func(req *http.Request) bool { return req.Method == "PUT" }, 3)
+	if failures := writers(t.Context(), n.url, names, 10, 5, "/durable", l)(); len(failures) > 0 {
+		t.Fatalf("durable writes failed when replies were lost: %s\n%s", strings.Join(failures, "; "), n.logs)
+	}
+	relay.LoseReplies(nil, 1)
+	n.stop()
+	if relay.lost.Load() == 0 {
+		t.Fatal("the relay lost no reply")
+	}
+	n.wipe()
+	n.start()
+	v := l.check(n.url)
+	v.require(t, "after lost replies", n.logs)
+	if !v.exact {
+		t.Fatalf("a counter is not its acknowledged writes")
+	}
+	t.Logf("%d replies lost, every durable write acknowledged once", relay.lost.Load())
+}
+
 // manyWrites is how many writes TestRestoreOverManyWrites makes: 10,000,
 // or DURABILITY_WRITES.
 func manyWrites(t *testing.T) int {

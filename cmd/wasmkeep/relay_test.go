@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"strings"
@@ -33,10 +34,14 @@ import (
 type bucketRelay struct {
 	URL  string // http://127.0.0.1:PORT, the node's AWS_ENDPOINT
 	held atomic.Int64
+	lost atomic.Int64 // replies lost
 
 	mu       sync.Mutex
 	rule     func(*http.Request) bool // nil: hold nothing
 	released chan struct{}
+	lose     func(*http.Request) bool // nil: lose no reply
+	every    int64
+	seen     int64
 }
 
 // startRelay relays to the S3 server at target until the test ends.
@@ -72,6 +77,13 @@ func startRelay(t *testing.T, target string) *bucketRelay {
 			}
 			panic(http.ErrAbortHandler) // the connection is cut, no answer
 		}
+		if r.losing(req) {
+			// The store gets the request and applies it; its answer
+			// never reaches the client.
+			proxy.ServeHTTP(httptest.NewRecorder(), req)
+			r.lost.Add(1)
+			panic(http.ErrAbortHandler)
+		}
 		proxy.ServeHTTP(w, req)
 	})}
 	go srv.Serve(l)
@@ -91,6 +103,26 @@ func (r *bucketRelay) holds(req *http.Request) chan struct{} {
 		return nil
 	}
 	return r.released
+}
+
+// losing reports whether the reply to req is to be lost.
+func (r *bucketRelay) losing(req *http.Request) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lose == nil || !r.lose(req) {
+		return false
+	}
+	r.seen++
+	return r.seen%r.every == 0
+}
+
+// LoseReplies relays every request rule picks to the store and, for one
+// in every of them, cuts the connection instead of relaying the answer:
+// a write that landed with its reply lost.
+func (r *bucketRelay) LoseReplies(rule func(*http.Request) bool, every int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lose, r.every, r.seen = rule, every, 0
 }
 
 // Hold holds every request rule picks from now until Release.
