@@ -173,20 +173,4 @@ func TestWebSocketBackpressure(t *testing.T) {
 	}
 }
 
-func TestWebSocketPing(t *testing.T) {
-	tn := startRoom(t, node.Options{WebSocketPingAfter: 50 * time.Millisecond, WebSocketPongWait: 100 * time.Millisecond})
-	live := dial(t, tn, "/actor/room/r5/")
-	go func() { // reads, so it answers pings
-		for {
-			if _, _, err := live.Read(context.Background()); err != nil {
-				return
-			}
-		}
-	}()
-	dial(t, tn, "/actor/room/r5/") // never reads, so never answers
-	time.Sleep(500 * time.Millisecond)
-	waitCloses(t, tn, "/actor/room/r5/", "1006 \n")
-	if _, body := tn.do("GET", "/actor/room/r5/", ""); strings.Count(body, "\n") != 1 {
-		t.Fatalf("close events %q: the client that answers pings was closed too", body)
-	}
-}
+// WebSocket pings: TestWebSocketPingOnClock (timing_test.go).
