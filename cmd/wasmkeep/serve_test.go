@@ -176,7 +176,7 @@ func TestHibernationAndOnInit(t *testing.T) {
 	n.expect("GET", "/actor/probe/a/hits", "", 200, "2")
 	n.expect("POST", "/actor/probe/a/exec", "CREATE TABLE kept (v)", 200, "ok 0")
 	n.expect("POST", "/actor/probe/a/exec", "INSERT INTO kept VALUES ('x')", 200, "ok 1")
-	time.Sleep(600 * time.Millisecond) // past the idle timeout
+	waitFor(t, 10*time.Second, "the idle actor to hibernate", func() bool { return n.metric("wasmkeep_actors_resident") == 0 })
 	n.expect("GET", "/actor/probe/a/hits", "", 200, "1")
 	n.expect("POST", "/actor/probe/a/query", "SELECT v FROM kept", 200, "ok x")
 	n.expect("GET", "/actor/probe/a/init-runs", "", 200, "1")
