@@ -269,6 +269,16 @@ func holdingServer(t *testing.T) (srv *httptest.Server, arrived chan struct{}, r
 	return srv, arrived, release
 }
 
+// awaitHeld waits for a request to reach a holdingServer.
+func awaitHeld(t *testing.T, arrived chan struct{}) {
+	t.Helper()
+	select {
+	case <-arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the request to hold did not reach the server")
+	}
+}
+
 // With every resident slot held by a busy actor, a request to another
 // actor waits AdmissionWait on the node's clock for a slot (an hour: the
 // wall clock would not reach it in a test), then is refused with 503 and
@@ -278,7 +288,7 @@ func TestAdmissionWaitOnClock(t *testing.T) {
 	n, m := newManualNode(t, node.Options{MaxInstances: 1, AdmissionWait: time.Hour, AllowOutbound: loopback})
 	busy := make(chan string, 1)
 	go func() { busy <- fetch(n, "busy", srv.URL, 0) }()
-	<-arrived // busy is in its event, which the fetch holds
+	awaitHeld(t, arrived) // busy is in its event, which the fetch holds
 	armed := m.Armed()
 	type answer struct {
 		code int

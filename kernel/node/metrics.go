@@ -103,6 +103,8 @@ func newMetrics(n *Node) *metrics {
 		m.refused, m.alarmRetries, m.requestsAbandoned, m.stateless, m.statelessDuration,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_actors_resident", Help: "Actors in memory now (registered mailboxes)."},
 			func() float64 { n.mu.Lock(); defer n.mu.Unlock(); return float64(len(n.actors)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_events_queued", Help: "Events waiting in resident actors' mailboxes, not started yet."},
+			func() float64 { n.mu.Lock(); defer n.mu.Unlock(); return float64(n.queued()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "wasmkeep_guest_log_lines_total", Help: "Lines actors printed that reached the log."},
 			func() float64 { return float64(n.GuestLogLines()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "wasmkeep_guest_log_dropped_total", Help: "Lines actors printed that were dropped over the rate."},
@@ -117,6 +119,14 @@ func newMetrics(n *Node) *metrics {
 		}, func() float64 { return 1 - ready() }),
 	)
 	return m
+}
+
+// queued counts the events in resident actors' mailboxes; n.mu is held.
+func (n *Node) queued() (sum int) {
+	for _, a := range n.actors {
+		sum += a.queue.len()
+	}
+	return sum
 }
 
 // MetricsHandler serves the node's metrics page (--metrics-listen).
