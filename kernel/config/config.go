@@ -8,10 +8,12 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"iter"
 	"log/slog"
+	"net/url"
 	"reflect"
 	"slices"
 	"sort"
@@ -26,12 +28,15 @@ import (
 	"github.com/knadh/koanf/providers/rawbytes"
 	"github.com/knadh/koanf/v2"
 
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
 )
 
 // Config is a loaded configuration.
 type Config struct {
-	Node Node
+	Node    Node
+	Cluster Cluster
 	// Plugins holds the chosen plugin of each kind that has one (runtime
 	// and storage always; bucket and transport when chosen).
 	Plugins map[plugin.Kind]Choice
@@ -211,6 +216,93 @@ type NodeField struct {
 	Ptr  any // *string, *int, *int64, *time.Duration or **int
 }
 
+// Cluster is the `cluster:` section: the shared bucket, this node's id in
+// it, the node lease's timings (book ADR 0020 section 5) and how long old
+// history is kept. Without a bucket the node runs alone, as it always has.
+type Cluster struct {
+	// Bucket is the shared bucket's URL (--bucket): its scheme picks the
+	// bucket plugin that takes it (s3://BUCKET[/PREFIX] for bucket-s3,
+	// file:///DIR for bucket-fs), whose other settings still come from the
+	// bucket: section. Empty: no cluster.
+	Bucket string `koanf:"bucket"`
+	NodeID string `koanf:"node_id"` // --node-id: [a-z0-9-], unique among the bucket's nodes
+	// Advertise is the URL other nodes reach this one at (--advertise),
+	// named in its lease; empty: http:// and node.listen.
+	Advertise string `koanf:"advertise"`
+	// HistoryRetentionSecs keeps history younger than this from garbage
+	// collection (--history-retention-secs; 0 collects at once). A pointer,
+	// since unset (history.DefaultRetention) and 0 differ.
+	HistoryRetentionSecs *int `koanf:"history_retention_secs"`
+
+	// The lease's timings; zero takes the book's default
+	// (nodelease.DefaultSettings).
+	TTL             time.Duration `koanf:"ttl"`              // a lease write keeps the lease this long from its send
+	Grace           time.Duration `koanf:"grace"`            // added to ttl before a peer takes a silent node's actors
+	Safety          time.Duration `koanf:"safety"`           // taken off ttl by the holder
+	MaxSkew         time.Duration `koanf:"max_skew"`         // the clock skew between nodes the timings tolerate
+	HeartbeatPeriod time.Duration `koanf:"heartbeat_period"` // a lease write this often, at most ttl / 3 (zero: 3 s or ttl / 3 if less)
+}
+
+// Lease is the node lease's settings.
+func (c Cluster) Lease() nodelease.Settings {
+	d := nodelease.DefaultSettings()
+	ttl := cmp.Or(c.TTL, d.TTL)
+	return nodelease.Settings{TTL: ttl, Grace: cmp.Or(c.Grace, d.Grace), Safety: cmp.Or(c.Safety, d.Safety),
+		MaxSkew: cmp.Or(c.MaxSkew, d.MaxSkew), HeartbeatPeriod: cmp.Or(c.HeartbeatPeriod, min(d.HeartbeatPeriod, ttl/3))}
+}
+
+// HistoryRetention is how long history is kept from garbage collection.
+func (c Cluster) HistoryRetention() time.Duration {
+	if c.HistoryRetentionSecs == nil {
+		return history.DefaultRetention
+	}
+	return time.Duration(*c.HistoryRetentionSecs) * time.Second
+}
+
+// Check refuses a node id without a bucket, a malformed id, a negative
+// retention and inconsistent lease timings, naming the key. (Serving with a
+// bucket also needs an id; the bucket commands do not.)
+func (c Cluster) Check() error {
+	switch {
+	case c.Bucket == "" && c.NodeID != "":
+		return fmt.Errorf("cluster.node_id (--node-id) is %q but cluster.bucket (--bucket) is not set: a node id names a node in a bucket", c.NodeID)
+	case c.HistoryRetention() < 0:
+		return fmt.Errorf("cluster.history_retention_secs (--history-retention-secs) is %d: it cannot be negative", *c.HistoryRetentionSecs)
+	}
+	if c.NodeID != "" {
+		if err := nodelease.CheckNodeID(c.NodeID); err != nil {
+			return fmt.Errorf("cluster.node_id (--node-id): %w", err)
+		}
+	}
+	return c.Lease().Validate()
+}
+
+// bucketURL parses cluster.bucket and finds the bucket plugin its scheme
+// names.
+func (c Cluster) bucketURL(reg *plugin.Registry) (*url.URL, plugin.Info, error) {
+	u, err := url.Parse(c.Bucket)
+	if err != nil {
+		return nil, plugin.Info{}, fmt.Errorf("cluster.bucket (--bucket): %w", err)
+	}
+	in, ok := reg.ByScheme(plugin.Bucket, u.Scheme)
+	if !ok {
+		schemes := reg.Schemes(plugin.Bucket)
+		if len(schemes) == 0 {
+			schemes = []string{"none in this build"}
+		}
+		return nil, in, fmt.Errorf("cluster.bucket (--bucket) %s: no bucket plugin in this build takes %q URLs (schemes: %s)", u.Redacted(), u.Scheme, strings.Join(schemes, ", "))
+	}
+	return u, in, nil
+}
+
+// Flag is a command-line flag's setting, the last layer Load applies:
+// Key in plugins.yaml's terms (cluster.bucket), Name the flag (--bucket)
+// that errors name.
+type Flag struct {
+	Name, Key string
+	Value     any
+}
+
 // EnvPrefix starts every environment variable the configuration reads.
 const EnvPrefix = "WASMKEEP_"
 
@@ -218,7 +310,8 @@ const EnvPrefix = "WASMKEEP_"
 // not empty, a file over it; environ the environment (os.Environ()).
 // apis gives the contract version the kernel requires of each kind. An
 // error names the layer it comes from: the file, or the variable.
-func Load(defaults []byte, path string, environ []string, reg *plugin.Registry, apis map[plugin.Kind]string) (*Config, error) {
+// flags are the command's flags that were given, applied last.
+func Load(defaults []byte, path string, environ []string, reg *plugin.Registry, apis map[plugin.Kind]string, flags ...Flag) (*Config, error) {
 	base := koanf.New(".")
 	if err := base.Load(rawbytes.Provider(defaults), yaml.Parser()); err != nil {
 		return nil, fmt.Errorf("embedded defaults: %w", err)
@@ -249,6 +342,13 @@ func Load(defaults []byte, path string, environ []string, reg *plugin.Registry, 
 		}
 		layers = append(layers, layer{kv, k})
 	}
+	for _, f := range flags {
+		k := koanf.New(".")
+		if err := k.Set(f.Key, f.Value); err != nil {
+			return nil, fmt.Errorf("%s: %w", f.Name, err)
+		}
+		layers = append(layers, layer{f.Name, k})
+	}
 	cfg, err := build(layers, reg, apis)
 	if err == nil {
 		return cfg, nil
@@ -267,7 +367,7 @@ func Load(defaults []byte, path string, environ []string, reg *plugin.Registry, 
 
 // layer is one source of settings, named in its errors.
 type layer struct {
-	name string // "the embedded defaults", the file's path, or a variable's NAME=value
+	name string // "the embedded defaults", the file's path, a variable's NAME=value, or a flag
 	k    *koanf.Koanf
 }
 
@@ -290,7 +390,7 @@ func build(layers []layer, reg *plugin.Registry, apis map[plugin.Kind]string) (*
 	}
 
 	cfg := &Config{Plugins: map[plugin.Kind]Choice{}, unchosen: map[plugin.Kind]error{}}
-	valid := []string{"node"}
+	valid := []string{"node", "cluster"}
 	for _, kind := range plugin.Kinds {
 		valid = append(valid, string(kind))
 	}
@@ -304,6 +404,27 @@ func build(layers []layer, reg *plugin.Registry, apis map[plugin.Kind]string) (*
 	}
 	if err := cfg.Node.Check(); err != nil {
 		return nil, err
+	}
+	if err := DecodeStrict(k.Get("cluster"), &cfg.Cluster, "cluster"); err != nil {
+		return nil, err
+	}
+	if err := cfg.Cluster.Check(); err != nil {
+		return nil, err
+	}
+	// A cluster's bucket URL chooses the bucket plugin by its scheme.
+	var bucketURL *url.URL
+	if cfg.Cluster.Bucket != "" {
+		u, in, err := cfg.Cluster.bucketURL(reg)
+		if err != nil {
+			return nil, err
+		}
+		if use := user.String("bucket.use"); use != "" && use != in.Name {
+			return nil, fmt.Errorf("cluster.bucket (--bucket) %s is for bucket plugin %s, but bucket.use is %s: leave bucket.use out, or give a %s URL", u.Redacted(), in.Name, use, use)
+		}
+		bucketURL = u
+		if err := k.Set("bucket.use", in.Name); err != nil {
+			return nil, err
+		}
 	}
 	for _, kind := range plugin.Kinds {
 		use := k.String(string(kind) + ".use")
@@ -328,6 +449,11 @@ func build(layers []layer, reg *plugin.Registry, apis map[plugin.Kind]string) (*
 		ch, ok, err := choose(k, kind, use, reg, apis[kind])
 		if err != nil {
 			return nil, err
+		}
+		if ok && kind == plugin.Bucket && bucketURL != nil {
+			if err := ch.Info.FromURL(bucketURL, ch.Config); err != nil {
+				return nil, fmt.Errorf("cluster.bucket (--bucket): %w", err)
+			}
 		}
 		if ok {
 			cfg.Plugins[kind] = ch

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"errors"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -8,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
 )
 
@@ -82,7 +85,7 @@ func TestLayers(t *testing.T) {
 
 func TestRefusals(t *testing.T) {
 	for file, want := range map[string]string{
-		"nodes: {}\n":                        `unknown key "nodes" (valid: node, runtime, storage, bucket, transport)`,
+		"nodes: {}\n":                        `unknown key "nodes" (valid: node, cluster, runtime, storage, bucket, transport)`,
 		"node: {listn: x}\n":                 "unknown key node.listn (valid: listen, data_dir",
 		"runtime: {use: nope}\n":             `runtime.use: unknown runtime plugin "nope" (this build has: fast, old, slow)`,
 		"runtime: {fast: {compilr: true}}\n": "unknown key runtime.fast.compilr (valid: compiler, mode)",
@@ -118,8 +121,16 @@ func withBuckets(t *testing.T, except ...string) *plugin.Registry {
 	t.Helper()
 	var infos []plugin.Info
 	for _, in := range []plugin.Info{
-		{Kind: plugin.Bucket, Name: "fs", API: "bucket/v1", NewConfig: func() any { return &fsSettings{Dir: "./bucket"} }, New: func(c any) (any, error) { return c, nil }},
-		{Kind: plugin.Bucket, Name: "s3", API: "bucket/v1", NewConfig: func() any { return &s3Settings{Region: "us-east-1"} }, New: func(c any) (any, error) { return c, nil }},
+		{Kind: plugin.Bucket, Name: "fs", API: "bucket/v1", NewConfig: func() any { return &fsSettings{Dir: "./bucket"} }, New: func(c any) (any, error) { return c, nil },
+			Scheme: "file", FromURL: func(u *url.URL, c any) error { c.(*fsSettings).Dir = u.Path; return nil }},
+		{Kind: plugin.Bucket, Name: "s3", API: "bucket/v1", NewConfig: func() any { return &s3Settings{Region: "us-east-1"} }, New: func(c any) (any, error) { return c, nil },
+			Scheme: "s3", FromURL: func(u *url.URL, c any) error {
+				if u.Host == "bad" {
+					return errors.New("bad bucket name")
+				}
+				c.(*s3Settings).Endpoint = "bucket " + u.Host
+				return nil
+			}},
 		{Kind: plugin.Bucket, Name: "old", API: "bucket/v0", New: func(c any) (any, error) { return c, nil }},
 	} {
 		if !slices.Contains(except, in.Name) {
@@ -230,6 +241,61 @@ func TestDefaultBucketNotInBuild(t *testing.T) {
 		"bucket: {fs: {dir: /srv/b}}\n": `bucket.fs: unknown bucket plugin "fs"`,
 	} {
 		if _, err := loadWith(t, withFS, reg, file); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want an error containing %q", file, err, want)
+		}
+	}
+}
+
+// cluster.bucket picks the bucket plugin by its URL's scheme, applies the
+// URL over that plugin's section, and needs a node id; --bucket and the
+// other flags are the last layer. Each refusal names its key and flag.
+func TestCluster(t *testing.T) {
+	reg := withBuckets(t)
+	cfg, err := loadWith(t, defaults, reg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Cluster.Bucket != "" || cfg.Cluster.Lease() != nodelease.DefaultSettings() || cfg.Cluster.HistoryRetention() != time.Hour {
+		t.Errorf("defaults: %+v, lease %+v", cfg.Cluster, cfg.Cluster.Lease())
+	}
+
+	cfg, err = loadWith(t, defaults, reg, "cluster: {bucket: 's3://demo/prod', node_id: a, ttl: 6s, history_retention_secs: 0}\nbucket: {s3: {region: eu}}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := cfg.Plugins[plugin.Bucket]
+	if s3, ok := ch.Config.(*s3Settings); !ok || s3.Endpoint != "bucket demo" || s3.Region != "eu" {
+		t.Errorf("s3 from the URL: %+v", ch)
+	}
+	if cfg.Cluster.NodeID != "a" || cfg.Cluster.Lease().TTL != 6*time.Second || cfg.Cluster.HistoryRetention() != 0 {
+		t.Errorf("cluster: %+v", cfg.Cluster)
+	}
+
+	all := map[plugin.Kind]string{plugin.Bucket: "bucket/v1", plugin.Runtime: "runtime/v1", plugin.Storage: "storage/v1"}
+	cfg, err = Load([]byte(defaults), "", []string{"WASMKEEP_CLUSTER__BUCKET=s3://demo"}, reg, all,
+		Flag{"--bucket", "cluster.bucket", "file:///srv/b"}, Flag{"--node-id", "cluster.node_id", "n-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch := cfg.Plugins[plugin.Bucket]; ch.Info.Name != "fs" || ch.Config.(*fsSettings).Dir != "/srv/b" || cfg.Cluster.NodeID != "n-1" {
+		t.Errorf("flags over the environment: %+v, %+v", ch, cfg.Cluster)
+	}
+	_, err = Load([]byte(defaults), "", nil, reg, all, Flag{"--node-id", "cluster.node_id", "A"})
+	if err == nil || !strings.HasPrefix(err.Error(), "--node-id: ") {
+		t.Errorf("a bad flag is blamed on the flag: %v", err)
+	}
+
+	for file, want := range map[string]string{
+		"cluster: {node_id: a}\n":                                         "cluster.node_id (--node-id) is \"a\" but cluster.bucket (--bucket) is not set",
+		"cluster: {bucket: 's3://demo', node_id: Node_1}\n":               `cluster.node_id (--node-id): node id "Node_1" must be`,
+		"cluster: {bucket: 'gs://demo', node_id: a}\n":                    `no bucket plugin in this build takes "gs" URLs (schemes: file, s3)`,
+		"cluster: {bucket: 's3://bad', node_id: a}\n":                     "cluster.bucket (--bucket): bad bucket name",
+		"cluster: {bucket: 's3://demo', node_id: a}\nbucket: {use: fs}\n": "is for bucket plugin s3, but bucket.use is fs",
+		"cluster: {history_retention_secs: -1}\n":                         "cluster.history_retention_secs (--history-retention-secs) is -1",
+		"cluster: {ttl: 2s}\n":                                            "cluster: safety 2s must be below ttl 2s",
+		"cluster: {tll: 3s}\n":                                            "unknown key cluster.tll",
+	} {
+		if _, err := loadWith(t, defaults, reg, file); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: got %v, want an error containing %q", file, err, want)
 		}
 	}

@@ -10,6 +10,9 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cputime"
+	"github.com/wasmkeep/wasmkeep/kernel/node/guestlog"
+	"github.com/wasmkeep/wasmkeep/kernel/node/mailbox"
+	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
@@ -57,7 +60,7 @@ type actor struct {
 	key   string // tenant/class/name, or "stateless": names it in the log
 	prev  *actor // the previous incarnation, possibly still closing
 
-	queue      *mailbox
+	queue      *mailbox.Mailbox[*event]
 	evict      chan struct{}
 	claim      chan bool // the admission that evicts it, under the node's lock: gets its slot (true) or false if it stays
 	stopCh     chan struct{}
@@ -70,9 +73,9 @@ type actor struct {
 	db       storage.DB
 	inst     runtime.Instance
 	needInit bool
-	logLimit guestLimit // the instance's, shared by stdout and stderr
-	stdout   guestLog
-	stderr   guestLog
+	logLimit guestlog.Limit // the instance's, shared by stdout and stderr
+	stdout   guestlog.Stream
+	stderr   guestlog.Stream
 	state    eventState
 	stack    [3]uint64
 }
@@ -80,28 +83,28 @@ type actor struct {
 func newActor(n *Node, c *class, addr abi.Address, key string, prev *actor) *actor {
 	a := &actor{
 		node: n, class: c, addr: addr, key: key, prev: prev,
-		queue:  newMailbox(n.opts.QueueLimit),
+		queue:  mailbox.New[*event](n.opts.QueueLimit),
 		evict:  make(chan struct{}, 1),
 		stopCh: make(chan struct{}),
 		done:   make(chan struct{}),
 	}
 	a.state.actor = a
 	a.lastActive.Store(n.clock.Now().UnixNano())
-	a.logLimit = newGuestLimit(n, key)
-	a.stdout = guestLog{limit: &a.logLimit, stream: "stdout"}
-	a.stderr = guestLog{limit: &a.logLimit, stream: "stderr"}
+	a.logLimit = n.guestLogs.NewLimit(key)
+	a.stdout = guestlog.NewStream(&a.logLimit, "stdout")
+	a.stderr = guestlog.NewStream(&a.logLimit, "stderr")
 	return a
 }
 
 // enqueue adds ev to the mailbox; the caller holds the node's lock.
 func (a *actor) enqueue(ev *event) error {
-	if !a.queue.push(ev) {
+	if !a.queue.Push(ev) {
 		return errQueueFull
 	}
 	return nil
 }
 
-func (a *actor) idle() bool { return !a.busy.Load() && a.queue.len() == 0 }
+func (a *actor) idle() bool { return !a.busy.Load() && a.queue.Len() == 0 }
 
 func (a *actor) requestEviction() {
 	select {
@@ -129,12 +132,12 @@ func (a *actor) run() {
 	a.idleTimer = idle
 	defer idle.Stop()
 	for {
-		if ev := a.queue.pop(); ev != nil {
+		if ev, ok := a.queue.Pop(); ok {
 			a.handle(ev) // re-arms idle
 			continue
 		}
 		select {
-		case <-a.queue.ready:
+		case <-a.queue.Ready():
 		case <-idle.C():
 			if a.hibernate() {
 				return
@@ -176,17 +179,17 @@ func (a *actor) discardInstance() {
 	}
 	a.inst.Close(context.Background())
 	a.inst = nil
-	a.node.metrics.instanceDropped(a.class)
-	a.stdout.flush()
-	a.stderr.flush()
-	a.logLimit.endInstance()
+	a.node.metrics.InstanceDropped(a.class.stateless)
+	a.stdout.Flush()
+	a.stderr.Flush()
+	a.logLimit.EndInstance()
 }
 
 // handle runs one event on a thread of its own, so that the CPU clock of
 // that thread is the event's.
 func (a *actor) handle(ev *event) {
 	if ev.ctx.Err() != nil {
-		a.node.metrics.requestsAbandoned.Inc()
+		a.node.metrics.Abandoned()
 		a.answer(ev, outcome{skipped: true})
 		return
 	}
@@ -199,15 +202,15 @@ func (a *actor) handle(ev *event) {
 	goruntime.LockOSThread()
 	out := a.runEvent(ev)
 	goruntime.UnlockOSThread()
-	kind := kindRequest
+	kind := metrics.KindRequest
 	switch {
 	case ev.alarm:
-		kind = kindAlarm
+		kind = metrics.KindAlarm
 	case ev.ws != nil:
-		kind = kindWebSocket
+		kind = metrics.KindWebSocket
 	}
 	end := a.node.clock.Now()
-	a.node.metrics.event(a.class, kind, out.err != nil, end.Sub(start))
+	a.node.metrics.Event(a.class.name, a.class.stateless, kind, out.err != nil, end.Sub(start))
 	a.lastActive.Store(end.UnixNano())
 	a.busy.Store(false)
 	a.answer(ev, out)
@@ -241,7 +244,7 @@ func (a *actor) runEvent(ev *event) outcome {
 	}
 	if a.needInit {
 		err := a.callHook(ctx, abi.ExportOnInit, 0)
-		a.node.metrics.event(a.class, kindInit, err != nil, 0)
+		a.node.metrics.Event(a.class.name, a.class.stateless, metrics.KindInit, err != nil, 0)
 		if err != nil {
 			if ev.alarm {
 				a.alarmNotRun()
@@ -321,7 +324,7 @@ func (a *actor) wake(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.node.metrics.instanceCreated(a.class, a.node.clock.Now().Sub(start))
+	a.node.metrics.InstanceCreated(a.class.stateless, a.node.clock.Now().Sub(start))
 	if a.needInit, err = a.initPending(ctx); err != nil {
 		a.discardInstance()
 		return &failure{"internal error", err}
@@ -356,6 +359,8 @@ func metaValue(ctx context.Context, db storage.DB, key string) (string, bool, er
 	return string(v.Bytes), true, r.Err()
 }
 
+func text(s string) abi.Value { return abi.Value{Kind: abi.KindText, Bytes: []byte(s)} }
+
 func (a *actor) recordInit(ctx context.Context) error {
 	_, err := a.db.HostExec(ctx, "INSERT OR REPLACE INTO "+metaTable+" (key, value) VALUES ('init_version', ?)",
 		abi.Value{Kind: abi.KindText, Bytes: []byte(a.class.version)})
@@ -384,13 +389,13 @@ func (a *actor) guest(ctx context.Context, what string, f func(ctx context.Conte
 	if errors.Is(err, runtime.ErrInterrupted) || ctx.Err() != nil {
 		switch cause := context.Cause(ctx); {
 		case errors.Is(cause, errCPUBudget):
-			a.node.metrics.cpuBudget.Inc()
+			a.node.metrics.CPUBudgetExceeded()
 			return &failure{"actor exceeded its CPU budget", cause}
 		case errors.Is(cause, errHostCPU):
-			a.node.metrics.cuts.WithLabelValues("host_cpu").Inc()
+			a.node.metrics.Cut(metrics.CutHostCPU)
 			return &failure{"actor exceeded its CPU budget for host work", cause}
 		case errors.Is(cause, errWallClock):
-			a.node.metrics.cuts.WithLabelValues("wall").Inc()
+			a.node.metrics.Cut(metrics.CutWall)
 			return &failure{"actor exceeded its wall-clock limit", cause}
 		default:
 			return &failure{"actor stopped", cause}

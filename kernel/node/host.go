@@ -6,10 +6,9 @@ import (
 	"errors"
 	"fmt"
 
-	"golang.org/x/net/http/httpguts"
-
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/cputime"
+	"github.com/wasmkeep/wasmkeep/kernel/node/fetch"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
@@ -185,7 +184,7 @@ func hostFunctions() map[string]runtime.HostFunction {
 		})),
 		hostFunc(abi.HostWSSend, sig(types(i64, i32, i32, i32), i32), wsSend),
 		hostFunc(abi.HostWSList, sig(types(i32, i32), i32), withOutput(0, func(_ context.Context, st *eventState, mem runtime.Memory, s []uint64) {
-			st.out = st.actor.node.wsList(st.actor.key, st.out[:0])
+			st.out = st.actor.node.ws.List(st.actor.key, st.out[:0])
 			s[0] = st.result(mem, s[0], s[1], st.out, false)
 		})),
 		hostFunc(abi.HostDeleteSelf, sig(types(i32, i32, i32), i32), withOutput(1, deleteSelf)),
@@ -251,15 +250,11 @@ func (st *eventState) respond(b []byte) uint32 {
 		return abi.RespondBadEncoding
 	}
 	for _, h := range r.Headers {
-		if !validHeader(h) {
+		if !fetch.ValidHeader(h) {
 			return abi.RespondBadEncoding
 		}
 	}
 	r.Body = append([]byte(nil), r.Body...)
 	st.resp, st.responded = r, true
 	return abi.RespondOK
-}
-
-func validHeader(h abi.Header) bool {
-	return httpguts.ValidHeaderFieldName(h.Name) && httpguts.ValidHeaderFieldValue(h.Value)
 }

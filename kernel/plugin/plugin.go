@@ -7,6 +7,7 @@ package plugin
 
 import (
 	"fmt"
+	"net/url"
 	"regexp"
 	"sort"
 	"strings"
@@ -48,6 +49,13 @@ type Info struct {
 	// (a cgo plugin in a CGO_ENABLED=0 build) and says how to get it; New is
 	// then nil and choosing the plugin fails with this text.
 	Unavailable string
+	// Scheme, when set, is the URL scheme that names this plugin where a
+	// command takes its kind as a URL (a bucket's --bucket s3://NAME,
+	// file:///DIR); FromURL then applies such a URL to the plugin's
+	// configuration (NewConfig's, plugins.yaml's settings applied), or
+	// refuses it saying what is wrong. One scheme per plugin of a kind.
+	Scheme  string
+	FromURL func(u *url.URL, config any) error
 }
 
 // ID is "<kind>.<name>".
@@ -87,9 +95,14 @@ func (r *Registry) register(in Info) error {
 		return fmt.Errorf("plugin %s: New is nil", in.ID())
 	case in.API == "":
 		return fmt.Errorf("plugin %s: declares no contract version (API)", in.ID())
+	case (in.Scheme == "") != (in.FromURL == nil):
+		return fmt.Errorf("plugin %s: Scheme and FromURL go together", in.ID())
 	}
 	if _, dup := r.byID[in.ID()]; dup {
 		return fmt.Errorf("plugin %s registered twice", in.ID())
+	}
+	if other, dup := r.ByScheme(in.Kind, in.Scheme); in.Scheme != "" && dup {
+		return fmt.Errorf("plugins %s and %s both take URLs of scheme %s", other.ID(), in.ID(), in.Scheme)
 	}
 	r.byID[in.ID()] = in
 	return nil
@@ -110,6 +123,28 @@ func (r *Registry) Lookup(kind Kind, name string) (Info, error) {
 		valid = strings.Join(names, ", ")
 	}
 	return Info{}, fmt.Errorf("unknown %s plugin %q (this build has: %s)", kind, name, valid)
+}
+
+// ByScheme finds the plugin of a kind that takes URLs of a scheme.
+func (r *Registry) ByScheme(kind Kind, scheme string) (Info, bool) {
+	for _, in := range r.byID {
+		if in.Kind == kind && in.Scheme == scheme && scheme != "" {
+			return in, true
+		}
+	}
+	return Info{}, false
+}
+
+// Schemes lists the URL schemes a kind's plugins take, sorted.
+func (r *Registry) Schemes(kind Kind) []string {
+	var out []string
+	for _, in := range r.List() {
+		if in.Kind == kind && in.Scheme != "" {
+			out = append(out, in.Scheme)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Get finds a plugin by kind and name, an unavailable one included.

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -20,6 +21,36 @@ func TestRegistryRefusesMalformedPlugins(t *testing.T) {
 	ok := Info{Kind: Runtime, Name: "x", API: "runtime/v1", New: newFn}
 	if _, err := NewRegistry(ok, ok); err == nil || !strings.Contains(err.Error(), "registered twice") {
 		t.Errorf("duplicate: %v", err)
+	}
+}
+
+// A plugin that takes URLs declares its scheme and how to apply one; two of
+// a kind cannot share a scheme, and ByScheme finds the one that has it.
+func TestSchemes(t *testing.T) {
+	newFn := func(any) (any, error) { return nil, nil }
+	fromURL := func(*url.URL, any) error { return nil }
+	half := Info{Kind: Bucket, Name: "x", API: "bucket/v1", New: newFn, Scheme: "x"}
+	if _, err := NewRegistry(half); err == nil || !strings.Contains(err.Error(), "go together") {
+		t.Errorf("scheme without FromURL: %v", err)
+	}
+	a := Info{Kind: Bucket, Name: "a", API: "bucket/v1", New: newFn, Scheme: "s3", FromURL: fromURL}
+	b := Info{Kind: Bucket, Name: "b", API: "bucket/v1", New: newFn, Scheme: "s3", FromURL: fromURL}
+	if _, err := NewRegistry(a, b); err == nil || !strings.Contains(err.Error(), "both take URLs of scheme s3") {
+		t.Errorf("shared scheme: %v", err)
+	}
+	b.Scheme = "file"
+	reg, err := NewRegistry(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in, ok := reg.ByScheme(Bucket, "file"); !ok || in.Name != "b" {
+		t.Errorf("ByScheme(file) = %v, %v", in.ID(), ok)
+	}
+	if _, ok := reg.ByScheme(Bucket, "gs"); ok {
+		t.Error("ByScheme(gs) found a plugin")
+	}
+	if got := strings.Join(reg.Schemes(Bucket), ","); got != "file,s3" {
+		t.Errorf("Schemes = %s", got)
 	}
 }
 

@@ -3,6 +3,7 @@ package fsbucket
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -268,5 +269,34 @@ func TestTempFileAge(t *testing.T) {
 	openT(t, dir)
 	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("Open left an old, unlocked temporary file: %v", err)
+	}
+}
+
+// --bucket file:///DIR names a directory on this machine by its absolute
+// path; a relative path, another host or a query is refused, naming it.
+func TestFromURL(t *testing.T) {
+	for raw, want := range map[string]string{
+		"file:///srv/bucket":           "/srv/bucket",
+		"file://localhost/srv/bucket/": "/srv/bucket",
+		"file:///srv/a%20b":            "/srv/a b",
+		"file:relative/dir":            "ABSOLUTE",
+		"file://":                      "ABSOLUTE",
+		"file://nas/srv/bucket":        `not host "nas"`,
+		"file:///srv/bucket?x=1":       "without credentials, query",
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := NewConfig()
+		got := ""
+		if err := FromURL(u, cfg); err != nil {
+			got = err.Error()
+		} else {
+			got = cfg.Dir
+		}
+		if !strings.Contains(got, want) {
+			t.Errorf("%s: %s, want %s", raw, got, want)
+		}
 	}
 }

@@ -9,6 +9,8 @@ package fsbucket
 import (
 	"errors"
 	"fmt"
+	"net/url"
+	"path"
 
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
@@ -41,7 +43,28 @@ func Info() plugin.Info {
 		Summary:   "a local directory, shared by the nodes of one machine (conditional writes under flock)",
 		NewConfig: func() any { return NewConfig() },
 		New:       func(config any) (any, error) { return New(config) },
+		Scheme:    "file",
+		FromURL:   FromURL,
 	}
+}
+
+// FromURL applies --bucket file:///ABSOLUTE/DIR to a *Config: the bucket is
+// that directory on this machine.
+func FromURL(u *url.URL, config any) error {
+	cfg, ok := config.(*Config)
+	if !ok {
+		return fmt.Errorf("config is %T, want *fsbucket.Config", config)
+	}
+	switch {
+	case u.Opaque != "" || !path.IsAbs(u.Path):
+		return fmt.Errorf("%s: want file:///ABSOLUTE/DIR (three slashes, then the directory's absolute path)", u.Redacted())
+	case u.Host != "" && u.Host != "localhost":
+		return fmt.Errorf("%s: a bucket-fs directory is on this machine: want file:///DIR, not host %q", u.Redacted(), u.Host)
+	case u.User != nil || u.RawQuery != "" || u.Fragment != "":
+		return fmt.Errorf("%s: want file:///ABSOLUTE/DIR, without credentials, query or fragment", u.Redacted())
+	}
+	cfg.Dir = path.Clean(u.Path)
+	return nil
 }
 
 // New opens the bucket of a *Config.

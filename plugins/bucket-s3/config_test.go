@@ -1,6 +1,7 @@
 package s3bucket
 
 import (
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -88,5 +89,42 @@ func TestNewNeedsARegion(t *testing.T) {
 	}
 	if d := NewConfig().RequestTimeout; d != 30*time.Second {
 		t.Fatalf("default request_timeout %s, want the book's 30s", d)
+	}
+}
+
+// --bucket s3://BUCKET[/PREFIX] sets the bucket and the prefix and keeps the
+// other settings; anything an S3 URL cannot mean here is refused, naming it.
+func TestFromURL(t *testing.T) {
+	for raw, want := range map[string]string{
+		"s3://demo":             "demo|",
+		"s3://demo/":            "demo|",
+		"s3://demo/prod/eu":     "demo|prod/eu",
+		"s3://demo/prod/":       "demo|prod",
+		"s3:demo":               "want s3://BUCKET",
+		"s3:///prefix":          "want s3://BUCKET",
+		"s3://key:secret@demo":  "without credentials",
+		"s3://demo:9000/x":      "without credentials, port",
+		"s3://demo/x?region=eu": "query",
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := NewConfig()
+		cfg.Region = "kept"
+		err = FromURL(u, cfg)
+		got := cfg.Bucket + "|" + cfg.Prefix
+		if err != nil {
+			got = err.Error()
+			if strings.Contains(got, "secret") {
+				t.Errorf("%s: the error shows the secret: %s", raw, got)
+			}
+		}
+		if !strings.Contains(got, want) {
+			t.Errorf("%s: %s, want %s", raw, got, want)
+		}
+		if err == nil && cfg.Region != "kept" {
+			t.Errorf("%s: region changed to %q", raw, cfg.Region)
+		}
 	}
 }

@@ -86,7 +86,28 @@ func Info() plugin.Info {
 		Summary:   "an S3-compatible store (AWS S3, R2, OVHcloud, MinIO, VersityGW) with If-None-Match and If-Match writes",
 		NewConfig: func() any { return NewConfig() },
 		New:       func(config any) (any, error) { return New(config) },
+		Scheme:    "s3",
+		FromURL:   FromURL,
 	}
+}
+
+// FromURL applies --bucket s3://BUCKET[/PREFIX] to a *Config: the bucket's
+// name and the key prefix; everything else (endpoint, region, credentials)
+// comes from plugins.yaml's bucket.s3 and the AWS_* variables, as without a
+// URL.
+func FromURL(u *url.URL, config any) error {
+	cfg, ok := config.(*Config)
+	if !ok {
+		return fmt.Errorf("config is %T, want *s3bucket.Config", config)
+	}
+	switch {
+	case u.Host == "" || u.Opaque != "":
+		return fmt.Errorf("%s: want s3://BUCKET[/PREFIX]", u.Redacted())
+	case u.User != nil || u.Port() != "" || u.RawQuery != "" || u.Fragment != "":
+		return fmt.Errorf("%s: want s3://BUCKET[/PREFIX], without credentials, port, query or fragment (credentials come from AWS_*, the endpoint from AWS_ENDPOINT or bucket.s3.endpoint)", u.Redacted())
+	}
+	cfg.Bucket, cfg.Prefix = u.Host, strings.Trim(u.Path, "/")
+	return nil
 }
 
 // New builds the bucket from a *Config. It makes no request: a store that

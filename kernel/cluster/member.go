@@ -1,0 +1,141 @@
+// Package cluster is how a node takes part in the cluster of the nodes
+// sharing its bucket. Its sub-packages hold each protocol as logic over the
+// bucket contract and a clock (nodelease, ownership, history); this package
+// puts them together for a server: the bucket probe and the node lease's
+// start check before anything else, the ownership records' background pass,
+// readiness, and a clean stop that releases every hold and then the lease.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
+)
+
+// Config is what Join needs.
+type Config struct {
+	Bucket   bucket.Bucket
+	Clock    clock.Clock
+	Settings nodelease.Settings
+	NodeID   string
+	Instance string // random per process, [a-z0-9]
+	Info     nodelease.Info
+	Logger   *slog.Logger
+	// Lost is called once, on the lease's goroutine, when another writer
+	// replaced this node's lease (a fence, a twin, a delete): every hold is
+	// already dropped; the server stops and exits non-zero. It must not
+	// block.
+	Lost func(error)
+}
+
+// Member is this process's membership: its node lease and its holds.
+type Member struct {
+	Lease  *nodelease.Lease
+	Owners *ownership.Owners
+
+	ready  atomic.Bool        // the lease is valid: not before Join ends, not while lapsed
+	cancel context.CancelFunc // ends the ownership pass
+	done   chan struct{}      // the ownership pass has ended
+}
+
+// probeRetry bounds the wait between two probes of a bucket that did not
+// answer: a node starting while its bucket is down keeps trying.
+const probeRetry = 30 * time.Second
+
+// Join probes the bucket, runs the node lease's start check and first
+// write, and starts the lease's writer and the ownership records'
+// background pass. It returns a *nodelease.TwinError when another process
+// runs with this node id, an error wrapping bucket.ErrIgnoresConditions
+// for a bucket that must not be used, and ctx's error if ctx ends first;
+// a bucket that does not answer is probed again until it does.
+func Join(ctx context.Context, cfg Config) (*Member, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	for wait := time.Second; ; wait = min(2*wait, probeRetry) {
+		err := bucket.Probe(ctx, cfg.Bucket)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, bucket.ErrTransient) || ctx.Err() != nil {
+			return nil, fmt.Errorf("the bucket cannot be used: %w", err)
+		}
+		log.Warn("the bucket did not answer its probe; trying again", "in", wait, "err", err)
+		if err := clock.Sleep(ctx, cfg.Clock, wait); err != nil {
+			return nil, err
+		}
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m := &Member{cancel: cancel, done: make(chan struct{})}
+	lease, err := nodelease.New(nodelease.Config{
+		Bucket: cfg.Bucket, Clock: cfg.Clock, Settings: cfg.Settings,
+		NodeID: cfg.NodeID, Instance: cfg.Instance, Info: cfg.Info,
+		Events: nodelease.Events{
+			Lapsed: func() {
+				m.ready.Store(false)
+				m.Owners.DropAll()
+				log.Warn("node lease lapsed: no lease write landed in time; every actor is given up until one does")
+			},
+			Renewed: func() {
+				m.ready.Store(true)
+				log.Info("node lease renewed")
+			},
+			Lost: func(err error) {
+				m.ready.Store(false)
+				m.Owners.Abandon()
+				m.cancel()
+				if cfg.Lost != nil {
+					cfg.Lost(err)
+				}
+			},
+		},
+	})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	m.Lease = lease
+	m.Owners, err = ownership.New(ownership.Config{Bucket: cfg.Bucket, Clock: cfg.Clock, Lease: lease, Settings: cfg.Settings})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	log.Info("checking that no other process runs with this node id", "node_id", cfg.NodeID, "takes", cfg.Settings.Takeover())
+	if err := lease.Start(ctx); err != nil {
+		cancel()
+		return nil, err
+	}
+	m.ready.Store(lease.Valid())
+	go func() {
+		defer close(m.done)
+		m.Owners.Run(runCtx)
+	}()
+	return m, nil
+}
+
+// Ready reports whether the node may take actors: its lease is valid.
+func (m *Member) Ready() bool { return m.ready.Load() && m.Lease.Valid() }
+
+// Leave is a clean stop's end, once no event runs: every hold released
+// (those that do not land are left to expire), then the lease written
+// released, so peers may take what is left at once.
+func (m *Member) Leave(ctx context.Context) error {
+	m.ready.Store(false)
+	pending := m.Owners.ReleaseAll(ctx)
+	m.cancel()
+	<-m.done
+	err := m.Lease.Stop(ctx)
+	if pending > 0 {
+		err = errors.Join(err, fmt.Errorf("%d ownership releases did not land; their actors are free once this node's lease expires", pending))
+	}
+	return err
+}

@@ -1,0 +1,143 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/simtest"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
+)
+
+func config(b bucket.Bucket, clk *simtest.Clock, instance string, lost func(error)) Config {
+	return Config{Bucket: b, Clock: clk, Settings: nodelease.DefaultSettings(), NodeID: "a", Instance: instance,
+		Info: nodelease.Info{Advertise: "http://127.0.0.1:" + instance}, Lost: lost, Logger: slog.New(slog.DiscardHandler)}
+}
+
+// join runs Join while the clock moves, as the start check waits on it.
+func join(t *testing.T, clk *simtest.Clock, cfg Config) (*Member, error) {
+	t.Helper()
+	var m *Member
+	var err error
+	done := make(chan struct{})
+	go func() { m, err = Join(context.Background(), cfg); close(done) }()
+	if !clk.Until(time.Minute, func() bool {
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	}) {
+		t.Fatal("Join did not end within a minute")
+	}
+	return m, err
+}
+
+// A member is ready once its start check and first write passed, takes
+// actors, and refuses a second process with its id, naming it; Leave
+// releases its holds and then its lease, after which a new process need not
+// wait ttl + grace of its own.
+func TestJoinAndLeave(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		mem, clk := buckettest.NewMemory(buckettest.Flaws{}), simtest.New()
+		m, err := join(t, clk, config(mem, clk, "p1", nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if clk.Since() < nodelease.DefaultSettings().Takeover() {
+			t.Errorf("a first start waited %v, under ttl + grace", clk.Since())
+		}
+		if !m.Ready() {
+			t.Fatal("not ready after Join")
+		}
+		actor := ownership.Actor{Tenant: "default", Class: "counter", Name: "x"}
+		if _, err := m.Owners.Acquire(ctx, actor); err != nil {
+			t.Fatal(err)
+		}
+
+		_, err = join(t, clk, config(mem, clk, "p2", nil))
+		var twin *nodelease.TwinError
+		if !errors.As(err, &twin) || twin.Advertise != "http://127.0.0.1:p1" {
+			t.Fatalf("a twin: %v, want a TwinError naming the first process", err)
+		}
+
+		if err := m.Leave(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if m.Ready() {
+			t.Error("ready after Leave")
+		}
+		rec, _, err := m.Owners.Owner(ctx, actor)
+		if err != nil || !rec.Nobody() {
+			t.Errorf("the hold after Leave: %+v, %v", rec, err)
+		}
+		// Once the released lease's last live write is ttl + grace old, a
+		// new process waits only for its first reads (a fresh wait would be
+		// another ttl + grace).
+		clk.Step(nodelease.DefaultSettings().Takeover())
+		start := clk.Since()
+		m2, err := join(t, clk, config(mem, clk, "p3", nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := clk.Since() - start; took > 3*time.Second {
+			t.Errorf("a start after a clean stop waited %v", took)
+		}
+		if err := m2.Leave(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A member whose lease another writer replaced calls Lost, drops its holds
+// without writing, and is no longer ready.
+func TestLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		mem, clk := buckettest.NewMemory(buckettest.Flaws{}), simtest.New()
+		lost := make(chan error, 1)
+		m, err := join(t, clk, config(mem, clk, "p1", func(err error) { lost <- err }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		actor := ownership.Actor{Tenant: "default", Class: "counter", Name: "x"}
+		if _, err := m.Owners.Acquire(ctx, actor); err != nil {
+			t.Fatal(err)
+		}
+		r, err := nodelease.ReadObject(ctx, mem, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := r.Object
+		o.State = nodelease.Fenced
+		body := o.Encode()
+		if _, err := mem.Put(ctx, nodelease.Key("a"), bytes.NewReader(body), int64(len(body)), bucket.Condition{IfVersion: r.Version}); err != nil {
+			t.Fatal(err)
+		}
+		var got error
+		clk.Until(time.Minute, func() bool {
+			select {
+			case got = <-lost:
+				return true
+			default:
+				return false
+			}
+		})
+		if !errors.Is(got, nodelease.ErrLost) {
+			t.Fatalf("Lost: %v", got)
+		}
+		if m.Ready() || len(m.Owners.Holds()) != 0 {
+			t.Errorf("after the loss: ready %v, holds %v", m.Ready(), m.Owners.Holds())
+		}
+		<-m.done // the background pass ended with the lease
+	})
+}
