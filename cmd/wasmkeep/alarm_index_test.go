@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 )
 
@@ -198,9 +199,12 @@ func TestAlarmIndexSurvivesAKillAfterTheCommit(t *testing.T) {
 	}
 	cmd.Wait()
 
-	n := startNode(t, node.Options{DataDir: data, Classes: map[string]string{"probe": wasm}})
+	// The restarted node runs on a clock that moves past the later actor's
+	// old entry (the alarms were set on the wall clock, which it starts at).
+	m := clock.NewManual(time.Now())
+	n := startNode(t, node.Options{DataDir: data, Classes: map[string]string{"probe": wasm}, Clock: m})
+	m.Advance(laterOld.Add(time.Second).Sub(m.Now()))
 	waitAttempts(t, n, "new", "earlier")
-	time.Sleep(time.Until(laterOld) + time.Second) // past the later actor's old entry
 	if got := attempts(n, "later"); got != 0 {
 		t.Errorf("the alarm moved an hour later ran %d times", got)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 )
 
@@ -31,7 +32,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 func TestAlarmSetGetClearAndFire(t *testing.T) {
-	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}})
+	n, m := newManualNode(t, node.Options{})
 	n.expect("GET", "/actor/probe/a/alarm-get", "", 200, "none")
 	n.expect("GET", "/actor/probe/a/alarm-set?in=60000", "", 200, "set")
 	_, body := n.do("GET", "/actor/probe/a/alarm-get", "")
@@ -45,7 +46,7 @@ func TestAlarmSetGetClearAndFire(t *testing.T) {
 	n.expect("GET", "/actor/probe/b/alarm-set?in=-1000", "", 200, "set")
 	waitFor(t, 10*time.Second, "the alarm", func() bool { return attempts(n, "b") == 1 })
 	n.expect("GET", "/actor/probe/b/alarm-get", "", 200, "none")
-	time.Sleep(300 * time.Millisecond)
+	m.Advance(time.Hour) // a retry, or a second firing, would be due by then
 	if got := attempts(n, "b"); got != 1 {
 		t.Errorf("on-alarm ran %d times, want 1", got)
 	}
@@ -59,11 +60,17 @@ func TestAlarmSurvivesRestartAndHibernation(t *testing.T) {
 	n.expect("GET", "/actor/probe/sleeper/alarm-set?in=1500", "", 200, "set")
 	n.expect("GET", "/actor/probe/restart/alarm-set?in=500", "", 200, "set")
 	n.stop()
-	time.Sleep(700 * time.Millisecond) // past the second alarm, with the node down
 
+	// The node comes back a second later on its clock: past the second
+	// alarm, which fell due while it was down; the first is due soon after.
+	m := clock.NewManual(time.Now().Add(time.Second))
+	opts.Clock = m
 	n = startNode(t, opts)
 	// Neither actor gets a request until both have fired: the timer found them.
-	time.Sleep(2500 * time.Millisecond)
+	fired := func() float64 { return n.metric(`wasmkeep_events_total{class="probe",kind="alarm",outcome="ok"}`) }
+	waitFor(t, 10*time.Second, "the alarm due while the node was down", func() bool { return fired() >= 1 })
+	m.Advance(time.Second)
+	waitFor(t, 10*time.Second, "both alarms", func() bool { return fired() == 2 })
 	for _, name := range []string{"restart", "sleeper"} {
 		if got := attempts(n, name); got != 1 {
 			t.Errorf("%s: on-alarm ran %d times, want 1", name, got)

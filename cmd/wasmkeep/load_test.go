@@ -90,6 +90,8 @@ func TestSIGTERMFinishesInFlightRequests(t *testing.T) {
 		resp.Body.Close()
 		result <- string(b)
 	}()
+	// A real server in another process, on the wall clock: the request's
+	// event takes a second in the guest, so 300 ms in it is in flight.
 	time.Sleep(300 * time.Millisecond)
 	cmd.Process.Signal(syscall.SIGTERM)
 	if got := <-result; got != "ok 7" {

@@ -1,10 +1,9 @@
 package main
 
 import (
-	"context"
 	"io"
-	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"strconv"
 	"testing"
@@ -84,23 +83,22 @@ func TestMetricsMove(t *testing.T) {
 
 // Refusals by reason, abandoned requests and readiness.
 func TestMetricsOfRefusals(t *testing.T) {
-	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}, MaxInstances: 1, QueueLimit: 1})
+	srv, arrived, release := holdingServer(t)
+	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}, MaxInstances: 1, QueueLimit: 1, AllowOutbound: loopback})
 	running := make(chan struct{})
 	go func() {
 		defer close(running)
-		n.do("POST", "/actor/probe/a/seen?seq=1&ms=800", "")
+		n.do("POST", "/actor/probe/a/fetch?url="+url.QueryEscape(srv.URL), "")
 	}()
-	time.Sleep(200 * time.Millisecond)
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", n.url+"/actor/probe/a/seen?seq=2&ms=0", nil)
-	http.DefaultClient.Do(req) // queued, then its client leaves
+	awaitHeld(t, arrived)
+	leaveQueued(t, n, "/actor/probe/a/seen?seq=2&ms=0") // queued, then its client leaves
 	if code, _ := n.do("GET", "/actor/probe/a/hits", ""); code != 429 {
 		t.Errorf("a full queue answered %d", code)
 	}
 	if code, _ := n.do("GET", "/actor/probe/b/hits", ""); code != 503 {
 		t.Errorf("no capacity answered %d", code)
 	}
+	close(release)
 	<-running
 	waitFor(t, 5*time.Second, "the abandoned request", func() bool {
 		return n.metric(`wasmkeep_requests_abandoned_total`) == 1

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -95,7 +96,8 @@ func TestBodyLimit(t *testing.T) {
 // Requests to one actor run one at a time, in arrival order; another actor
 // is not held up meanwhile.
 func TestOneEventAtATimeInOrder(t *testing.T) {
-	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}})
+	srv, arrived, release := holdingServer(t)
+	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}, AllowOutbound: loopback})
 	n.expect("GET", "/actor/probe/a/hits", "", 200, "1")
 
 	var wg sync.WaitGroup
@@ -108,34 +110,47 @@ func TestOneEventAtATimeInOrder(t *testing.T) {
 			}
 		}()
 	}
-	send("/actor/probe/a/seen?seq=0&ms=400") // holds the actor while the others queue
-	time.Sleep(100 * time.Millisecond)
+	send("/actor/probe/a/fetch?url=" + url.QueryEscape(srv.URL)) // holds the actor while the others queue
+	awaitHeld(t, arrived)
 	for i := 1; i <= 9; i++ {
 		send(fmt.Sprintf("/actor/probe/a/seen?seq=%d&ms=5", i))
-		time.Sleep(10 * time.Millisecond) // so that arrival order is the loop's order
+		// Each queued before the next is sent: arrival order is the loop's.
+		waitFor(t, 10*time.Second, "the event to queue", func() bool { return n.metric("wasmkeep_events_queued") == float64(i) })
 	}
 	// Another actor answers while a is busy.
 	n.expect("POST", "/actor/probe/b/seen?seq=99&ms=0", "", 200, "ok 99")
+	close(release)
 	code, body := n.do("POST", "/actor/probe/a/query", "SELECT group_concat(seq) FROM seen")
 	wg.Wait()
-	if code != 200 || body != "ok 0,1,2,3,4,5,6,7,8,9" {
+	if code != 200 || body != "ok 1,2,3,4,5,6,7,8,9" {
 		t.Fatalf("order of events: %d %q", code, body)
 	}
 }
 
 func TestQueueFull(t *testing.T) {
-	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}, QueueLimit: 4})
+	srv, arrived, release := holdingServer(t)
+	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}, QueueLimit: 4, AllowOutbound: loopback})
 	var wg sync.WaitGroup
 	codes := make(chan int, 10)
 	for i := 0; i < 6; i++ {
+		path := fmt.Sprintf("/actor/probe/a/seen?seq=%d&ms=0", i)
+		if i == 0 { // holds the actor
+			path = "/actor/probe/a/fetch?url=" + url.QueryEscape(srv.URL)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			code, _ := n.do("POST", fmt.Sprintf("/actor/probe/a/seen?seq=%d&ms=300", i), "")
+			code, _ := n.do("POST", path, "")
 			codes <- code
 		}()
-		time.Sleep(20 * time.Millisecond)
+		if i == 0 {
+			awaitHeld(t, arrived)
+		} else if i < 5 {
+			waitFor(t, 10*time.Second, "the event to queue", func() bool { return n.metric("wasmkeep_events_queued") == float64(i) })
+		}
 	}
+	waitFor(t, 10*time.Second, "the refusal", func() bool { return len(codes) == 1 })
+	close(release)
 	wg.Wait()
 	close(codes)
 	count := map[int]int{}
@@ -149,21 +164,36 @@ func TestQueueFull(t *testing.T) {
 }
 
 func TestRequestWhoseClientLeftIsNotRun(t *testing.T) {
-	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}})
+	srv, arrived, release := holdingServer(t)
+	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}, AllowOutbound: loopback})
+	n.expect("POST", "/actor/probe/a/seen?seq=1&ms=0", "", 200, "ok 1")
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		n.do("POST", "/actor/probe/a/seen?seq=1&ms=500", "")
+		n.do("POST", "/actor/probe/a/fetch?url="+url.QueryEscape(srv.URL), "")
 	}()
-	time.Sleep(100 * time.Millisecond)
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", n.url+"/actor/probe/a/seen?seq=2&ms=0", nil)
-	if _, err := http.DefaultClient.Do(req); err == nil {
-		t.Fatal("the request should have timed out while queued")
-	}
+	awaitHeld(t, arrived)
+	leaveQueued(t, n, "/actor/probe/a/seen?seq=2&ms=0")
+	close(release)
 	<-done
 	n.expect("POST", "/actor/probe/a/query", "SELECT group_concat(seq) FROM seen", 200, "ok 1")
+}
+
+// leaveQueued sends a request to a busy actor and leaves once it is queued.
+func leaveQueued(t *testing.T, n *testNode, path string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "POST", n.url+path, nil)
+		_, err := http.DefaultClient.Do(req)
+		left <- err
+	}()
+	waitFor(t, 10*time.Second, "the request to queue", func() bool { return n.metric("wasmkeep_events_queued") == 1 })
+	cancel()
+	if err := <-left; err == nil {
+		t.Fatal("the request was answered while its actor was busy")
+	}
 }
 
 // Hibernation drops the instance (in-memory state restarts) and keeps the
@@ -176,7 +206,7 @@ func TestHibernationAndOnInit(t *testing.T) {
 	n.expect("GET", "/actor/probe/a/hits", "", 200, "2")
 	n.expect("POST", "/actor/probe/a/exec", "CREATE TABLE kept (v)", 200, "ok 0")
 	n.expect("POST", "/actor/probe/a/exec", "INSERT INTO kept VALUES ('x')", 200, "ok 1")
-	time.Sleep(600 * time.Millisecond) // past the idle timeout
+	waitFor(t, 10*time.Second, "the idle actor to hibernate", func() bool { return n.metric("wasmkeep_actors_resident") == 0 })
 	n.expect("GET", "/actor/probe/a/hits", "", 200, "1")
 	n.expect("POST", "/actor/probe/a/query", "SELECT v FROM kept", 200, "ok x")
 	n.expect("GET", "/actor/probe/a/init-runs", "", 200, "1")
@@ -204,7 +234,8 @@ func TestFailedOnInitIsRetriedWithTheNextEvent(t *testing.T) {
 }
 
 func TestCapacity(t *testing.T) {
-	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}, MaxInstances: 2})
+	srv, arrived, release := holdingServer(t)
+	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}, MaxInstances: 2, AllowOutbound: loopback})
 	n.expect("GET", "/actor/probe/a/hits", "", 200, "1")
 	n.expect("GET", "/actor/probe/b/hits", "", 200, "1")
 	// Both idle: the least recently used (a) hibernates to make room for c.
@@ -218,11 +249,12 @@ func TestCapacity(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n.do("POST", "/actor/probe/"+name+"/seen?seq=1&ms=800", "")
+			n.do("POST", "/actor/probe/"+name+"/fetch?url="+url.QueryEscape(srv.URL), "")
 		}()
+		awaitHeld(t, arrived)
 	}
-	time.Sleep(200 * time.Millisecond)
 	code, body, hdr := n.doH("GET", "/actor/probe/z/hits", "", nil)
+	close(release)
 	wg.Wait()
 	if code != 503 || hdr.Get("Retry-After") != "1" {
 		t.Fatalf("at capacity: %d %q %v", code, body, hdr)

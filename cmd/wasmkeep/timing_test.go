@@ -1,10 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
@@ -24,6 +30,18 @@ func newManualNode(t *testing.T, opts node.Options) (*testNode, *clock.Manual) {
 	n := startNode(t, opts)
 	m.Advance(time.Since(start))
 	return n, m
+}
+
+// settle waits until no timer of the node is due within 10 s on its clock:
+// the short waits of what the node is in the middle of (a WebSocket write
+// has 5 s, a delivery's retry 100 ms) are over, so that a long Advance
+// next cuts none of them short, as it would if they took that long.
+func settle(t *testing.T, m *clock.Manual) {
+	t.Helper()
+	waitFor(t, time.Minute, "the node to settle", func() bool {
+		at, ok := m.Next()
+		return !ok || at.Sub(m.Now()) > 10*time.Second
+	})
 }
 
 // An actor hibernates after IdleTimeout without events, counted on the
@@ -97,4 +115,212 @@ func TestAlarmRetryOnClock(t *testing.T) {
 	m.Advance(200 * time.Millisecond) // the third succeeds
 	waitFor(t, time.Minute, "the third attempt", func() bool { return attempts(n, "r") == 3 })
 	n.expect("GET", "/actor/probe/r/alarm-get", "", 200, "none")
+}
+
+// pingedClient is a WebSocket client that reads all the time, counting the
+// pings it gets and answering them only if it was told to; the text it
+// reads arrives on msgs, and closed is closed once the socket is.
+type pingedClient struct {
+	t      *testing.T
+	conn   *websocket.Conn
+	pings  atomic.Int32
+	msgs   chan string
+	closed chan struct{}
+	err    error // what ended the socket, once closed is
+}
+
+func dialPinged(t *testing.T, tn *testNode, path string, answer bool) *pingedClient {
+	t.Helper()
+	c := &pingedClient{t: t, msgs: make(chan string, 64), closed: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(tn.url, "http")+path, &websocket.DialOptions{
+		OnPingReceived: func(context.Context, []byte) bool { c.pings.Add(1); return answer },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.conn = conn
+	t.Cleanup(func() { conn.CloseNow() })
+	go func() {
+		defer close(c.closed)
+		for {
+			_, b, err := conn.Read(context.Background())
+			if err != nil {
+				c.err = err
+				return
+			}
+			c.msgs <- string(b)
+		}
+	}()
+	return c
+}
+
+// expect reads the client's next message and checks it is want.
+func (c *pingedClient) expect(want string) {
+	c.t.Helper()
+	select {
+	case got := <-c.msgs:
+		if got != want {
+			c.t.Fatalf("read %q, want %q", got, want)
+		}
+	case <-c.closed:
+		c.t.Fatalf("closed while waiting for %q: %v", want, c.err)
+	case <-time.After(10 * time.Second):
+		c.t.Fatalf("no message %q", want)
+	}
+}
+
+// echo sends text to the room and reads it back on every client in all.
+func (c *pingedClient) echo(text string, all ...*pingedClient) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.conn.Write(ctx, websocket.MessageText, []byte(text)); err != nil {
+		c.t.Fatalf("writing %q: %v", text, err)
+	}
+	for _, o := range all {
+		o.expect(text)
+	}
+}
+
+func (c *pingedClient) isClosed() bool {
+	select {
+	case <-c.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// A client silent for WebSocketPingAfter on the node's clock gets a ping
+// (not a moment before, counted from its last message); one that does not
+// answer it within WebSocketPongWait has its socket closed (1006 in the
+// actor's close event), one that answers keeps it. An hour and a minute:
+// the wall clock would reach neither in a test.
+func TestWebSocketPingOnClock(t *testing.T) {
+	n, m := newManualNode(t, node.Options{WebSocketPingAfter: time.Hour, WebSocketPongWait: time.Minute})
+	live := dialPinged(t, n, "/actor/room/p/", true)
+	live.expect("welcome 1")
+	silent := dialPinged(t, n, "/actor/room/p/", false) // reads, but leaves pings unanswered
+	silent.expect("welcome 2")
+	// Times below are from the moment both opened, the clock's reading now.
+	// A ping the node sent before a message it broadcasts comes first on
+	// that socket: the echoes show that none was sent.
+	settle(t, m)
+	m.Advance(59 * time.Minute) // 59m
+	live.echo("quiet", live, silent)
+	if got := live.pings.Load() + silent.pings.Load(); got != 0 {
+		t.Fatalf("%d pings before a client was silent for WebSocketPingAfter", got)
+	}
+	settle(t, m)
+	m.Advance(time.Minute) // 60m: silent is pinged; live spoke at 59m
+	waitFor(t, time.Minute, "the silent client's ping", func() bool { return silent.pings.Load() == 1 })
+	live.echo("not yet", live, silent)
+	if got := live.pings.Load(); got != 0 {
+		t.Fatalf("live was pinged %d times a minute after its last message", got)
+	}
+
+	settle(t, m)
+	m.Advance(59 * time.Second) // 60m59s: silent's pong is a second from overdue
+	silent.echo("still open", silent, live)
+	n.expect("GET", "/actor/room/p/", "", 200, "") // no close event yet
+	m.Advance(time.Second)                         // 61m (a second: cuts no write short, and the pong wait ends within 10 s)
+	waitCloses(t, n, "/actor/room/p/", "1006 \n")
+	waitFor(t, time.Minute, "the silent client to see its socket closed", silent.isClosed)
+
+	settle(t, m)
+	m.Advance(59 * time.Minute) // 120m: an hour after live's last message
+	waitFor(t, time.Minute, "the live client's ping", func() bool { return live.pings.Load() == 1 })
+	// live's reader answers the ping before it reads the next message, so
+	// once the first echo is read the pong has gone out, and the second
+	// message follows it: its echo means the node has read the pong.
+	live.echo("after the ping", live)
+	live.echo("after the pong", live)
+	settle(t, m)
+	m.Advance(time.Minute) // 121m: past the pong wait
+	live.echo("still here", live)
+	if live.isClosed() {
+		t.Fatal("the client that answered the ping was closed")
+	}
+	n.expect("GET", "/actor/room/p/", "", 200, "1006 \n")
+}
+
+// holdingServer answers a request only once release is closed (or the
+// client goes away); arrived gets a value as each request arrives.
+func holdingServer(t *testing.T) (srv *httptest.Server, arrived chan struct{}, release chan struct{}) {
+	arrived, release = make(chan struct{}, 16), make(chan struct{})
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		select {
+		case <-release:
+			fmt.Fprint(w, "released")
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	return srv, arrived, release
+}
+
+// awaitHeld waits for a request to reach a holdingServer.
+func awaitHeld(t *testing.T, arrived chan struct{}) {
+	t.Helper()
+	select {
+	case <-arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the request to hold did not reach the server")
+	}
+}
+
+// With every resident slot held by a busy actor, a request to another
+// actor waits AdmissionWait on the node's clock for a slot (an hour: the
+// wall clock would not reach it in a test), then is refused with 503 and
+// Retry-After; once the busy actor is idle, the other gets in.
+func TestAdmissionWaitOnClock(t *testing.T) {
+	srv, arrived, release := holdingServer(t)
+	n, m := newManualNode(t, node.Options{MaxInstances: 1, AdmissionWait: time.Hour, AllowOutbound: loopback})
+	busy := make(chan string, 1)
+	go func() { busy <- fetch(n, "busy", srv.URL, 0) }()
+	awaitHeld(t, arrived) // busy is in its event, which the fetch holds
+	armed := m.Armed()
+	type answer struct {
+		code int
+		hdr  http.Header
+	}
+	other := make(chan answer, 1)
+	go func() {
+		code, _, hdr := n.doH("GET", "/actor/probe/other/hits", "", nil)
+		other <- answer{code, hdr}
+	}()
+	waitFor(t, time.Minute, "the admission to wait on the clock", func() bool { return m.Armed() > armed })
+	m.Advance(59 * time.Minute)
+	select { // a refusal would come at once: give it half a second to show
+	case a := <-other:
+		t.Fatalf("answered %d before AdmissionWait", a.code)
+	case <-time.After(500 * time.Millisecond):
+	}
+	m.Advance(time.Minute)
+	select {
+	case a := <-other:
+		if a.code != 503 || a.hdr.Get("Retry-After") != "1" {
+			t.Fatalf("after AdmissionWait: %d, Retry-After %q; want 503, 1", a.code, a.hdr.Get("Retry-After"))
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no answer after AdmissionWait")
+	}
+	if got := n.metric(`wasmkeep_admission_refused_total{reason="capacity"}`); got != 1 {
+		t.Errorf("refused for capacity: %v, want 1", got)
+	}
+	close(release)
+	if got := <-busy; got != "200 released" {
+		t.Fatalf("the busy actor's fetch: %q", got)
+	}
+	n.expect("GET", "/actor/probe/other/hits", "", 200, "1") // the idle busy actor makes room
 }

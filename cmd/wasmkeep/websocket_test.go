@@ -98,10 +98,7 @@ func TestWebSocketRoomAcrossHibernation(t *testing.T) {
 		}
 	}
 	// The room hibernates; its sockets stay, and the next message wakes it.
-	time.Sleep(400 * time.Millisecond)
-	if n := tn.metric("wasmkeep_actors_resident"); n != 0 {
-		t.Fatalf("%v actors resident; the room did not hibernate", n)
-	}
+	waitFor(t, 10*time.Second, "the room to hibernate", func() bool { return tn.metric("wasmkeep_actors_resident") == 0 })
 	if n := tn.metric("wasmkeep_websockets_open"); n != 2 {
 		t.Fatalf("wasmkeep_websockets_open %v, want 2", n)
 	}
@@ -158,7 +155,11 @@ func TestWebSocketBackpressure(t *testing.T) {
 	c.SetReadLimit(1 << 20)
 	readText(t, c)
 	write(t, c, "flood 1000") // 64 MiB at once, against a 4 MiB queue
-	time.Sleep(time.Second)   // not reading meanwhile
+	// Not reading until the actor has sent it all: its open and this
+	// message are its two WebSocket events.
+	waitFor(t, 30*time.Second, "the flood to be sent", func() bool {
+		return tn.metric(`wasmkeep_events_total{class="room",kind="websocket",outcome="ok"}`) == 2
+	})
 	for {
 		typ, b, err := c.Read(context.Background())
 		if err != nil {
@@ -173,20 +174,4 @@ func TestWebSocketBackpressure(t *testing.T) {
 	}
 }
 
-func TestWebSocketPing(t *testing.T) {
-	tn := startRoom(t, node.Options{WebSocketPingAfter: 50 * time.Millisecond, WebSocketPongWait: 100 * time.Millisecond})
-	live := dial(t, tn, "/actor/room/r5/")
-	go func() { // reads, so it answers pings
-		for {
-			if _, _, err := live.Read(context.Background()); err != nil {
-				return
-			}
-		}
-	}()
-	dial(t, tn, "/actor/room/r5/") // never reads, so never answers
-	time.Sleep(500 * time.Millisecond)
-	waitCloses(t, tn, "/actor/room/r5/", "1006 \n")
-	if _, body := tn.do("GET", "/actor/room/r5/", ""); strings.Count(body, "\n") != 1 {
-		t.Fatalf("close events %q: the client that answers pings was closed too", body)
-	}
-}
+// WebSocket pings: TestWebSocketPingOnClock (timing_test.go).

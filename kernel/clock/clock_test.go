@@ -114,3 +114,24 @@ func TestWithTimeout(t *testing.T) {
 		t.Errorf("cancelled: cause %v, %d timers armed", context.Cause(ctx), m.Armed())
 	}
 }
+
+// Next tells the earliest armed deadline, and nothing once none is armed.
+func TestManualNext(t *testing.T) {
+	m := NewManual(epoch)
+	if _, ok := m.Next(); ok {
+		t.Fatal("Next with no timer armed")
+	}
+	late := m.NewTimer(time.Hour)
+	early := m.AfterFunc(time.Minute, func() {})
+	if at, ok := m.Next(); !ok || !at.Equal(epoch.Add(time.Minute)) {
+		t.Errorf("Next = %v, %v; want the minute's deadline", at, ok)
+	}
+	early.Stop()
+	if at, ok := m.Next(); !ok || !at.Equal(epoch.Add(time.Hour)) {
+		t.Errorf("Next after Stop = %v, %v; want the hour's deadline", at, ok)
+	}
+	late.Stop()
+	if _, ok := m.Next(); ok {
+		t.Error("Next after every timer stopped")
+	}
+}

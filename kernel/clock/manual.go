@@ -86,6 +86,19 @@ func (m *Manual) Armed() int {
 	return len(m.timers)
 }
 
+// Next is the deadline of the earliest armed timer; false if none is
+// armed. A test waits on it for the code it drives to settle: until no
+// timer is due soon, nothing is in the middle of a short wait that a long
+// Advance would cut short.
+func (m *Manual) Next() (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if t := m.next(); t != nil {
+		return t.when, true
+	}
+	return time.Time{}, false
+}
+
 // next is the timer that fires first, or nil; m.mu is held.
 func (m *Manual) next() *manualTimer {
 	if len(m.timers) == 0 {

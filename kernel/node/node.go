@@ -260,6 +260,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	})
 	n.metrics = metrics.New(metrics.Gauges{
 		Resident:        func() float64 { n.mu.Lock(); defer n.mu.Unlock(); return float64(len(n.actors)) },
+		Queued:          func() float64 { n.mu.Lock(); defer n.mu.Unlock(); return float64(n.queued()) },
 		GuestLogLines:   func() float64 { return float64(n.GuestLogLines()) },
 		GuestLogDropped: func() float64 { return float64(n.GuestLogDropped()) },
 		WebSockets:      func() float64 { return float64(n.ws.Len()) },
@@ -445,6 +446,14 @@ func (n *Node) countRefusal(err error) {
 // actorKey is an actor's key in n.actors: tenant/class/name.
 func (n *Node) actorKey(c *class, name string) string {
 	return n.opts.Tenant + "/" + c.name + "/" + name
+}
+
+// queued counts the events in resident actors' mailboxes; n.mu is held.
+func (n *Node) queued() (sum int) {
+	for _, a := range n.actors {
+		sum += a.queue.Len()
+	}
+	return sum
 }
 
 // exists reports whether the actor is resident or has a database. A

@@ -39,6 +39,7 @@ const (
 // Gauges are what the page reads from the node as it is served.
 type Gauges struct {
 	Resident        func() float64 // actors in memory
+	Queued          func() float64 // events waiting in their mailboxes
 	GuestLogLines   func() float64
 	GuestLogDropped func() float64
 	WebSockets      func() float64 // registered sockets
@@ -129,6 +130,7 @@ func New(g Gauges) *Metrics {
 	m.reg.MustRegister(m.events, m.duration, m.cuts, m.cpuBudget, m.instantiate, m.wakes, m.hibernations,
 		m.refused, m.alarmRetries, m.requestsAbandoned, m.stateless, m.statelessDuration, m.indexRebuilds, m.indexUnreadable,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_actors_resident", Help: "Actors in memory now (registered mailboxes)."}, g.Resident),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_events_queued", Help: "Events waiting in resident actors' mailboxes, not started yet."}, g.Queued),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "wasmkeep_guest_log_lines_total", Help: "Lines actors printed that reached the log."}, g.GuestLogLines),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "wasmkeep_guest_log_dropped_total", Help: "Lines actors printed that were dropped over the rate."}, g.GuestLogDropped),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_websockets_open", Help: "Registered WebSockets, including pending close cleanup."}, g.WebSockets),

@@ -22,7 +22,7 @@ func page(t *testing.T, m *Metrics) string {
 func TestPage(t *testing.T) {
 	ready := true
 	one := func() float64 { return 1 }
-	m := New(Gauges{Resident: one, GuestLogLines: one, GuestLogDropped: one, WebSockets: one, Classes: one, Ready: func() bool { return ready }})
+	m := New(Gauges{Resident: one, Queued: one, GuestLogLines: one, GuestLogDropped: one, WebSockets: one, Classes: one, Ready: func() bool { return ready }})
 	m.Event("chat", false, KindRequest, false, time.Millisecond)
 	m.Event("", true, KindRequest, true, time.Millisecond)
 	m.Event("chat", false, KindInit, false, 0)
@@ -35,6 +35,7 @@ func TestPage(t *testing.T) {
 		`wasmkeep_event_duration_seconds_count{class="chat"} 1`, // init is not timed
 		`wasmkeep_stateless_requests_total{outcome="failed"} 1`,
 		`wasmkeep_alarm_index_rebuilds_total 0`,
+		`wasmkeep_events_queued 1`,
 		`wasmkeep_ready 1`,
 		`wasmkeep_not_ready{reason="shutting down"} 0`,
 	} {

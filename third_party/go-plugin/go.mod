@@ -1,0 +1,24 @@
+module github.com/hashicorp/go-plugin
+
+go 1.24
+
+require (
+	github.com/golang/protobuf v1.5.4
+	github.com/hashicorp/go-hclog v1.6.3
+	github.com/hashicorp/yamux v0.1.2
+	github.com/jhump/protoreflect v1.17.0
+	github.com/oklog/run v1.1.0
+	google.golang.org/grpc v1.61.0
+	google.golang.org/protobuf v1.36.6
+)
+
+require (
+	github.com/bufbuild/protocompile v0.14.1 // indirect
+	github.com/fatih/color v1.13.0 // indirect
+	github.com/mattn/go-colorable v0.1.12 // indirect
+	github.com/mattn/go-isatty v0.0.17 // indirect
+	golang.org/x/net v0.38.0 // indirect
+	golang.org/x/sys v0.31.0 // indirect
+	golang.org/x/text v0.23.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20231106174013-bbf56f31fb17 // indirect
+)
