@@ -509,19 +509,22 @@ func TestDurableWritesSurviveStopAndKill(t *testing.T) {
 // acknowledged, once: bucket-s3 sends the conditional create again, the
 // store refuses it (the key exists), and bucket-s3 reads the object back
 // and finds its own write (ADR 1012). The relay loses the reply of every
-// third PUT, the node lease's writes and the ownership records' included:
-// every durable write is acknowledged, the node keeps its lease, and after
-// a clean stop and the data directory deleted each counter is exactly its
-// writes (a write applied twice would show).
+// third upload of a segment or snapshot: every durable write is
+// acknowledged, and after a clean stop and the data directory deleted each
+// counter is exactly its writes (a write applied twice would show). The
+// node lease's writes pass: with the tests' 1 s lease, a lost reply and
+// the S3 client's backoff before its resend (up to 2 s) would lapse it,
+// and the writes would fail for that.
 func TestDurableWritesWithLostReplies(t *testing.T) {
 	t.Parallel()
 	srv := startS3(t)
+	bucketName := srv.NewBucket(t)
 	relay := startRelay(t, srv.Endpoint)
-	n := newBucketNode(t, "s3://"+srv.NewBucket(t), append(srv.Environ(), "AWS_ENDPOINT="+relay.URL))
+	n := newBucketNode(t, "s3://"+bucketName, append(srv.Environ(), "AWS_ENDPOINT="+relay.URL))
 	names := counterNames(10)
 	l := newLedger(names)
 	n.start()
-	relay.LoseReplies(func(req *http.Request) bool { return req.Method == "PUT" }, 3)
+	relay.LoseReplies(actorObjects(bucketName, "PUT"), 3)
 	if failures := writers(t.Context(), n.url, names, 10, 5, "/durable", l)(); len(failures) > 0 {
 		t.Fatalf("durable writes failed when replies were lost: %s\n%s", strings.Join(failures, "; "), n.logs)
 	}
