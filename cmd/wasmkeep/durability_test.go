@@ -63,6 +63,17 @@ func startS3(t *testing.T) *s3test.Server {
 	return srv
 }
 
+// relayedNode is a node on a fresh bucket of a VersityGW of the test's
+// own, which it reaches through a bucketRelay; not started.
+func relayedNode(t *testing.T) (n *bucketNode, relay *bucketRelay, bucketName string) {
+	t.Helper()
+	srv := startS3(t)
+	bucketName = srv.NewBucket(t)
+	relay = startRelay(t, srv.Endpoint)
+	n = newBucketNode(t, "s3://"+bucketName, append(srv.Environ(), "AWS_ENDPOINT="+relay.URL))
+	return n, relay, bucketName
+}
+
 // bucketNode is a `wasmkeep serve --bucket` process that a test stops,
 // kills and starts again on one data directory and one bucket.
 type bucketNode struct {
@@ -126,6 +137,25 @@ func (n *bucketNode) wipe() {
 			}
 		}
 	}
+}
+
+// writeAll has perActor writes sent to each actor (writers), every one
+// of which must be acknowledged.
+func (n *bucketNode) writeAll(l *ledger, names []string, perActor, workers int, path string) {
+	n.t.Helper()
+	if failures := writers(n.t.Context(), n.url, names, perActor, workers, path, l)(); len(failures) > 0 {
+		n.t.Fatalf("writes to %q failed: %s\n%s", path, strings.Join(failures, "; "), n.logs)
+	}
+}
+
+// restartEmpty starts the stopped node again on an empty data directory
+// (wipe) and reads every counter of the ledger, each restored from the
+// bucket.
+func (n *bucketNode) restartEmpty(l *ledger) verdict {
+	n.t.Helper()
+	n.wipe()
+	n.start()
+	return l.check(n.url)
 }
 
 // durableWrites adds times to an actor's counter with exec-durable, one
@@ -300,6 +330,16 @@ func (l *ledger) check(url string) verdict {
 	return out
 }
 
+// requireExact is require, and each counter exactly its acknowledged
+// writes: after a clean stop with no write unanswered.
+func (v verdict) requireExact(t *testing.T, when string, logs fmt.Stringer) {
+	t.Helper()
+	v.require(t, when, logs)
+	if !v.exact {
+		t.Fatalf("%s: a counter is not its acknowledged writes", when)
+	}
+}
+
 // require fails the test on anything but a counter for every actor with
 // every acknowledged write in it.
 func (v verdict) require(t *testing.T, when string, logs fmt.Stringer) {
@@ -391,19 +431,10 @@ func durableAcrossStopsAndKills(t *testing.T, n *bucketNode, size durabilitySize
 
 	n.start()
 	begin := time.Now()
-	failures := writers(t.Context(), n.url, names, size.perActor, size.workers, "/durable", l)()
-	if len(failures) > 0 {
-		t.Fatalf("durable writes failed with no fault: %s\n%s", strings.Join(failures, "; "), n.logs)
-	}
+	n.writeAll(l, names, size.perActor, size.workers, "/durable")
 	t.Logf("%d durable writes over %d actors in %v", size.actors*size.perActor, size.actors, time.Since(begin))
 	n.stop()
-	n.wipe()
-	n.start()
-	v := l.check(n.url)
-	v.require(t, "after a clean stop and the data directory deleted", n.logs)
-	if !v.exact {
-		t.Fatalf("after a clean stop with no fault, a counter is not its acknowledged writes")
-	}
+	n.restartEmpty(l).requireExact(t, "after a clean stop and the data directory deleted", n.logs)
 
 	rng := rand.New(rand.NewPCG(durabilitySeed(t), 0))
 	wiped, restoring := 0, 0
@@ -470,30 +501,21 @@ func TestDurableWritesSurviveStopAndKill(t *testing.T) {
 		durableAcrossStopsAndKills(t, n, durabilitySizes{actors: 10, perActor: 10, kills: 3, workers: 5})
 	})
 	t.Run("control", func(t *testing.T) {
-		srv := startS3(t)
-		bucketName := srv.NewBucket(t)
-		relay := startRelay(t, srv.Endpoint)
-		n := newBucketNode(t, "s3://"+bucketName, append(srv.Environ(), "AWS_ENDPOINT="+relay.URL))
+		n, relay, bucketName := relayedNode(t)
 		names := counterNames(10)
 		l := newLedger(names)
 		n.start()
-		if failures := writers(t.Context(), n.url, names, 3, 5, "/durable", l)(); len(failures) > 0 {
-			t.Fatalf("durable writes failed with no fault: %s\n%s", strings.Join(failures, "; "), n.logs)
-		}
+		n.writeAll(l, names, 3, 5, "/durable")
 		// Each actor's plain write is answered, then its upload is held;
 		// a write after it would wait for the upload: one per actor.
 		relay.Hold(actorObjects(bucketName, "PUT"))
-		if failures := writers(t.Context(), n.url, names, 1, len(names), "", l)(); len(failures) > 0 {
-			t.Fatalf("plain writes failed: %s\n%s", strings.Join(failures, "; "), n.logs)
-		}
+		n.writeAll(l, names, 1, len(names), "")
 		n.kill()
 		relay.Release()
 		if relay.held.Load() == 0 {
 			t.Fatal("the relay held no upload")
 		}
-		n.wipe()
-		n.start()
-		v := l.check(n.url)
+		v := n.restartEmpty(l)
 		if len(v.excess)+len(v.failed) > 0 {
 			v.require(t, "the control", n.logs)
 		}
@@ -517,29 +539,18 @@ func TestDurableWritesSurviveStopAndKill(t *testing.T) {
 // and the writes would fail for that.
 func TestDurableWritesWithLostReplies(t *testing.T) {
 	t.Parallel()
-	srv := startS3(t)
-	bucketName := srv.NewBucket(t)
-	relay := startRelay(t, srv.Endpoint)
-	n := newBucketNode(t, "s3://"+bucketName, append(srv.Environ(), "AWS_ENDPOINT="+relay.URL))
+	n, relay, bucketName := relayedNode(t)
 	names := counterNames(10)
 	l := newLedger(names)
 	n.start()
 	relay.LoseReplies(actorObjects(bucketName, "PUT"), 3)
-	if failures := writers(t.Context(), n.url, names, 10, 5, "/durable", l)(); len(failures) > 0 {
-		t.Fatalf("durable writes failed when replies were lost: %s\n%s", strings.Join(failures, "; "), n.logs)
-	}
+	n.writeAll(l, names, 10, 5, "/durable")
 	relay.LoseReplies(nil, 1)
 	n.stop()
 	if relay.lost.Load() == 0 {
 		t.Fatal("the relay lost no reply")
 	}
-	n.wipe()
-	n.start()
-	v := l.check(n.url)
-	v.require(t, "after lost replies", n.logs)
-	if !v.exact {
-		t.Fatalf("a counter is not its acknowledged writes")
-	}
+	n.restartEmpty(l).requireExact(t, "after lost replies, a clean stop and the data directory deleted", n.logs)
 	t.Logf("%d replies lost, every durable write acknowledged once", relay.lost.Load())
 }
 
@@ -751,10 +762,7 @@ func sameDigests(before, after map[string]string, part string) bool {
 // restores the actor.
 func TestRestoreBoundedWhenBucketHangs(t *testing.T) {
 	t.Parallel()
-	srv := startS3(t)
-	bucketName := srv.NewBucket(t)
-	relay := startRelay(t, srv.Endpoint)
-	n := newBucketNode(t, "s3://"+bucketName, append(srv.Environ(), "AWS_ENDPOINT="+relay.URL))
+	n, relay, bucketName := relayedNode(t)
 	n.start()
 	n.durableWrites("h", 20)
 	n.stop()
