@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // bucketRelay stands between a node's bucket-s3 and the S3 server on
@@ -42,6 +43,8 @@ type bucketRelay struct {
 	lose     func(*http.Request) bool // nil: lose no reply
 	every    int64
 	seen     int64
+	slow     func(*http.Request) bool // nil: delay nothing
+	delay    time.Duration
 }
 
 // startRelay relays to the S3 server at target until the test ends.
@@ -76,6 +79,13 @@ func startRelay(t *testing.T, target string) *bucketRelay {
 			case <-req.Context().Done():
 			}
 			panic(http.ErrAbortHandler) // the connection is cut, no answer
+		}
+		if d := r.delayOf(req); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-req.Context().Done():
+				return
+			}
 		}
 		if r.losing(req) {
 			// The store gets the request and applies it; its answer
@@ -123,6 +133,23 @@ func (r *bucketRelay) LoseReplies(rule func(*http.Request) bool, every int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.lose, r.every, r.seen = rule, every, 0
+}
+
+// Delay relays every request rule picks d late: a slow bucket that still
+// answers.
+func (r *bucketRelay) Delay(rule func(*http.Request) bool, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.slow, r.delay = rule, d
+}
+
+func (r *bucketRelay) delayOf(req *http.Request) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.slow == nil || !r.slow(req) {
+		return 0
+	}
+	return r.delay
 }
 
 // Hold holds every request rule picks from now until Release.

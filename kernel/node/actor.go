@@ -228,30 +228,40 @@ func (a *actor) answer(ev *event, out outcome) {
 }
 
 func (a *actor) runEvent(ev *event) outcome {
-	// The wall-clock limit stays on the wall clock: calls and fetches read
-	// the event's deadline back (ctx.Deadline), which a deadline armed on
-	// n.clock could give only through a context implementation of our own.
-	ctx, cancel := context.WithTimeoutCause(a.node.ctx, a.node.opts.WallClock, errWallClock)
-	defer cancel()
 	st := &a.state
 	*st = eventState{actor: a, out: st.out[:0], params: st.params[:0], chain: ev.chain}
-	ctx = context.WithValue(ctx, stateKey{}, st)
 	defer a.endEvent()
-
-	if err := a.wake(ctx); err != nil {
+	notRun := func(err error) outcome {
 		if ev.alarm {
 			a.alarmNotRun()
 		}
 		return outcome{err: err}
 	}
+
+	// The database before the event's wall clock starts: with a bucket,
+	// opening it may restore it, under the restore's own bounds (restore
+	// steps 5 to 7 of book ADR 0007: 30 s and more for its reads, minutes
+	// for a large database), which the wall clock must not cut, or such an
+	// actor could never be restored: every event would start the restore
+	// again and cut it again.
+	if err := a.openDB(a.node.ctx); err != nil {
+		return notRun(err)
+	}
+	// The wall-clock limit stays on the wall clock: calls and fetches read
+	// the event's deadline back (ctx.Deadline), which a deadline armed on
+	// n.clock could give only through a context implementation of our own.
+	ctx, cancel := context.WithTimeoutCause(a.node.ctx, a.node.opts.WallClock, errWallClock)
+	defer cancel()
+	ctx = context.WithValue(ctx, stateKey{}, st)
+
+	if err := a.wake(ctx); err != nil {
+		return notRun(err)
+	}
 	if a.needInit {
 		err := a.callHook(ctx, abi.ExportOnInit, 0)
 		a.node.metrics.Event(a.class.name, a.class.stateless, metrics.KindInit, err != nil, 0)
 		if err != nil {
-			if ev.alarm {
-				a.alarmNotRun()
-			}
-			return outcome{err: err}
+			return notRun(err)
 		}
 		if err := a.recordInit(ctx); err != nil {
 			return outcome{err: &failure{public: "internal error", cause: err}}
@@ -302,19 +312,26 @@ func (a *actor) endEvent() {
 	}
 }
 
-// wake opens the database and creates an instance, as needed.
-func (a *actor) wake(ctx context.Context) error {
-	if a.db == nil && !a.class.stateless {
-		db, err := a.openDatabase(ctx)
-		if err != nil {
-			return err
-		}
-		a.db = db
-		a.deleted.Store(false)
-		if err := a.ensureHostTables(ctx); err != nil {
-			return &failure{public: "internal error", cause: err}
-		}
+// openDB opens the actor's database unless it is open (or the class has
+// none), with the host's tables in it.
+func (a *actor) openDB(ctx context.Context) error {
+	if a.db != nil || a.class.stateless {
+		return nil
 	}
+	db, err := a.openDatabase(ctx)
+	if err != nil {
+		return err
+	}
+	a.db = db
+	a.deleted.Store(false)
+	if err := a.ensureHostTables(ctx); err != nil {
+		return &failure{public: "internal error", cause: err}
+	}
+	return nil
+}
+
+// wake creates an instance, as needed (the database is open: openDB).
+func (a *actor) wake(ctx context.Context) error {
 	if a.inst != nil {
 		return nil
 	}
