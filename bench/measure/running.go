@@ -26,6 +26,15 @@ func (r *Running) CPUTime() (time.Duration, error) { return r.s.cpuTime() }
 // after 20 s).
 func (r *Running) Stop() error { return r.s.stop() }
 
+// Kill ends the server as a crash does (SIGKILL) and waits for it.
+func (r *Running) Kill() {
+	r.s.Cmd.Process.Kill()
+	<-r.s.exited
+}
+
+// LogTail is the end of the server's log, to explain a failure.
+func (r *Running) LogTail() string { return r.s.logTail() }
+
 // DataFS names the file system under dir, as Result.DataFS does.
 func DataFS(dir string) string { return dataFS(dir) }
 
