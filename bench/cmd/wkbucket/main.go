@@ -135,7 +135,7 @@ func run(args []string, stdout io.Writer) error {
 		open[kind] = st
 	}
 	res := measure.Result{Guest: "go-counter", DataFS: measure.DataFS(c.tmp)}
-	fmt.Fprintf(stdout, "wkbucket: %s at %s, data on %s, load %s\n", c.bin, commit, res.DataFS, loadAverage())
+	fmt.Fprintf(stdout, "wkbucket: %s at %s, data on %s, load %s\n", c.bin, commit, res.DataFS, measure.LoadAverage())
 	if len(c.stores) > 0 {
 		rows, engine, err := c.durable(stdout, open)
 		if err != nil {
@@ -159,7 +159,7 @@ func run(args []string, stdout io.Writer) error {
 			res.Rows = append(res.Rows, rows...)
 		}
 	}
-	fmt.Fprintf(stdout, "load at the end: %s\n", loadAverage())
+	fmt.Fprintf(stdout, "load at the end: %s\n", measure.LoadAverage())
 	if res.Engine == "" {
 		res.Engine = "wazero"
 	}
@@ -262,14 +262,6 @@ func (c *config) dataDir(what string) (string, error) {
 		return "", err
 	}
 	return filepath.Join(d, "data"), nil
-}
-
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
-		return strings.Join(f[:3], " ")
-	}
-	return "unknown"
 }
 
 func ms(d time.Duration) float64 { return measure.Ms(d) }

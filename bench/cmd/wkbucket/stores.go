@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/wasmkeep/wasmkeep/bench/measure"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
 	s3bucket "github.com/wasmkeep/wasmkeep/plugins/bucket-s3"
@@ -99,11 +99,11 @@ func startMinIO(dir string) (*store, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o750); err != nil {
 		return nil, err
 	}
-	addr, err := freeAddr()
+	addr, err := measure.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	console, err := freeAddr()
+	console, err := measure.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -157,13 +157,4 @@ func startMinIO(dir string) (*store, error) {
 		}
 	}
 	return s3Store("minio", name, endpoint, access, secret, stop), nil
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }

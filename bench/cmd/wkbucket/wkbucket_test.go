@@ -3,10 +3,7 @@
 package main
 
 import (
-	"encoding/csv"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -31,23 +28,11 @@ func TestQuickRun(t *testing.T) {
 	if err != nil || len(files) != 1 {
 		t.Fatalf("CSVs %v (%v), want one", files, err)
 	}
-	f, err := os.Open(files[0])
-	if err != nil {
-		t.Fatal(err)
+	servers, all := benchtest.ReadCSV(t, files[0])
+	if len(servers) != 1 {
+		t.Fatalf("%s has rows for %v, want one server", files[0], servers)
 	}
-	defer f.Close()
-	records, err := csv.NewReader(f).ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
-	values := map[string]float64{}
-	for _, r := range records[1:] {
-		v, err := strconv.ParseFloat(r[5], 64)
-		if err != nil {
-			t.Fatalf("row %v: %v", r, err)
-		}
-		values[r[4]] = v
-	}
+	values := all[servers[0]]
 	for _, m := range []string{
 		"durable_write_p50_local", "durable_write_p99_local", "durable_write_p50_fs", "durable_write_p99_fs",
 		"durable_write_p50_ratio_fs_to_local", "restore_none_fs",
