@@ -13,6 +13,10 @@
 #   ./bench/run.sh restart    bench/cmd/wkrestart: restarts with 1,000, 10,000
 #                             and 100,000 actors on disk (built once, in
 #                             $TMPDIR/wkrestart); writes ...-restart.csv
+#   ./bench/run.sh bucket     bench/cmd/wkbucket: durable writes on a node alone,
+#                             on bucket-fs and on bucket-s3 (VersityGW, and
+#                             MinIO with -stores local,fs,s3,minio), restores
+#                             against history length; writes ...-bucket.csv
 #   ./bench/run.sh hostile    bench/cmd/wkhostile: the counter alone and beside
 #                             the hostile guest (cmd/wasmkeep/testdata/guests/
 #                             hostile); writes ...-hostile-<engine>.csv
@@ -47,6 +51,11 @@ restart)
 	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$tmp/probe.wasm" ./cmd/wasmkeep/testdata/guests/probe
 	go build -o "$tmp/wkrestart" ./bench/cmd/wkrestart
 	"$tmp/wkrestart" -wasmkeep "$tmp/wasmkeep" -guest "$tmp/probe.wasm" -out bench/results "$@"
+	;;
+bucket)
+	shift
+	go build -o "$tmp/wkbucket" ./bench/cmd/wkbucket
+	"$tmp/wkbucket" -wasmkeep "$tmp/wasmkeep" -guest "$tmp/counter.wasm" -out bench/results "$@"
 	;;
 hostile)
 	shift

@@ -1,6 +1,9 @@
 package measure
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // Running is a server that a benchmark of its own drives (bench/cmd/wkhostile),
 // started and stopped as Run does it.
@@ -25,6 +28,25 @@ func (r *Running) CPUTime() (time.Duration, error) { return r.s.cpuTime() }
 // Stop shuts the server down as an operator would (SIGTERM, then a kill
 // after 20 s).
 func (r *Running) Stop() error { return r.s.stop() }
+
+// Kill ends the server as a crash does (SIGKILL) and waits for it.
+func (r *Running) Kill() {
+	r.s.Cmd.Process.Kill()
+	<-r.s.exited
+}
+
+// LogTail is the end of the server's log, to explain a failure.
+func (r *Running) LogTail() string { return r.s.logTail() }
+
+// LoadAverage is the machine's 1, 5 and 15 minute load averages.
+func LoadAverage() string { return loadAverage() }
+
+// FreeAddr is a loopback address (127.0.0.1:PORT) whose port was free a
+// moment ago, for a server the benchmark starts itself.
+func FreeAddr() (string, error) {
+	port, err := freePort()
+	return "127.0.0.1:" + strconv.Itoa(port), err
+}
 
 // DataFS names the file system under dir, as Result.DataFS does.
 func DataFS(dir string) string { return dataFS(dir) }

@@ -45,11 +45,11 @@ var Metrics = []string{
 // WithDurable are the rows of a run with measure.Options.DurableWrite.
 var WithDurable = slices.Concat(Metrics, []string{"write_durable_resident_p50", "write_durable_resident_p99"})
 
-// CheckCSV checks a CSV that measure.WriteCSV wrote: its header, and each
-// server's rows (engine and guest), every one of metrics once with a
-// positive value and nothing else. It returns the servers as engine/guest
-// in the order the file lists them. It never judges the numbers themselves.
-func CheckCSV(t testing.TB, path string, metrics []string) (servers []string) {
+// ReadCSV reads a CSV that measure.WriteCSV wrote: it checks the header and
+// that each row has a commit, engine, guest, unit and a number, and returns
+// the servers (engine/guest) in the order the file lists them and each
+// one's values by metric.
+func ReadCSV(t testing.TB, path string) (servers []string, values map[string]map[string]float64) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -64,7 +64,7 @@ func CheckCSV(t testing.TB, path string, metrics []string) (servers []string) {
 	if len(records) == 0 || !slices.Equal(records[0], header) {
 		t.Fatalf("%s starts with %v, want the header %v", path, records[:min(len(records), 1)], header)
 	}
-	values := map[string]map[string]float64{} // engine/guest, metric
+	values = map[string]map[string]float64{}
 	for _, r := range records[1:] {
 		if r[1] == "" || r[2] == "" || r[3] == "" || r[6] == "" {
 			t.Errorf("row %v lacks a commit, engine, guest or unit", r)
@@ -83,6 +83,16 @@ func CheckCSV(t testing.TB, path string, metrics []string) (servers []string) {
 		}
 		values[server][r[4]] = v
 	}
+	return servers, values
+}
+
+// CheckCSV checks a CSV that measure.WriteCSV wrote: its header, and each
+// server's rows (engine and guest), every one of metrics once with a
+// positive value and nothing else. It returns the servers as engine/guest
+// in the order the file lists them. It never judges the numbers themselves.
+func CheckCSV(t testing.TB, path string, metrics []string) (servers []string) {
+	t.Helper()
+	servers, values := ReadCSV(t, path)
 	for _, s := range servers {
 		for _, m := range metrics {
 			v, ok := values[s][m]
