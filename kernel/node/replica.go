@@ -135,8 +135,8 @@ func (a *actor) ship(ctx context.Context) error {
 	return err
 }
 
-// afterAnswer ships what the event committed and takes a periodic
-// snapshot when one is due, or erases a deleted actor's history: after the
+// afterAnswer ships what the event committed, checkpoints what is shipped
+// and takes a periodic snapshot when one is due, or erases a deleted actor's history: after the
 // event's answer, never on its path, and before the next event.
 func (a *actor) afterAnswer(ctx context.Context) {
 	if e := a.erasing; e != nil {
@@ -149,6 +149,9 @@ func (a *actor) afterAnswer(ctx context.Context) {
 	}
 	if a.ship(ctx) != nil || a.stream == nil {
 		return
+	}
+	if err := a.stream.Checkpoint(ctx); err != nil {
+		a.node.log.Warn("checkpoint", "actor", a.key, "err", err)
 	}
 	if _, err := a.stream.Snapshot(ctx); err != nil {
 		a.node.log.Warn("snapshot", "actor", a.key, "err", err)

@@ -302,8 +302,8 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 			return err
 		}
 		defer nc.Bucket.Close()
-		// Leaving releases the lease, so a restart need not wait for it to
-		// expire; a lost lease is not this process's to release.
+		// Leaving releases the holds and the lease, so peers may take the
+		// actors at once; a lost lease is not this process's to release.
 		defer func() {
 			if len(lost) == 0 {
 				leaveCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

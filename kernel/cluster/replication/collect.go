@@ -174,7 +174,7 @@ func (s *Stream) Reset(ctx context.Context, empty storage.Replicator) error {
 	if err != nil {
 		return fmt.Errorf("replication: capture the empty database: %w", err)
 	}
-	if _, err := s.shipCaptured(ctx, c, false); err != nil {
+	if _, err := s.shipCaptured(ctx, c); err != nil {
 		return err
 	}
 	s.reset = &history.File{

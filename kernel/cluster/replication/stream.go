@@ -97,9 +97,6 @@ type Shipped struct {
 	Key history.Key
 	// Bytes is its size.
 	Bytes int
-	// Checkpoint is the checkpoint's error after the segment, if any: the
-	// write is acknowledged all the same, and the next Ship checkpoints.
-	Checkpoint error
 }
 
 type captured struct {
@@ -128,8 +125,10 @@ func capture(ctx context.Context, db storage.Replicator, all bool) (captured, er
 // ships it as one segment at the head's txid + 1, with this hold's
 // generation and the head's as its parent, under the acknowledgement rule:
 // acknowledged only if the conditional create succeeded and the hold was
-// still valid when it returned. Then it checkpoints. The first segment of
-// an actor the bucket has no history of holds every page (CaptureAll).
+// still valid when it returned. It does not checkpoint: a checkpoint's
+// syncs stay off a durable write's path (Checkpoint, after the answer).
+// The first segment of an actor the bucket has no history of holds every
+// page (CaptureAll).
 //
 // A capture that fails leaves the stream as it was (its position did not
 // move): the error is returned and the next Ship captures the same
@@ -148,7 +147,7 @@ func (s *Stream) Ship(ctx context.Context) (Shipped, error) {
 	if c.info.Transactions == 0 {
 		return Shipped{}, nil
 	}
-	sh, err := s.shipCaptured(ctx, c, true)
+	sh, err := s.shipCaptured(ctx, c)
 	if err == nil {
 		s.r.cfg.Metrics.durableWrite(s.r.cfg.Clock.Now().Sub(start))
 	}
@@ -165,7 +164,7 @@ func (s *Stream) fail(err error) error {
 
 // shipCaptured ships a capture already taken (its position moved: any
 // failure ends the stream).
-func (s *Stream) shipCaptured(ctx context.Context, c captured, checkpoint bool) (Shipped, error) {
+func (s *Stream) shipCaptured(ctx context.Context, c captured) (Shipped, error) {
 	pre := s.sums.Sum()
 	next := s.sums.Clone()
 	post, err := next.Apply(c.info.PageSize, c.info.Pages, c.pages)
@@ -191,12 +190,14 @@ func (s *Stream) shipCaptured(ctx context.Context, c captured, checkpoint bool) 
 	s.since++
 	s.sinceBytes += int64(n)
 	s.r.waits.wrote(s.actor)
-	sh := Shipped{Key: key, Bytes: n}
-	if checkpoint {
-		sh.Checkpoint = s.db.Checkpoint(ctx)
-	}
-	return sh, nil
+	return Shipped{Key: key, Bytes: n}, nil
 }
+
+// Checkpoint folds what the stream shipped into the database file and
+// truncates the log (storage.Replicator.Checkpoint: never a commit not
+// captured yet). The caller runs it after the event's answer, so its syncs
+// are on no answer's path; an error is the next call's to retry.
+func (s *Stream) Checkpoint(ctx context.Context) error { return s.db.Checkpoint(ctx) }
 
 // upload encodes f and creates it at key under the acknowledgement rule:
 // attempts attempts as a write is sent, or (attempts 1) a periodic
@@ -266,7 +267,7 @@ func (s *Stream) Snapshot(ctx context.Context) (bool, error) {
 	if c.info.Transactions > 0 {
 		// Commits not shipped yet: they are captured now, so ship them
 		// first (a segment of every page) and snapshot that head.
-		if _, err := s.shipCaptured(ctx, c, true); err != nil {
+		if _, err := s.shipCaptured(ctx, c); err != nil {
 			return false, err
 		}
 	}
