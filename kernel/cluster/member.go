@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -37,6 +39,9 @@ type Config struct {
 	// LeaseWrote is called after each write of the node lease, with its
 	// error (nil: it reached the bucket); nil for none.
 	LeaseWrote func(error)
+	// Fenced is called when this node wrote a fence over a peer; nil for
+	// none.
+	Fenced func(peer string)
 }
 
 // Member is this process's membership: its node lease and its holds.
@@ -121,9 +126,67 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 	m.ready.Store(lease.Valid())
 	go func() {
 		defer close(m.done)
+		peers := make(chan struct{})
+		go func() {
+			defer close(peers)
+			m.watchPeers(runCtx, cfg)
+		}()
 		m.Owners.Run(runCtx)
+		<-peers
 	}()
 	return m, nil
+}
+
+// watchPeers is the heartbeat listing as far as fencing goes (book ADR
+// 0020 section 2): every lease period, while the lease is valid, it lists
+// nodes/, shows each peer's object to the Fencer, and fences each peer
+// whose watch is complete, so a node that stopped renewing frees its
+// actors ttl + grace after its last write. Each request is bounded by one
+// lease attempt.
+func (m *Member) watchPeers(ctx context.Context, cfg Config) {
+	f := m.Lease.Fencer()
+	s := cfg.Settings
+	bounded := func(op func(context.Context) error) error {
+		ctx, cancel := clock.WithTimeout(ctx, cfg.Clock, s.AttemptTimeout())
+		defer cancel()
+		return op(ctx)
+	}
+	for clock.Sleep(ctx, cfg.Clock, s.Period()) == nil {
+		if !m.Lease.Valid() {
+			continue
+		}
+		var ids []string
+		err := bounded(func(ctx context.Context) error {
+			entries, err := bucket.ListAll(ctx, cfg.Bucket, nodelease.Prefix)
+			for _, e := range entries {
+				if id := strings.TrimPrefix(e.Key, nodelease.Prefix); id != cfg.NodeID {
+					ids = append(ids, id)
+				}
+			}
+			return err
+		})
+		if err != nil {
+			continue
+		}
+		sort.Strings(ids) // the same order whatever the listing's
+		for _, id := range ids {
+			var r nodelease.Read
+			if bounded(func(ctx context.Context) (err error) {
+				r, err = nodelease.ReadObject(ctx, cfg.Bucket, id)
+				return err
+			}) == nil {
+				f.Observe(id, r.Body)
+			}
+		}
+		for _, id := range ids {
+			if !f.Due(id) {
+				continue
+			}
+			if out, _ := f.TryFence(ctx, id); out == nodelease.FenceWritten && cfg.Fenced != nil {
+				cfg.Fenced(id)
+			}
+		}
+	}
 }
 
 // Ready reports whether the node may take actors: its lease is valid.

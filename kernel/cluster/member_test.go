@@ -11,6 +11,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/faulty"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/simtest"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
@@ -139,5 +140,71 @@ func TestLost(t *testing.T) {
 			t.Errorf("after the loss: ready %v, holds %v", m.Ready(), m.Owners.Holds())
 		}
 		<-m.done // the background pass ended with the lease
+	})
+}
+
+// A member fences a peer that stopped renewing its lease, once the full
+// watch and ttl + grace have passed, and the peer, back on the bucket,
+// finds its lease lost; a live peer is never fenced.
+func TestMembersFenceASilentPeer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem, clk := buckettest.NewMemory(buckettest.Flaws{}), simtest.New()
+		fenced := make(chan string, 4)
+		cfgA := config(mem, clk, "pa", nil)
+		cfgA.Fenced = func(peer string) { fenced <- peer }
+		lostB := make(chan error, 1)
+		fb := faulty.New(mem)
+		cfgB := config(fb, clk, "pb", func(err error) { lostB <- err })
+		cfgB.NodeID = "b"
+		var a, b *Member
+		var errA, errB error
+		done := make(chan struct{}, 2)
+		go func() { a, errA = Join(context.Background(), cfgA); done <- struct{}{} }()
+		go func() { b, errB = Join(context.Background(), cfgB); done <- struct{}{} }()
+		n := 0
+		clk.Until(time.Minute, func() bool {
+			select {
+			case <-done:
+				n++
+			default:
+			}
+			return n == 2
+		})
+		if errA != nil || errB != nil {
+			t.Fatal(errA, errB)
+		}
+		clk.Step(time.Minute) // both renewing: nobody fences
+		if len(fenced) != 0 {
+			t.Fatalf("a live peer was fenced")
+		}
+		fb.Cut(true) // b can no longer write its lease
+		var peer string
+		if !clk.Until(time.Minute, func() bool {
+			select {
+			case peer = <-fenced:
+				return true
+			default:
+				return false
+			}
+		}) || peer != "b" {
+			t.Fatalf("a silent peer was not fenced within a minute (fenced %q)", peer)
+		}
+		fb.Cut(false)
+		var err error
+		clk.Until(time.Minute, func() bool {
+			select {
+			case err = <-lostB:
+				return true
+			default:
+				return false
+			}
+		})
+		if !errors.Is(err, nodelease.ErrLost) {
+			t.Fatalf("the fenced peer back on the bucket: %v, want its lease lost", err)
+		}
+		if err := a.Leave(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		<-b.done
 	})
 }

@@ -82,6 +82,10 @@ func joinCluster(ctx context.Context, cfg *config.Config, listen string, log *sl
 		Bucket: b, Clock: clock.Real, Settings: c.Lease(), NodeID: c.NodeID, Instance: newInstance(),
 		Info:   nodelease.Info{Version: readBuild().version, Advertise: advertise},
 		Logger: log, Lost: lost, LeaseWrote: cm.LeaseWrote,
+		Fenced: func(peer string) {
+			cm.Fence()
+			log.Warn("fenced a node that stopped renewing its lease: its actors are free", "node_id", peer)
+		},
 	})
 	if err != nil {
 		b.Close()

@@ -61,7 +61,10 @@ type Object struct {
 }
 
 // Key is the bucket key of a node's lease.
-func Key(nodeID string) string { return "nodes/" + nodeID }
+func Key(nodeID string) string { return Prefix + nodeID }
+
+// Prefix is where every node's lease is: the heartbeat listing lists it.
+const Prefix = "nodes/"
 
 // CheckNodeID refuses an id outside [a-z0-9-] (1 to 63 bytes).
 func CheckNodeID(id string) error {
