@@ -92,6 +92,10 @@ type Options struct {
 	// Replication opens the database for replication (Replicator): no
 	// automatic checkpoint and none at Close. Without it the driver
 	// checkpoints automatically, so a single node's log stays bounded.
+	// With it, exec-durable keeps its rules but the driver need not sync
+	// its commit: the kernel makes it durable by shipping it to the bucket,
+	// the durable copy (book: "Replication"), and a local file is trusted
+	// again only once checked against the bucket's head.
 	Replication bool
 }
 

@@ -270,7 +270,9 @@ func (d *db) guestRun(ctx context.Context, sql string, params []abi.Value, w *ab
 	if err != nil {
 		return 0, d.failed(ctx, err, inTx)
 	}
-	if durable {
+	// With replication the bucket is the durable copy: the kernel ships
+	// the commit, and a local sync would only add to the write's time.
+	if durable && !d.opts.Replication {
 		if err := d.syncLog(); err != nil {
 			return 0, storage.Errorf(abi.SQLInternal, "committed, but could not make it durable: %v", err)
 		}
