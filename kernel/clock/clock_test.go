@@ -114,3 +114,24 @@ func TestWithTimeout(t *testing.T) {
 		t.Errorf("cancelled: cause %v, %d timers armed", context.Cause(ctx), m.Armed())
 	}
 }
+
+// FireOne fires one timer per call, ties included, and Next tells when.
+func TestManualFireOne(t *testing.T) {
+	m := NewManual(epoch)
+	var got []string
+	for _, name := range []string{"a", "b"} {
+		m.AfterFunc(time.Second, func() { got = append(got, name) })
+	}
+	if when, ok := m.Next(); !ok || when != epoch.Add(time.Second) {
+		t.Fatalf("Next: %v %v", when, ok)
+	}
+	if !m.FireOne() || !slices.Equal(got, []string{"a"}) || m.Now() != epoch.Add(time.Second) {
+		t.Fatalf("after one: fired %v at %v", got, m.Now())
+	}
+	if !m.FireOne() || !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("after two: fired %v", got)
+	}
+	if _, ok := m.Next(); ok || m.FireOne() {
+		t.Fatal("a timer left")
+	}
+}

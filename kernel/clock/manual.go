@@ -79,6 +79,25 @@ func (m *Manual) AdvanceToNext() bool {
 	return true
 }
 
+// Next is the earliest armed timer's deadline; false if none is armed.
+func (m *Manual) Next() (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if t := m.next(); t != nil {
+		return t.when, true
+	}
+	return time.Time{}, false
+}
+
+// FireOne moves the clock to the earliest armed timer's deadline and fires
+// that timer alone, even when others are due then too: a simulation lets
+// what it woke settle before it fires the next, so only one goroutine runs
+// at a time. It reports false, moving nothing, if none is armed.
+func (m *Manual) FireOne() bool {
+	when, ok := m.Next()
+	return ok && m.fireNext(when)
+}
+
 // Armed is how many timers are armed.
 func (m *Manual) Armed() int {
 	m.mu.Lock()

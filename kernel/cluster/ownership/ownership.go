@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -407,14 +408,22 @@ func (o *Owners) ReleaseAll(ctx context.Context) int {
 	return o.Pending()
 }
 
-// Holds lists this process's holds.
+// Holds lists this process's holds in actor order.
 func (o *Owners) Holds() []Hold {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	return o.holdsLocked()
+}
+
+// holdsLocked is the holds in actor order, so that a clean stop's releases
+// and a lapse's pending entries go out in the same order every time (a
+// seeded simulation replays them exactly); o.mu is held.
+func (o *Owners) holdsLocked() []Hold {
 	hs := make([]Hold, 0, len(o.holds))
 	for _, h := range o.holds {
 		hs = append(hs, h)
 	}
+	slices.SortFunc(hs, func(a, b Hold) int { return strings.Compare(a.Actor.Key(), b.Actor.Key()) })
 	return hs
 }
 
@@ -425,8 +434,8 @@ func (o *Owners) DropAll() {
 	now := o.clk.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for a, h := range o.holds {
-		o.pending = append(o.pending, &entry{kind: release, actor: a, generation: h.Generation, version: h.Version, since: now})
+	for _, h := range o.holdsLocked() {
+		o.pending = append(o.pending, &entry{kind: release, actor: h.Actor, generation: h.Generation, version: h.Version, since: now})
 	}
 	clear(o.holds)
 }
