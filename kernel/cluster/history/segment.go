@@ -148,6 +148,11 @@ func (c *Checksums) Sum() ltx.Checksum { return c.sum }
 // Pages is the database's size in pages.
 func (c *Checksums) Pages() uint32 { return uint32(len(c.pages)) }
 
+// Clone is a copy of c that moves on its own.
+func (c *Checksums) Clone() *Checksums {
+	return &Checksums{pageSize: c.pageSize, pages: append([]ltx.Checksum(nil), c.pages...), sum: c.sum}
+}
+
 // Apply moves the checksums past a transaction that leaves the database
 // commit pages long and writes pages (ascending, none on the lock page),
 // and returns the new Sum. A page the database gains must be written: a
@@ -224,6 +229,10 @@ func (im *Image) TXID() uint64 { return im.txid }
 // Checksum is the image's database checksum.
 func (im *Image) Checksum() ltx.Checksum { return im.ck.Sum() }
 
+// Checksums is a copy of the image's page checksums, from which a writer
+// continues the chain the image ends.
+func (im *Image) Checksums() *Checksums { return im.ck.Clone() }
+
 // Apply applies the next file of a chain. A file that does not follow (a
 // transaction out of order, a pre-apply checksum that is not the image's,
 // pages whose result is not the file's post-apply checksum) is an error
@@ -263,26 +272,33 @@ func (im *Image) Apply(f *File) error {
 // its position; the error of open is returned as it is (a read to retry,
 // not a broken history). f then holds the database at the plan's head.
 func Rebuild(p Plan, open func(Object) (io.ReadCloser, error), f *os.File) error {
+	_, err := RebuildImage(p, open, f)
+	return err
+}
+
+// RebuildImage is Rebuild returning the image, whose checksums a writer
+// continuing from the plan's head needs.
+func RebuildImage(p Plan, open func(Object) (io.ReadCloser, error), f *os.File) (*Image, error) {
 	im, err := NewImage(f)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, o := range p.Objects() {
 		rc, err := open(o)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		lf, err := Decode(rc)
 		rc.Close()
 		if err != nil {
-			return &BrokenError{Head: p.Head, At: o.Key.Pos(), What: fmt.Sprintf("the %s: %v", o.Key, err)}
+			return nil, &BrokenError{Head: p.Head, At: o.Key.Pos(), What: fmt.Sprintf("the %s: %v", o.Key, err)}
 		}
 		if err := checkRange(p.Head, o.Key, lf.Sums()); err != nil {
-			return err
+			return nil, err
 		}
 		if err := im.Apply(lf); err != nil {
-			return &BrokenError{Head: p.Head, At: o.Key.Pos(), What: fmt.Sprintf("the %s: %v", o.Key, err)}
+			return nil, &BrokenError{Head: p.Head, At: o.Key.Pos(), What: fmt.Sprintf("the %s: %v", o.Key, err)}
 		}
 	}
-	return nil
+	return im, nil
 }
