@@ -89,13 +89,23 @@ func (m *Manual) Next() (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// FireOne moves the clock to the earliest armed timer's deadline and fires
-// that timer alone, even when others are due then too: a simulation lets
-// what it woke settle before it fires the next, so only one goroutine runs
-// at a time. It reports false, moving nothing, if none is armed.
-func (m *Manual) FireOne() bool {
-	when, ok := m.Next()
-	return ok && m.fireNext(when)
+// FireNext moves the clock to the earliest armed timer's deadline and
+// fires the timers due then that were armed before the call, in arming
+// order; a timer armed meanwhile (by what those woke) waits for the next
+// call. A simulation lets what they woke settle before it calls again. It
+// reports false, moving nothing, if none is armed.
+func (m *Manual) FireNext() bool {
+	m.mu.Lock()
+	t := m.next()
+	if t == nil {
+		m.mu.Unlock()
+		return false
+	}
+	when, last := t.when, m.seq
+	m.mu.Unlock()
+	for m.fire(when, last) {
+	}
+	return true
 }
 
 // Armed is how many timers are armed.
@@ -119,10 +129,13 @@ func (m *Manual) next() *manualTimer {
 }
 
 // fireNext fires the first timer due by end, if any.
-func (m *Manual) fireNext(end time.Time) bool {
+func (m *Manual) fireNext(end time.Time) bool { return m.fire(end, ^uint64(0)) }
+
+// fire fires the first timer due by end and armed by seq last, if any.
+func (m *Manual) fire(end time.Time, last uint64) bool {
 	m.mu.Lock()
 	t := m.next()
-	if t == nil || t.when.After(end) {
+	if t == nil || t.when.After(end) || t.seq > last {
 		m.mu.Unlock()
 		return false
 	}

@@ -50,6 +50,7 @@ var errGone = errors.New("sim: the process is gone")
 type result struct {
 	version bucket.Version
 	data    []byte
+	size    int64 // the whole object's, for a range read
 	mod     time.Time
 	page    bucket.ListPage
 	err     error
@@ -122,7 +123,7 @@ func (v view) Get(ctx context.Context, key string, opts bucket.GetOptions) (*buc
 	if res.err != nil {
 		return nil, res.err
 	}
-	return &bucket.Object{Body: io.NopCloser(bytes.NewReader(res.data)), Size: int64(len(res.data)), Version: res.version, ModTime: res.mod}, nil
+	return &bucket.Object{Body: io.NopCloser(bytes.NewReader(res.data)), Size: res.size, Version: res.version, ModTime: res.mod}, nil
 }
 
 func (v view) Put(ctx context.Context, key string, body io.Reader, size int64, cond bucket.Condition) (bucket.Version, error) {
@@ -190,6 +191,12 @@ func (w *world) send() {
 	rs := w.inbox
 	w.inbox = nil
 	w.mu.Unlock()
+	// A request whose caller gave up within the step it was sent in never
+	// left the client: whether it was sent before or after the cancel
+	// depended on goroutines running side by side, not on the seed.
+	w.mu.Lock()
+	rs = slices.DeleteFunc(rs, func(r *request) bool { return r.gone })
+	w.mu.Unlock()
 	slices.SortStableFunc(rs, (*request).order)
 	for i, r := range rs {
 		if i > 0 && r.order(rs[i-1]) == 0 {
@@ -237,6 +244,12 @@ func (w *world) dispatch(r *request) {
 // reply; it reports whether r took effect.
 func (w *world) land(r *request, held bool, post time.Duration) bool {
 	if r.p.cut && !held {
+		if (r.op == opPut || r.op == opDelete) && w.rng.IntN(2) == 0 {
+			// On the way when the partition began: it lands later.
+			w.tracef("hold %s: its node was cut off", r)
+			w.after(w.held(), func() { w.land(r, true, post) })
+			return false
+		}
 		w.tracef("drop %s: cut off", r)
 		return false
 	}
@@ -275,6 +288,7 @@ func (w *world) apply(r *request) result {
 		o, err := w.store.Get(ctx, r.key, r.get)
 		if err == nil {
 			res.data, _ = io.ReadAll(o.Body)
+			res.size = o.Size
 			res.version, res.mod = o.Version, w.mod[r.key]
 		}
 		res.err = err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -14,16 +15,19 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/memdb"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/simtest"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/replication"
 )
 
 // node is a node id; each start runs a new process (instance) under it.
 type node struct {
-	w   *world
-	id  string
-	cur *process // the newest process
+	w    *world
+	id   string
+	cur  *process      // the newest process
+	disk *memdb.Driver // its data directory
 }
 
 // process is one instance of a node: its own clock (skewed), its own view
@@ -35,6 +39,8 @@ type process struct {
 	instance string
 	skew     time.Duration
 	clk      clock.Clock
+	disk     *memdb.Driver
+	repl     *replication.Replicas
 	ctx      context.Context    // its work: joining, sessions, the listing
 	cancel   context.CancelFunc // ends the work
 	quit     chan struct{}      // closed when main is to stop (or only wind down, crashed)
@@ -55,6 +61,7 @@ type process struct {
 	joinErr  error
 	ended    bool
 	busy     map[ownership.Actor]bool
+	resident map[ownership.Actor]*resident
 }
 
 func (p *process) String() string { return p.n.id + "/" + p.instance }
@@ -78,7 +85,8 @@ func (n *node) start() {
 	if w.stopping {
 		return
 	}
-	p := &process{w: w, n: n, index: len(w.procs), instance: fmt.Sprintf("p%d", len(w.procs)), busy: map[ownership.Actor]bool{}}
+	p := &process{w: w, n: n, index: len(w.procs), instance: fmt.Sprintf("p%d", len(w.procs)), disk: n.disk,
+		busy: map[ownership.Actor]bool{}, resident: map[ownership.Actor]*resident{}}
 	max := w.settings.MaxSkew
 	switch w.rng.IntN(3) {
 	case 0:
@@ -90,6 +98,7 @@ func (n *node) start() {
 	}
 	p.skew = p.skew.Truncate(time.Millisecond)
 	p.clk = simtest.Skewed{Clock: w.clk, D: p.skew}
+	p.repl = p.replicas()
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.quit, p.lostCh = make(chan struct{}), make(chan struct{})
 	w.procs = append(w.procs, p)
@@ -131,6 +140,20 @@ func (p *process) main() {
 	w.mu.Unlock()
 	select {
 	case <-p.quit:
+		// A clean stop closes every stream (shipping what is left), then
+		// releases every hold and the lease.
+		w.mu.Lock()
+		dead, rs := p.dead, p.resident
+		p.resident = map[ownership.Actor]*resident{}
+		w.mu.Unlock()
+		if !dead {
+			for _, x := range w.actors {
+				if r := rs[x]; r != nil {
+					r.st.Close(context.Background()) //nolint:errcheck // the next owner's restore decides
+					r.db.Close()
+				}
+			}
+		}
 		m.Leave(context.Background()) //nolint:errcheck // a crashed process's stop fails, as it should
 	case <-p.lostCh:
 	}
@@ -139,13 +162,13 @@ func (p *process) main() {
 	w.mu.Unlock()
 }
 
-// note records what p's goroutine saw, unless p crashed: a crashed
-// process's goroutines only wind down, side by side, and what they see is
-// no part of the run.
+// note records what p's goroutine saw, unless p crashed or lost its
+// lease: its goroutines then only wind down, side by side, and what they
+// see is no part of the run.
 func (w *world) note(p *process, format string, args ...any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if p.dead {
+	if p.dead || p.lost != nil {
 		return
 	}
 	w.notes = append(w.notes, note{p.index, p.String() + " " + fmt.Sprintf(format, args...)})
@@ -207,8 +230,10 @@ func bounded(p *process, f func(context.Context) error) error {
 	return f(ctx)
 }
 
-// session is an actor woken on p by a request: acquire it, run a few
-// events while owning it, then hibernate (release) or stay resident.
+// session is an actor woken on p by a request: its hold and stream kept
+// from an earlier session, or a new hold acquired and restored; a few
+// events, each a write shipped while owning it; then hibernation (the
+// stream closed, the hold released) or the actor stays resident.
 func (p *process) session(x ownership.Actor, seed uint64) {
 	w := p.w
 	defer func() {
@@ -218,39 +243,76 @@ func (p *process) session(x ownership.Actor, seed uint64) {
 	}()
 	rng := rand.New(rand.NewPCG(seed, 1))
 	m := p.member
-	h, err := m.Owners.Acquire(p.ctx, x)
-	if err != nil {
-		var held *ownership.HeldError
-		switch {
-		case errors.As(err, &held):
-			w.note(p, "acquire %s: held by %s/%s at %d", x, held.Record.Node, held.Record.Instance, held.Record.Generation)
-		case errors.Is(err, ownership.ErrUnresolved):
-			w.note(p, "acquire %s: unresolved", x)
-		default:
-			w.note(p, "acquire %s: failed", x)
-		}
-		return
-	}
 	w.mu.Lock()
-	w.newHolds = append(w.newHolds, newHold{p, h})
+	r := p.resident[x]
 	w.mu.Unlock()
-	owned := true
-	for range 1 + rng.IntN(6) {
-		if clock.Sleep(p.ctx, p.clk, time.Duration(20+rng.IntN(800))*time.Millisecond) != nil {
+	if r != nil {
+		if h, ok := m.Owners.Owns(x); !ok || h.Generation != r.hold.Generation || r.st.Err() != nil {
+			p.retire(x, r)
+			r = nil
+		}
+	}
+	if r == nil {
+		h, err := m.Owners.Acquire(p.ctx, x)
+		if err != nil {
+			var held *ownership.HeldError
+			switch {
+			case errors.As(err, &held):
+				w.note(p, "acquire %s: held by %s/%s at %d", x, held.Record.Node, held.Record.Instance, held.Record.Generation)
+			case errors.Is(err, ownership.ErrUnresolved):
+				w.note(p, "acquire %s: unresolved", x)
+			default:
+				w.note(p, "acquire %s: failed", x)
+			}
 			return
 		}
-		if _, owned = m.Owners.Owns(x); !owned {
-			w.note(p, "%s: no longer owned at generation %d", x, h.Generation)
+		w.mu.Lock()
+		w.newHolds = append(w.newHolds, newHold{p, h})
+		w.mu.Unlock()
+		if r, err = p.open(x, h); err != nil {
+			w.note(p, "open %s at generation %d: %v", x, h.Generation, err)
+			m.Owners.Release(p.ctx, h) //nolint:errcheck // a failed restore gives the hold up; pending is kept
+			return
+		}
+		w.mu.Lock()
+		p.resident[x] = r
+		w.mu.Unlock()
+	}
+	owned := true
+	for range 1 + rng.IntN(16) {
+		if clock.Sleep(p.ctx, p.clk, time.Duration(10+rng.IntN(150))*time.Millisecond) != nil {
+			return
+		}
+		if h, ok := m.Owners.Owns(x); !ok || h.Generation != r.hold.Generation {
+			w.note(p, "%s: no longer owned at generation %d", x, r.hold.Generation)
+			owned = false
+			break
+		}
+		if !p.write(x, r) {
+			owned = false // the stream ended: stop acting as owner
 			break
 		}
 		w.mu.Lock()
 		w.res.Events++
 		w.mu.Unlock()
 	}
-	if !owned || rng.IntN(10) < 7 {
-		err := m.Owners.Release(p.ctx, h)
-		w.note(p, "release %s generation %d: %v", x, h.Generation, err != nil)
+	if !owned || rng.IntN(10) < 6 {
+		p.retire(x, r)
 	}
+}
+
+// retire ends a resident: its stream closed, its database closed, its
+// hold released.
+func (p *process) retire(x ownership.Actor, r *resident) {
+	w := p.w
+	w.mu.Lock()
+	if p.resident[x] == r {
+		delete(p.resident, x)
+	}
+	w.mu.Unlock()
+	p.close(r)
+	err := p.member.Owners.Release(p.ctx, r.hold)
+	w.note(p, "release %s generation %d: pending %v", x, r.hold.Generation, err != nil)
 }
 
 // wake is the workload: now and then an actor is woken on a process of a
@@ -307,25 +369,29 @@ func (n *node) episode() {
 	var length time.Duration
 	switch x := w.rng.IntN(20); {
 	case x < 7:
-		length = time.Duration(500+w.rng.IntN(20000)) * time.Millisecond
+		length = w.ms(500, 20500)
 		kept := w.rng.IntN(2) == 0
 		p.crash(kept)
+		if !kept {
+			n.disk = memdb.New()
+		}
 		w.after(length, n.start)
 	case x < 14:
-		length = time.Duration(1000+w.rng.IntN(25000)) * time.Millisecond
+		length = w.ms(1000, 26000)
 		p.cut = true
 		w.res.Cuts++
 		w.tracef("%s cut off for %v", p, length)
 		w.after(length, func() { p.heal() })
 	case x < 16:
-		length = time.Duration(20000+w.rng.IntN(20000)) * time.Millisecond
+		length = w.ms(20000, 40000)
 		p.cut, p.zombie = true, true
 		w.res.Zombies++
-		w.tracef("%s cut off for %v, its successor starts", p, length)
-		w.after(time.Duration(500+w.rng.IntN(3000))*time.Millisecond, n.start)
+		w.tracef("%s cut off for %v, its successor starts on another disk", p, length)
+		n.disk = memdb.New()
+		w.after(w.ms(500, 3500), n.start)
 		w.after(length, func() { p.heal() })
 	default:
-		length = time.Duration(500+w.rng.IntN(5000)) * time.Millisecond
+		length = w.ms(500, 5500)
 		w.tracef("%s stops", p)
 		p.leave()
 		w.after(length, n.start)
@@ -349,19 +415,20 @@ func (p *process) crash(dataKept bool) {
 	w.mu.Unlock()
 	w.res.Crashes++
 	w.tracef("%s crashes (data kept %v)", p, dataKept)
+	p.disk.CloseAll()
 	p.cancel()
 	p.end()
 }
 
-// leave is a clean stop: the work ends (sessions cut where they are),
-// then, a step later when it has, main releases every hold, then the lease.
+// leave is a clean stop: no actor is woken any more; once the sessions
+// running have ended (reap sees it), the work is cancelled and main closes
+// every stream, releases every hold, then the lease, as a server's drain
+// does.
 func (p *process) leave() {
 	w := p.w
 	w.mu.Lock()
 	p.stopping = true
 	w.mu.Unlock()
-	p.cancel()
-	w.after(0, p.end)
 }
 
 // end closes quit once.
@@ -374,7 +441,8 @@ func (p *process) end() {
 
 // reap is the scheduler's look at what the goroutines of the last step
 // reported: notes traced in order, new holds checked, a joined process's
-// listing started (it reports whether it started one), exits seen (a lost
+// listing started, a drained stop's main woken (it reports whether it
+// started or woke anything), exits seen (a lost
 // lease or a refused start: a supervisor restarts the process).
 func (w *world) reap() (spawned bool) {
 	w.mu.Lock()
@@ -408,6 +476,14 @@ func (w *world) reap() (spawned bool) {
 		w.mu.Lock()
 		ended, lost, joinErr, dead, m := p.ended, p.lost, p.joinErr, p.dead, p.member
 		w.mu.Unlock()
+		w.mu.Lock()
+		drained := p.stopping && !slices.Contains(slices.Collect(maps.Values(p.busy)), true)
+		w.mu.Unlock()
+		if drained && !p.quitting {
+			p.cancel()
+			p.end()
+			spawned = true // what it woke runs before the next step
+		}
 		if m != nil && !p.listing && !dead && lost == nil && p.ctx.Err() == nil {
 			p.listing, spawned = true, true
 			w.spawn(func() { p.list(m) })
@@ -428,7 +504,7 @@ func (w *world) reap() (spawned bool) {
 			w.tracef("%s did not start: %v", p, joinErr)
 		}
 		if p == p.n.cur && !w.stopping {
-			w.after(time.Duration(1000+w.rng.IntN(4000))*time.Millisecond, p.n.start)
+			w.after(w.ms(1000, 5000), p.n.start)
 		}
 	}
 	return spawned

@@ -9,12 +9,17 @@
 // checks at every step that no two processes own one actor and that no
 // generation makes two holds.
 //
+// Replication runs in it too (repl.go): every hold restores with the real
+// replication.Open, every event ships a write with the real Stream, with
+// periodic snapshots and collection; every acknowledged write must be in
+// every later owner's restore.
+//
 // A run is a function of its seed. It runs inside a testing/synctest
 // bubble on one clock.Manual that only the scheduler moves: each step
-// fires one timer or one event of the scheduler's own (a request taking
-// effect, a reply, a fault), then waits (synctest.Wait) until every
-// goroutine is blocked again, so what one step woke has finished before
-// the next. Every random choice comes from one seeded source, drawn by the
+// fires one event of the scheduler's own (a request taking effect, a
+// reply, a fault) or the timers due at one instant, then waits
+// (synctest.Wait) until every goroutine is blocked again, so what one step
+// woke has finished before the next. Every random choice comes from one seeded source, drawn by the
 // scheduler in step order; the requests a step produced are put in an
 // order of their content before they draw. The trace of a run (every
 // request, every effect, every fault) is hashed: the same seed gives the
@@ -37,6 +42,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/memdb"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
 )
@@ -52,37 +58,47 @@ type Config struct {
 	// BlindLeaseWrites plants bug 1: the bucket drops the condition of
 	// every write under nodes/ (the lease's renewals and peers' fences).
 	BlindLeaseWrites bool
+	// AckLateUploads plants bug 2: an upload is acknowledged without
+	// checking that the hold is still valid when it returned.
+	AckLateUploads bool
+	// TempDir is where restores build databases (a test's t.TempDir()).
+	TempDir string
 	// Trace, if set, gets every line of the trace.
 	Trace io.Writer
 }
 
 // Result is what a run did and found.
 type Result struct {
-	Hash       uint64 // of the trace
-	Steps      int    // timers and events fired
-	Requests   int
-	Holds      int // acquisitions that made a new hold
-	Gens       int // distinct (actor, generation) held
-	Events     int // actor events run while owning
-	Fences     int // fences written
-	LateWrites int // writes that took effect after their caller gave up
-	Lost       int // leases lost (the process exits)
-	Twins      int // starts refused by the start check
-	Crashes    int
-	Restarts   int
-	Cuts       int // partitions
-	Zombies    int // a process cut off while its successor starts
-	Ties       int // requests of one step with the same content (order not decided by content)
-	Settings   string
-	Violations []string
+	Hash        uint64 // of the trace
+	Steps       int    // timers and events fired
+	Requests    int
+	Holds       int // acquisitions that made a new hold
+	Gens        int // distinct (actor, generation) held
+	Events      int // actor events run while owning
+	Acked       int // writes acknowledged
+	Restores    int // hold starts that restored (or found the local database the head)
+	Snapshots   int // periodic snapshots acknowledged
+	Collected   int // history objects deleted by collection
+	LateUploads int // history uploads that took effect after their hold ended
+	Fences      int // fences written
+	LateWrites  int // writes that took effect after their caller gave up
+	Lost        int // leases lost (the process exits)
+	Twins       int // starts refused by the start check
+	Crashes     int
+	Restarts    int
+	Cuts        int // partitions
+	Zombies     int // a process cut off while its successor starts
+	Ties        int // requests of one step with the same content (order not decided by content)
+	Settings    string
+	Violations  []string
 }
 
 // Failed reports whether an invariant broke.
 func (r Result) Failed() bool { return len(r.Violations) > 0 }
 
 func (r Result) String() string {
-	return fmt.Sprintf("%d steps, %d requests, %d holds, %d generations, %d events, %d fences, %d late writes, %d leases lost, %d twins refused, %d crashes, %d restarts, %d cuts, %d zombies (%s), trace %016x",
-		r.Steps, r.Requests, r.Holds, r.Gens, r.Events, r.Fences, r.LateWrites, r.Lost, r.Twins, r.Crashes, r.Restarts, r.Cuts, r.Zombies, r.Settings, r.Hash)
+	return fmt.Sprintf("%d steps, %d requests, %d holds, %d generations, %d events, %d acknowledged writes, %d restores, %d snapshots, %d objects collected, %d late uploads, %d late writes, %d fences, %d leases lost, %d twins refused, %d crashes, %d restarts, %d cuts, %d zombies (%s), trace %016x",
+		r.Steps, r.Requests, r.Holds, r.Gens, r.Events, r.Acked, r.Restores, r.Snapshots, r.Collected, r.LateUploads, r.LateWrites, r.Fences, r.Lost, r.Twins, r.Crashes, r.Restarts, r.Cuts, r.Zombies, r.Settings, r.Hash)
 }
 
 // Epoch is where the simulated (true) time starts.
@@ -139,11 +155,17 @@ type world struct {
 	procs    []*process
 	holds    map[holdKey]holdID
 	stopping bool
+	// What replication acknowledged and restored, by actor.
+	acked      map[ownership.Actor][]ack
+	restoredBy map[ownership.Actor][]restored
 
 	mu       sync.Mutex // inbox, and what process goroutines record
 	inbox    []*request
 	notes    []note
 	newHolds []newHold
+	acks     []ack
+	restores []restored
+	broken   []string
 	live     int // goroutines of the harness still running
 }
 
@@ -160,21 +182,25 @@ func Run(cfg Config) Result {
 	}
 	w := &world{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5851f42d4c957f2d)),
 		clk: clock.NewManual(Epoch), trace: fnv.New64a(), store: buckettest.NewMemory(buckettest.Flaws{}),
-		mod: map[string]time.Time{}, holds: map[holdKey]holdID{}}
+		mod: map[string]time.Time{}, holds: map[holdKey]holdID{},
+		acked: map[ownership.Actor][]ack{}, restoredBy: map[ownership.Actor][]restored{}}
 	w.settings = w.drawSettings()
 	w.res.Settings = fmt.Sprintf("ttl %v grace %v safety %v max skew %v", w.settings.TTL, w.settings.Grace, w.settings.Safety, w.settings.MaxSkew)
 	for i := range cfg.Actors {
 		w.actors = append(w.actors, ownership.Actor{Tenant: "t", Class: "c", Name: fmt.Sprint(i)})
 	}
 	for i := range cfg.Nodes {
-		n := &node{w: w, id: fmt.Sprintf("n%d", i+1)}
+		n := &node{w: w, id: fmt.Sprintf("n%d", i+1), disk: memdb.New()}
 		w.nodes = append(w.nodes, n)
-		w.after(time.Duration(w.rng.IntN(2000))*time.Millisecond, n.start)
+		w.after(w.ms(0, 2000), n.start)
 		w.after(w.faultGap(), n.episode)
 	}
 	w.after(w.wakeGap(), w.wake)
 	w.after(cfg.Duration, w.stop)
 	w.loop()
+	if !w.res.Failed() {
+		w.finalRestore()
+	}
 	w.res.Requests = int(w.reqs)
 	w.res.Hash = w.trace.Sum64()
 	w.res.Gens = len(w.holds)
@@ -237,6 +263,7 @@ func (w *world) loop() {
 		if w.reap() {
 			continue // what it started runs alone before the next step
 		}
+		w.checkReplication()
 		w.check()
 		if w.stopping && w.quiet() {
 			w.tracef("end")
@@ -248,7 +275,11 @@ func (w *world) loop() {
 		}
 		next, timer := w.clk.Next()
 		if timer && (len(w.queue) == 0 || !next.After(w.queue[0].at)) {
-			w.clk.FireOne()
+			// Every timer due at this instant fires in this step: timers
+			// tie only when goroutines that ran side by side armed them
+			// alike (a restore's reads), and their arming order is not
+			// the seed's; what they send is put in order by content.
+			w.clk.FireNext()
 			w.tracef("timer")
 		} else if len(w.queue) > 0 {
 			e := heap.Pop(&w.queue).(*event)
@@ -320,27 +351,27 @@ func (w *world) faultFor(r *request) fault {
 	return fNone
 }
 
+// ms is between lo and hi milliseconds, to the nanosecond: the
+// scheduler's times never meet a timer's or each other's but by design.
+func (w *world) ms(lo, hi int) time.Duration {
+	return time.Duration(lo)*time.Millisecond + time.Duration(w.rng.Int64N(int64(hi-lo)*int64(time.Millisecond)))
+}
+
 // latency is one leg of a request: a few milliseconds, sometimes slow
 // (seconds: past a lease attempt's timeout now and then).
 func (w *world) latency() time.Duration {
 	if !w.stopping && w.rng.IntN(25) == 0 {
-		return time.Duration(300+w.rng.IntN(3500)) * time.Millisecond
+		return w.ms(300, 3800)
 	}
-	return time.Duration(2+w.rng.IntN(40)) * time.Millisecond
+	return w.ms(2, 42)
 }
 
 // held is how long a held write stays on the way.
-func (w *world) held() time.Duration {
-	return time.Duration(2000+w.rng.IntN(18000)) * time.Millisecond
-}
+func (w *world) held() time.Duration { return w.ms(2000, 20000) }
 
-func (w *world) faultGap() time.Duration {
-	return time.Duration(3000+w.rng.IntN(25000)) * time.Millisecond
-}
+func (w *world) faultGap() time.Duration { return w.ms(3000, 28000) }
 
-func (w *world) wakeGap() time.Duration {
-	return time.Duration(50+w.rng.IntN(400)) * time.Millisecond
-}
+func (w *world) wakeGap() time.Duration { return w.ms(50, 450) }
 
 // stop ends the workload and the faults: partitions heal, every process
 // stops cleanly.
@@ -357,6 +388,3 @@ func (w *world) stop() {
 		}
 	}
 }
-
-// landed is called by apply for every request that took effect.
-func (w *world) landed(r *request, res result) {}
