@@ -11,6 +11,11 @@ package bugs
 // holds share a generation (book ADR 0020 section 3).
 var ReuseGeneration bool
 
+// CollectSnapshot: a collection pass deletes the snapshot it runs after
+// along with everything below it, so the segments after it lose their
+// base and the next restore finds the chain broken (book ADR 0012).
+var CollectSnapshot bool
+
 // Reused is what Acquire takes off the next generation: 1 for a wake
 // while ReuseGeneration is planted, else 0.
 func Reused(wake bool) uint64 {
@@ -19,3 +24,7 @@ func Reused(wake bool) uint64 {
 	}
 	return 0
 }
+
+// Collects reports whether Collectable deletes the snapshot it runs
+// after: only while CollectSnapshot is planted.
+func Collects(isSnapshot bool) bool { return CollectSnapshot && isSnapshot }
