@@ -97,8 +97,8 @@ type Result struct {
 func (r Result) Failed() bool { return len(r.Violations) > 0 }
 
 func (r Result) String() string {
-	return fmt.Sprintf("%d steps, %d requests, %d holds, %d generations, %d events, %d acknowledged writes, %d restores, %d snapshots, %d objects collected, %d late uploads, %d late writes, %d fences, %d leases lost, %d twins refused, %d crashes, %d restarts, %d cuts, %d zombies (%s), trace %016x",
-		r.Steps, r.Requests, r.Holds, r.Gens, r.Events, r.Acked, r.Restores, r.Snapshots, r.Collected, r.LateUploads, r.LateWrites, r.Fences, r.Lost, r.Twins, r.Crashes, r.Restarts, r.Cuts, r.Zombies, r.Settings, r.Hash)
+	return fmt.Sprintf("%d steps, %d requests, %d holds, %d generations, %d events, %d acknowledged writes, %d restores, %d snapshots, %d objects collected, %d late uploads, %d late writes, %d fences, %d leases lost, %d twins refused, %d crashes, %d restarts, %d cuts, %d zombies, %d ties (%s), trace %016x",
+		r.Steps, r.Requests, r.Holds, r.Gens, r.Events, r.Acked, r.Restores, r.Snapshots, r.Collected, r.LateUploads, r.LateWrites, r.Fences, r.Lost, r.Twins, r.Crashes, r.Restarts, r.Cuts, r.Zombies, r.Ties, r.Settings, r.Hash)
 }
 
 // Epoch is where the simulated (true) time starts.

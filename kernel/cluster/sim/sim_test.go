@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -14,6 +15,15 @@ var (
 	seedFlag  = flag.Int64("seed", -1, "run only this seed (with its trace under -v)")
 	seedsFlag = flag.Int("seeds", 200, "how many seeds TestSimulation runs")
 )
+
+// TestMain runs the simulation on one processor: goroutines woken in one
+// step then run one after another rather than in parallel (what the replay
+// needs least to leave to chance), and faster, with no hand-over between
+// processors at every step.
+func TestMain(m *testing.M) {
+	runtime.GOMAXPROCS(1)
+	os.Exit(m.Run())
+}
 
 func run(t *testing.T, cfg Config) Result {
 	if cfg.TempDir == "" {
