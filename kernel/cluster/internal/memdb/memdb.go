@@ -159,6 +159,13 @@ func (d *Driver) Pages(addr abi.Address) [][]byte {
 	return nil
 }
 
+// Has reports whether addr has a database.
+func (d *Driver) Has(addr abi.Address) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.stores[addr] != nil
+}
+
 // Replaced is the database addr's last Restore set aside.
 func (d *Driver) Replaced(addr abi.Address) [][]byte {
 	d.mu.Lock()
@@ -182,10 +189,11 @@ func (d *Driver) CloseAll() {
 
 // DB is an open database.
 type DB struct {
-	d      *Driver
-	s      *store
-	pos    int // log entries captured
-	closed bool
+	d           *Driver
+	s           *store
+	pos         int   // log entries captured
+	failCapture error // the next capture's error
+	closed      bool
 }
 
 var _ storage.DB = (*DB)(nil)
@@ -217,6 +225,29 @@ func (db *DB) Commit(size uint32, pages map[uint32][]byte) error {
 	return nil
 }
 
+// FailNextCapture makes the next Capture or CaptureAll fail with err,
+// its position left where it was.
+func (db *DB) FailNextCapture(err error) {
+	db.d.mu.Lock()
+	defer db.d.mu.Unlock()
+	db.failCapture = err
+}
+
+// MarkCaptured moves the capture position past every commit, as if they
+// had been captured (a database whose log the kernel already shipped).
+func (db *DB) MarkCaptured() {
+	db.d.mu.Lock()
+	defer db.d.mu.Unlock()
+	db.pos = len(db.s.log)
+}
+
+// Replaced is the database the last Restore of this one set aside.
+func (db *DB) Replaced() [][]byte {
+	db.d.mu.Lock()
+	defer db.d.mu.Unlock()
+	return db.s.replaced
+}
+
 // Pages is the database as its last commit leaves it.
 func (db *DB) Pages() [][]byte {
 	db.d.mu.Lock()
@@ -226,9 +257,13 @@ func (db *DB) Pages() [][]byte {
 
 func (db *DB) capture(all bool, page func(uint32, []byte) error) (storage.CaptureInfo, error) {
 	db.d.mu.Lock()
-	if db.closed {
+	if err := db.failCapture; err != nil || db.closed {
+		db.failCapture = nil
 		db.d.mu.Unlock()
-		return storage.CaptureInfo{}, errClosed
+		if err == nil {
+			err = errClosed
+		}
+		return storage.CaptureInfo{}, err
 	}
 	txns := db.s.log[db.pos:]
 	st := db.s.state()
