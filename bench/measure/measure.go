@@ -202,7 +202,7 @@ func (b *bench) measure() ([]Row, string, error) {
 	}
 	engine := b.opts.Engine
 	if engine == "" {
-		if engine, err = b.opts.Server.Engine(srv.logPath); err != nil {
+		if engine, err = b.opts.Server.Engine(srv.LogPath); err != nil {
 			return nil, "", fmt.Errorf("%w%s", err, srv.logTail())
 		}
 	}
@@ -512,7 +512,7 @@ type client struct {
 
 // newClient keeps up to conns connections to srv open, and never opens more.
 func (b *bench) newClient(srv *server, conns int) *client {
-	return &client{base: srv.base, counter: b.opts.Counter, http: &http.Client{Transport: &http.Transport{
+	return &client{base: srv.Base, counter: b.opts.Counter, http: &http.Client{Transport: &http.Transport{
 		Proxy:               nil,
 		MaxIdleConnsPerHost: conns,
 		MaxConnsPerHost:     conns,

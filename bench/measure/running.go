@@ -17,7 +17,7 @@ func Start(opts Options, dataDir, logPath string) (*Running, error) {
 }
 
 // URL is the server's base URL, http://127.0.0.1:PORT.
-func (r *Running) URL() string { return r.s.base }
+func (r *Running) URL() string { return r.s.Base }
 
 // CPUTime is the CPU time the server process has used, user and system.
 func (r *Running) CPUTime() (time.Duration, error) { return r.s.cpuTime() }

@@ -99,11 +99,40 @@ func (Workerd) Engine(string) (string, error) { return "workerd", nil }
 
 func (w Workerd) String() string { return w.Binary + " serve " + w.Config }
 
+// Spawned is a server process started on a free loopback port, its output
+// appended to a log file.
+type Spawned struct {
+	Cmd     *exec.Cmd
+	Base    string // http://127.0.0.1:PORT
+	LogPath string
+	Started time.Time // when the process was spawned
+}
+
+// Spawn starts srv with dataDir on a free loopback port, appending its
+// output to logPath.
+func Spawn(srv Server, dataDir, logPath string) (*Spawned, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close() // the child holds its own copy
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	p := &Spawned{Cmd: srv.Command(addr, dataDir), Base: "http://" + addr, LogPath: logPath}
+	p.Cmd.Stdout, p.Cmd.Stderr = logFile, logFile
+	p.Started = time.Now()
+	if err := p.Cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %v: %w", srv, err)
+	}
+	return p, nil
+}
+
 // server is one running server process.
 type server struct {
-	cmd     *exec.Cmd
-	base    string // http://127.0.0.1:PORT
-	logPath string
+	*Spawned
 	exited  chan struct{}
 	waitErr error
 }
@@ -112,29 +141,13 @@ type server struct {
 // returns once the read request to actor x answers a 2xx, with the time that
 // took from spawning.
 func startServer(opts Options, dataDir, logPath string) (*server, time.Duration, error) {
-	port, err := freePort()
+	p, err := Spawn(opts.Server, dataDir, logPath)
 	if err != nil {
 		return nil, 0, err
 	}
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer logFile.Close() // the child holds its own copy
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	s := &server{
-		cmd:     opts.Server.Command(addr, dataDir),
-		base:    "http://" + addr,
-		logPath: logPath,
-		exited:  make(chan struct{}),
-	}
-	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
-	start := time.Now()
-	if err := s.cmd.Start(); err != nil {
-		return nil, 0, fmt.Errorf("starting %v: %w", opts.Server, err)
-	}
-	go func() { s.waitErr = s.cmd.Wait(); close(s.exited) }()
-	took, err := s.awaitFirstResponse(opts.Read, start)
+	s := &server{Spawned: p, exited: make(chan struct{})}
+	go func() { s.waitErr = s.Cmd.Wait(); close(s.exited) }()
+	took, err := s.awaitFirstResponse(opts.Read, p.Started)
 	if err != nil {
 		s.stop()
 		return nil, 0, err
@@ -164,7 +177,7 @@ func (s *server) awaitFirstResponse(r Request, start time.Time) (time.Duration, 
 			return 0, fmt.Errorf("server exited before answering (%v)%s", s.waitErr, s.logTail())
 		default:
 		}
-		req, err := r.to(s.base, "x")
+		req, err := r.to(s.Base, "x")
 		if err != nil {
 			return 0, err
 		}
@@ -186,11 +199,11 @@ func (s *server) awaitFirstResponse(r Request, start time.Time) (time.Duration, 
 // stop asks the server to shut down, as an operator would, and kills it if
 // it takes too long.
 func (s *server) stop() error {
-	s.cmd.Process.Signal(syscall.SIGTERM)
+	s.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-s.exited:
 	case <-time.After(20 * time.Second):
-		s.cmd.Process.Kill()
+		s.Cmd.Process.Kill()
 		<-s.exited
 		return fmt.Errorf("server did not stop within 20 s of SIGTERM; killed%s", s.logTail())
 	}
@@ -203,7 +216,7 @@ func (s *server) stop() error {
 
 // logTail is the end of the server's log, to explain a failure.
 func (s *server) logTail() string {
-	b, err := os.ReadFile(s.logPath)
+	b, err := os.ReadFile(s.LogPath)
 	if err != nil || len(b) == 0 {
 		return ""
 	}
@@ -214,7 +227,7 @@ func (s *server) logTail() string {
 	return "\nserver log:\n  " + strings.Join(lines, "\n  ")
 }
 
-func (s *server) pid() int { return s.cmd.Process.Pid }
+func (s *server) pid() int { return s.Cmd.Process.Pid }
 
 // rssKiB is the server's resident set size, VmRSS in /proc/<pid>/status:
 // a page several mappings share counts once in each.

@@ -18,7 +18,7 @@ func TestAlone(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
-		return &server{cmd: cmd}
+		return &server{Spawned: &Spawned{Cmd: cmd}}
 	}
 	// exec: the shell becomes sleep, no child.
 	if err := start("exec sleep 30").alone(); err != nil {

@@ -9,11 +9,12 @@ import (
 	"testing"
 
 	"github.com/wasmkeep/wasmkeep/kernel/node"
+	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 )
 
-func mustAccess(t *testing.T, mode string) node.Access {
+func mustAccess(t *testing.T, mode string) access.Access {
 	t.Helper()
-	a, err := node.ParseAccess(mode)
+	a, err := access.Parse(mode)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +50,7 @@ func noFileFor(t *testing.T, data string, encoded ...string) {
 func TestAccessOpenIsTheDefault(t *testing.T) {
 	data := t.TempDir()
 	n := startNode(t, node.Options{DataDir: data, Classes: map[string]string{"counter": counter(t)},
-		Access: map[string]node.Access{"counter": mustAccess(t, "open")}})
+		Access: map[string]access.Access{"counter": mustAccess(t, "open")}})
 	n.expect("POST", "/actor/counter/alice", "", 200, "1\n")
 	n.stop()
 	n = startNode(t, node.Options{DataDir: data, Classes: map[string]string{"counter": counter(t)}})
@@ -66,7 +67,7 @@ func TestAccessExisting(t *testing.T) {
 	n.stop()
 
 	n = startNode(t, node.Options{DataDir: data, Classes: classes,
-		Access: map[string]node.Access{"counter": mustAccess(t, "existing")}})
+		Access: map[string]access.Access{"counter": mustAccess(t, "existing")}})
 	n.expect("GET", "/actor/counter/alice", "", 200, "1\n")
 	n.expect("POST", "/actor/counter/alice", "", 200, "2\n")
 	n.expect("POST", "/actor/counter/bob", "", 404, "unknown actor \"bob\"\n")
@@ -76,7 +77,7 @@ func TestAccessExisting(t *testing.T) {
 	// Nothing at all for a class whose first request is refused.
 	fresh := t.TempDir()
 	n = startNode(t, node.Options{DataDir: fresh, Classes: classes,
-		Access: map[string]node.Access{"counter": mustAccess(t, "existing")}})
+		Access: map[string]access.Access{"counter": mustAccess(t, "existing")}})
 	n.expect("POST", "/actor/counter/alice", "", 404, "unknown actor \"alice\"\n")
 	if _, err := os.Stat(filepath.Join(fresh, "actors")); !os.IsNotExist(err) {
 		t.Errorf("a refused request made %s/actors: %v", fresh, err)
@@ -87,7 +88,7 @@ func TestAccessExisting(t *testing.T) {
 func TestAccessExistingNames(t *testing.T) {
 	data := t.TempDir()
 	n := startNode(t, node.Options{DataDir: data, Classes: map[string]string{"counter": counter(t)},
-		Access: map[string]node.Access{"counter": mustAccess(t, "existing:main,room 1")}})
+		Access: map[string]access.Access{"counter": mustAccess(t, "existing:main,room 1")}})
 	n.expect("POST", "/actor/counter/main", "", 200, "1\n")
 	n.expect("POST", "/actor/counter/room%201", "", 200, "1\n")
 	n.expect("POST", "/actor/counter/main", "", 200, "2\n")
@@ -110,7 +111,7 @@ func TestAccessInternal(t *testing.T) {
 	n.stop()
 
 	n = startNode(t, node.Options{DataDir: data, Classes: classes,
-		Access: map[string]node.Access{"counter": mustAccess(t, "internal")}})
+		Access: map[string]access.Access{"counter": mustAccess(t, "internal")}})
 	const refused = "class \"counter\" is internal: outside requests are refused\n"
 	n.expect("GET", "/actor/counter/alice", "", 403, refused)
 	n.expect("POST", "/actor/counter/bob", "", 403, refused)
@@ -121,7 +122,7 @@ func TestAccessInternal(t *testing.T) {
 func TestAccessForAClassNotServedIsRefused(t *testing.T) {
 	rt, st := standardPlugins(t, "")
 	_, err := node.New(t.Context(), node.Options{DataDir: t.TempDir(), Classes: map[string]string{"counter": counter(t)},
-		Access: map[string]node.Access{"countr": mustAccess(t, "existing")}}, rt, st)
+		Access: map[string]access.Access{"countr": mustAccess(t, "existing")}}, rt, st)
 	if err == nil || err.Error() != `access rule for class "countr", which is not served (served: counter)` {
 		t.Fatalf("got %v, want a refusal naming countr", err)
 	}

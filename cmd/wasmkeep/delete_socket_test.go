@@ -10,6 +10,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/wasmkeep/wasmkeep/kernel/node"
+	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 )
 
 // Under existing, delete-self and delete-self-durable close the actor's
@@ -20,7 +21,7 @@ func TestDeleteClosesSocketsUnderExisting(t *testing.T) {
 	dir := t.TempDir()
 	n := startNode(t, node.Options{DataDir: dir,
 		Classes: map[string]string{"front": hostcall(t), "room": hostcall(t)},
-		Access:  map[string]node.Access{"room": mustAccess(t, "existing")}})
+		Access:  map[string]access.Access{"room": mustAccess(t, "existing")}})
 	db := filepath.Join(dir, "actors", "default", "room", "r.db")
 	for _, how := range []string{"delete", "delete-durable"} {
 		n.expect("POST", "/actor/front/x/create?to=room/r", "", 200, "200") // an inside call may create it

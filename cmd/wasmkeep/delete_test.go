@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/wasmkeep/wasmkeep/kernel/node"
+	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 )
 
 // delete-self removes the actor when the event ends; delete-self-durable
@@ -46,7 +47,7 @@ func TestDeletedActorOfAnExistingClassIsGone(t *testing.T) {
 	n := startNode(t, opts)
 	n.expect("GET", "/actor/probe/a/hits", "", 200, "1")
 	n.stop()
-	opts.Access = map[string]node.Access{"probe": mustAccess(t, "existing")}
+	opts.Access = map[string]access.Access{"probe": mustAccess(t, "existing")}
 	n = startNode(t, opts)
 	n.expect("GET", "/actor/probe/a/hits", "", 200, "1")
 	n.expect("POST", "/actor/probe/a/delete?durable=1", "", 200, "<nil>; sql not-allowed: this actor was deleted in this event")

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/wasmkeep/wasmkeep/kernel/node"
+	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 )
 
 func missing(path string) bool {
@@ -20,7 +21,7 @@ func TestExampleShop(t *testing.T) {
 			"cart":  buildGuest(t, "examples/shop/cart", ""),
 			"stock": buildGuest(t, "examples/shop/stock", ""),
 		},
-		Access: map[string]node.Access{"stock": mustAccess(t, "internal")},
+		Access: map[string]access.Access{"stock": mustAccess(t, "internal")},
 		Env:    map[string]map[string]string{"stock": {"STOCK": "2"}},
 	})
 	n.expect("POST", "/actor/cart/alice/apple", "", 200, "reserved for default/cart/alice, 1 left\n")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/node"
+	"github.com/wasmkeep/wasmkeep/kernel/node/guestlog"
 )
 
 // A guest that floods its stdout gets a burst of 100 lines, then what its
@@ -40,7 +41,7 @@ func TestGuestLogIsRateLimited(t *testing.T) {
 }
 
 func TestGuestLogRateZeroDiscards(t *testing.T) {
-	tn := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}, GuestLogRate: node.DiscardGuestLogs})
+	tn := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}, GuestLogRate: guestlog.Discard})
 	n := tn.node
 	tn.expect("GET", "/actor/probe/a/flood?n=500", "", 200, "flooded")
 	tn.stop()

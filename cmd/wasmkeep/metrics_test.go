@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/node"
+	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 )
 
 // metricsPage is the node's metrics page.
@@ -36,7 +37,7 @@ func (tn *testNode) metric(series string) float64 {
 func TestMetricsMove(t *testing.T) {
 	n := startNode(t, node.Options{
 		Classes:   map[string]string{"probe": probe(t), "hidden": probe(t)},
-		Access:    map[string]node.Access{"hidden": mustAccess(t, "internal")},
+		Access:    map[string]access.Access{"hidden": mustAccess(t, "internal")},
 		WallClock: time.Second,
 	})
 	check := func(series string, want float64) {

@@ -14,39 +14,41 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
+	"github.com/wasmkeep/wasmkeep/kernel/node/access"
+	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
 )
 
 // fakePlacement answers Here but for the actors moved elsewhere or made
 // unplaceable, and records what it was asked.
 type fakePlacement struct {
 	mu    sync.Mutex
-	asked map[string]int        // class/name: times asked
-	away  map[string]node.Owner // class/name: held by another node
-	fail  map[string]error      // class/name: owner not known
+	asked map[string]int             // class/name: times asked
+	away  map[string]placement.Owner // class/name: held by another node
+	fail  map[string]error           // class/name: owner not known
 }
 
 func newFakePlacement() *fakePlacement {
-	return &fakePlacement{asked: map[string]int{}, away: map[string]node.Owner{}, fail: map[string]error{}}
+	return &fakePlacement{asked: map[string]int{}, away: map[string]placement.Owner{}, fail: map[string]error{}}
 }
 
-func (f *fakePlacement) Place(_ context.Context, a abi.Address) (node.Owner, error) {
+func (f *fakePlacement) Place(_ context.Context, a abi.Address) (placement.Owner, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	k := a.Class + "/" + a.Name
 	f.asked[k]++
 	if err := f.fail[k]; err != nil {
-		return node.Owner{}, err
+		return placement.Owner{}, err
 	}
 	if o, ok := f.away[k]; ok {
 		return o, nil
 	}
-	return node.Here, nil
+	return placement.Here, nil
 }
 
-func (f *fakePlacement) move(k string, o node.Owner) {
+func (f *fakePlacement) move(k string, o placement.Owner) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if o == node.Here {
+	if o == placement.Here {
 		delete(f.away, k)
 	} else {
 		f.away[k] = o
@@ -59,7 +61,7 @@ func (f *fakePlacement) count(k string) int {
 	return f.asked[k]
 }
 
-var n2 = node.Owner{Node: "n2", Addr: "127.0.0.2:7070"}
+var n2 = placement.Owner{Node: "n2", Addr: "127.0.0.2:7070"}
 
 // untouched fails the test if class/name has a database on n, or if n has
 // other than resident actors in memory (the node's clock is manual: no
@@ -104,7 +106,7 @@ func TestPlacementHTTP(t *testing.T) {
 
 	// A class only existing actors of which are reached: the placement
 	// answers before this node's storage is asked whether the actor exists.
-	ne, _ := newManualNode(t, node.Options{Placement: p, Access: map[string]node.Access{"probe": mustAccess(t, "existing")}})
+	ne, _ := newManualNode(t, node.Options{Placement: p, Access: map[string]access.Access{"probe": mustAccess(t, "existing")}})
 	code, body = ne.do("GET", "/actor/probe/far/hits", "")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "node n2") {
 		t.Errorf("an actor held by n2, existing-only class: %d %q, want 503 naming n2", code, body)
@@ -152,7 +154,7 @@ func TestPlacementAlarm(t *testing.T) {
 	if c := p.count("probe/b"); c != before+1 {
 		t.Errorf("placement asked %d times for b's alarm, want 1: it stayed on this node's timer", c-before)
 	}
-	p.move("probe/b", node.Here)
+	p.move("probe/b", placement.Here)
 	if got := attempts(n, "b"); got != 0 {
 		t.Errorf("on-alarm ran %d times here for an actor held by n2", got)
 	}
@@ -190,6 +192,6 @@ func TestPlacementWebSocket(t *testing.T) {
 		t.Fatalf("after the actor moved: %q %v, want a close with 1012", msg, err)
 	}
 	waitFor(t, time.Minute, "the socket to be released", func() bool { return n.metric("wasmkeep_websockets_open") == 0 })
-	p.move("room/near", node.Here)
+	p.move("room/near", placement.Here)
 	n.expect("GET", "/actor/room/near/", "", 200, "") // no on-websocket-close ran here
 }

@@ -133,7 +133,7 @@ var fileTests = []test{
 		}
 		f.wantValue(a, "old")
 		db := f.open(a)
-		if err := f.drv.Restore(ctx(), f.root, a, bytes.NewReader(f.snapshotOf(addr("c", "b"), "new"))); !errors.Is(err, storage.ErrOpen) {
+		if err := f.drv.Restore(ctx(), f.root, a, bytes.NewReader(f.written(addr("c", "b"), "new"))); !errors.Is(err, storage.ErrOpen) {
 			t.Errorf("Restore of an open actor: %v, want ErrOpen", err)
 		}
 		if got := get(t, db); got != "old" {
@@ -266,15 +266,21 @@ func (f *files) restore(a abi.Address, data []byte) {
 
 func (f *files) snapshot(a abi.Address) []byte {
 	f.t.Helper()
+	return snapshotOf(f.t, f.drv, f.root, a)
+}
+
+// snapshotOf is the actor's closed database, as Snapshot writes it.
+func snapshotOf(t *testing.T, drv storage.Driver, root string, a abi.Address) []byte {
+	t.Helper()
 	var buf bytes.Buffer
-	if err := f.drv.Snapshot(ctx(), f.root, a, &buf); err != nil {
-		f.t.Fatalf("Snapshot %q: %v", a.Name, err)
+	if err := drv.Snapshot(ctx(), root, a, &buf); err != nil {
+		t.Fatalf("Snapshot %q: %v", a.Name, err)
 	}
 	return buf.Bytes()
 }
 
-// snapshotOf writes v to a new actor a and returns its snapshot.
-func (f *files) snapshotOf(a abi.Address, v string) []byte {
+// written writes v to a new actor a and returns its snapshot.
+func (f *files) written(a abi.Address, v string) []byte {
 	f.write(a, v)
 	return f.snapshot(a)
 }

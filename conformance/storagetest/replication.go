@@ -331,9 +331,5 @@ func (x *h) checkpointClose() {
 // snapshot is the closed database, as Snapshot writes it.
 func (x *h) snapshot() []byte {
 	x.t.Helper()
-	var buf bytes.Buffer
-	if err := x.drv.Snapshot(context.Background(), x.root, x.addr, &buf); err != nil {
-		x.t.Fatalf("Snapshot: %v", err)
-	}
-	return buf.Bytes()
+	return snapshotOf(x.t, x.drv, x.root, x.addr)
 }

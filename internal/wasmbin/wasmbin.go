@@ -135,3 +135,14 @@ func (r *Reader) ValueType() {
 		r.SkipLEB()
 	}
 }
+
+// Locals reads a function body's local declarations and returns how many
+// locals they declare in all.
+func (r *Reader) Locals() uint64 {
+	var n uint64
+	for groups := r.Count(); groups > 0 && r.Err == nil; groups-- {
+		n += uint64(r.U32())
+		r.ValueType()
+	}
+	return n
+}

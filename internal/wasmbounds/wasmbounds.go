@@ -22,6 +22,15 @@ import (
 	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
 )
 
+// An instance may have MaxTables tables of at most MaxTableElements
+// elements each (8 MiB each in wazero): table.grow stops there, and a module
+// whose tables need more fails to instantiate. Both runtime plugins apply
+// them, so a module runs on both or on neither.
+const (
+	MaxTables        = 8
+	MaxTableElements = 1 << 20
+)
+
 // The bounds, which real modules pass with a margin: a standard Go guest
 // (examples/counter, 2.5 MB) has 1.5 MB of code, a largest function of 29
 // KB, at most 802 blocks and 18 variables in a function, a largest blocks
@@ -165,11 +174,7 @@ type reader struct{ wasmbin.Reader }
 // its locals to vars and returns how many blocks it opens, a loop counting
 // LoopWeight.
 func (r *reader) function(vars *uint64) (blocks uint64, err error) {
-	var locals uint64
-	for n := r.U32(); n > 0 && r.Err == nil; n-- {
-		locals += uint64(r.U32())
-		r.ValueType()
-	}
+	locals := r.Locals()
 	if locals > MaxLocals {
 		return 0, fmt.Errorf("%d locals, at most %d allowed", locals, MaxLocals)
 	}

@@ -269,3 +269,22 @@ func (s *sizedBody) Read(p []byte) (int, error) {
 func (s *sizedBody) short() error {
 	return fmt.Errorf("bucket: body ended after %d of its declared %d bytes: %w", s.got, s.size, io.ErrUnexpectedEOF)
 }
+
+// ListAll follows a listing of prefix from page to page and returns every
+// entry, in the order the pages gave them (sort them if order matters: see
+// List on order across a "/").
+func ListAll(ctx context.Context, b Bucket, prefix string) ([]Entry, error) {
+	var all []Entry
+	opts := ListOptions{}
+	for {
+		page, err := b.List(ctx, prefix, opts)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page.Entries...)
+		if page.Next == "" {
+			return all, nil
+		}
+		opts.StartAfter = page.Next
+	}
+}

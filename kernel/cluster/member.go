@@ -34,6 +34,9 @@ type Config struct {
 	// already dropped; the server stops and exits non-zero. It must not
 	// block.
 	Lost func(error)
+	// LeaseWrote is called after each write of the node lease, with its
+	// error (nil: it reached the bucket); nil for none.
+	LeaseWrote func(error)
 }
 
 // Member is this process's membership: its node lease and its holds.
@@ -97,6 +100,7 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 					cfg.Lost(err)
 				}
 			},
+			Wrote: cfg.LeaseWrote,
 		},
 	})
 	if err != nil {

@@ -9,7 +9,12 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/replication"
 	"github.com/wasmkeep/wasmkeep/kernel/cputime"
+	"github.com/wasmkeep/wasmkeep/kernel/node/guestlog"
+	"github.com/wasmkeep/wasmkeep/kernel/node/mailbox"
+	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
@@ -37,6 +42,7 @@ type outcome struct {
 type failure struct {
 	public string // the response body: never host details
 	cause  error  // for the log
+	retry  bool   // the client may retry: 503 with Retry-After, not 500
 }
 
 func (f *failure) Error() string { return f.public + ": " + f.cause.Error() }
@@ -57,7 +63,7 @@ type actor struct {
 	key   string // tenant/class/name, or "stateless": names it in the log
 	prev  *actor // the previous incarnation, possibly still closing
 
-	queue      *mailbox
+	queue      *mailbox.Mailbox[*event]
 	evict      chan struct{}
 	claim      chan bool // the admission that evicts it, under the node's lock: gets its slot (true) or false if it stays
 	stopCh     chan struct{}
@@ -68,11 +74,14 @@ type actor struct {
 	deleted    atomic.Bool // deleted and not created again: no longer "exists" for access rules
 
 	db       storage.DB
+	hold     ownership.Hold      // with a bucket: the actor's hold while its database is open
+	stream   *replication.Stream // with a bucket: the hold's replication, nil on a node alone
+	erasing  *erasure            // a delete's history to erase after the answer
 	inst     runtime.Instance
 	needInit bool
-	logLimit guestLimit // the instance's, shared by stdout and stderr
-	stdout   guestLog
-	stderr   guestLog
+	logLimit guestlog.Limit // the instance's, shared by stdout and stderr
+	stdout   guestlog.Stream
+	stderr   guestlog.Stream
 	state    eventState
 	stack    [3]uint64
 }
@@ -80,28 +89,28 @@ type actor struct {
 func newActor(n *Node, c *class, addr abi.Address, key string, prev *actor) *actor {
 	a := &actor{
 		node: n, class: c, addr: addr, key: key, prev: prev,
-		queue:  newMailbox(n.opts.QueueLimit),
+		queue:  mailbox.New[*event](n.opts.QueueLimit),
 		evict:  make(chan struct{}, 1),
 		stopCh: make(chan struct{}),
 		done:   make(chan struct{}),
 	}
 	a.state.actor = a
 	a.lastActive.Store(n.clock.Now().UnixNano())
-	a.logLimit = newGuestLimit(n, key)
-	a.stdout = guestLog{limit: &a.logLimit, stream: "stdout"}
-	a.stderr = guestLog{limit: &a.logLimit, stream: "stderr"}
+	a.logLimit = n.guestLogs.NewLimit(key)
+	a.stdout = guestlog.NewStream(&a.logLimit, "stdout")
+	a.stderr = guestlog.NewStream(&a.logLimit, "stderr")
 	return a
 }
 
 // enqueue adds ev to the mailbox; the caller holds the node's lock.
 func (a *actor) enqueue(ev *event) error {
-	if !a.queue.push(ev) {
+	if !a.queue.Push(ev) {
 		return errQueueFull
 	}
 	return nil
 }
 
-func (a *actor) idle() bool { return !a.busy.Load() && a.queue.len() == 0 }
+func (a *actor) idle() bool { return !a.busy.Load() && a.queue.Len() == 0 }
 
 func (a *actor) requestEviction() {
 	select {
@@ -129,12 +138,12 @@ func (a *actor) run() {
 	a.idleTimer = idle
 	defer idle.Stop()
 	for {
-		if ev := a.queue.pop(); ev != nil {
+		if ev, ok := a.queue.Pop(); ok {
 			a.handle(ev) // re-arms idle
 			continue
 		}
 		select {
-		case <-a.queue.ready:
+		case <-a.queue.Ready():
 		case <-idle.C():
 			if a.hibernate() {
 				return
@@ -159,12 +168,7 @@ func (a *actor) hibernate() bool {
 		return false
 	}
 	a.discardInstance()
-	if a.db != nil {
-		if err := a.db.Close(); err != nil {
-			a.node.log.Error("closing database", "actor", a.key, "err", err)
-		}
-		a.db = nil
-	}
+	a.closeHeld(context.WithoutCancel(a.node.ctx))
 	close(a.done)
 	a.node.closed(a)
 	return true
@@ -176,17 +180,17 @@ func (a *actor) discardInstance() {
 	}
 	a.inst.Close(context.Background())
 	a.inst = nil
-	a.node.metrics.instanceDropped(a.class)
-	a.stdout.flush()
-	a.stderr.flush()
-	a.logLimit.endInstance()
+	a.node.metrics.InstanceDropped(a.class.stateless)
+	a.stdout.Flush()
+	a.stderr.Flush()
+	a.logLimit.EndInstance()
 }
 
 // handle runs one event on a thread of its own, so that the CPU clock of
 // that thread is the event's.
 func (a *actor) handle(ev *event) {
 	if ev.ctx.Err() != nil {
-		a.node.metrics.requestsAbandoned.Inc()
+		a.node.metrics.Abandoned()
 		a.answer(ev, outcome{skipped: true})
 		return
 	}
@@ -199,18 +203,19 @@ func (a *actor) handle(ev *event) {
 	goruntime.LockOSThread()
 	out := a.runEvent(ev)
 	goruntime.UnlockOSThread()
-	kind := kindRequest
+	kind := metrics.KindRequest
 	switch {
 	case ev.alarm:
-		kind = kindAlarm
+		kind = metrics.KindAlarm
 	case ev.ws != nil:
-		kind = kindWebSocket
+		kind = metrics.KindWebSocket
 	}
 	end := a.node.clock.Now()
-	a.node.metrics.event(a.class, kind, out.err != nil, end.Sub(start))
+	a.node.metrics.Event(a.class.name, a.class.stateless, kind, out.err != nil, end.Sub(start))
 	a.lastActive.Store(end.UnixNano())
 	a.busy.Store(false)
 	a.answer(ev, out)
+	a.afterAnswer(context.WithoutCancel(a.node.ctx))
 }
 
 // answer re-arms the idle timeout, then sends the event's outcome: whoever
@@ -241,7 +246,7 @@ func (a *actor) runEvent(ev *event) outcome {
 	}
 	if a.needInit {
 		err := a.callHook(ctx, abi.ExportOnInit, 0)
-		a.node.metrics.event(a.class, kindInit, err != nil, 0)
+		a.node.metrics.Event(a.class.name, a.class.stateless, metrics.KindInit, err != nil, 0)
 		if err != nil {
 			if ev.alarm {
 				a.alarmNotRun()
@@ -249,7 +254,7 @@ func (a *actor) runEvent(ev *event) outcome {
 			return outcome{err: err}
 		}
 		if err := a.recordInit(ctx); err != nil {
-			return outcome{err: &failure{"internal error", err}}
+			return outcome{err: &failure{public: "internal error", cause: err}}
 		}
 		a.needInit = false
 		st.hookErr = ""
@@ -292,19 +297,22 @@ func (a *actor) endEvent() {
 	if st.alarmTouched || st.deleteAtEnd || st.deleted {
 		a.scheduleFrom(context.Background())
 	}
+	if st.unheld {
+		a.giveUp(context.Background())
+	}
 }
 
 // wake opens the database and creates an instance, as needed.
 func (a *actor) wake(ctx context.Context) error {
 	if a.db == nil && !a.class.stateless {
-		db, err := a.node.storage.Open(ctx, a.node.opts.DataDir, a.addr, a.node.opts.Storage)
+		db, err := a.openDatabase(ctx)
 		if err != nil {
-			return &failure{"internal error", fmt.Errorf("opening database: %w", err)}
+			return err
 		}
 		a.db = db
 		a.deleted.Store(false)
 		if err := a.ensureHostTables(ctx); err != nil {
-			return &failure{"internal error", err}
+			return &failure{public: "internal error", cause: err}
 		}
 	}
 	if a.inst != nil {
@@ -321,10 +329,10 @@ func (a *actor) wake(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.node.metrics.instanceCreated(a.class, a.node.clock.Now().Sub(start))
+	a.node.metrics.InstanceCreated(a.class.stateless, a.node.clock.Now().Sub(start))
 	if a.needInit, err = a.initPending(ctx); err != nil {
 		a.discardInstance()
-		return &failure{"internal error", err}
+		return &failure{public: "internal error", cause: err}
 	}
 	return nil
 }
@@ -356,6 +364,8 @@ func metaValue(ctx context.Context, db storage.DB, key string) (string, bool, er
 	return string(v.Bytes), true, r.Err()
 }
 
+func text(s string) abi.Value { return abi.Value{Kind: abi.KindText, Bytes: []byte(s)} }
+
 func (a *actor) recordInit(ctx context.Context) error {
 	_, err := a.db.HostExec(ctx, "INSERT OR REPLACE INTO "+metaTable+" (key, value) VALUES ('init_version', ?)",
 		abi.Value{Kind: abi.KindText, Bytes: []byte(a.class.version)})
@@ -384,20 +394,20 @@ func (a *actor) guest(ctx context.Context, what string, f func(ctx context.Conte
 	if errors.Is(err, runtime.ErrInterrupted) || ctx.Err() != nil {
 		switch cause := context.Cause(ctx); {
 		case errors.Is(cause, errCPUBudget):
-			a.node.metrics.cpuBudget.Inc()
-			return &failure{"actor exceeded its CPU budget", cause}
+			a.node.metrics.CPUBudgetExceeded()
+			return &failure{public: "actor exceeded its CPU budget", cause: cause}
 		case errors.Is(cause, errHostCPU):
-			a.node.metrics.cuts.WithLabelValues("host_cpu").Inc()
-			return &failure{"actor exceeded its CPU budget for host work", cause}
+			a.node.metrics.Cut(metrics.CutHostCPU)
+			return &failure{public: "actor exceeded its CPU budget for host work", cause: cause}
 		case errors.Is(cause, errWallClock):
-			a.node.metrics.cuts.WithLabelValues("wall").Inc()
-			return &failure{"actor exceeded its wall-clock limit", cause}
+			a.node.metrics.Cut(metrics.CutWall)
+			return &failure{public: "actor exceeded its wall-clock limit", cause: cause}
 		default:
-			return &failure{"actor stopped", cause}
+			return &failure{public: "actor stopped", cause: cause}
 		}
 	}
 	a.node.log.Warn("actor trapped", "actor", a.key, "in", what, "err", err)
-	return &failure{"actor failed", err}
+	return &failure{public: "actor failed", cause: err}
 }
 
 // callHook calls a hook under the event's limits. A hook that fails returns
@@ -417,7 +427,7 @@ func (a *actor) callHook(ctx context.Context, name string, args ...uint64) error
 			msg = fmt.Sprintf("%s returned %d", name, code)
 		}
 		a.node.log.Warn("actor hook failed", "actor", a.key, "hook", name, "err", msg)
-		return &failure{"actor error: " + msg, errors.New(msg)}
+		return &failure{public: "actor error: " + msg, cause: errors.New(msg)}
 	}
 	return nil
 }
@@ -428,7 +438,7 @@ func (a *actor) runWebSocket(ctx context.Context, ev *wsEvent, n uint64) error {
 	switch ev.hook {
 	case abi.ExportOnWebSocketOpen:
 		if a.inst.Function(ev.hook) == nil {
-			return &failure{"actor error: this actor accepts no WebSockets", errors.New("no " + ev.hook)}
+			return &failure{public: "actor error: this actor accepts no WebSockets", cause: errors.New("no " + ev.hook)}
 		}
 		return a.callHook(ctx, ev.hook, ev.conn, n)
 	case abi.ExportOnWebSocketClose:

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/node/address"
+	"github.com/wasmkeep/wasmkeep/kernel/node/fetch"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
@@ -36,7 +38,7 @@ func actorCall(ctx context.Context, st *eventState, mem runtime.Memory, s []uint
 		return
 	}
 	if int64(len(raw)) > n.opts.MaxBodyBytes+64<<10 {
-		fail(abi.CallTooLarge, "the request is larger than the "+sizeText(n.opts.MaxBodyBytes)+" limit")
+		fail(abi.CallTooLarge, "the request is larger than the "+fetch.SizeText(n.opts.MaxBodyBytes)+" limit")
 		return
 	}
 	req, err := abi.DecodeRequest(raw)
@@ -44,7 +46,7 @@ func actorCall(ctx context.Context, st *eventState, mem runtime.Memory, s []uint
 		faultf("actor_call: malformed request: %v", err)
 	}
 	if int64(len(req.Body)) > n.opts.MaxBodyBytes {
-		fail(abi.CallTooLarge, "the request body is larger than the "+sizeText(n.opts.MaxBodyBytes)+" limit")
+		fail(abi.CallTooLarge, "the request body is larger than the "+fetch.SizeText(n.opts.MaxBodyBytes)+" limit")
 		return
 	}
 	if req.Method == "" || !strings.HasPrefix(req.Path, "/") {
@@ -62,7 +64,7 @@ func actorCall(ctx context.Context, st *eventState, mem runtime.Memory, s []uint
 		return strings.HasPrefix(strings.ToLower(h.Name), "x-wasmkeep-")
 	})
 	a := st.actor.addr
-	req.Headers = append(req.Headers, abi.Header{Name: callerHeader, Value: a.Tenant + "/" + a.Class + "/" + escapeName(a.Name)})
+	req.Headers = append(req.Headers, abi.Header{Name: callerHeader, Value: a.Tenant + "/" + a.Class + "/" + address.EscapeName(a.Name)})
 	// The call ends a little before the caller's own wall clock does, so
 	// that the caller lives to handle the timeout.
 	if deadline, ok := ctx.Deadline(); ok {
@@ -89,7 +91,7 @@ func actorCall(ctx context.Context, st *eventState, mem runtime.Memory, s []uint
 			}
 			fail(abi.CallFailed, msg)
 		case int64(len(out.resp.Body)) > n.opts.MaxBodyBytes:
-			fail(abi.CallTooLarge, "the response body is larger than the "+sizeText(n.opts.MaxBodyBytes)+" limit")
+			fail(abi.CallTooLarge, "the response body is larger than the "+fetch.SizeText(n.opts.MaxBodyBytes)+" limit")
 		default:
 			st.out = abi.AppendResponse(st.out[:0], &out.resp)
 			s[0] = st.result(mem, s[4], s[5], st.out, false)
@@ -114,7 +116,7 @@ func (n *Node) parseCallAddress(addr string) (*class, string, error) {
 	if err != nil {
 		return nil, "", errors.New("the name is not valid percent-encoding")
 	}
-	if err := checkName(name); err != nil {
+	if err := address.CheckName(name); err != nil {
 		return nil, "", err
 	}
 	return c, name, nil
@@ -132,10 +134,4 @@ func callErrorOf(ctx context.Context, err error) (abi.CallErrorKind, string) {
 	default:
 		return abi.CallFailed, err.Error()
 	}
-}
-
-// escapeName percent-encodes every byte of an actor name but ASCII letters,
-// digits and -._~, as the caller header carries it.
-func escapeName(name string) string {
-	return percentEncode(name, func(c byte) bool { return isAlnum(c) || c == '-' || c == '.' || c == '_' || c == '~' })
 }

@@ -43,8 +43,12 @@ func deleteSelf(_ context.Context, st *eventState, mem runtime.Memory, s []uint6
 
 // removeDatabase closes the actor's database and has storage remove it,
 // durably (storage.Driver.Remove). An absent database is not an error: a
-// retry removes what is left.
+// retry removes what is left. A held actor's delete is first recorded in
+// the bucket (resetHeld).
 func (a *actor) removeDatabase() error {
+	if a.stream != nil {
+		return a.resetHeld(context.Background())
+	}
 	if a.db != nil {
 		err := a.db.Close()
 		a.db = nil

@@ -6,10 +6,9 @@ import (
 	"errors"
 	"fmt"
 
-	"golang.org/x/net/http/httpguts"
-
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/cputime"
+	"github.com/wasmkeep/wasmkeep/kernel/node/fetch"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
@@ -27,13 +26,17 @@ type eventState struct {
 	// deleteAtEnd: delete-self was called; deleted: the database is gone
 	// (delete-self-durable), so storage calls are refused.
 	deleteAtEnd, deleted bool
-	alarmTouched         bool // set-alarm or clear-alarm ran: the timer follows the database
-	responded            bool
-	resp                 abi.Response // copied out of guest memory by respond
-	out                  []byte       // encode buffer for host results
-	rows                 abi.RowsWriter
-	params               []abi.Value
-	reader               abi.Reader
+	// unheld: the actor's replication ended in the event (an exec-durable
+	// whose upload failed): storage calls are refused, and the actor is
+	// given up when the event ends.
+	unheld       bool
+	alarmTouched bool // set-alarm or clear-alarm ran: the timer follows the database
+	responded    bool
+	resp         abi.Response // copied out of guest memory by respond
+	out          []byte       // encode buffer for host results
+	rows         abi.RowsWriter
+	params       []abi.Value
+	reader       abi.Reader
 }
 
 type stateKey struct{}
@@ -145,7 +148,11 @@ func hostFunctions() map[string]runtime.HostFunction {
 				s[0] = st.sqlError(mem, s[5], s[6], err)
 				return
 			}
-			n, err := st.actor.db.Exec(ctx, sql, params, storage.ExecOptions{Durable: flags&abi.ExecDurable != 0})
+			durable := flags&abi.ExecDurable != 0
+			n, err := st.actor.db.Exec(ctx, sql, params, storage.ExecOptions{Durable: durable})
+			if err == nil && durable {
+				err = st.shipDurable(ctx)
+			}
 			if err != nil {
 				s[0] = st.sqlError(mem, s[5], s[6], err)
 				return
@@ -185,7 +192,7 @@ func hostFunctions() map[string]runtime.HostFunction {
 		})),
 		hostFunc(abi.HostWSSend, sig(types(i64, i32, i32, i32), i32), wsSend),
 		hostFunc(abi.HostWSList, sig(types(i32, i32), i32), withOutput(0, func(_ context.Context, st *eventState, mem runtime.Memory, s []uint64) {
-			st.out = st.actor.node.wsList(st.actor.key, st.out[:0])
+			st.out = st.actor.node.ws.List(st.actor.key, st.out[:0])
 			s[0] = st.result(mem, s[0], s[1], st.out, false)
 		})),
 		hostFunc(abi.HostDeleteSelf, sig(types(i32, i32, i32), i32), withOutput(1, deleteSelf)),
@@ -210,8 +217,34 @@ func (st *eventState) storageRefused() error {
 		return errStateless
 	case st.deleted:
 		return errDeleted
+	case st.unheld:
+		return errUnheld
 	}
 	return nil
+}
+
+// errUnheld refuses storage calls after the actor's replication ended in
+// the event (an exec-durable whose upload failed): what it writes could
+// not reach the bucket.
+var errUnheld = storage.Errorf(abi.SQLInternal, "this node no longer holds the actor: its writes cannot reach the bucket")
+
+// shipDurable makes an exec-durable's commit durable in the bucket when the
+// actor is held: it ships it and returns once the bucket acknowledged it
+// under the acknowledgement rule. A stream that ended refuses the event's
+// later storage calls; the actor is given up when the event ends.
+func (st *eventState) shipDurable(ctx context.Context) error {
+	a := st.actor
+	if a.stream == nil {
+		return nil
+	}
+	_, err := a.stream.Ship(ctx)
+	if err == nil {
+		return nil
+	}
+	if a.stream.Err() != nil {
+		st.unheld = true
+	}
+	return storage.Errorf(abi.SQLInternal, "committed here, but not acknowledged by the bucket (it may still be there or be lost): %v", err)
 }
 
 // statement reads the SQL text and parameters of sql_exec and sql_query.
@@ -251,15 +284,11 @@ func (st *eventState) respond(b []byte) uint32 {
 		return abi.RespondBadEncoding
 	}
 	for _, h := range r.Headers {
-		if !validHeader(h) {
+		if !fetch.ValidHeader(h) {
 			return abi.RespondBadEncoding
 		}
 	}
 	r.Body = append([]byte(nil), r.Body...)
 	st.resp, st.responded = r, true
 	return abi.RespondOK
-}
-
-func validHeader(h abi.Header) bool {
-	return httpguts.ValidHeaderFieldName(h.Name) && httpguts.ValidHeaderFieldValue(h.Value)
 }

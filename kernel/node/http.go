@@ -11,6 +11,11 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/node/access"
+	"github.com/wasmkeep/wasmkeep/kernel/node/address"
+	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
+	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
+	"github.com/wasmkeep/wasmkeep/kernel/node/websocket"
 )
 
 // The request headers a guest may receive: its SDK parses all of them
@@ -48,7 +53,7 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok\n")
 		return
 	case "/_wasmkeep/ready":
-		if n.stopping.Load() {
+		if !n.ready() {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return
 		}
@@ -59,7 +64,7 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, msg, http.StatusRequestHeaderFieldsTooLarge)
 		return
 	}
-	route, ok, err := parseActorPath(r.URL.EscapedPath())
+	route, ok, err := address.ParsePath(r.URL.EscapedPath())
 	switch {
 	case !ok && n.stateless != nil && !strings.HasPrefix(r.URL.Path, "/_wasmkeep/"):
 		n.serveStateless(w, r)
@@ -71,42 +76,42 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	c := n.classes[route.class]
+	c := n.classes[route.Class]
 	if c == nil {
-		http.Error(w, "unknown class "+strconv.Quote(route.class), http.StatusNotFound)
+		http.Error(w, "unknown class "+strconv.Quote(route.Class), http.StatusNotFound)
 		return
 	}
 	// Where the actor runs comes first: the access rule may read this
 	// node's storage, which only the holder's is.
-	if err := n.place(r.Context(), c, route.name); err != nil {
+	if err := n.place(r.Context(), c, route.Name); err != nil {
 		n.refuse(w, err)
 		return
 	}
 	// Every request here comes from outside; refused ones create nothing.
 	switch {
-	case c.access.Mode == Internal:
-		n.metrics.refused.WithLabelValues(refusedAccess).Inc()
-		http.Error(w, "class "+strconv.Quote(route.class)+" is internal: outside requests are refused", http.StatusForbidden)
+	case c.access.Mode == access.Internal:
+		n.metrics.Refused(metrics.RefusedAccess)
+		http.Error(w, "class "+strconv.Quote(route.Class)+" is internal: outside requests are refused", http.StatusForbidden)
 		return
-	case !c.access.allowsCreate(route.name) && !n.exists(c, route.name):
-		n.metrics.refused.WithLabelValues(refusedAccess).Inc()
-		http.Error(w, "unknown actor "+strconv.Quote(route.name), http.StatusNotFound)
+	case !c.access.AllowsCreate(route.Name) && !n.exists(c, route.Name):
+		n.metrics.Refused(metrics.RefusedAccess)
+		http.Error(w, "unknown actor "+strconv.Quote(route.Name), http.StatusNotFound)
 		return
 	}
-	if isUpgrade(r) {
-		path := route.rest
+	if websocket.IsUpgrade(r) {
+		path := route.Rest
 		if r.URL.RawQuery != "" {
 			path += "?" + r.URL.RawQuery
 		}
-		n.serveWebSocket(w, r, c, route.name, path)
+		n.serveWebSocket(w, r, c, route.Name, path)
 		return
 	}
-	payload, ok := n.readRequest(w, r, route.rest)
+	payload, ok := n.readRequest(w, r, route.Rest)
 	if !ok {
 		return
 	}
 	ev := &event{ctx: r.Context(), payload: payload, reply: make(chan outcome, 1), placed: true}
-	if err := n.deliver(r.Context(), c, route.name, ev); err != nil {
+	if err := n.deliver(r.Context(), c, route.Name, ev); err != nil {
 		n.refuse(w, err)
 		return
 	}
@@ -140,8 +145,8 @@ func (n *Node) headersOverCaps(r *http.Request) string {
 // refuse answers and counts a request that could not be delivered.
 func (n *Node) refuse(w http.ResponseWriter, err error) {
 	n.countRefusal(err)
-	var elsewhere *errElsewhere
-	var unplaced *errUnplaced
+	var elsewhere *placement.Elsewhere
+	var unplaced *placement.Unplaced
 	switch {
 	case errors.As(err, &elsewhere): // not run here; forwarding will answer this
 		w.Header().Set("Retry-After", "1")
@@ -179,15 +184,6 @@ func (n *Node) readRequest(w http.ResponseWriter, r *http.Request, path string) 
 }
 
 var errBodyTooLarge = errors.New("request body too large")
-
-// sizeText is a limit in bytes as messages give it: in MB (of 2^20 bytes)
-// when it is a whole number of them, as the defaults are.
-func sizeText(n int64) string {
-	if n >= 1<<20 && n%(1<<20) == 0 {
-		return fmt.Sprintf("%d MB", n>>20)
-	}
-	return fmt.Sprintf("%d bytes", n)
-}
 
 // encodeRequest builds the abi.Request the guest receives, reading the body
 // straight into the payload.
@@ -260,11 +256,21 @@ func readBody(b []byte, body io.Reader, limit int64) ([]byte, error) {
 func writeOutcome(w http.ResponseWriter, out outcome) {
 	if out.err != nil {
 		var f *failure
-		msg := "internal error"
-		if errors.As(out.err, &f) {
+		var elsewhere *placement.Elsewhere
+		msg, code := "internal error", http.StatusInternalServerError
+		switch {
+		case errors.As(out.err, &elsewhere):
+			msg, code = elsewhere.Error(), http.StatusServiceUnavailable
+		case errors.As(out.err, &f):
 			msg = f.public
+			if f.retry {
+				code = http.StatusServiceUnavailable
+			}
 		}
-		http.Error(w, msg, http.StatusInternalServerError)
+		if code == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "1")
+		}
+		http.Error(w, msg, code)
 		return
 	}
 	h := w.Header()

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
@@ -19,7 +20,7 @@ type class struct {
 	version string // hex SHA-256 of the module: on-init reruns when it changes
 	module  runtime.Module
 	hooks   hooks
-	access  Access // for requests from outside
+	access  access.Access // for requests from outside
 	// stateless: the stateless component, which has no database, address
 	// or alarms, and gets a fresh instance per request.
 	stateless bool

@@ -3,6 +3,12 @@
 // on demand and hibernates them when idle, bounds how many are resident, and
 // enforces each event's limits. It uses a runtime engine and a storage driver
 // through their contracts only.
+//
+// Its rooms are packages below it, none of which imports it (ADR 1024):
+// address, access, mailbox, placement, alarm, websocket, fetch, guestlog,
+// envfile and metrics. What stays here is the node itself, the actor's
+// life cycle, the front door (http.go) and the host ABI (host.go,
+// module.go, and the host functions beside the room each one serves).
 package node
 
 import (
@@ -23,33 +29,43 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/replication"
+	"github.com/wasmkeep/wasmkeep/kernel/node/access"
+	"github.com/wasmkeep/wasmkeep/kernel/node/address"
+	"github.com/wasmkeep/wasmkeep/kernel/node/alarm"
+	"github.com/wasmkeep/wasmkeep/kernel/node/fetch"
+	"github.com/wasmkeep/wasmkeep/kernel/node/guestlog"
+	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
+	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
+	"github.com/wasmkeep/wasmkeep/kernel/node/websocket"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
 
 // Options configure a node. Zero values take the defaults in brackets.
 type Options struct {
-	DataDir       string            // where databases live (required)
-	CacheDir      string            // [DataDir/cache] compiled modules, kept across restarts
-	Tenant        string            // [default]
-	Classes       map[string]string // class name to module file
-	Access        map[string]Access // [open] by class: who outside may reach its actors
-	IdleTimeout   time.Duration     // [30s] without events before an actor hibernates
-	CPUBudget     time.Duration     // [50ms] guest CPU per event
-	HostCPUBudget time.Duration     // [3s] CPU per event besides CPUBudget, in host calls or not: the event's CPU cap is their sum
-	WallClock     time.Duration     // [30s] wall time per event
-	MaxInstances  int               // [1000] instances at once: resident actors and stateless requests
-	MemoryLimit   uint32            // [128 MiB] per linear memory, in bytes
-	QueueLimit    int               // [1024] events waiting per actor
-	MaxBodyBytes  int64             // [16 MB] request body
-	AdmissionWait time.Duration     // [250ms] for an idle actor to make room
-	GuestLogRate  int               // [50] lines a second each actor instance may print, bursts of twice that; DiscardGuestLogs for none
+	DataDir       string                   // where databases live (required)
+	CacheDir      string                   // [DataDir/cache] compiled modules, kept across restarts
+	Tenant        string                   // [default]
+	Classes       map[string]string        // class name to module file
+	Access        map[string]access.Access // [open] by class: who outside may reach its actors
+	IdleTimeout   time.Duration            // [30s] without events before an actor hibernates
+	CPUBudget     time.Duration            // [50ms] guest CPU per event
+	HostCPUBudget time.Duration            // [3s] CPU per event besides CPUBudget, in host calls or not: the event's CPU cap is their sum
+	WallClock     time.Duration            // [30s] wall time per event
+	MaxInstances  int                      // [1000] instances at once: resident actors and stateless requests
+	MemoryLimit   uint32                   // [128 MiB] per linear memory, in bytes
+	QueueLimit    int                      // [1024] events waiting per actor
+	MaxBodyBytes  int64                    // [16 MB] request body
+	AdmissionWait time.Duration            // [250ms] for an idle actor to make room
+	GuestLogRate  int                      // [50] lines a second each actor instance may print, bursts of twice that; guestlog.Discard for none
 	Storage       storage.Options
 	Env           map[string]map[string]string // by class: its configuration (--env), name to value
 	Stateless     string                       // module file of the stateless component ("" for none)
 	Logger        *slog.Logger
-	Placement     Placement   // [Local] where each actor runs: asked before every delivery
-	Clock         clock.Clock // [clock.Real] what idle timeouts, alarms, admission waits, WebSocket pings and metrics read and wait on
+	Placement     placement.Placement // [Local] where each actor runs: asked before every delivery
+	Clock         clock.Clock         // [clock.Real] what idle timeouts, alarms, admission waits, WebSocket pings and metrics read and wait on
+	Cluster       *Cluster            // [nil: a node alone] the bucket and the membership of a node with a bucket (replica.go)
 
 	// Headers that reach an actor: more fields, or more bytes of names,
 	// values and request target, answer 431.
@@ -69,7 +85,7 @@ type Options struct {
 	AllowOutbound      []netip.Prefix      // ranges guests may reach though they are not public
 	AllowOutboundPorts []int               // ports guests may reach though the Fetch standard blocks them
 	OutboundCAs        []*x509.Certificate // trusted besides the system roots
-	Resolver           Resolver            // [net.DefaultResolver]
+	Resolver           fetch.Resolver      // [net.DefaultResolver]
 	MaxFetches         int                 // [256] outbound requests in flight on the node
 
 	FetchStep         time.Duration // [30s] for each step (connect, first byte, next byte) unless the guest asks
@@ -129,7 +145,7 @@ func (o Options) withDefaults() Options {
 		o.QueueLimit = 1024
 	}
 	if o.GuestLogRate == 0 {
-		o.GuestLogRate = defaultGuestLogRate
+		o.GuestLogRate = guestlog.DefaultRate
 	}
 	if o.MaxFetches == 0 {
 		o.MaxFetches = 256
@@ -138,7 +154,7 @@ func (o Options) withDefaults() Options {
 		o.MaxBodyBytes = 16 << 20
 	}
 	if o.Placement == nil {
-		o.Placement = Local{}
+		o.Placement = placement.Local{}
 	}
 	if o.Clock == nil {
 		o.Clock = clock.Real
@@ -174,16 +190,16 @@ type Node struct {
 	slots   chan struct{}     // one token per instance: resident actor or stateless request
 	wg      sync.WaitGroup    // actor goroutines and stateless requests
 
-	stopping atomic.Bool
-	alarms   *schedule
-	index    *alarmIndex // the pending alarms of the tenant's actors, for a start (alarmindex.go)
-	metrics  *metrics
-	fetch    *fetcher
-	ws       sockets
+	replicas *replication.Replicas // with a bucket: the actors' replication (replica.go); nil on a node alone
 
-	guestLogBucket  *bucket // the node-wide limit on guest log lines
-	guestLogLines   atomic.Int64
-	guestLogDropped atomic.Int64
+	stopping atomic.Bool
+	alarms   *alarm.Schedule
+	index    *alarm.Index // the pending alarms of the tenant's actors, for a start
+	metrics  *metrics.Metrics
+	fetch    *fetch.Fetcher
+	ws       *websocket.Hub
+
+	guestLogs *guestlog.Sink // what guests print, rate-limited and counted
 }
 
 // New creates a node: it creates the engine, then compiles and checks every
@@ -193,7 +209,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	if opts.DataDir == "" {
 		return nil, errors.New("node: a data directory is required")
 	}
-	if !ValidIdent(opts.Tenant) {
+	if !address.ValidIdent(opts.Tenant) {
 		return nil, fmt.Errorf("tenant %q must match [a-z][a-z0-9-]{0,63}", opts.Tenant)
 	}
 	if opts.MaxInstances < 1 {
@@ -205,7 +221,10 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	if err := os.MkdirAll(opts.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
-	fetch, err := newFetcher(opts)
+	fetcher, err := fetch.New(fetch.Options{
+		Allow: opts.AllowOutbound, Ports: opts.AllowOutboundPorts, CAs: opts.OutboundCAs, Resolver: opts.Resolver,
+		Max: opts.MaxFetches, Step: opts.FetchStep, MaxStep: opts.FetchMaxStep, MaxBody: opts.FetchMaxBodyBytes,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -228,14 +247,29 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		opts: opts, log: opts.Logger, clock: opts.Clock, engine: eng, storage: st,
 		classes: map[string]*class{},
 		actors:  map[string]*actor{}, closing: map[string]*actor{},
-		slots:  make(chan struct{}, opts.MaxInstances),
-		alarms: newSchedule(),
-		fetch:  fetch,
-
-		guestLogBucket: newBucket(nodeGuestLogRate),
+		slots:     make(chan struct{}, opts.MaxInstances),
+		alarms:    alarm.NewSchedule(),
+		fetch:     fetcher,
+		guestLogs: guestlog.NewSink(opts.Logger, opts.Clock, opts.GuestLogRate),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.metrics = newMetrics(n)
+	n.ws = websocket.NewHub(n.ctx, n.clock, websocket.Options{
+		PerActor: opts.WebSocketsPerActor, PerNode: opts.WebSocketsPerNode,
+		PingAfter: opts.WebSocketPingAfter, PongWait: opts.WebSocketPongWait, MaxMessage: opts.WebSocketMaxMessage,
+		Queue: opts.WebSocketQueue, QueueBytes: opts.WebSocketQueueBytes,
+	})
+	n.metrics = metrics.New(metrics.Gauges{
+		Resident:        func() float64 { n.mu.Lock(); defer n.mu.Unlock(); return float64(len(n.actors)) },
+		GuestLogLines:   func() float64 { return float64(n.GuestLogLines()) },
+		GuestLogDropped: func() float64 { return float64(n.GuestLogDropped()) },
+		WebSockets:      func() float64 { return float64(n.ws.Len()) },
+		Classes:         func() float64 { return float64(len(n.classes)) },
+		Ready:           n.ready,
+	})
+	if n.replicas, err = n.newReplicas(); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("replication: %w", err)
+	}
 	names := make([]string, 0, len(opts.Classes))
 	for name := range opts.Classes {
 		names = append(names, name)
@@ -248,7 +282,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		}
 	}
 	for _, name := range names {
-		if !ValidIdent(name) {
+		if !address.ValidIdent(name) {
 			n.Close()
 			return nil, fmt.Errorf("class name %q must match [a-z][a-z0-9-]{0,63}", name)
 		}
@@ -277,9 +311,25 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		n.Close()
 		return nil, fmt.Errorf("reading pending alarms from %s: %w", opts.DataDir, err)
 	}
-	go n.runAlarms()
+	go n.alarms.Run(n.ctx, n.clock, n.deliverAlarm)
 	return n, nil
 }
+
+// ready reports whether /_wasmkeep/ready answers 200: not while stopping,
+// nor, with a bucket, while the node lease is not valid.
+func (n *Node) ready() bool {
+	return !n.stopping.Load() && (n.opts.Cluster == nil || n.opts.Cluster.Member.Ready())
+}
+
+// MetricsHandler serves the node's metrics page (--metrics-listen).
+func (n *Node) MetricsHandler() http.Handler { return n.metrics.Handler() }
+
+// GuestLogLines is how many lines printed by guests reached the log.
+func (n *Node) GuestLogLines() int64 { return n.guestLogs.Lines() }
+
+// GuestLogDropped is how many lines printed by guests the limits dropped
+// (every line, with guestlog.Discard).
+func (n *Node) GuestLogDropped() int64 { return n.guestLogs.Dropped() }
 
 // Shutdown stops the node: not ready at once, then in-flight requests get up
 // to grace to finish, actors finish their queued events, and every database
@@ -291,7 +341,7 @@ func (n *Node) Shutdown(srv *http.Server, grace time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	err := srv.Shutdown(ctx)
-	n.closeSockets()
+	n.ws.Shutdown()
 	n.hibernateAll()
 	n.Close()
 	return err
@@ -312,7 +362,7 @@ func (n *Node) hibernateAll() {
 func (n *Node) Close() {
 	n.hibernateAll()
 	if n.index != nil {
-		n.index.close()
+		n.index.Close()
 	}
 	if n.cancel != nil {
 		n.cancel()
@@ -369,6 +419,26 @@ func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) er
 		n.mu.Unlock()
 		go a.run()
 		return nil
+	}
+}
+
+// place decides whether an event for c/name runs here: nil if it does, a
+// *placement.Elsewhere or *placement.Unplaced if not. It is the one place
+// that asks the Placement (deliver calls it, or the front door before its
+// access check, which reads this node's storage).
+func (n *Node) place(ctx context.Context, c *class, name string) error {
+	return placement.Check(ctx, n.opts.Placement, abi.Address{Tenant: n.opts.Tenant, Class: c.name, Name: name})
+}
+
+// countRefusal counts a request or call that deliver refused.
+func (n *Node) countRefusal(err error) {
+	switch {
+	case errors.Is(err, errQueueFull):
+		n.metrics.Refused(metrics.RefusedOverloaded)
+	case errors.Is(err, errCapacity):
+		n.metrics.Refused(metrics.RefusedCapacity)
+	case errors.Is(err, errStopping), placement.NotHere(err):
+		n.metrics.Refused(metrics.RefusedUnavailable)
 	}
 }
 
@@ -480,7 +550,7 @@ func (n *Node) abandonClaim(victim *actor, claim chan bool) {
 func (n *Node) retire(a *actor) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if a.queue.len() > 0 {
+	if a.queue.Len() > 0 {
 		if a.claim != nil {
 			a.claim <- false
 			a.claim = nil

@@ -27,14 +27,6 @@ import (
 // uint32, and a full 4 GiB memory has 1<<32 bytes.
 const maxPages = 65535
 
-// An instance may have maxTables tables of at most maxTableElements
-// elements each (8 MiB): table.grow stops there, and a module whose tables
-// need more fails to instantiate. The same caps as wazero's plugin.
-const (
-	maxTables        = 8
-	maxTableElements = 1 << 20
-)
-
 // lingerTicks is how many ticks the epoch ticker runs on after the last call
 // returned, so that a stream of short calls does not wake it for each one.
 const lingerTicks = 100

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/internal/wasmbounds"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
@@ -646,7 +647,7 @@ func tableGuest(limits ...byte) []byte {
 		sec(10, append([]byte{1, byte(len(body))}, body...)...))
 }
 
-// table.grow stops at maxTableElements whatever the module declares, and
+// table.grow stops at wasmbounds.MaxTableElements whatever the module declares, and
 // modules needing larger or more tables do not instantiate.
 func TestTablesCapped(t *testing.T) {
 	e, err := newDriver(t).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: 1})
@@ -664,7 +665,7 @@ func TestTablesCapped(t *testing.T) {
 	}
 	for name, limits := range map[string][]byte{
 		"no max":        {0, 1},
-		"max above cap": append([]byte{1, 1}, uleb(maxTableElements+1)...),
+		"max above cap": append([]byte{1, 1}, uleb(wasmbounds.MaxTableElements+1)...),
 		"max 2^32-1":    {1, 1, 0xff, 0xff, 0xff, 0xff, 0x0f},
 	} {
 		in, err := instantiate(tableGuest(limits...))
@@ -672,7 +673,7 @@ func TestTablesCapped(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		for _, tc := range []struct{ delta, want uint32 }{
-			{math.MaxUint32 - 1, math.MaxUint32}, {maxTableElements, math.MaxUint32}, {maxTableElements - 1, 1},
+			{math.MaxUint32 - 1, math.MaxUint32}, {wasmbounds.MaxTableElements, math.MaxUint32}, {wasmbounds.MaxTableElements - 1, 1},
 		} {
 			stack := []uint64{uint64(tc.delta)}
 			if err := in.Function("grow").Call(t.Context(), stack); err != nil {
@@ -684,9 +685,9 @@ func TestTablesCapped(t *testing.T) {
 		}
 		in.Close(t.Context())
 	}
-	tables := append([]byte{maxTables + 1}, bytes.Repeat([]byte{0x70, 0, 0}, maxTables+1)...)
+	tables := append([]byte{wasmbounds.MaxTables + 1}, bytes.Repeat([]byte{0x70, 0, 0}, wasmbounds.MaxTables+1)...)
 	for name, wasm := range map[string][]byte{
-		"min above cap": tableGuest(append([]byte{0}, uleb(maxTableElements+1)...)...),
+		"min above cap": tableGuest(append([]byte{0}, uleb(wasmbounds.MaxTableElements+1)...)...),
 		"too many":      rawModule(sec(4, tables...)),
 	} {
 		if in, err := instantiate(wasm); err == nil {

@@ -18,6 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/wasmkeep/wasmkeep/internal/linearmem"
+	"github.com/wasmkeep/wasmkeep/internal/wasmbounds"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
@@ -187,7 +188,7 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 	in.mem.in = in
 	in.handle = cgo.NewHandle(in)
 	in.st = C.wk_store_new(e.ptr, C.uintptr_t(in.handle), C.int64_t(e.limit),
-		maxTableElements, maxTables, C.size_t(m.arity))
+		wasmbounds.MaxTableElements, wasmbounds.MaxTables, C.size_t(m.arity))
 	if in.st == nil {
 		in.handle.Delete()
 		return nil, errors.New("wasmtime: instantiate: out of memory")

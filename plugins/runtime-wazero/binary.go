@@ -20,7 +20,7 @@ import (
 //     the instructions) and refuses any length longer than the bytes left.
 //   - table.grow is bounded only by a table's declared maximum, and a table
 //     element takes 8 bytes: one instruction could ask for 32 GiB. prepare
-//     caps every table (see maxTables, maxTableElements).
+//     caps every table (wasmbounds.MaxTables, MaxTableElements).
 //   - wazero copies a module's data segments into every instance's memory
 //     and keeps a slice header per segment and instance: a standard Go
 //     guest has about 28,000 segments (650 KiB of slice headers per
@@ -40,10 +40,6 @@ import (
 
 const (
 	checkPeriod = 1024
-	// A module may define maxTables tables of at most maxTableElements
-	// elements each: 8 MiB each in wazero.
-	maxTables        = 8
-	maxTableElements = 1 << 20
 )
 
 // Import and export kinds.
@@ -290,13 +286,13 @@ func readImports(payload []byte) ([]rawImport, error) {
 }
 
 // capTables returns the table section with every table's maximum capped at
-// maxTableElements, refusing a table whose minimum is above it, or more than
-// maxTables tables with the imported ones.
+// wasmbounds.MaxTableElements, refusing a table whose minimum is above it, or more than
+// wasmbounds.MaxTables tables with the imported ones.
 func capTables(payload []byte, imported uint32) ([]byte, error) {
 	r := reader{wasmbin.Reader{Rest: payload}}
 	n := r.Count()
-	if imported+n > maxTables {
-		return nil, fmt.Errorf("%d tables, at most %d allowed", imported+n, maxTables)
+	if imported+n > wasmbounds.MaxTables {
+		return nil, fmt.Errorf("%d tables, at most %d allowed", imported+n, wasmbounds.MaxTables)
 	}
 	out := appendU32(nil, n)
 	for ; n > 0 && r.Err == nil; n-- {
@@ -304,11 +300,11 @@ func capTables(payload []byte, imported uint32) ([]byte, error) {
 		init := r.tableRef()
 		out = append(out, start[:len(start)-len(r.Rest)]...)
 		flags, min, max := r.limits()
-		if min > maxTableElements {
-			return nil, fmt.Errorf("a table of %d elements, at most %d allowed", min, maxTableElements)
+		if min > wasmbounds.MaxTableElements {
+			return nil, fmt.Errorf("a table of %d elements, at most %d allowed", min, wasmbounds.MaxTableElements)
 		}
-		if flags&1 == 0 || max > maxTableElements {
-			max = maxTableElements
+		if flags&1 == 0 || max > wasmbounds.MaxTableElements {
+			max = wasmbounds.MaxTableElements
 		}
 		out = appendU32(appendU32(append(out, flags|1), min), max)
 		if init {
@@ -348,10 +344,7 @@ func instrumentCode(payload, prologue []byte) ([]byte, error) {
 			break
 		}
 		locals := wasmbin.Reader{Rest: body}
-		for j := locals.Count(); j > 0 && locals.Err == nil; j-- {
-			locals.U32()
-			locals.ValueType()
-		}
+		locals.Locals()
 		if locals.Err != nil {
 			return nil, fmt.Errorf("function %d: %w", i, locals.Err)
 		}

@@ -159,7 +159,7 @@ func TestRefusedModules(t *testing.T) {
 		m.Close(t.Context())
 	}
 	huge := []byte{0xff, 0xff, 0xff, 0xff, 0x0f}
-	tables := append([]byte{maxTables + 1}, bytes.Repeat([]byte{0x70, 0, 0}, maxTables+1)...)
+	tables := append([]byte{wasmbounds.MaxTables + 1}, bytes.Repeat([]byte{0x70, 0, 0}, wasmbounds.MaxTables+1)...)
 	for name, wasm := range map[string][]byte{
 		"data segments":     binaryModule(sec(wasmbin.DataSection, huge...)),
 		"custom name":       binaryModule(sec(wasmbin.CustomSection, huge...)),
@@ -168,7 +168,7 @@ func TestRefusedModules(t *testing.T) {
 		"function names":    binaryModule(sec(wasmbin.CustomSection, append([]byte{4, 'n', 'a', 'm', 'e', 1, 5}, huge...)...)),
 		"element functions": binaryModule(sec(wasmbin.ElementSection, append([]byte{1, 1, 0}, huge...)...)),
 		"locals":            binaryModule(voidFunc(wasmbounds.MaxLocals, 0x7f, 1, 0x7f)...),
-		"table elements":    binaryModule(tableGuest(maxTableElements+1, -1)...),
+		"table elements":    binaryModule(tableGuest(wasmbounds.MaxTableElements+1, -1)...),
 		"tables":            binaryModule(sec(wasmbin.TableSection, tables...)),
 	} {
 		if m, err := e.Compile(t.Context(), wasm); err == nil {
@@ -178,14 +178,14 @@ func TestRefusedModules(t *testing.T) {
 	}
 }
 
-// table.grow stops at maxTableElements whatever the module declares.
+// table.grow stops at wasmbounds.MaxTableElements whatever the module declares.
 func TestTableGrowthCapped(t *testing.T) {
 	e, err := newDriver(t, true).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close(t.Context())
-	for _, max := range []int64{-1, maxTableElements + 1, 1<<32 - 1} {
+	for _, max := range []int64{-1, wasmbounds.MaxTableElements + 1, 1<<32 - 1} {
 		m, err := e.Compile(t.Context(), binaryModule(tableGuest(1, max)...))
 		if err != nil {
 			t.Fatal(err)
@@ -196,7 +196,7 @@ func TestTableGrowthCapped(t *testing.T) {
 		}
 		grow := in.Function("grow")
 		for _, tc := range []struct{ delta, want uint32 }{
-			{math.MaxUint32 - 1, math.MaxUint32}, {maxTableElements, math.MaxUint32}, {maxTableElements - 1, 1},
+			{math.MaxUint32 - 1, math.MaxUint32}, {wasmbounds.MaxTableElements, math.MaxUint32}, {wasmbounds.MaxTableElements - 1, 1},
 		} {
 			stack := []uint64{uint64(tc.delta)}
 			if err := grow.Call(t.Context(), stack); err != nil {

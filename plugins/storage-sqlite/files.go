@@ -61,11 +61,17 @@ func fileName(name string) string {
 	return string(enc) + dbSuffix
 }
 
+// dirName reports whether a tenant or class can name a directory of its
+// own under root.
+func dirName(part string) bool {
+	return part != "" && part != "." && part != ".." && !strings.ContainsAny(part, "/\\\x00")
+}
+
 // dbPath is where an actor's database lives under root. It refuses an
 // address that could leave its directory.
 func dbPath(root string, addr abi.Address) (string, error) {
 	for _, part := range []string{addr.Tenant, addr.Class} {
-		if part == "" || part == "." || part == ".." || strings.ContainsAny(part, "/\\\x00") {
+		if !dirName(part) {
 			return "", fmt.Errorf("address %s/%s/%s: %q cannot name a directory", addr.Tenant, addr.Class, addr.Name, part)
 		}
 	}
@@ -351,8 +357,8 @@ func syncDir(dir string) error {
 // Walk visits <root>/actors/<tenant>/<class>/*.db, class by class, in
 // directory order.
 func (drv *driver) Walk(ctx context.Context, root, tenant string, opts storage.Options, fn func(storage.Found) error) error {
-	if _, err := dbPath(root, abi.Address{Tenant: tenant, Class: "x", Name: "x"}); err != nil {
-		return err
+	if !dirName(tenant) {
+		return fmt.Errorf("tenant %q cannot name a directory", tenant)
 	}
 	tdir := filepath.Join(root, "actors", tenant)
 	classes, err := os.ReadDir(tdir)

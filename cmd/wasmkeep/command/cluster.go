@@ -13,6 +13,8 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	"github.com/wasmkeep/wasmkeep/kernel/config"
+	"github.com/wasmkeep/wasmkeep/kernel/node"
+	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
 )
 
@@ -53,22 +55,25 @@ func (f *clusterFlags) layers(fl *pflag.FlagSet) []config.Flag {
 	return out
 }
 
-// joinCluster opens the chosen bucket and joins the cluster of its nodes:
-// the probe, the node-id start check, the lease. lost is called if the
-// lease is lost later. The bucket is closed when joining fails.
-func joinCluster(ctx context.Context, cfg *config.Config, listen string, log *slog.Logger, lost func(error)) (*cluster.Member, bucket.Bucket, error) {
+// joinCluster opens the chosen bucket, counted on the cluster's metrics,
+// and joins the cluster of its nodes: the probe, the node-id start check,
+// the lease. lost is called if the lease is lost later. The bucket is
+// closed when joining fails; otherwise the caller closes it (nc.Bucket).
+func joinCluster(ctx context.Context, cfg *config.Config, listen string, log *slog.Logger, lost func(error)) (*node.Cluster, error) {
 	c := cfg.Cluster
 	if c.NodeID == "" {
-		return nil, nil, errors.New("cluster.bucket (--bucket) is set but cluster.node_id (--node-id) is not: give this node an id, unique among the bucket's nodes")
+		return nil, errors.New("cluster.bucket (--bucket) is set but cluster.node_id (--node-id) is not: give this node an id, unique among the bucket's nodes")
 	}
 	ch, err := cfg.Plugin(plugin.Bucket)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	b, err := openBucket(ch)
+	raw, err := openBucket(ch)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
+	cm := metrics.NewCluster()
+	b := bucket.Counting(raw, cm.BucketRequest)
 	advertise := c.Advertise
 	if advertise == "" {
 		advertise = "http://" + listen
@@ -76,14 +81,14 @@ func joinCluster(ctx context.Context, cfg *config.Config, listen string, log *sl
 	m, err := cluster.Join(ctx, cluster.Config{
 		Bucket: b, Clock: clock.Real, Settings: c.Lease(), NodeID: c.NodeID, Instance: newInstance(),
 		Info:   nodelease.Info{Version: readBuild().version, Advertise: advertise},
-		Logger: log, Lost: lost,
+		Logger: log, Lost: lost, LeaseWrote: cm.LeaseWrote,
 	})
 	if err != nil {
 		b.Close()
-		return nil, nil, err
+		return nil, err
 	}
 	log.Info("joined the cluster", "node_id", c.NodeID, "bucket", ch.Info.ID(), "advertise", advertise)
-	return m, b, nil
+	return &node.Cluster{Member: m, Bucket: b, Metrics: cm, Retention: c.HistoryRetention()}, nil
 }
 
 // newInstance names this process in its lease: 16 random [a-z0-9].

@@ -25,9 +25,10 @@ import (
 
 	"github.com/wasmkeep/wasmkeep"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
-	"github.com/wasmkeep/wasmkeep/kernel/cluster"
 	"github.com/wasmkeep/wasmkeep/kernel/config"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
+	"github.com/wasmkeep/wasmkeep/kernel/node/access"
+	"github.com/wasmkeep/wasmkeep/kernel/node/guestlog"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
@@ -70,6 +71,7 @@ func Main(plugins ...plugin.Info) int {
 	root.AddCommand(benchCommand(reg))
 	root.AddCommand(conformanceCommand(reg))
 	root.AddCommand(versionCommand(reg))
+	root.AddCommand(bucketCommand(reg))
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "wasmkeep:", err)
 		return 1
@@ -175,21 +177,32 @@ func nodeFlag(fl *pflag.FlagSet, key string, field config.NodeField) {
 	}
 }
 
-// nodeSettings applies the flags that were set over the loaded settings.
-func nodeSettings(cmd *cobra.Command, cfg config.Node, f serveFlags) (config.Node, error) {
-	set := cmd.Flags().Changed
-	given := map[string]any{}
+// nodeFlags are the node flags that were given, as configuration layers
+// over the file and the environment.
+func nodeFlags(cmd *cobra.Command, f serveFlags) []config.Flag {
+	var out []config.Flag
 	for key, field := range config.NodeFields(&f.node) {
-		given[key] = field.Ptr
-	}
-	for key, field := range config.NodeFields(&cfg) {
-		if set(config.FlagName(key)) {
-			reflect.ValueOf(field.Ptr).Elem().Set(reflect.ValueOf(given[key]).Elem())
+		name := config.FlagName(key)
+		if !cmd.Flags().Changed(name) {
+			continue
 		}
+		var v any
+		switch p := field.Ptr.(type) {
+		case *time.Duration:
+			v = p.String() // plugins.yaml's form: a number alone is refused
+		case **int:
+			v = **p
+		default:
+			v = reflect.ValueOf(p).Elem().Interface()
+		}
+		out = append(out, config.Flag{Name: "--" + name, Key: "node." + key, Value: v})
 	}
-	if err := cfg.Check(); err != nil {
-		return cfg, err
-	}
+	return out
+}
+
+// nodeSettings adds the --actor flags to the loaded settings and checks
+// that there is something to serve.
+func nodeSettings(cfg config.Node, f serveFlags) (config.Node, error) {
 	if len(f.actors) > 0 && cfg.Actors == nil {
 		cfg.Actors = map[string]string{}
 	}
@@ -213,14 +226,14 @@ func nodeSettings(cmd *cobra.Command, cfg config.Node, f serveFlags) (config.Nod
 
 // accessRules parses --access, then node.access for the classes no flag
 // names: a flag overrides the file class by class.
-func accessRules(file map[string]string, flags []string) (map[string]node.Access, error) {
-	rules := map[string]node.Access{}
+func accessRules(file map[string]string, flags []string) (map[string]access.Access, error) {
+	rules := map[string]access.Access{}
 	for _, s := range flags {
 		class, mode, ok := strings.Cut(s, "=")
 		if !ok || class == "" {
 			return nil, fmt.Errorf("--access %q: want CLASS=MODE", s)
 		}
-		a, err := node.ParseAccess(mode)
+		a, err := access.Parse(mode)
 		if err != nil {
 			return nil, fmt.Errorf("--access %q: %w", s, err)
 		}
@@ -230,7 +243,7 @@ func accessRules(file map[string]string, flags []string) (map[string]node.Access
 		if _, set := rules[class]; set {
 			continue
 		}
-		a, err := node.ParseAccess(mode)
+		a, err := access.Parse(mode)
 		if err != nil {
 			return nil, fmt.Errorf("node.access.%s: %w", class, err)
 		}
@@ -240,11 +253,12 @@ func accessRules(file map[string]string, flags []string) (map[string]node.Access
 }
 
 func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
-	cfg, err := config.Load(wasmkeep.DefaultConfig, f.config, os.Environ(), reg, APIs, f.cluster.layers(cmd.Flags())...)
+	flags := append(nodeFlags(cmd, f), f.cluster.layers(cmd.Flags())...)
+	cfg, err := config.Load(wasmkeep.DefaultConfig, f.config, os.Environ(), reg, APIs, flags...)
 	if err != nil {
 		return err
 	}
-	ns, err := nodeSettings(cmd, cfg.Node, f)
+	ns, err := nodeSettings(cfg.Node, f)
 	if err != nil {
 		return err
 	}
@@ -280,22 +294,21 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	defer stop()
 	// With a bucket the node joins its cluster before it listens: a second
 	// process with this node id is refused here, having taken nothing.
-	var member *cluster.Member
+	var nc *node.Cluster
 	lost := make(chan error, 1)
 	if cfg.Cluster.Bucket != "" {
-		var b bucket.Bucket
-		member, b, err = joinCluster(ctx, cfg, ns.Listen, log, func(err error) { lost <- err })
+		nc, err = joinCluster(ctx, cfg, ns.Listen, log, func(err error) { lost <- err })
 		if err != nil {
 			return err
 		}
-		defer b.Close()
+		defer nc.Bucket.Close()
 		// Leaving releases the lease, so a restart need not wait for it to
 		// expire; a lost lease is not this process's to release.
 		defer func() {
 			if len(lost) == 0 {
 				leaveCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				if err := member.Leave(leaveCtx); err != nil {
+				if err := nc.Member.Leave(leaveCtx); err != nil {
 					log.Warn("leaving the cluster", "err", err)
 				}
 			}
@@ -303,7 +316,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	}
 	opts := limits(ns)
 	opts.DataDir, opts.Classes, opts.Access, opts.Env = ns.DataDir, ns.Actors, access, env
-	opts.Stateless, opts.Logger = f.stateless, log
+	opts.Stateless, opts.Logger, opts.Cluster = f.stateless, log, nc
 	if err := outbound(&opts, cmd.Flags().Changed, ns, f); err != nil {
 		return err
 	}
@@ -367,13 +380,13 @@ func newLogger(w io.Writer, format, level string) *slog.Logger {
 }
 
 // guestLogRate maps node.guest_log_rate to node.Options, where 0 is the
-// default and discarding is DiscardGuestLogs.
+// default and discarding is guestlog.Discard.
 func guestLogRate(rate *int) int {
 	switch {
 	case rate == nil:
 		return 0
 	case *rate == 0:
-		return node.DiscardGuestLogs
+		return guestlog.Discard
 	}
 	return *rate
 }

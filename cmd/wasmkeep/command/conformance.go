@@ -67,15 +67,7 @@ probe writes (and deletes) under probe/.`,
 }
 
 func conformanceBucket(cmd *cobra.Command, reg *plugin.Registry, f conformanceFlags) error {
-	cfg, err := config.Load(wasmkeep.DefaultConfig, f.config, os.Environ(), reg, APIs)
-	if err != nil {
-		return err
-	}
-	ch, err := cfg.Plugin(plugin.Bucket)
-	if err != nil {
-		return err
-	}
-	b, err := openBucket(ch)
+	b, ch, err := chosenBucket(reg, f.config)
 	if err != nil {
 		return err
 	}
@@ -127,6 +119,22 @@ func conformanceBucket(cmd *cobra.Command, reg *plugin.Registry, f conformanceFl
 		return fmt.Errorf("bucket plugin %s failed %d of %d conformance rules", ch.Info.Name, failed, rules)
 	}
 	return nil
+}
+
+// chosenBucket loads the configuration (plugins.yaml at path over the
+// embedded defaults, the environment, then flags) and opens the bucket it
+// chooses.
+func chosenBucket(reg *plugin.Registry, path string, flags ...config.Flag) (bucket.Bucket, config.Choice, error) {
+	cfg, err := config.Load(wasmkeep.DefaultConfig, path, os.Environ(), reg, APIs, flags...)
+	if err != nil {
+		return nil, config.Choice{}, err
+	}
+	ch, err := cfg.Plugin(plugin.Bucket)
+	if err != nil {
+		return nil, ch, err
+	}
+	b, err := openBucket(ch)
+	return b, ch, err
 }
 
 // openBucket builds the chosen bucket plugin.

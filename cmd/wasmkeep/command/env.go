@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/wasmkeep/wasmkeep/kernel/node"
+	"github.com/wasmkeep/wasmkeep/kernel/node/envfile"
 )
 
 // readEnv reads each class's env files once, at start: those of its --env
@@ -38,7 +38,7 @@ func readEnv(flags []string, file map[string][]string, classes map[string]string
 		}
 		env[class] = map[string]string{}
 		for _, path := range files[class] {
-			vars, worldReadable, err := node.ParseEnvFile(path)
+			vars, worldReadable, err := envfile.Parse(path)
 			if err != nil {
 				return nil, fmt.Errorf("%s %s: %w", source[class], class, err)
 			}

@@ -27,6 +27,9 @@ type Events struct {
 	// delete). Drop every hold without releasing anything; the server
 	// exits non-zero. Called once; the lease stops writing.
 	Lost func(error)
+	// Wrote: one write of nodes/<id> ended, with its error (nil: it
+	// reached the bucket), for the lease writes and failures metrics.
+	Wrote func(error)
 }
 
 // Config is what New needs.
@@ -158,6 +161,9 @@ func (l *Lease) put(ctx context.Context, o Object, cond bucket.Condition) (v buc
 		v, err = l.b.Put(ctx, Key(l.id), bytes.NewReader(body), int64(len(body)), cond)
 		return err
 	})
+	if l.ev.Wrote != nil {
+		l.ev.Wrote(err)
+	}
 	return v, err
 }
 

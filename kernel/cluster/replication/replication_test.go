@@ -45,7 +45,7 @@ type world struct {
 func newWorld(t *testing.T) *world {
 	mem := buckettest.NewMemory(buckettest.Flaws{})
 	w := &world{t: t, mem: mem, fb: faulty.New(mem), clk: simtest.New(), requests: map[string]int{}, reads: NewLimiter(NodeReads, NodeReadBytes)}
-	w.b = Counting(w.fb, func(op, status string) {
+	w.b = bucket.Counting(w.fb, func(op, status string) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.requests[op+" "+status]++

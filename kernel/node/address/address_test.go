@@ -1,12 +1,12 @@
-package node
+package address
 
 import (
 	"strings"
 	"testing"
 )
 
-func TestParseActorPath(t *testing.T) {
-	for path, want := range map[string]actorRoute{
+func TestParsePath(t *testing.T) {
+	for path, want := range map[string]Route{
 		"/actor/chat/lobby":                       {"chat", "lobby", "/"},
 		"/actor/chat/lobby/":                      {"chat", "lobby", "/"},
 		"/actor/chat/room%201/history":            {"chat", "room 1", "/history"},
@@ -14,18 +14,18 @@ func TestParseActorPath(t *testing.T) {
 		"/actor/chat/%C3%A9t%C3%A9":               {"chat", "été", "/"},
 		"/actor/chat/" + strings.Repeat("n", 256): {"chat", strings.Repeat("n", 256), "/"},
 	} {
-		got, ok, err := parseActorPath(path)
+		got, ok, err := ParsePath(path)
 		if !ok || err != nil || got != want {
 			t.Errorf("%s: got %+v %v %v, want %+v", path, got, ok, err, want)
 		}
 	}
 	for _, bad := range []string{"/actor/chat", "/actor//x", "/actor/chat/", "/actor/chat/.", "/actor/chat/%2E%2E",
 		"/actor/chat/a%2Fb", "/actor/chat/a%0Ab", "/actor/chat/%zz", "/actor/chat/" + strings.Repeat("n", 257)} {
-		if _, ok, err := parseActorPath(bad); !ok || err == nil {
+		if _, ok, err := ParsePath(bad); !ok || err == nil {
 			t.Errorf("%s: accepted", bad)
 		}
 	}
-	if _, ok, _ := parseActorPath("/other"); ok {
+	if _, ok, _ := ParsePath("/other"); ok {
 		t.Error("/other is not an actor path")
 	}
 }
@@ -35,11 +35,5 @@ func TestValidIdent(t *testing.T) {
 		if ValidIdent(s) != ok {
 			t.Errorf("ValidIdent(%q) = %v", s, !ok)
 		}
-	}
-}
-
-func TestEscapeLine(t *testing.T) {
-	if got := escapeLine([]byte("ok \x1b[31m\xff")); got != `ok \u{1b}[31m\x{ff}` {
-		t.Errorf("got %q", got)
 	}
 }

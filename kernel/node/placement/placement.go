@@ -1,4 +1,8 @@
-package node
+// Package placement is the seam where "is this actor mine, and if not who
+// holds it" plugs in (ADR 1021): the Placement a node asks before every
+// event, Local (a node alone: every actor runs here), and the errors that
+// say an event does not run here.
+package placement
 
 import (
 	"context"
@@ -6,6 +10,7 @@ import (
 	"fmt"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/node/address"
 )
 
 // Placement says where an actor runs. The node asks it once for every
@@ -37,44 +42,42 @@ type Local struct{}
 
 func (Local) Place(context.Context, abi.Address) (Owner, error) { return Here, nil }
 
-// errElsewhere is an event for an actor another node holds: not run here
+// Elsewhere is an event for an actor another node holds: not run here
 // (forwarding to the holder is not built yet).
-type errElsewhere struct {
-	addr  abi.Address
-	owner Owner
+type Elsewhere struct {
+	Addr  abi.Address
+	Owner Owner
 }
 
-func (e *errElsewhere) Error() string {
+func (e *Elsewhere) Error() string {
 	return fmt.Sprintf("actor %s/%s is held by node %s (%s); this node does not forward yet: retry at that node",
-		e.addr.Class, escapeName(e.addr.Name), e.owner.Node, e.owner.Addr)
+		e.Addr.Class, address.EscapeName(e.Addr.Name), e.Owner.Node, e.Owner.Addr)
 }
 
-// errUnplaced wraps a Placement's error: the actor's owner is not known now.
-type errUnplaced struct{ err error }
+// Unplaced wraps a Placement's error: the actor's owner is not known now.
+type Unplaced struct{ Err error }
 
-func (e *errUnplaced) Error() string { return "the actor's owner is not known now: " + e.err.Error() }
-func (e *errUnplaced) Unwrap() error { return e.err }
+func (e *Unplaced) Error() string { return "the actor's owner is not known now: " + e.Err.Error() }
+func (e *Unplaced) Unwrap() error { return e.Err }
 
-// place decides whether an event for c/name runs here: nil if it does, an
-// *errElsewhere or *errUnplaced if not. It is the one place that asks the
-// Placement (deliver calls it, or the front door before its access check,
-// which reads this node's storage).
-func (n *Node) place(ctx context.Context, c *class, name string) error {
-	addr := abi.Address{Tenant: n.opts.Tenant, Class: c.name, Name: name}
-	owner, err := n.opts.Placement.Place(ctx, addr)
+// Check asks p whether an event for addr runs here: nil if it does, an
+// *Elsewhere or *Unplaced if not. A node calls it in one place for every
+// event it delivers.
+func Check(ctx context.Context, p Placement, addr abi.Address) error {
+	owner, err := p.Place(ctx, addr)
 	switch {
 	case err != nil:
-		return &errUnplaced{err}
+		return &Unplaced{err}
 	case owner != Here:
-		return &errElsewhere{addr: addr, owner: owner}
+		return &Elsewhere{Addr: addr, Owner: owner}
 	}
 	return nil
 }
 
-// notHere reports whether err says the event belongs to another node or
+// NotHere reports whether err says the event belongs to another node or
 // to an owner not known now.
-func notHere(err error) bool {
-	var e *errElsewhere
-	var u *errUnplaced
+func NotHere(err error) bool {
+	var e *Elsewhere
+	var u *Unplaced
 	return errors.As(err, &e) || errors.As(err, &u)
 }

@@ -1,4 +1,4 @@
-package node
+package alarm
 
 import (
 	"fmt"
@@ -11,13 +11,13 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 )
 
-func newTestIndex(t testing.TB) *alarmIndex {
-	ix := &alarmIndex{path: filepath.Join(t.TempDir(), "default"), log: slog.Default(), clock: clock.Real, tenant: "default", items: map[string]indexEntry{}, ready: make(chan struct{})}
+func newTestIndex(t testing.TB) *Index {
+	ix := &Index{path: filepath.Join(t.TempDir(), "default"), log: slog.Default(), clock: clock.Real, tenant: "default", items: map[string]Entry{}, ready: make(chan struct{})}
 	close(ix.ready)
 	if err := ix.rewrite(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(ix.close)
+	t.Cleanup(ix.Close)
 	return ix
 }
 
@@ -30,14 +30,14 @@ func TestAlarmIndexRecords(t *testing.T) {
 	ix := newTestIndex(t)
 	names := []string{"a", "room 1", `"quoted"`, "\xff\xfe", strings.Repeat("é", 128)}
 	for i, name := range names {
-		if err := ix.lower("default/c/"+name, "c", name, int64(1000+i)); err != nil {
+		if err := ix.Lower("default/c/"+name, "c", name, int64(1000+i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	ix.lower("default/c/a", "c", "a", 2000)                               // later: no record
-	ix.settle("default/c/a", "c", "a", 5000, true, nothingToSync)         // moved later
-	ix.settle("default/c/room 1", "c", "room 1", 0, false, nothingToSync) // removed
-	ix.lower(`default/c/"quoted"`, "c", `"quoted"`, 10)                   // earlier
+	ix.Lower("default/c/a", "c", "a", 2000)                               // later: no record
+	ix.Settle("default/c/a", "c", "a", 5000, true, nothingToSync)         // moved later
+	ix.Settle("default/c/room 1", "c", "room 1", 0, false, nothingToSync) // removed
+	ix.Lower(`default/c/"quoted"`, "c", `"quoted"`, 10)                   // earlier
 	items, lines, err := readAlarmIndex(ix.path, "default")
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +50,7 @@ func TestAlarmIndexRecords(t *testing.T) {
 		t.Errorf("entries %v, want %v", items, want)
 	}
 	for name, at := range want {
-		if e := items["default/c/"+name]; e.at != at || e.name != name || e.class != "c" {
+		if e := items["default/c/"+name]; e.At != at || e.Name != name || e.Class != "c" {
 			t.Errorf("%q: %+v, want at %d", name, e, at)
 		}
 	}
@@ -60,9 +60,9 @@ func TestAlarmIndexRecords(t *testing.T) {
 // database is synced, and not at all if that fails.
 func TestAlarmIndexSettleSyncsFirst(t *testing.T) {
 	ix := newTestIndex(t)
-	ix.lower("default/c/a", "c", "a", 1000)
+	ix.Lower("default/c/a", "c", "a", 1000)
 	var order []string
-	ix.settle("default/c/a", "c", "a", 0, false, func() error {
+	ix.Settle("default/c/a", "c", "a", 0, false, func() error {
 		order = append(order, "sync")
 		if _, ok := ix.entries()["default/c/a"]; !ok {
 			t.Error("the entry went before the database was synced")
@@ -72,7 +72,7 @@ func TestAlarmIndexSettleSyncsFirst(t *testing.T) {
 	if len(order) != 1 {
 		t.Fatal("settle did not sync the database")
 	}
-	if e, ok := ix.entries()["default/c/a"]; !ok || e.at != 1000 {
+	if e, ok := ix.entries()["default/c/a"]; !ok || e.At != 1000 {
 		t.Errorf("after a failed sync the entry is %+v, %v; want it kept", e, ok)
 	}
 }
@@ -81,14 +81,14 @@ func TestAlarmIndexSettleSyncsFirst(t *testing.T) {
 // line cut short is not, but it makes the file rewritten before appends.
 func TestAlarmIndexDamage(t *testing.T) {
 	ix := newTestIndex(t)
-	ix.lower("default/c/a", "c", "a", 1000)
-	ix.lower("default/c/b", "c", "b", 1000)
+	ix.Lower("default/c/a", "c", "a", 1000)
+	ix.Lower("default/c/b", "c", "b", 1000)
 	good, _ := os.ReadFile(ix.path)
 	for what, data := range map[string]string{
 		"flipped byte": strings.Replace(string(good), `"a"`, `"A"`, 1),
 		"no header":    strings.TrimPrefix(string(good), alarmIndexHeader),
-		"bad op":       string(good) + formatIndexRecord('X', indexEntry{class: "c", name: "x"}),
-		"no class":     string(good) + formatIndexRecord('S', indexEntry{name: "x"}),
+		"bad op":       string(good) + formatIndexRecord('X', Entry{Class: "c", Name: "x"}),
+		"no class":     string(good) + formatIndexRecord('S', Entry{Name: "x"}),
 	} {
 		os.WriteFile(ix.path, []byte(data), 0o600)
 		if _, _, err := readAlarmIndex(ix.path, "default"); err == nil || !strings.Contains(err.Error(), "damaged") {
@@ -107,7 +107,7 @@ func TestAlarmIndexDamage(t *testing.T) {
 func BenchmarkAlarmIndex100k(b *testing.B) {
 	ix := newTestIndex(b)
 	for i := range 100_000 {
-		ix.items[fmt.Sprintf("default/probe/a-%d", i)] = indexEntry{class: "probe", name: fmt.Sprintf("a-%d", i), at: 1796399302970 + int64(i)}
+		ix.items[fmt.Sprintf("default/probe/a-%d", i)] = Entry{Class: "probe", Name: fmt.Sprintf("a-%d", i), At: 1796399302970 + int64(i)}
 	}
 	if err := ix.rewrite(); err != nil {
 		b.Fatal(err)
@@ -133,7 +133,7 @@ func BenchmarkAlarmIndex100k(b *testing.B) {
 }
 
 // readAlarmIndex checks and parses the file at path.
-func readAlarmIndex(path, tenant string) (map[string]indexEntry, int, error) {
+func readAlarmIndex(path, tenant string) (map[string]Entry, int, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, 0, err
@@ -150,11 +150,11 @@ func readAlarmIndex(path, tenant string) (map[string]indexEntry, int, error) {
 }
 
 // entries returns the index's entries.
-func (ix *alarmIndex) entries() map[string]indexEntry {
+func (ix *Index) entries() map[string]Entry {
 	<-ix.ready
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	out := make(map[string]indexEntry, len(ix.items))
+	out := make(map[string]Entry, len(ix.items))
 	for k, e := range ix.items {
 		out[k] = e
 	}

@@ -1,4 +1,7 @@
-package node
+// Package envfile reads a class's configuration file (--env), in the format
+// systemd's EnvironmentFile= reads, without ever putting a line's text (it
+// may hold a secret) in an error.
+package envfile
 
 import (
 	"fmt"
@@ -7,7 +10,7 @@ import (
 	"strings"
 )
 
-// ParseEnvFile reads a class's configuration (--env) in the format systemd's
+// Parse reads a class's configuration (--env) in the format systemd's
 // EnvironmentFile= reads: NAME=value per line; blank lines and lines starting
 // with # or ; are skipped; an optional "export " prefix; one pair of single or
 // double quotes around the value removed; nothing inside interpreted (no
@@ -17,7 +20,7 @@ import (
 // Values may be secrets: an error names the file and line, never the line's
 // text. worldReadable reports a file anyone on the machine can read, for the
 // caller to warn about.
-func ParseEnvFile(path string) (vars map[string]string, worldReadable bool, err error) {
+func Parse(path string) (vars map[string]string, worldReadable bool, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, false, err

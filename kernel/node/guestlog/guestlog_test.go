@@ -1,10 +1,12 @@
-package node
+package guestlog
 
 import (
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
 )
 
 func TestBucket(t *testing.T) {
@@ -39,11 +41,10 @@ func TestBucket(t *testing.T) {
 	}
 }
 
-// logNode is a node with just what guest logs use, logging to a buffer.
-func logNode(rate int) (*Node, *strings.Builder) {
+// logSink is a sink logging to a buffer.
+func logSink(rate int) (*Sink, *strings.Builder) {
 	var buf strings.Builder
-	opts := Options{GuestLogRate: rate}.withDefaults()
-	opts.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 			if a.Key == slog.TimeKey {
 				return slog.Attr{}
@@ -51,16 +52,16 @@ func logNode(rate int) (*Node, *strings.Builder) {
 			return a
 		},
 	}))
-	return &Node{opts: opts, log: opts.Logger, clock: opts.Clock, guestLogBucket: newBucket(nodeGuestLogRate)}, &buf
+	return NewSink(log, clock.Real, rate), &buf
 }
 
 // Buckets that never refill (rate 0) make the tests independent of time.
 func TestGuestLogDropsCountsAndAnnounces(t *testing.T) {
-	n, buf := logNode(0)
-	l := newGuestLimit(n, "t/c/a")
+	n, buf := logSink(DefaultRate)
+	l := n.NewLimit("t/c/a")
 	l.bucket = &bucket{burst: 3, tokens: 3}
-	out := guestLog{limit: &l, stream: "stdout"}
-	errs := guestLog{limit: &l, stream: "stderr"}
+	out := NewStream(&l, "stdout")
+	errs := NewStream(&l, "stderr")
 	for range 5 {
 		out.Write([]byte("o\n"))
 		errs.Write([]byte("e\n"))
@@ -71,8 +72,8 @@ func TestGuestLogDropsCountsAndAnnounces(t *testing.T) {
 	if buf.String() != want {
 		t.Fatalf("log:\n%s\nwant:\n%s", buf, want)
 	}
-	if n.GuestLogLines() != 3 || n.GuestLogDropped() != 7 {
-		t.Fatalf("lines %d, dropped %d; want 3, 7", n.GuestLogLines(), n.GuestLogDropped())
+	if n.Lines() != 3 || n.Dropped() != 7 {
+		t.Fatalf("lines %d, dropped %d; want 3, 7", n.Lines(), n.Dropped())
 	}
 
 	buf.Reset()
@@ -88,47 +89,38 @@ func TestGuestLogDropsCountsAndAnnounces(t *testing.T) {
 	// dropped, and a full burst for the next instance.
 	buf.Reset()
 	out.Write([]byte("unfinished"))
-	out.flush()
-	l.endInstance()
+	out.Flush()
+	l.EndInstance()
 	if want := "level=WARN msg=\"1 lines dropped\" actor=t/c/a\n"; buf.String() != want {
 		t.Fatalf("log:\n%s\nwant:\n%s", buf, want)
 	}
-	if l.bucket.tokens != 2*defaultGuestLogRate {
-		t.Fatalf("next instance gets %v tokens; want %d", l.bucket.tokens, 2*defaultGuestLogRate)
+	if l.bucket.tokens != 2*DefaultRate {
+		t.Fatalf("next instance gets %v tokens; want %d", l.bucket.tokens, 2*DefaultRate)
 	}
 }
 
 func TestGuestLogNodeLimit(t *testing.T) {
-	n, buf := logNode(0)
-	n.guestLogBucket = &bucket{burst: 2, tokens: 2}
-	a, b := newGuestLimit(n, "t/c/a"), newGuestLimit(n, "t/c/b")
-	ga, gb := guestLog{limit: &a, stream: "stdout"}, guestLog{limit: &b, stream: "stdout"}
+	n, buf := logSink(DefaultRate)
+	n.bucket = &bucket{burst: 2, tokens: 2}
+	a, b := n.NewLimit("t/c/a"), n.NewLimit("t/c/b")
+	ga, gb := NewStream(&a, "stdout"), NewStream(&b, "stdout")
 	ga.Write([]byte("1\n"))
 	gb.Write([]byte("2\n"))
 	ga.Write([]byte("3\n"))
-	if strings.Contains(buf.String(), "msg=3") || n.GuestLogLines() != 2 || n.GuestLogDropped() != 1 || a.dropped != 1 {
+	if strings.Contains(buf.String(), "msg=3") || n.Lines() != 2 || n.Dropped() != 1 || a.dropped != 1 {
 		t.Fatalf("past the node's limit: lines %d, dropped %d (actor a %d), log:\n%s",
-			n.GuestLogLines(), n.GuestLogDropped(), a.dropped, buf)
+			n.Lines(), n.Dropped(), a.dropped, buf)
 	}
 }
 
 func TestGuestLogDiscard(t *testing.T) {
-	n, buf := logNode(DiscardGuestLogs)
-	l := newGuestLimit(n, "t/c/a")
-	g := guestLog{limit: &l, stream: "stdout"}
+	n, buf := logSink(Discard)
+	l := n.NewLimit("t/c/a")
+	g := NewStream(&l, "stdout")
 	g.Write([]byte("a\nb\nc"))
-	g.flush()
-	l.endInstance()
-	if buf.Len() != 0 || n.GuestLogLines() != 0 || n.GuestLogDropped() != 3 {
-		t.Fatalf("discarding: lines %d, dropped %d, log:\n%s", n.GuestLogLines(), n.GuestLogDropped(), buf)
-	}
-}
-
-func TestGuestLogRateDefault(t *testing.T) {
-	if got := (Options{}).withDefaults().GuestLogRate; got != defaultGuestLogRate {
-		t.Errorf("zero GuestLogRate becomes %d; want %d", got, defaultGuestLogRate)
-	}
-	if got := (Options{GuestLogRate: DiscardGuestLogs}).withDefaults().GuestLogRate; got != DiscardGuestLogs {
-		t.Errorf("DiscardGuestLogs becomes %d", got)
+	g.Flush()
+	l.EndInstance()
+	if buf.Len() != 0 || n.Lines() != 0 || n.Dropped() != 3 {
+		t.Fatalf("discarding: lines %d, dropped %d, log:\n%s", n.Lines(), n.Dropped(), buf)
 	}
 }

@@ -1,4 +1,4 @@
-package node
+package access
 
 import (
 	"slices"
@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func TestParseAccess(t *testing.T) {
+func TestParse(t *testing.T) {
 	for in, want := range map[string]Access{
 		"open":                     {Mode: Open},
 		"existing":                 {Mode: Existing},
@@ -15,9 +15,9 @@ func TestParseAccess(t *testing.T) {
 		"existing:main,admin":      {Mode: Existing, Create: []string{"admin", "main"}},
 		"existing:room 1,a,room 1": {Mode: Existing, Create: []string{"a", "room 1"}},
 	} {
-		got, err := ParseAccess(in)
+		got, err := Parse(in)
 		if err != nil || got.Mode != want.Mode || !slices.Equal(got.Create, want.Create) {
-			t.Errorf("ParseAccess(%q) = %+v, %v; want %+v", in, got, err, want)
+			t.Errorf("Parse(%q) = %+v, %v; want %+v", in, got, err, want)
 		}
 	}
 	for in, want := range map[string]string{
@@ -30,17 +30,17 @@ func TestParseAccess(t *testing.T) {
 		"existing:..":     `actor name ".." is not allowed`,
 		"existing:a\x01b": `contains a control character`,
 	} {
-		if _, err := ParseAccess(in); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("ParseAccess(%q): %v; want an error containing %q", in, err, want)
+		if _, err := Parse(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q): %v; want an error containing %q", in, err, want)
 		}
 	}
 }
 
 func TestAccessStringRoundTrips(t *testing.T) {
 	for _, s := range []string{"open", "existing", "internal", "existing:admin,main"} {
-		a, err := ParseAccess(s)
+		a, err := Parse(s)
 		if err != nil || a.String() != s {
-			t.Errorf("ParseAccess(%q).String() = %q, %v", s, a.String(), err)
+			t.Errorf("Parse(%q).String() = %q, %v", s, a.String(), err)
 		}
 	}
 	if (Access{}).String() != "open" {
@@ -62,8 +62,8 @@ func TestAllowsCreate(t *testing.T) {
 		{hub, "mainx", false},
 		{Access{Mode: Internal, Create: []string{"main"}}, "main", false},
 	} {
-		if got := c.a.allowsCreate(c.name); got != c.want {
-			t.Errorf("%v allowsCreate(%q) = %v, want %v", c.a, c.name, got, c.want)
+		if got := c.a.AllowsCreate(c.name); got != c.want {
+			t.Errorf("%v AllowsCreate(%q) = %v, want %v", c.a, c.name, got, c.want)
 		}
 	}
 }

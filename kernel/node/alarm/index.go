@@ -1,4 +1,4 @@
-package node
+package alarm
 
 import (
 	"bufio"
@@ -16,8 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
@@ -32,16 +30,16 @@ import (
 // The rule that keeps it safe: an entry is never later than its actor's
 // committed alarm, and never missing while the actor has one.
 //   - Before an event writes an alarm earlier than the actor's entry (or
-//     the first one), the entry is lowered and the file fsynced (lower):
+//     the first one), the entry is lowered and the file fsynced (Lower):
 //     a crash before the actor's commit leaves an earlier or an extra
 //     entry.
-//   - After an event, the entry follows what the actor committed (settle):
+//   - After an event, the entry follows what the actor committed (Settle):
 //     moved later or removed only once the actor's database is synced
 //     (storage.Syncer), so a crash, even of the machine, loses the index
 //     write before it can lose the commit.
 //
 // An earlier or extra entry costs one wake: the actor is opened at the
-// entry's time, finds no due alarm, and settle corrects the entry. A
+// entry's time, finds no due alarm, and Settle corrects the entry. A
 // missing, unreadable or damaged file is rebuilt from every database
 // (storage.Driver.Walk); a database that cannot be opened then is logged
 // and counted (wasmkeep_alarm_index_unreadable_databases_total).
@@ -57,13 +55,14 @@ import (
 // when appends make it so.
 const alarmIndexHeader = "wasmkeep alarm index 1\n"
 
-type indexEntry struct {
-	class, name string
-	at          int64 // ms since the epoch
+// Entry is an actor's entry in the index.
+type Entry struct {
+	Class, Name string
+	At          int64 // ms since the epoch
 }
 
-// alarmIndex is the index file and its contents in memory.
-type alarmIndex struct {
+// Index is the index file and its contents in memory.
+type Index struct {
 	path  string
 	log   *slog.Logger
 	clock clock.Clock   // times the load for the log
@@ -72,38 +71,43 @@ type alarmIndex struct {
 	syncMu sync.Mutex // held around an fsync or a rewrite; taken before mu
 	mu     sync.Mutex
 	f      *os.File
-	bad    error                 // a failed write: the file may hold a torn line; appends stop
-	items  map[string]indexEntry // by actor key (tenant/class/name)
+	bad    error            // a failed write: the file may hold a torn line; appends stop
+	items  map[string]Entry // by actor key (tenant/class/name)
 	tenant string
 	lines  int    // records in the file
 	seq    uint64 // records written
 	synced uint64 // records known durable
-
-	rebuilds   prometheus.Counter
-	unreadable prometheus.Counter
 }
 
 var errIndexDamaged = errors.New("damaged")
 
-// openAlarmIndex checks the tenant's index, rebuilding it from every
-// database if it is missing or damaged, and opens it for appending; arm
-// gets its entries, once read (a whole index is read while the node
-// serves: events that touch alarms wait for it).
-func (n *Node) openAlarmIndex(ctx context.Context, arm func(map[string]indexEntry)) (*alarmIndex, error) {
-	ix := &alarmIndex{
+// IndexOptions say where a tenant's index lives and what a rebuild reads.
+type IndexOptions struct {
+	DataDir, Tenant string
+	Log             *slog.Logger
+	Clock           clock.Clock // times the load and a rebuild for the log
+	Storage         storage.Driver
+	StorageOptions  storage.Options
+	// Name reads the actor's name recorded in its database (a file name may
+	// hold only a hash of a long name); ok is false if none is.
+	Name func(ctx context.Context, db storage.DB) (name string, ok bool, err error)
+	// Rebuilt and Unreadable count a rebuild and a database it could not
+	// read (wasmkeep_alarm_index_*).
+	Rebuilt, Unreadable func()
+}
+
+// OpenIndex checks the tenant's index, rebuilding it from every database
+// if it is missing or damaged, and opens it for appending; arm gets its
+// entries, once read (a whole index is read while the node serves: events
+// that touch alarms wait for it).
+func OpenIndex(ctx context.Context, o IndexOptions, arm func(map[string]Entry)) (*Index, error) {
+	ix := &Index{
 		ready:  make(chan struct{}),
-		path:   filepath.Join(n.opts.DataDir, "alarm-index", n.opts.Tenant),
-		log:    n.log,
-		clock:  n.clock,
-		tenant: n.opts.Tenant,
-		rebuilds: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wasmkeep_alarm_index_rebuilds_total", Help: "Times the alarm index was rebuilt from every actor database, missing or damaged at start.",
-		}),
-		unreadable: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wasmkeep_alarm_index_unreadable_databases_total", Help: "Actor databases a rebuild of the alarm index could not read: their alarms, if any, are not scheduled.",
-		}),
+		path:   filepath.Join(o.DataDir, "alarm-index", o.Tenant),
+		log:    o.Log,
+		clock:  o.Clock,
+		tenant: o.Tenant,
 	}
-	n.metrics.reg.MustRegister(ix.rebuilds, ix.unreadable)
 	if err := os.MkdirAll(filepath.Dir(ix.path), 0o750); err != nil {
 		return nil, err
 	}
@@ -119,9 +123,9 @@ func (n *Node) openAlarmIndex(ctx context.Context, arm func(map[string]indexEntr
 		go ix.load(body, torn, arm)
 		return ix, nil
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, errIndexDamaged):
-		n.log.Warn("rebuilding the alarm index from every actor database", "index", ix.path, "why", err)
-		ix.rebuilds.Inc()
-		if ix.items, err = n.rebuildAlarmIndex(ctx, ix); err != nil {
+		o.Log.Warn("rebuilding the alarm index from every actor database", "index", ix.path, "why", err)
+		o.Rebuilt()
+		if ix.items, err = rebuild(ctx, o); err != nil {
 			return nil, fmt.Errorf("rebuilding the alarm index: %w", err)
 		}
 		if err := ix.rewrite(); err != nil {
@@ -138,7 +142,7 @@ func (n *Node) openAlarmIndex(ctx context.Context, arm func(map[string]indexEntr
 // load parses a checked file into the entries, opens it for appending (or
 // rewrites it, when it must be) and arms the entries; then the index is
 // ready.
-func (ix *alarmIndex) load(body []byte, torn bool, arm func(map[string]indexEntry)) {
+func (ix *Index) load(body []byte, torn bool, arm func(map[string]Entry)) {
 	defer close(ix.ready)
 	start := ix.clock.Now()
 	ix.items, ix.lines = parseAlarmIndex(body, ix.tenant)
@@ -181,15 +185,15 @@ func checkAlarmIndex(path string, data []byte) (body []byte, torn bool, err erro
 
 // parseAlarmIndex reads checked records into the entries they leave, and
 // counts them.
-func parseAlarmIndex(body []byte, tenant string) (map[string]indexEntry, int) {
-	items := make(map[string]indexEntry, bytes.Count(body, []byte{'\n'}))
+func parseAlarmIndex(body []byte, tenant string) (map[string]Entry, int) {
+	items := make(map[string]Entry, bytes.Count(body, []byte{'\n'}))
 	lines := 0
 	for len(body) > 0 {
 		i := bytes.IndexByte(body, '\n')
 		op, e := parseIndexRecord(body[:i])
 		body = body[i+1:]
 		lines++
-		key := tenant + "/" + e.class + "/" + e.name
+		key := tenant + "/" + e.Class + "/" + e.Name
 		if op == 'S' {
 			items[key] = e
 		} else {
@@ -199,8 +203,8 @@ func parseAlarmIndex(body []byte, tenant string) (map[string]indexEntry, int) {
 	return items, lines
 }
 
-func formatIndexRecord(op byte, e indexEntry) string {
-	body := fmt.Sprintf("%c %d %s %s", op, e.at, e.class, strconv.Quote(e.name))
+func formatIndexRecord(op byte, e Entry) string {
+	body := fmt.Sprintf("%c %d %s %s", op, e.At, e.Class, strconv.Quote(e.Name))
 	return fmt.Sprintf("%08x %s\n", crc32.Checksum([]byte(body), crcTable), body)
 }
 
@@ -247,36 +251,36 @@ func checkIndexRecord(line []byte) error {
 }
 
 // parseIndexRecord reads a record checkIndexRecord passed.
-func parseIndexRecord(line []byte) (byte, indexEntry) {
+func parseIndexRecord(line []byte) (byte, Entry) {
 	atText, rest, _ := bytes.Cut(line[11:], []byte{' '})
 	class, quoted, _ := bytes.Cut(rest, []byte{' '})
 	at, _ := strconv.ParseInt(string(atText), 10, 64)
-	e := indexEntry{class: string(class), at: at}
+	e := Entry{Class: string(class), At: at}
 	if bytes.IndexByte(quoted, '\\') < 0 {
-		e.name = string(quoted[1 : len(quoted)-1]) // nothing escaped
+		e.Name = string(quoted[1 : len(quoted)-1]) // nothing escaped
 	} else {
-		e.name, _ = strconv.Unquote(string(quoted))
+		e.Name, _ = strconv.Unquote(string(quoted))
 	}
 	return line[9], e
 }
 
-// rebuildAlarmIndex reads the pending alarm of every database of the
-// tenant, of every class (served or not: the index is the tenant's).
-func (n *Node) rebuildAlarmIndex(ctx context.Context, ix *alarmIndex) (map[string]indexEntry, error) {
-	items := map[string]indexEntry{}
-	start := n.clock.Now()
+// rebuild reads the pending alarm of every database of the tenant, of
+// every class (served or not: the index is the tenant's).
+func rebuild(ctx context.Context, o IndexOptions) (map[string]Entry, error) {
+	items := map[string]Entry{}
+	start := o.Clock.Now()
 	dbs := 0
-	err := n.storage.Walk(ctx, n.opts.DataDir, n.opts.Tenant, n.opts.Storage, func(f storage.Found) error {
+	err := o.Storage.Walk(ctx, o.DataDir, o.Tenant, o.StorageOptions, func(f storage.Found) error {
 		dbs++
 		unreadable := func(err error) error {
-			ix.unreadable.Inc()
-			n.log.Error("alarm index rebuild: an actor database cannot be read; its alarm, if any, is not scheduled", "class", f.Class, "where", f.Where, "err", err)
+			o.Unreadable()
+			o.Log.Error("alarm index rebuild: an actor database cannot be read; its alarm, if any, is not scheduled", "class", f.Class, "where", f.Where, "err", err)
 			return nil
 		}
 		if f.Err != nil {
 			return unreadable(f.Err)
 		}
-		at, _, ok, err := readAlarm(ctx, f.DB)
+		at, _, ok, err := Read(ctx, f.DB)
 		switch {
 		case storage.KindOf(err) == abi.SQLSyntax:
 			return nil // no host tables (an actor from before them): no alarm either
@@ -285,23 +289,23 @@ func (n *Node) rebuildAlarmIndex(ctx context.Context, ix *alarmIndex) (map[strin
 		case !ok:
 			return nil
 		}
-		name, ok, err := metaValue(ctx, f.DB, "name") // the file may hold only a hash of a long name
+		name, ok, err := o.Name(ctx, f.DB)
 		if err == nil && !ok {
 			err = errors.New("an alarm, but no name recorded")
 		}
 		if err != nil {
 			return unreadable(err)
 		}
-		items[n.opts.Tenant+"/"+f.Class+"/"+name] = indexEntry{class: f.Class, name: name, at: at}
+		items[o.Tenant+"/"+f.Class+"/"+name] = Entry{Class: f.Class, Name: name, At: at}
 		return nil
 	})
-	n.log.Info("alarm index rebuilt", "databases", dbs, "alarms", len(items), "took", n.clock.Now().Sub(start).Round(time.Millisecond))
+	o.Log.Info("alarm index rebuilt", "databases", dbs, "alarms", len(items), "took", o.Clock.Now().Sub(start).Round(time.Millisecond))
 	return items, err
 }
 
 // rewrite writes every entry to a new file, syncs it and renames it over
 // the index.
-func (ix *alarmIndex) rewrite() error {
+func (ix *Index) rewrite() error {
 	tmp := ix.path + ".new"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
 	if err != nil {
@@ -340,7 +344,7 @@ func (ix *alarmIndex) rewrite() error {
 // append writes one record; the caller holds mu. After a failed write the
 // file may end in a torn line, so nothing more is appended: the next start
 // finds it damaged and rebuilds it, or the next rewrite replaces it.
-func (ix *alarmIndex) append(op byte, key string, e indexEntry) error {
+func (ix *Index) append(op byte, key string, e Entry) error {
 	if ix.bad != nil {
 		return ix.bad
 	}
@@ -358,16 +362,16 @@ func (ix *alarmIndex) append(op byte, key string, e indexEntry) error {
 	return nil
 }
 
-// lower makes sure the actor's entry is no later than at, durably, before
+// Lower makes sure the actor's entry is no later than at, durably, before
 // the caller commits an alarm at at.
-func (ix *alarmIndex) lower(key, class, name string, at int64) error {
+func (ix *Index) Lower(key, class, name string, at int64) error {
 	<-ix.ready
 	ix.mu.Lock()
-	if e, ok := ix.items[key]; ok && e.at <= at {
+	if e, ok := ix.items[key]; ok && e.At <= at {
 		ix.mu.Unlock()
 		return nil
 	}
-	err := ix.append('S', key, indexEntry{class: class, name: name, at: at})
+	err := ix.append('S', key, Entry{Class: class, Name: name, At: at})
 	seq := ix.seq
 	ix.mu.Unlock()
 	if err == nil {
@@ -378,7 +382,7 @@ func (ix *alarmIndex) lower(key, class, name string, at int64) error {
 
 // sync returns once record seq is durable; concurrent callers share one
 // fsync.
-func (ix *alarmIndex) sync(seq uint64) error {
+func (ix *Index) sync(seq uint64) error {
 	ix.syncMu.Lock()
 	defer ix.syncMu.Unlock()
 	ix.mu.Lock()
@@ -397,22 +401,22 @@ func (ix *alarmIndex) sync(seq uint64) error {
 	return nil
 }
 
-// settle makes the actor's entry what it committed: at, or none. durable
+// Settle makes the actor's entry what it committed: at, or none. durable
 // makes the actor's commit durable first; it is called only when the entry
 // would move later or go.
-func (ix *alarmIndex) settle(key, class, name string, at int64, has bool, durable func() error) {
+func (ix *Index) Settle(key, class, name string, at int64, has bool, durable func() error) {
 	<-ix.ready
 	ix.mu.Lock()
 	e, indexed := ix.items[key]
 	ix.mu.Unlock()
 	switch {
-	case has && indexed && e.at == at, !has && !indexed:
+	case has && indexed && e.At == at, !has && !indexed:
 		return
-	case has && (!indexed || e.at > at):
-		// Not from an event (lower ran before every alarm it wrote): say so,
+	case has && (!indexed || e.At > at):
+		// Not from an event (Lower ran before every alarm it wrote): say so,
 		// and index it now.
 		ix.log.Error("alarm index: an actor's alarm was committed without its entry", "actor", key)
-		if err := ix.lower(key, class, name, at); err != nil {
+		if err := ix.Lower(key, class, name, at); err != nil {
 			ix.log.Error("alarm index", "actor", key, "err", err)
 		}
 		return
@@ -424,7 +428,7 @@ func (ix *alarmIndex) settle(key, class, name string, at int64, has bool, durabl
 	ix.mu.Lock()
 	var err error
 	if has {
-		err = ix.append('S', key, indexEntry{class: class, name: name, at: at})
+		err = ix.append('S', key, Entry{Class: class, Name: name, At: at})
 	} else {
 		err = ix.append('C', key, e)
 	}
@@ -439,7 +443,7 @@ func (ix *alarmIndex) settle(key, class, name string, at int64, has bool, durabl
 }
 
 // compact rewrites the file from the entries in memory.
-func (ix *alarmIndex) compact() {
+func (ix *Index) compact() {
 	ix.syncMu.Lock()
 	defer ix.syncMu.Unlock()
 	ix.mu.Lock()
@@ -452,7 +456,8 @@ func (ix *alarmIndex) compact() {
 	}
 }
 
-func (ix *alarmIndex) close() {
+// Close syncs and closes the file; appends fail after it.
+func (ix *Index) Close() {
 	<-ix.ready
 	ix.syncMu.Lock()
 	defer ix.syncMu.Unlock()
@@ -468,18 +473,4 @@ func (ix *alarmIndex) close() {
 
 // overgrown reports whether the file holds so many more records than
 // entries that it is worth rewriting; ix.mu is held.
-func (ix *alarmIndex) overgrown() bool { return ix.lines > 2*len(ix.items)+1024 }
-
-// loadAlarms feeds the timer, at start, from the alarm index: the entries
-// of the served classes (the others stay in the index for when they are).
-func (n *Node) loadAlarms(ctx context.Context) error {
-	ix, err := n.openAlarmIndex(ctx, func(items map[string]indexEntry) {
-		for key, e := range items {
-			if c := n.classes[e.class]; c != nil {
-				n.alarms.set(key, c, e.name, time.UnixMilli(e.at))
-			}
-		}
-	})
-	n.index = ix
-	return err
-}
+func (ix *Index) overgrown() bool { return ix.lines > 2*len(ix.items)+1024 }

@@ -1,4 +1,4 @@
-package node
+package envfile
 
 import (
 	"maps"
@@ -20,7 +20,7 @@ func writeEnv(t *testing.T, text string, mode os.FileMode) string {
 	return path
 }
 
-func TestParseEnvFile(t *testing.T) {
+func TestParse(t *testing.T) {
 	path := writeEnv(t, strings.Join([]string{
 		"# a comment",
 		"; also a comment",
@@ -47,7 +47,7 @@ func TestParseEnvFile(t *testing.T) {
 		"TWICE=first",
 		"TWICE=second",
 	}, "\n"), 0o600)
-	vars, worldReadable, err := ParseEnvFile(path)
+	vars, worldReadable, err := Parse(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,9 +79,9 @@ func TestParseEnvFile(t *testing.T) {
 	}
 }
 
-func TestParseEnvFileWorldReadable(t *testing.T) {
+func TestParseWorldReadable(t *testing.T) {
 	for mode, want := range map[os.FileMode]bool{0o600: false, 0o640: false, 0o604: true, 0o644: true} {
-		_, got, err := ParseEnvFile(writeEnv(t, "A=1\n", mode))
+		_, got, err := Parse(writeEnv(t, "A=1\n", mode))
 		if err != nil || got != want {
 			t.Errorf("mode %o: world readable %v, %v; want %v", mode, got, err, want)
 		}
@@ -90,7 +90,7 @@ func TestParseEnvFileWorldReadable(t *testing.T) {
 
 // A malformed line is reported by file and line number, never with its
 // text: the line may hold a secret.
-func TestParseEnvFileErrors(t *testing.T) {
+func TestParseErrors(t *testing.T) {
 	const secret = "s3cr3t"
 	for _, line := range []string{
 		secret,                            // no =
@@ -109,7 +109,7 @@ func TestParseEnvFileErrors(t *testing.T) {
 		"TOKEN='" + secret + "\x1b[31m'",  // control character inside quotes
 	} {
 		path := writeEnv(t, "# first line\nOK=1\n"+line+"\nLATER=2\n", 0o600)
-		vars, _, err := ParseEnvFile(path)
+		vars, _, err := Parse(path)
 		if err == nil {
 			t.Errorf("line %q: accepted as %q", line, vars)
 			continue
@@ -118,7 +118,7 @@ func TestParseEnvFileErrors(t *testing.T) {
 			t.Errorf("line %q: error %q; want it to start with %q and not hold the line's text", line, err, path+":3: ")
 		}
 	}
-	if _, _, err := ParseEnvFile(filepath.Join(t.TempDir(), "missing.env")); err == nil {
+	if _, _, err := Parse(filepath.Join(t.TempDir(), "missing.env")); err == nil {
 		t.Error("a missing file was accepted")
 	}
 }

@@ -1,4 +1,9 @@
-package node
+// Package address owns the names of actors: what may name a class, a
+// tenant or an actor (the book's rules), how a request path under /actor/
+// names one, and how an actor's name is percent-encoded where text carries
+// it (the caller header, messages). Every room reads and writes names
+// through it, so there is one parser.
+package address
 
 import (
 	"fmt"
@@ -13,9 +18,9 @@ var identRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,63}$`)
 // ValidIdent reports whether s may name a class or a tenant.
 func ValidIdent(s string) bool { return identRE.MatchString(s) }
 
-// checkName applies the book's rule for actor names: 1 to 256 bytes of any
+// CheckName applies the book's rule for actor names: 1 to 256 bytes of any
 // text without / or control characters, other than . and ..
-func checkName(name string) error {
+func CheckName(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("actor name is empty")
@@ -35,16 +40,15 @@ func checkName(name string) error {
 	return nil
 }
 
-// actorRoute is a request path split into class, name and what the actor
-// sees.
-type actorRoute struct {
-	class, name string
-	rest        string // path after the name, starting with /, escaped as received
+// Route is a request path split into class, name and what the actor sees.
+type Route struct {
+	Class, Name string
+	Rest        string // path after the name, starting with /, escaped as received
 }
 
-// parseActorPath splits /actor/<class>/<name>[/<rest>] (escaped). ok is false
+// ParsePath splits /actor/<class>/<name>[/<rest>] (escaped). ok is false
 // when the path is not under /actor/; err says what is wrong with it.
-func parseActorPath(escaped string) (r actorRoute, ok bool, err error) {
+func ParsePath(escaped string) (r Route, ok bool, err error) {
 	const prefix = "/actor/"
 	if !strings.HasPrefix(escaped, prefix) {
 		return r, false, nil
@@ -59,14 +63,20 @@ func parseActorPath(escaped string) (r actorRoute, ok bool, err error) {
 	if uerr != nil {
 		return r, true, fmt.Errorf("actor name %q is not valid percent-encoding", rawName)
 	}
-	if err := checkName(name); err != nil {
+	if err := CheckName(name); err != nil {
 		return r, true, err
 	}
-	r = actorRoute{class: class, name: name, rest: "/"}
+	r = Route{Class: class, Name: name, Rest: "/"}
 	if hasRest {
-		r.rest = "/" + rest
+		r.Rest = "/" + rest
 	}
 	return r, true, nil
+}
+
+// EscapeName percent-encodes every byte of an actor name but ASCII letters,
+// digits and -._~, as the caller header carries it.
+func EscapeName(name string) string {
+	return percentEncode(name, func(c byte) bool { return isAlnum(c) || c == '-' || c == '.' || c == '_' || c == '~' })
 }
 
 // percentEncode writes every byte of s that keep refuses as %XX.

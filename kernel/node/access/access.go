@@ -1,17 +1,23 @@
-package node
+// Package access owns a class's access rule (book ADR 0010): which outside
+// requests reach the class's actors (open, existing, existing with names
+// an outside request may still create, internal), how --access and
+// node.access write one, and whether a request may create an actor.
+package access
 
 import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/wasmkeep/wasmkeep/kernel/node/address"
 )
 
-// AccessMode says which outside requests reach a class's actors (book ADR 0010).
-type AccessMode int
+// Mode says which outside requests reach a class's actors (book ADR 0010).
+type Mode int
 
 const (
 	// Open lets any outside request create an actor by naming it.
-	Open AccessMode = iota
+	Open Mode = iota
 	// Existing lets outside requests reach only actors that exist.
 	Existing
 	// Internal refuses outside requests: only actors and alarms reach the class.
@@ -20,7 +26,7 @@ const (
 
 // Access is a class's access rule. The zero value is open.
 type Access struct {
-	Mode AccessMode
+	Mode Mode
 	// Create lists, under Existing, the names an outside request may still
 	// create (a class's well-known actors), sorted and without duplicates.
 	Create []string
@@ -28,9 +34,9 @@ type Access struct {
 
 const validAccess = "open, existing, existing:NAME,... or internal"
 
-// ParseAccess reads a mode as --access and node.access write it: open,
+// Parse reads a mode as --access and node.access write it: open,
 // existing, existing:NAME,NAME or internal.
-func ParseAccess(s string) (Access, error) {
+func Parse(s string) (Access, error) {
 	switch s {
 	case "open":
 		return Access{Mode: Open}, nil
@@ -45,7 +51,7 @@ func ParseAccess(s string) (Access, error) {
 	}
 	names := strings.Split(list, ",")
 	for _, name := range names {
-		if err := checkName(name); err != nil {
+		if err := address.CheckName(name); err != nil {
 			return Access{}, fmt.Errorf("access mode %q: %w", s, err)
 		}
 	}
@@ -53,7 +59,7 @@ func ParseAccess(s string) (Access, error) {
 	return Access{Mode: Existing, Create: slices.Compact(names)}, nil
 }
 
-// String writes the rule as ParseAccess reads it.
+// String writes the rule as Parse reads it.
 func (a Access) String() string {
 	switch {
 	case a.Mode == Internal:
@@ -66,7 +72,7 @@ func (a Access) String() string {
 	return "open"
 }
 
-// allowsCreate reports whether an outside request may create name.
-func (a Access) allowsCreate(name string) bool {
+// AllowsCreate reports whether an outside request may create name.
+func (a Access) AllowsCreate(name string) bool {
 	return a.Mode == Open || a.Mode == Existing && slices.Contains(a.Create, name)
 }

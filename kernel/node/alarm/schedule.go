@@ -1,0 +1,152 @@
+package alarm
+
+import (
+	"container/heap"
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
+)
+
+// A due alarm refused admission (capacity, a full queue) is tried again
+// after a delay between half and all of a ceiling from 100 ms to 5 s.
+const (
+	admitRetryFirst = 100 * time.Millisecond
+	admitRetryMax   = 5 * time.Second
+)
+
+// Schedule is the node's timer: the next due time of every actor with a
+// pending alarm, fed by the events that touch alarms and, at start, by the
+// alarm index.
+type Schedule struct {
+	mu    sync.Mutex
+	items alarmHeap
+	byKey map[string]*Item
+	kick  chan struct{}
+}
+
+// Item is an actor's due time in the schedule.
+type Item struct {
+	Key         string // the actor's key, tenant/class/name
+	Class, Name string
+	due         time.Time
+	tries       int // admission refusals in a row
+	index       int
+}
+
+type alarmHeap []*Item
+
+func (h alarmHeap) Len() int           { return len(h) }
+func (h alarmHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h alarmHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].index = i; h[j].index = j }
+func (h *alarmHeap) Push(x any)        { it := x.(*Item); it.index = len(*h); *h = append(*h, it) }
+func (h *alarmHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return it
+}
+
+// NewSchedule returns an empty schedule.
+func NewSchedule() *Schedule {
+	return &Schedule{byKey: map[string]*Item{}, kick: make(chan struct{}, 1)}
+}
+
+// Set schedules (or moves) an actor's alarm; Clear forgets it.
+func (s *Schedule) Set(key, class, name string, due time.Time) {
+	s.mu.Lock()
+	s.set(key, class, name, due, 0)
+	s.mu.Unlock()
+	s.poke()
+}
+
+// set schedules the alarm with tries admission refusals; s.mu is held.
+func (s *Schedule) set(key, class, name string, due time.Time, tries int) {
+	if it := s.byKey[key]; it != nil {
+		it.due, it.tries = due, tries
+		heap.Fix(&s.items, it.index)
+		return
+	}
+	it := &Item{Key: key, Class: class, Name: name, due: due, tries: tries}
+	s.byKey[key] = it
+	heap.Push(&s.items, it)
+}
+
+func (s *Schedule) Clear(key string) {
+	s.mu.Lock()
+	if it := s.byKey[key]; it != nil {
+		heap.Remove(&s.items, it.index)
+		delete(s.byKey, key)
+	}
+	s.mu.Unlock()
+}
+
+func (s *Schedule) poke() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// next pops the first due alarm, or says how long until one is.
+func (s *Schedule) next(now time.Time) (*Item, time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.items) == 0 {
+		return nil, time.Hour
+	}
+	if it := s.items[0]; !it.due.After(now) {
+		heap.Pop(&s.items)
+		delete(s.byKey, it.Key)
+		return it, 0
+	}
+	return nil, s.items[0].due.Sub(now)
+}
+
+// Run hands each alarm to deliver as it falls due on clk, until ctx ends.
+func (s *Schedule) Run(ctx context.Context, clk clock.Clock, deliver func(*Item)) {
+	t := clk.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		now := clk.Now()
+		it, wait := s.next(now)
+		if it != nil {
+			deliver(it)
+			continue
+		}
+		t.Reset(wait)
+		// The timer counts wait from when it was armed: if the clock
+		// moved meanwhile (a manual clock advanced, this thread
+		// descheduled), it would fire late by as much, so compute again.
+		if clk.Now().Sub(now) > time.Millisecond {
+			continue
+		}
+		select {
+		case <-t.C():
+		case <-s.kick:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// Defer schedules a due alarm that was refused admission (or whose owner
+// is not known now) again, after a backoff with jitter that grows with the
+// refusals in a row, unless an event rescheduled it meanwhile; it returns
+// the delay.
+func (s *Schedule) Defer(it *Item, now time.Time) time.Duration {
+	ceiling := min(admitRetryFirst<<min(it.tries, 8), admitRetryMax)
+	delay := ceiling/2 + rand.N(ceiling/2+1)
+	s.mu.Lock()
+	retry := s.byKey[it.Key] == nil // an event may have rescheduled it meanwhile
+	if retry {
+		s.set(it.Key, it.Class, it.Name, now.Add(delay), it.tries+1)
+	}
+	s.mu.Unlock()
+	if retry {
+		s.poke()
+	}
+	return delay
+}

@@ -1,0 +1,68 @@
+package alarm
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
+)
+
+func TestRetryDelay(t *testing.T) {
+	for failures, want := range map[int64]time.Duration{1: time.Second, 2: 2 * time.Second, 4: 8 * time.Second, 9: 256 * time.Second, 10: 5 * time.Minute, 1000: 5 * time.Minute} {
+		if got := RetryDelay(failures); got != want {
+			t.Errorf("RetryDelay(%d) = %v, want %v", failures, got, want)
+		}
+	}
+}
+
+// Run hands alarms over in due order as time reaches them, a moved alarm
+// at its new time and a cleared one never (in a synctest bubble, whose
+// clock moves only when every goroutine waits).
+func TestScheduleRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		s := NewSchedule()
+		s.Set("t/c/b", "c", "b", t0.Add(2*time.Second))
+		s.Set("t/c/a", "c", "a", t0.Add(time.Second))
+		s.Set("t/c/gone", "c", "gone", t0.Add(time.Second))
+		s.Set("t/c/moved", "c", "moved", t0.Add(time.Second))
+		s.Set("t/c/moved", "c", "moved", t0.Add(3*time.Second))
+		s.Clear("t/c/gone")
+		var got []string
+		ctx, cancel := context.WithCancel(context.Background())
+		go s.Run(ctx, clock.Real, func(it *Item) { got = append(got, it.Name+"@"+time.Since(t0).String()) })
+		time.Sleep(time.Hour)
+		cancel()
+		synctest.Wait()
+		if want := []string{"a@1s", "b@2s", "moved@3s"}; !slices.Equal(got, want) {
+			t.Errorf("delivered %v, want %v", got, want)
+		}
+	})
+}
+
+// Defer puts a refused alarm back with a backoff growing with refusals in
+// a row, but never over an alarm an event set meanwhile.
+func TestScheduleDefer(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	s := NewSchedule()
+	it := &Item{Key: "t/c/a", Class: "c", Name: "a"}
+	for tries, ceiling := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond} {
+		d := s.Defer(it, now)
+		if d < ceiling/2 || d > ceiling {
+			t.Fatalf("refusal %d: delay %v, want within [%v, %v]", tries+1, d, ceiling/2, ceiling)
+		}
+		next, _ := s.next(now.Add(d))
+		if next == nil || next.tries != tries+1 {
+			t.Fatalf("refusal %d: the alarm is not back with its count: %+v", tries+1, next)
+		}
+		it = next
+	}
+	s.Set("t/c/a", "c", "a", now.Add(time.Hour)) // an event set another meanwhile
+	s.Defer(it, now)
+	if next, wait := s.next(now.Add(10 * time.Second)); next != nil || wait <= 0 {
+		t.Errorf("Defer moved an alarm an event had set: %+v", next)
+	}
+}

@@ -1,0 +1,107 @@
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Cluster are the collectors of a node with a bucket (the book's
+// Monitoring chapter): replication, restores, garbage collection, the
+// bucket's requests and the node lease. They exist before the node does,
+// since the lease and the bucket are in use before it starts; the node
+// registers them on its page (Metrics.Register).
+type Cluster struct {
+	durableWrite     prometheus.Histogram
+	restore          prometheus.Histogram
+	restoreFailures  prometheus.Counter
+	snapshotFailures prometheus.Counter
+	collected        prometheus.Counter
+	collectFailures  prometheus.Counter
+	bucketRequests   *prometheus.CounterVec
+	leaseWrites      prometheus.Counter
+	leaseFailures    prometheus.Counter
+	fences           prometheus.Counter
+}
+
+// NewCluster returns the cluster's collectors.
+func NewCluster() *Cluster {
+	return &Cluster{
+		durableWrite: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "wasmkeep_durable_write_seconds", Help: "A write's segment from its capture to the bucket's acknowledgement (exec-durable waits this long): the bucket's health as actors feel it.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		restore: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "wasmkeep_restore_seconds", Help: "A hold's start: listing the actor's history and, unless the local database is the bucket's head, rebuilding it from the bucket.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
+		restoreFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmkeep_restore_failures_total", Help: "Restores of an actor from the bucket that did not complete: a read that failed three times, the bucket refusing, the deadline of its reads, a history that cannot be restored, or a local file error.",
+		}),
+		snapshotFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmkeep_snapshot_upload_failures_total", Help: "Snapshot uploads that were not acknowledged (tried again later).",
+		}),
+		collected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmkeep_history_collected_total", Help: "Objects of actors' history deleted from the bucket by garbage collection.",
+		}),
+		collectFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmkeep_history_collect_failures_total", Help: "Garbage-collection passes that failed (a bucket error); the next snapshot tries again.",
+		}),
+		bucketRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmkeep_bucket_requests_total", Help: "Requests this node made to the bucket, by operation (get, put, delete, list) and status (ok, not_found, precondition, error).",
+		}, []string{"operation", "status"}),
+		leaseWrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmkeep_node_lease_writes_total", Help: "Writes of this node's lease that reached the bucket.",
+		}),
+		leaseFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmkeep_node_lease_failures_total", Help: "Writes of this node's lease that failed or timed out.",
+		}),
+		fences: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmkeep_node_fences_total", Help: "Fences this node wrote over a node that stopped renewing its lease.",
+		}),
+	}
+}
+
+// Register puts the cluster's collectors on the node's page.
+func (m *Metrics) Register(c *Cluster) {
+	m.reg.MustRegister(c.durableWrite, c.restore, c.restoreFailures, c.snapshotFailures, c.collected,
+		c.collectFailures, c.bucketRequests, c.leaseWrites, c.leaseFailures, c.fences)
+}
+
+// DurableWrite observes one acknowledged segment.
+func (c *Cluster) DurableWrite(took time.Duration) { c.durableWrite.Observe(took.Seconds()) }
+
+// Restore observes one hold's start, and counts it failed with an error.
+func (c *Cluster) Restore(took time.Duration, err error) {
+	c.restore.Observe(took.Seconds())
+	if err != nil {
+		c.restoreFailures.Inc()
+	}
+}
+
+// SnapshotFailure counts a snapshot upload not acknowledged.
+func (c *Cluster) SnapshotFailure() { c.snapshotFailures.Inc() }
+
+// Collected counts objects a collection pass deleted.
+func (c *Cluster) Collected(n int) { c.collected.Add(float64(n)) }
+
+// CollectFailure counts a collection pass that failed.
+func (c *Cluster) CollectFailure() { c.collectFailures.Inc() }
+
+// BucketRequest counts one bucket request (a listing once, whatever its
+// pages).
+func (c *Cluster) BucketRequest(operation, status string) {
+	c.bucketRequests.WithLabelValues(operation, status).Inc()
+}
+
+// LeaseWrote counts one write of the node's lease, failed if err is set.
+func (c *Cluster) LeaseWrote(err error) {
+	if err != nil {
+		c.leaseFailures.Inc()
+		return
+	}
+	c.leaseWrites.Inc()
+}
+
+// Fence counts a fence this node wrote.
+func (c *Cluster) Fence() { c.fences.Inc() }

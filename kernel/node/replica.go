@@ -1,0 +1,248 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/replication"
+	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
+	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
+	"github.com/wasmkeep/wasmkeep/kernel/storage"
+)
+
+// Cluster is what a node with a bucket runs on (nil Options.Cluster: a
+// node alone). Each resident actor is then held: its ownership record names
+// this process at a generation of the hold's own (ADR 1023), its database
+// is the bucket's head (restored from it when the local file is not), and
+// every event's writes are shipped to the bucket as one segment when the
+// event ends, exec-durable answering once the bucket acknowledged them
+// (ADR 1026).
+type Cluster struct {
+	Member    *cluster.Member  // the node lease and the ownership records (cluster.Join)
+	Bucket    bucket.Bucket    // the bucket the member uses, counted (bucket.Counting)
+	Metrics   *metrics.Cluster // its collectors, registered on the node's page
+	Retention time.Duration    // --history-retention-secs
+}
+
+// restoreDir is the kernel's own directory under the data root where a
+// restore builds an actor's database before storage takes it in, and a
+// delete its empty database.
+const restoreDir = "restore"
+
+// newReplicas starts the node's replication; nil for a node alone.
+func (n *Node) newReplicas() (*replication.Replicas, error) {
+	c := n.opts.Cluster
+	if c == nil {
+		return nil, nil
+	}
+	tmp := filepath.Join(n.opts.DataDir, restoreDir)
+	// What a restore or delete left behind in a crash is no one's.
+	if err := os.RemoveAll(tmp); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(tmp, 0o750); err != nil {
+		return nil, err
+	}
+	n.metrics.Register(c.Metrics)
+	return replication.New(replication.Config{
+		Bucket: c.Bucket, Clock: n.clock, Driver: n.storage, Root: n.opts.DataDir, Options: n.opts.Storage,
+		TempDir: tmp, Retention: c.Retention,
+		Metrics: replication.Metrics{
+			DurableWrite: c.Metrics.DurableWrite, Restore: c.Metrics.Restore, SnapshotFailure: c.Metrics.SnapshotFailure,
+			Collected: c.Metrics.Collected, CollectFailure: c.Metrics.CollectFailure,
+		},
+	})
+}
+
+// ownerKey names the actor in its ownership record: its name encoded as
+// its history's key is.
+func ownerKey(a *actor) (ownership.Actor, error) {
+	name, err := history.EncodeName(a.addr.Name)
+	return ownership.Actor{Tenant: a.addr.Tenant, Class: a.addr.Class, Name: name}, err
+}
+
+// errBroken refuses the events of an actor whose history in the bucket
+// cannot be restored: it is never rolled back to an older state instead.
+const errBrokenPublic = "the actor's history in the bucket is broken; it is refused until the history is repaired"
+
+// openDatabase opens the actor's database: storage's on a node alone; on a
+// node with a bucket, under a new hold of the actor (acquired here), as the
+// bucket's head: the local file if it is the head, else restored from the
+// bucket (restore steps 1 to 7, book ADR 0007).
+func (a *actor) openDatabase(ctx context.Context) (storage.DB, error) {
+	n := a.node
+	if n.replicas == nil {
+		db, err := n.storage.Open(ctx, n.opts.DataDir, a.addr, n.opts.Storage)
+		if err != nil {
+			return nil, &failure{public: "internal error", cause: fmt.Errorf("opening database: %w", err)}
+		}
+		return db, nil
+	}
+	owners := n.opts.Cluster.Member.Owners
+	key, err := ownerKey(a)
+	if err != nil {
+		return nil, &failure{public: "internal error", cause: err}
+	}
+	hold, err := owners.Acquire(ctx, key)
+	var held *ownership.HeldError
+	switch {
+	case errors.As(err, &held):
+		return nil, &placement.Elsewhere{Addr: a.addr, Owner: placement.Owner{Node: held.Record.Node}}
+	case err != nil:
+		return nil, unavailable("the node cannot take the actor now, retry", err)
+	}
+	stream, db, err := n.replicas.Open(ctx, a.addr, hold.Generation, replication.HoldValid(owners, hold))
+	if err != nil {
+		a.releaseHold(hold)
+		if errors.Is(err, history.ErrBroken) {
+			n.log.Error("actor degraded: its history cannot be restored", "actor", a.key, "err", err)
+			return nil, &failure{public: errBrokenPublic, cause: err}
+		}
+		n.log.Warn("restore failed", "actor", a.key, "err", err)
+		return nil, unavailable("the actor could not be restored from the bucket now, retry", err)
+	}
+	a.hold, a.stream = hold, stream
+	return db, nil
+}
+
+// unavailable is a failure the client may retry: 503 with Retry-After.
+func unavailable(public string, cause error) *failure {
+	return &failure{public: public, cause: cause, retry: true}
+}
+
+// ship sends what the event committed to the bucket, when the actor is held
+// (a node with a bucket): on the actor's goroutine, before its next event.
+// A stream that ended (a failed or late upload) ends the hold: the actor
+// is given up here, its instance and database dropped, and its next event
+// takes it again, restored from the bucket.
+func (a *actor) ship(ctx context.Context) error {
+	if a.stream == nil {
+		return nil
+	}
+	_, err := a.stream.Ship(ctx)
+	if err != nil && a.stream.Err() != nil {
+		a.node.log.Warn("replication stopped: the actor is given up", "actor", a.key, "err", err)
+		a.giveUp(ctx)
+	}
+	return err
+}
+
+// afterAnswer ships what the event committed and takes a periodic
+// snapshot when one is due, or erases a deleted actor's history: after the
+// event's answer, never on its path, and before the next event.
+func (a *actor) afterAnswer(ctx context.Context) {
+	if e := a.erasing; e != nil {
+		a.erasing = nil
+		if err := e.stream.Erase(ctx); err != nil {
+			a.node.log.Warn("erasing a deleted actor's history", "actor", a.key, "err", err)
+		}
+		a.releaseHold(e.hold)
+		return
+	}
+	if a.ship(ctx) != nil || a.stream == nil {
+		return
+	}
+	if _, err := a.stream.Snapshot(ctx); err != nil {
+		a.node.log.Warn("snapshot", "actor", a.key, "err", err)
+	}
+}
+
+// giveUp ends the actor's hold after its stream ended: the instance and the
+// database dropped, the hold released.
+func (a *actor) giveUp(ctx context.Context) {
+	a.discardInstance()
+	a.closeHeld(ctx)
+}
+
+// closeHeld closes the actor's database and, when it is held, first ships
+// what is left and afterwards releases the hold (hibernation, a clean
+// stop, giving the actor up).
+func (a *actor) closeHeld(ctx context.Context) {
+	if a.stream != nil {
+		if err := a.stream.Close(ctx); err != nil {
+			a.node.log.Warn("closing the actor's replication: its last writes may not be in the bucket", "actor", a.key, "err", err)
+		}
+	}
+	if a.db != nil {
+		if err := a.db.Close(); err != nil {
+			a.node.log.Error("closing database", "actor", a.key, "err", err)
+		}
+		a.db = nil
+	}
+	if a.stream != nil {
+		a.releaseHold(a.hold)
+		a.stream, a.hold = nil, ownership.Hold{}
+	}
+}
+
+// releaseHold writes the actor's record naming nobody; one that does not
+// land is left to the ownership's background pass.
+func (a *actor) releaseHold(h ownership.Hold) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.node.ctx), ownership.ReleaseTimeout)
+	defer cancel()
+	if err := a.node.opts.Cluster.Member.Owners.Release(ctx, h); err != nil && !errors.Is(err, ownership.ErrReleasePending) {
+		a.node.log.Warn("releasing the actor's ownership record", "actor", a.key, "err", err)
+	}
+}
+
+// resetHeld is a held actor's delete (book ADR 0028 section 1): a reset
+// segment of an empty database, built in scratch space, on the stream's
+// head, acknowledged under the acknowledgement rule before the delete
+// counts; then the local files removed, the history before the reset erased
+// in the background, and the actor given up, so its next event restores
+// the empty database.
+func (a *actor) resetHeld(ctx context.Context) error {
+	n := a.node
+	scratch, err := os.MkdirTemp(filepath.Join(n.opts.DataDir, restoreDir), "delete-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(scratch)
+	opts := n.opts.Storage
+	opts.Replication = true
+	empty, err := n.storage.Open(ctx, scratch, a.addr, opts)
+	if err != nil {
+		return err
+	}
+	err = hostTables(ctx, empty, a.addr.Name)
+	if err == nil {
+		err = a.stream.Reset(ctx, empty)
+	}
+	if cerr := empty.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		if a.stream.Err() != nil {
+			a.giveUp(ctx)
+		}
+		return err
+	}
+	stream := a.stream
+	a.stream = nil // nothing more is shipped: the database goes
+	if a.db != nil {
+		err = a.db.Close()
+		a.db = nil
+	}
+	a.deleted.Store(true)
+	if rerr := n.storage.Remove(ctx, n.opts.DataDir, a.addr); err == nil {
+		err = rerr
+	}
+	a.erasing = &erasure{stream: stream, hold: a.hold}
+	a.hold = ownership.Hold{}
+	return err
+}
+
+// erasure is a deleted actor's history to erase after the event's answer,
+// and the hold to release after it.
+type erasure struct {
+	stream *replication.Stream
+	hold   ownership.Hold
+}
