@@ -15,7 +15,6 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/memdb"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/replication"
-	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
 
 // Replication in the simulation: every hold starts with the real
@@ -276,5 +275,3 @@ func (w *world) finalRestore() {
 		w.tracef("last restore of %s: %d writes", x, len(ids))
 	}
 }
-
-var _ storage.Driver = (*memdb.Driver)(nil)
