@@ -57,20 +57,21 @@ type result struct {
 }
 
 type request struct {
-	p      *process
-	op     op
-	key    string
-	data   []byte
-	cond   bucket.Condition
-	get    bucket.GetOptions
-	list   bucket.ListOptions
-	reply  chan result
-	id     uint64
-	sent   time.Time
-	res    result
-	done   bool // replied, or the caller gave up: no reply is sent
-	gone   bool // the caller gave up (its context ended)
-	landed bool // the request took effect
+	p       *process
+	op      op
+	key     string
+	data    []byte
+	cond    bucket.Condition
+	get     bucket.GetOptions
+	list    bucket.ListOptions
+	reply   chan result
+	id      uint64
+	sent    time.Time
+	res     result
+	done    bool // replied, or the caller gave up: no reply is sent
+	sentOut bool // dispatched by the scheduler (counted in waiting until done)
+	gone    bool // the caller gave up (its context ended)
+	landed  bool // the request took effect
 }
 
 // order sorts the requests sent in one round, whose goroutines ran side by
@@ -165,7 +166,7 @@ func (w *world) call(ctx context.Context, r *request) result {
 	case <-ctx.Done():
 		w.mu.Lock()
 		r.gone = true
-		r.done = true
+		w.finish(r)
 		w.mu.Unlock()
 		return result{err: ctx.Err()}
 	}
@@ -204,6 +205,10 @@ func (w *world) send() {
 		}
 		w.reqs++
 		r.id = w.reqs
+		w.mu.Lock()
+		r.sentOut = true
+		w.waiting++
+		w.mu.Unlock()
 		r.sent = w.clk.Now()
 		w.dispatch(r)
 	}
@@ -264,6 +269,14 @@ func (w *world) land(r *request, held bool, post time.Duration) bool {
 	return true
 }
 
+// finish marks r answered or given up; w.mu is held.
+func (w *world) finish(r *request) {
+	if !r.done && r.sentOut {
+		w.waiting--
+	}
+	r.done = true
+}
+
 // answer delivers res to r's caller unless it was answered or gave up.
 func (w *world) answer(r *request, res result) {
 	w.mu.Lock()
@@ -271,7 +284,7 @@ func (w *world) answer(r *request, res result) {
 	if r.done {
 		return
 	}
-	r.done = true
+	w.finish(r)
 	if r.p.dead {
 		res = result{err: fmt.Errorf("%s %s: %w (%w)", r.op, r.key, errGone, bucket.ErrTransient)}
 	}

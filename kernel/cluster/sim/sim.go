@@ -167,6 +167,7 @@ type world struct {
 	restores []restored
 	broken   []string
 	live     int // goroutines of the harness still running
+	waiting  int // requests sent whose caller waits for an answer
 }
 
 // Run runs one seed; call it inside a synctest bubble.
@@ -301,13 +302,18 @@ func (w *world) harness() int {
 	return w.live
 }
 
-// quiet: every process stopped and no harness goroutine is left.
+// quiet: every process stopped, no harness goroutine is left, and no
+// request waits for its answer (a crashed process's collection pass may
+// still wait for its client's timeout).
 func (w *world) quiet() bool {
 	if w.harness() > 0 {
 		return false
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.waiting > 0 {
+		return false
+	}
 	for _, p := range w.procs {
 		if !p.ended {
 			return false

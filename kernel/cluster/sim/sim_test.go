@@ -14,6 +14,7 @@ import (
 var (
 	seedFlag  = flag.Int64("seed", -1, "run only this seed (with its trace under -v)")
 	seedsFlag = flag.Int("seeds", 200, "how many seeds TestSimulation runs")
+	firstFlag = flag.Int("first", 0, "the first seed TestSimulation runs")
 )
 
 // TestMain runs the simulation on one processor: goroutines woken in one
@@ -40,7 +41,7 @@ func seeds() []uint64 {
 	}
 	s := make([]uint64, *seedsFlag)
 	for i := range s {
-		s[i] = uint64(i)
+		s[i] = uint64(*firstFlag + i)
 	}
 	return s
 }
