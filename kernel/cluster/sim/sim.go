@@ -302,11 +302,11 @@ func (w *world) harness() int {
 	return w.live
 }
 
-// quiet: every process stopped, no harness goroutine is left, and no
-// request waits for its answer (a crashed process's collection pass may
-// still wait for its client's timeout).
+// quiet: every process stopped, no harness goroutine is left, no timer
+// is armed and no request waits for its answer: a crashed process's
+// collection pass, on a goroutine of its own, may still wait for either.
 func (w *world) quiet() bool {
-	if w.harness() > 0 {
+	if w.harness() > 0 || w.clk.Armed() > 0 {
 		return false
 	}
 	w.mu.Lock()
