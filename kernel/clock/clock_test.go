@@ -135,3 +135,32 @@ func TestManualNext(t *testing.T) {
 		t.Error("Next after every timer stopped")
 	}
 }
+
+// FireNext fires the timers due at the earliest deadline, ties included,
+// but not one armed meanwhile at that same instant; Next tells when.
+func TestManualFireNext(t *testing.T) {
+	m := NewManual(epoch)
+	var got []string
+	for _, name := range []string{"a", "b"} {
+		m.AfterFunc(time.Second, func() {
+			got = append(got, name)
+			m.AfterFunc(0, func() { got = append(got, name+"'") })
+		})
+	}
+	m.AfterFunc(2*time.Second, func() { got = append(got, "c") })
+	if when, ok := m.Next(); !ok || when != epoch.Add(time.Second) {
+		t.Fatalf("Next: %v %v", when, ok)
+	}
+	if !m.FireNext() || !slices.Equal(got, []string{"a", "b"}) || m.Now() != epoch.Add(time.Second) {
+		t.Fatalf("after one: fired %v at %v", got, m.Now())
+	}
+	if !m.FireNext() || !slices.Equal(got, []string{"a", "b", "a'", "b'"}) || m.Now() != epoch.Add(time.Second) {
+		t.Fatalf("after two: fired %v at %v", got, m.Now())
+	}
+	if !m.FireNext() || !slices.Equal(got, []string{"a", "b", "a'", "b'", "c"}) {
+		t.Fatalf("after three: fired %v", got)
+	}
+	if _, ok := m.Next(); ok || m.FireNext() {
+		t.Fatal("a timer left")
+	}
+}

@@ -79,17 +79,10 @@ func (m *Manual) AdvanceToNext() bool {
 	return true
 }
 
-// Armed is how many timers are armed.
-func (m *Manual) Armed() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.timers)
-}
-
-// Next is the deadline of the earliest armed timer; false if none is
-// armed. A test waits on it for the code it drives to settle: until no
-// timer is due soon, nothing is in the middle of a short wait that a long
-// Advance would cut short.
+// Next is the earliest armed timer's deadline; false if none is armed. A
+// test waits on it for the code it drives to settle (until no timer is due
+// soon, nothing is in the middle of a short wait that a long Advance would
+// cut short); a simulation, to know when its next step is.
 func (m *Manual) Next() (time.Time, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -97,6 +90,32 @@ func (m *Manual) Next() (time.Time, bool) {
 		return t.when, true
 	}
 	return time.Time{}, false
+}
+
+// FireNext moves the clock to the earliest armed timer's deadline and
+// fires the timers due then that were armed before the call, in arming
+// order; a timer armed meanwhile (by what those woke) waits for the next
+// call. A simulation lets what they woke settle before it calls again. It
+// reports false, moving nothing, if none is armed.
+func (m *Manual) FireNext() bool {
+	m.mu.Lock()
+	t := m.next()
+	if t == nil {
+		m.mu.Unlock()
+		return false
+	}
+	when, last := t.when, m.seq
+	m.mu.Unlock()
+	for m.fire(when, last) {
+	}
+	return true
+}
+
+// Armed is how many timers are armed.
+func (m *Manual) Armed() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.timers)
 }
 
 // next is the timer that fires first, or nil; m.mu is held.
@@ -113,10 +132,13 @@ func (m *Manual) next() *manualTimer {
 }
 
 // fireNext fires the first timer due by end, if any.
-func (m *Manual) fireNext(end time.Time) bool {
+func (m *Manual) fireNext(end time.Time) bool { return m.fire(end, ^uint64(0)) }
+
+// fire fires the first timer due by end and armed by seq last, if any.
+func (m *Manual) fire(end time.Time, last uint64) bool {
 	m.mu.Lock()
 	t := m.next()
-	if t == nil || t.when.After(end) {
+	if t == nil || t.when.After(end) || t.seq > last {
 		m.mu.Unlock()
 		return false
 	}

@@ -49,7 +49,8 @@ type Member struct {
 	Lease  *nodelease.Lease
 	Owners *ownership.Owners
 
-	ready  atomic.Bool        // the lease is valid: not before Join ends, not while lapsed
+	ready  atomic.Bool // the lease is valid: not before Join ends, not while lapsed
+	cfg    Config
 	cancel context.CancelFunc // ends the ownership pass
 	done   chan struct{}      // the ownership pass has ended
 }
@@ -124,26 +125,23 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, err
 	}
 	m.ready.Store(lease.Valid())
+	m.cfg = cfg
 	go func() {
 		defer close(m.done)
-		peers := make(chan struct{})
-		go func() {
-			defer close(peers)
-			m.watchPeers(runCtx, cfg)
-		}()
 		m.Owners.Run(runCtx)
-		<-peers
 	}()
 	return m, nil
 }
 
-// watchPeers is the heartbeat listing as far as fencing goes (book ADR
-// 0020 section 2): every lease period, while the lease is valid, it lists
-// nodes/, shows each peer's object to the Fencer, and fences each peer
-// whose watch is complete, so a node that stopped renewing frees its
-// actors ttl + grace after its last write. Each request is bounded by one
-// lease attempt.
-func (m *Member) watchPeers(ctx context.Context, cfg Config) {
+// WatchPeers is the heartbeat listing as far as fencing goes (book ADR
+// 0020 section 2), until ctx ends: every lease period, while the lease is
+// valid, it lists nodes/, shows each peer's object to the Fencer, and
+// fences each peer whose watch is complete (Config.Fenced), so a node that
+// stopped renewing frees its actors ttl + grace after its last write. Each
+// request is bounded by one lease attempt. The caller runs it on a
+// goroutine of its own (a simulation, in a step of its own).
+func (m *Member) WatchPeers(ctx context.Context) {
+	cfg := m.cfg
 	f := m.Lease.Fencer()
 	s := cfg.Settings
 	bounded := func(op func(context.Context) error) error {

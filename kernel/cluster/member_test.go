@@ -173,6 +173,9 @@ func TestMembersFenceASilentPeer(t *testing.T) {
 		if errA != nil || errB != nil {
 			t.Fatal(errA, errB)
 		}
+		watch, stop := context.WithCancel(context.Background())
+		defer stop()
+		go a.WatchPeers(watch)
 		clk.Step(time.Minute) // both renewing: nobody fences
 		if len(fenced) != 0 {
 			t.Fatalf("a live peer was fenced")
@@ -202,6 +205,7 @@ func TestMembersFenceASilentPeer(t *testing.T) {
 		if !errors.Is(err, nodelease.ErrLost) {
 			t.Fatalf("the fenced peer back on the bucket: %v, want its lease lost", err)
 		}
+		stop()
 		if err := a.Leave(context.Background()); err != nil {
 			t.Fatal(err)
 		}

@@ -302,6 +302,9 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 			return err
 		}
 		defer nc.Bucket.Close()
+		watch, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		go nc.Member.WatchPeers(watch)
 		// Leaving releases the holds and the lease, so peers may take the
 		// actors at once; a lost lease is not this process's to release.
 		defer func() {

@@ -3,6 +3,8 @@ package history
 import (
 	"fmt"
 	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/bugs"
 )
 
 // DefaultRetention is --history-retention-secs' default: history younger
@@ -53,7 +55,7 @@ func Collectable(l Listing, h uint64, snap Key, retention time.Duration, now tim
 	}
 	var out []Object
 	for _, o := range l.Objects {
-		if o.Key.TXID >= p.TXID && o.Key.Gen >= h { // snap, the segment at it and what follows
+		if o.Key.TXID >= p.TXID && o.Key.Gen >= h && !bugs.Collects(o.Key == snap) { // snap, the segment at it and what follows
 			continue
 		}
 		if retention > 0 && now.Sub(o.Entry.ModTime) < retention {

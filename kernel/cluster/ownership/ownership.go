@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/bugs"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 )
 
@@ -312,6 +314,7 @@ func (o *Owners) Acquire(ctx context.Context, a Actor) (Hold, error) {
 			return Hold{}, &HeldError{Record: cur}
 		}
 		next, cond = cur.Generation+1, bucket.Condition{IfVersion: r}
+		next -= bugs.Reused(cur.Nobody()) // 0 unless a simulation test plants the bug
 	}
 	if !o.lease.Valid() {
 		return Hold{}, ErrLeaseInvalid
@@ -407,14 +410,22 @@ func (o *Owners) ReleaseAll(ctx context.Context) int {
 	return o.Pending()
 }
 
-// Holds lists this process's holds.
+// Holds lists this process's holds in actor order.
 func (o *Owners) Holds() []Hold {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	return o.holdsLocked()
+}
+
+// holdsLocked is the holds in actor order, so that a clean stop's releases
+// and a lapse's pending entries go out in the same order every time (a
+// seeded simulation replays them exactly); o.mu is held.
+func (o *Owners) holdsLocked() []Hold {
 	hs := make([]Hold, 0, len(o.holds))
 	for _, h := range o.holds {
 		hs = append(hs, h)
 	}
+	slices.SortFunc(hs, func(a, b Hold) int { return strings.Compare(a.Actor.Key(), b.Actor.Key()) })
 	return hs
 }
 
@@ -425,8 +436,8 @@ func (o *Owners) DropAll() {
 	now := o.clk.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for a, h := range o.holds {
-		o.pending = append(o.pending, &entry{kind: release, actor: a, generation: h.Generation, version: h.Version, since: now})
+	for _, h := range o.holdsLocked() {
+		o.pending = append(o.pending, &entry{kind: release, actor: h.Actor, generation: h.Generation, version: h.Version, since: now})
 	}
 	clear(o.holds)
 }

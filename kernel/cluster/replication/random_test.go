@@ -118,7 +118,7 @@ func randomRun(t *testing.T, seed uint64) (late, acked, collected int) {
 			slow = nil
 			continue // a failed restore: the next hold tries again
 		}
-		if id := idOf(db.s.state()); !descends(id) {
+		if id := idOf(db.Pages()); !descends(id) {
 			t.Fatalf("seed %d, generation %d restored write %x, which does not hold the acknowledged %x", seed, gen, id, lastAcked)
 		}
 		ended := false
@@ -130,7 +130,7 @@ func randomRun(t *testing.T, seed uint64) (late, acked, collected int) {
 			if rng.IntN(5) == 0 {
 				late += w.fb.Land()
 			}
-			cur := db.s.state()
+			cur := db.Pages()
 			id := gen<<32 | uint64(e+1)
 			parent[id] = idOf(cur)
 			page := randomPage(rng)
@@ -144,7 +144,7 @@ func randomRun(t *testing.T, seed uint64) (late, acked, collected int) {
 			if size > 1 {
 				pages[2+uint32(rng.IntN(int(size-1)))] = randomPage(rng)
 			}
-			db.commit(size, pages)
+			db.Commit(size, pages)
 			if slow == nil && rng.IntN(12) == 0 {
 				dl.arm()
 				slow = &slowShip{id: id, done: make(chan error, 1), st: st, db: db, dl: dl}
@@ -183,7 +183,7 @@ func randomRun(t *testing.T, seed uint64) (late, acked, collected int) {
 	err := w.run(func() error {
 		_, d, err := w.node(newDriver()).Open(context.Background(), addr, gen+1, func() bool { return true })
 		if err == nil {
-			if id := idOf(d.(*fakeDB).s.state()); !descends(id) {
+			if id := idOf(d.(*fakeDB).Pages()); !descends(id) {
 				t.Errorf("seed %d: the last restore holds %x, not the acknowledged %x", seed, id, lastAcked)
 			}
 		}

@@ -154,13 +154,13 @@ func TestAcknowledgementRule(t *testing.T) {
 		h := newHold()
 		st, db := w.open(w.node(newDriver()), 1, h)
 		rng := rand.New(rand.NewPCG(1, 2))
-		db.randomTxn(rng)
+		randomTxn(db, rng)
 		if sh := mustShip(t, st); sh.Key.TXID != 1 || sh.Key.Gen != 1 || sh.Key.Parent != 0 {
 			t.Fatalf("first segment %s, want transaction 1 of generation 1 on nothing", sh.Key)
 		}
 		// The next PUT lands, and the hold ends while it is under way.
 		w.fb.Next(faulty.Put, w.prefix+"wal/", faulty.Hold)
-		db.randomTxn(rng)
+		randomTxn(db, rng)
 		done := make(chan error, 1)
 		go func() { _, err := st.Ship(context.Background()); done <- err }()
 		w.clk.Step(time.Second)
@@ -189,7 +189,7 @@ func TestAcknowledgementRule(t *testing.T) {
 		r := w.node(newDriver())
 		r.cfg.Bucket = hb
 		st, db := w.open(r, 1, h)
-		db.randomTxn(rand.New(rand.NewPCG(1, 2)))
+		randomTxn(db, rand.New(rand.NewPCG(1, 2)))
 		hb.afterPut = func() { h.ok.Store(false) }
 		if _, err := st.Ship(context.Background()); !errors.Is(err, ErrLate) {
 			t.Fatalf("a create returning after the hold ended: %v, want ErrLate", err)
@@ -239,7 +239,7 @@ func TestShipRestoreRoundTrip(t *testing.T) {
 				// The local file of node on lags behind the bucket's
 				// head by a write it never shipped: it must not be used.
 				db, _ := drvs[on].Open(context.Background(), "", addr, optsRepl)
-				db.(*fakeDB).randomTxn(rng)
+				randomTxn(db.(*fakeDB), rng)
 				db.Close()
 			}
 			h := newHold()
@@ -248,17 +248,15 @@ func TestShipRestoreRoundTrip(t *testing.T) {
 			if round == 2 && w.count("get ok")-gets != 1 {
 				t.Errorf("round 2: a start on the node whose file is the head read %d objects, want only the head's trailer", w.count("get ok")-gets)
 			}
-			if round == 5 && db.s.replaced == nil {
+			if round == 5 && db.Replaced() == nil {
 				t.Errorf("round 5: a local file behind the head was not set aside")
 			}
-			if got := db.s.state(); !sameState(got, model) {
+			if got := db.Pages(); !sameState(got, model) {
 				t.Fatalf("round %d: generation %d on node %d restored %d pages that are not the %d written", round, gen, on, len(got), len(model))
 			}
 			for range 40 + rng.IntN(60) {
-				db.randomTxn(rng)
-				db.d.mu.Lock()
-				model = db.s.state()
-				db.d.mu.Unlock()
+				randomTxn(db, rng)
+				model = db.Pages()
 				mustShip(t, st)
 				ok, err := st.Snapshot(context.Background())
 				if err != nil {

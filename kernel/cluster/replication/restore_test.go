@@ -30,14 +30,14 @@ func (w *world) write(a abi.Address, gen uint64, n int, seed uint64) [][]byte {
 	}
 	rng := rand.New(rand.NewPCG(seed, 1))
 	for range n {
-		db.(*fakeDB).randomTxn(rng)
+		randomTxn(db.(*fakeDB), rng)
 		mustShip(w.t, st)
 	}
 	if err := st.Close(context.Background()); err != nil {
 		w.t.Fatal(err)
 	}
 	db.Close()
-	return db.(*fakeDB).s.state()
+	return db.(*fakeDB).Pages()
 }
 
 // A segment that is not what its key says, or a missing link, is a broken
@@ -78,9 +78,9 @@ func TestBrokenHistoryDegrades(t *testing.T) {
 				c.break_(w)
 				drv := newDriver()
 				db, _ := drv.Open(context.Background(), "", addr, optsRepl)
-				db.(*fakeDB).commit(1, map[uint32][]byte{1: randomPage(rand.New(rand.NewPCG(9, 9)))})
+				db.(*fakeDB).Commit(1, map[uint32][]byte{1: randomPage(rand.New(rand.NewPCG(9, 9)))})
 				db.Close()
-				before := drv.store(addr).state()
+				before := drv.Pages(addr)
 				_, _, err := w.node(drv).Open(context.Background(), addr, 2, func() bool { return true })
 				var be *history.BrokenError
 				if !errors.Is(err, history.ErrBroken) || !errors.As(err, &be) {
@@ -89,7 +89,7 @@ func TestBrokenHistoryDegrades(t *testing.T) {
 				if be.At.TXID != 5 {
 					t.Errorf("broken at %s, want transaction 5", be.At)
 				}
-				if s := drv.store(addr); !sameState(s.state(), before) || s.replaced != nil {
+				if !sameState(drv.Pages(addr), before) || drv.Replaced(addr) != nil {
 					t.Errorf("the local database changed on a broken history")
 				}
 				if w.restFail != 1 {
@@ -134,7 +134,7 @@ func TestHangingReadGivenUp(t *testing.T) {
 		default:
 			t.Fatalf("the hanging read was not sent again after %s of silence", ReadSilence)
 		}
-		if !sameState(drv.store(addr).state(), want) {
+		if !sameState(drv.Pages(addr), want) {
 			t.Fatal("the restored database is not the one written")
 		}
 
@@ -156,7 +156,7 @@ func TestHangingReadGivenUp(t *testing.T) {
 		default:
 			t.Fatal("the restore still waits after three silences")
 		}
-		if drv2.store(addr) != nil {
+		if drv2.Has(addr) {
 			t.Fatal("a failed restore left a database")
 		}
 	})
@@ -316,7 +316,7 @@ func TestRestoreDeadline(t *testing.T) {
 			default:
 				t.Fatalf("reads of %s each: the restore still runs after %s", c.delay, limit)
 			}
-			if c.fail && drv.store(addr) != nil {
+			if c.fail && drv.Has(addr) {
 				t.Fatal("a restore past its deadline left a database")
 			}
 		})
@@ -336,18 +336,18 @@ func TestLocalHeadNotShippedAgain(t *testing.T) {
 		st, db := w.open(r, 1, newHold())
 		rng := rand.New(rand.NewPCG(12, 12))
 		for range 5 {
-			db.randomTxn(rng)
+			randomTxn(db, rng)
 			mustShip(t, st)
 		}
 		// The last commit is shipped but still in the log.
-		db.randomTxn(rng)
+		randomTxn(db, rng)
 		mustShip(t, st)
-		last := db.s.state()
-		db.commit(uint32(len(last)), map[uint32][]byte{1: last[0]})
+		last := db.Pages()
+		db.Commit(uint32(len(last)), map[uint32][]byte{1: last[0]})
 		db.Close() // no Close of the stream: a crash
 		n := len(w.keys())
 		st, db = w.open(r, 2, newHold())
-		if db.s.replaced != nil {
+		if db.Replaced() != nil {
 			t.Fatal("the local head was restored over")
 		}
 		if sh := mustShip(t, st); sh.Key != (history.Key{}) || len(w.keys()) != n {

@@ -23,7 +23,7 @@ func TestUploadAttempts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w, st, db, rng := start(t, 5)
 
-		db.randomTxn(rng)
+		randomTxn(db, rng)
 		w.fb.Next(faulty.Put, w.prefix, faulty.Hang)
 		done := make(chan error, 1)
 		go func() { _, err := st.Ship(context.Background()); done <- err }()
@@ -38,20 +38,21 @@ func TestUploadAttempts(t *testing.T) {
 			t.Fatalf("a hanging first attempt, then one that succeeds: %v", err)
 		}
 
-		db.randomTxn(rng)
+		randomTxn(db, rng)
 		w.fb.Next(faulty.Put, w.prefix, faulty.LostReply)
 		if sh, err := st.Ship(context.Background()); err != nil || sh.Key.TXID != 2 {
 			t.Fatalf("a lost reply, then a resend refused by its own landed object: %v %s", err, sh.Key)
 		}
 
-		db.randomTxn(rng)
+		randomTxn(db, rng)
 		for range UploadAttempts {
 			w.fb.Next(faulty.Put, w.prefix, faulty.Fail)
 		}
 		if _, err := st.Ship(context.Background()); !errors.Is(err, ErrUnknown) || !errors.Is(st.Err(), ErrDone) {
 			t.Fatalf("three failed attempts: %v (stream: %v), want an unknown outcome that ends the stream", err, st.Err())
 		}
-		// The three failures, the lost reply and the hanging attempt cut.
+		// The hung attempt, the lost reply, then the failed attempts: the
+		// book's statuses count each as an error.
 		if n := w.count("put error"); n != UploadAttempts+2 {
 			t.Errorf("%d failed puts, want %d", n, UploadAttempts+2)
 		}
@@ -71,9 +72,9 @@ func TestUploadNeverOverwrites(t *testing.T) {
 		// segment at transaction 4 would be another's key.
 		r := w.node(newDriver())
 		st, db := w.open(r, 1, newHold())
-		db.randomTxn(rand.New(rand.NewPCG(1, 1)))
+		randomTxn(db, rand.New(rand.NewPCG(1, 1)))
 		other, db2 := w.open(w.node(newDriver()), 1, newHold())
-		db2.randomTxn(rand.New(rand.NewPCG(2, 2)))
+		randomTxn(db2, rand.New(rand.NewPCG(2, 2)))
 		mustShip(t, other)
 		if _, err := st.Ship(context.Background()); !errors.Is(err, ErrExists) {
 			t.Fatalf("a create over another's object: %v, want ErrExists", err)
@@ -88,23 +89,23 @@ func TestUploadNeverOverwrites(t *testing.T) {
 func TestCaptureFailureKeepsPosition(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w, st, db, rng := start(t, 6)
-		db.randomTxn(rng)
+		randomTxn(db, rng)
 		mustShip(t, st)
-		db.randomTxn(rng)
-		db.failCapture = errors.New("disk error")
+		randomTxn(db, rng)
+		db.FailNextCapture(errors.New("disk error"))
 		if _, err := st.Ship(context.Background()); err == nil || errors.Is(err, ErrDone) || st.Err() != nil {
 			t.Fatalf("a failed capture: %v (stream: %v), want an error that keeps the stream", err, st.Err())
 		}
-		db.randomTxn(rng)
+		randomTxn(db, rng)
 		if sh := mustShip(t, st); sh.Key.TXID != 2 {
 			t.Fatalf("the next ship wrote %s, want transaction 2", sh.Key)
 		}
-		want := db.s.state()
+		want := db.Pages()
 		st.Close(context.Background())
 		db.Close()
 		drv := newDriver()
 		_, db3 := w.open(w.node(drv), 2, newHold())
-		if !sameState(db3.s.state(), want) {
+		if !sameState(db3.Pages(), want) {
 			t.Fatal("the restore lacks the transactions of the failed capture")
 		}
 	})
@@ -121,7 +122,7 @@ func TestSnapshotRetrySchedule(t *testing.T) {
 		st, db := w.open(r, 1, newHold())
 		rng := rand.New(rand.NewPCG(8, 8))
 		event := func() {
-			db.randomTxn(rng)
+			randomTxn(db, rng)
 			mustShip(t, st)
 			if _, err := st.Snapshot(context.Background()); err != nil {
 				t.Fatal(err)
@@ -160,7 +161,7 @@ func TestSnapshotRetrySchedule(t *testing.T) {
 		if w.snapFail != 2 || len(snapshots(w)) != 0 {
 			t.Fatal("a third try before 8 writes")
 		}
-		db.randomTxn(rng)
+		randomTxn(db, rng)
 		mustShip(t, st)
 		if ok, _ := st.Snapshot(context.Background()); !ok {
 			t.Fatal("no third try 8 writes after the second failure")
@@ -192,14 +193,14 @@ func TestDeleteResetAndErase(t *testing.T) {
 		w.write(addr, 1, 70, 2)
 		st, db := w.open(w.node(newDriver()), 2, newHold())
 		rng := rand.New(rand.NewPCG(3, 3))
-		db.randomTxn(rng)
+		randomTxn(db, rng)
 		mustShip(t, st)
 		head := st.Head()
 		// The empty database the node builds in scratch space.
 		scratch := newDriver()
 		edb, _ := scratch.Open(context.Background(), "", addr, optsRepl)
-		edb.(*fakeDB).commit(1, map[uint32][]byte{1: make([]byte, pageSize)})
-		empty := edb.(*fakeDB).s.state()
+		edb.(*fakeDB).Commit(1, map[uint32][]byte{1: make([]byte, pageSize)})
+		empty := edb.(*fakeDB).Pages()
 		if err := st.Reset(context.Background(), edb.(*fakeDB)); err != nil {
 			t.Fatal(err)
 		}
@@ -218,7 +219,7 @@ func TestDeleteResetAndErase(t *testing.T) {
 			t.Fatalf("after the erase the bucket holds %v, want the reset %s and its snapshot", k, reset)
 		}
 		_, db2 := w.open(w.node(newDriver()), 3, newHold())
-		if !sameState(db2.s.state(), empty) {
+		if !sameState(db2.Pages(), empty) {
 			t.Fatal("a restore after the delete is not the empty database")
 		}
 	})
@@ -251,23 +252,23 @@ func TestFirstSegmentHoldsTheLocalDatabase(t *testing.T) {
 		rng := rand.New(rand.NewPCG(4, 4))
 		db0, _ := drv.Open(context.Background(), "", addr, optsRepl)
 		for range 5 {
-			db0.(*fakeDB).randomTxn(rng)
+			randomTxn(db0.(*fakeDB), rng)
 		}
-		db0.(*fakeDB).pos = len(db0.(*fakeDB).s.log)
+		db0.(*fakeDB).MarkCaptured()
 		db0.Checkpoint(context.Background())
 		db0.Close()
 		st, db := w.open(w.node(drv), 1, newHold())
-		db.pos = len(db.s.log) // nothing committed since the checkpoint
+		db.MarkCaptured() // nothing committed since the checkpoint
 		if sh := mustShip(t, st); sh.Key != (history.Key{}) || len(w.keys()) != 0 {
 			t.Fatalf("an event without writes uploaded %s", sh.Key)
 		}
-		db.randomTxn(rng)
+		randomTxn(db, rng)
 		if sh := mustShip(t, st); sh.Key.TXID != 1 {
 			t.Fatalf("the first write shipped %s, want transaction 1", sh.Key)
 		}
-		want := db.s.state()
+		want := db.Pages()
 		_, db2 := w.open(w.node(newDriver()), 2, newHold())
-		if !sameState(db2.s.state(), want) {
+		if !sameState(db2.Pages(), want) {
 			t.Fatal("a restore from the first segment lacks the local database's older pages")
 		}
 	})

@@ -1,0 +1,30 @@
+// Package bugs holds the named switches that plant a known bug in the
+// cluster protocols' real code, so the deterministic simulation
+// (kernel/cluster/sim) can show that it catches each one. Every switch is
+// off in production: only the simulation's tests set one, never two at
+// once, and each is read by one line of the code it breaks. Bugs that a
+// bucket wrapper can plant (an unconditional lease write) are not here.
+package bugs
+
+// ReuseGeneration: a wake (an acquisition over a record naming nobody)
+// writes the record's generation again instead of the next one, so two
+// holds share a generation (book ADR 0020 section 3).
+var ReuseGeneration bool
+
+// CollectSnapshot: a collection pass deletes the snapshot it runs after
+// along with everything below it, so the segments after it lose their
+// base and the next restore finds the chain broken (book ADR 0012).
+var CollectSnapshot bool
+
+// Reused is what Acquire takes off the next generation: 1 for a wake
+// while ReuseGeneration is planted, else 0.
+func Reused(wake bool) uint64 {
+	if ReuseGeneration && wake {
+		return 1
+	}
+	return 0
+}
+
+// Collects reports whether Collectable deletes the snapshot it runs
+// after: only while CollectSnapshot is planted.
+func Collects(isSnapshot bool) bool { return CollectSnapshot && isSnapshot }

@@ -1,0 +1,58 @@
+package sim
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/bugs"
+)
+
+// caught runs seeds until one fails, at most budget of them, and says
+// which; the first violation must be one of the kinds the bug makes.
+func caught(t *testing.T, budget int, kinds []string, cfg func(seed uint64) Config) {
+	t.Helper()
+	for seed := range uint64(budget) {
+		res := run(t, cfg(seed))
+		if !res.Failed() {
+			continue
+		}
+		v := res.Violations[0]
+		t.Logf("caught at seed %d: %s\n  %s", seed, v, res)
+		for _, k := range kinds {
+			if strings.Contains(v, k) {
+				return
+			}
+		}
+		t.Fatalf("seed %d failed, but not as the bug would: %s", seed, v)
+	}
+	t.Fatalf("not caught in %d seeds", budget)
+}
+
+// Planted bug 1: the lease's writes lose their condition (renewals and
+// fences alike), as on a bucket wrapper dropping it.
+func TestCatchesUnconditionalLeaseWrite(t *testing.T) {
+	caught(t, 200, []string{"owned by"}, func(seed uint64) Config { return Config{Seed: seed, BlindLeaseWrites: true} })
+}
+
+// Planted bug 3: a wake writes the released record's generation again.
+func TestCatchesWakeReusingGeneration(t *testing.T) {
+	bugs.ReuseGeneration = true
+	defer func() { bugs.ReuseGeneration = false }()
+	caught(t, 200, []string{"made two holds"}, func(seed uint64) Config { return Config{Seed: seed} })
+}
+
+// Planted bug 2: an upload is acknowledged without checking the hold when
+// it returned (the acknowledgement rule's test given to Open always
+// holds), so a write that landed after its hold ended, past the next
+// owner's listing, counts as durable.
+func TestCatchesAcknowledgedLateUpload(t *testing.T) {
+	caught(t, 200, []string{"lacks write"}, func(seed uint64) Config { return Config{Seed: seed, AckLateUploads: true} })
+}
+
+// Planted bug 4: collection deletes the snapshot it runs after, which the
+// next restore needs as its base.
+func TestCatchesCollectionOfNeededHistory(t *testing.T) {
+	bugs.CollectSnapshot = true
+	defer func() { bugs.CollectSnapshot = false }()
+	caught(t, 200, []string{"broken chain", "lacks write"}, func(seed uint64) Config { return Config{Seed: seed} })
+}
