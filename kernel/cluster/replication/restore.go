@@ -97,10 +97,24 @@ func (r *Replicas) open(ctx context.Context, addr abi.Address, gen uint64, valid
 	return st, db, nil
 }
 
+// headCheckMax is the largest head object localHead reads whole to compare
+// its pages with the local database's; a larger one (a first segment of a
+// large database) is compared by its trailer's checksum and its page count
+// alone.
+const headCheckMax = 32 << 20
+
 // localHead returns the local database, open, and its checksums if it is
 // the plan's head; no database if it is not (or there is none). The
 // database stays open from the check on, its log checkpointed (everything
 // in it is the head's), so no commit the head holds is captured again.
+//
+// LTX's database checksum is an XOR of page checksums, linear in the pages'
+// bytes: two pages changed by the same bytes at the same offsets cancel, so
+// an older database can have the head's checksum (the simulation met one).
+// So the head object is read whole and the local database is the head only
+// if, besides the checksum, it has the head's page count and every page the
+// head wrote, byte for byte: a database missing the head's transaction
+// differs in the pages it wrote.
 func (r *Replicas) localHead(ctx context.Context, addr abi.Address, opts storage.Options, plan history.Plan) (storage.DB, *history.Checksums, error) {
 	ok, err := r.cfg.Driver.Exists(ctx, r.cfg.Root, addr)
 	if err != nil || !ok {
@@ -111,20 +125,43 @@ func (r *Replicas) localHead(ctx context.Context, addr abi.Address, opts storage
 	if head.Size < ltx.TrailerSize {
 		return nil, nil, &history.BrokenError{Head: plan.Head, At: plan.Head, What: fmt.Sprintf("%s holds %d bytes, less than an LTX trailer", head.Key, head.Size)}
 	}
-	tr, err := read(ctx, r.cfg.Bucket, r.cfg.Clock, r.cfg.Reads, head.Key, head.Size, bucket.GetOptions{Offset: head.Size - ltx.TrailerSize, Length: ltx.TrailerSize}, nil)
-	if err != nil {
-		return nil, nil, err
+	var want ltx.Checksum
+	var commit uint32
+	var pages map[uint32][]byte // the head's pages, nil for a head too large to read whole
+	if head.Size <= headCheckMax {
+		data, err := read(ctx, r.cfg.Bucket, r.cfg.Clock, r.cfg.Reads, head.Key, head.Size, bucket.GetOptions{}, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		f, err := history.Decode(bytes.NewReader(data))
+		if err != nil {
+			return nil, nil, &history.BrokenError{Head: plan.Head, At: plan.Head, What: fmt.Sprintf("%s: %v", head.Key, err)}
+		}
+		want, commit, pages = f.PostApply, f.Commit, make(map[uint32][]byte, len(f.Pages))
+		for _, p := range f.Pages {
+			pages[p.Pgno] = p.Data
+		}
+	} else {
+		tr, err := read(ctx, r.cfg.Bucket, r.cfg.Clock, r.cfg.Reads, head.Key, head.Size, bucket.GetOptions{Offset: head.Size - ltx.TrailerSize, Length: ltx.TrailerSize}, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(tr) != ltx.TrailerSize {
+			return nil, nil, fmt.Errorf("replication: %s: a trailer of %d bytes", head.Key, len(tr))
+		}
+		want = ltx.Checksum(binary.BigEndian.Uint64(tr))
 	}
-	if len(tr) != ltx.TrailerSize {
-		return nil, nil, fmt.Errorf("replication: %s: a trailer of %d bytes", head.Key, len(tr))
-	}
-	want := ltx.Checksum(binary.BigEndian.Uint64(tr))
 	db, err := r.cfg.Driver.Open(ctx, r.cfg.Root, addr, opts)
 	if err != nil {
 		return nil, nil, nil // restored over; the driver's Restore says if it cannot
 	}
-	sums, err := checksumsOf(ctx, db)
-	if err != nil || sums.Sum() != want {
+	same := true
+	sums, err := checksumsOf(ctx, db, func(pgno uint32, data []byte) {
+		if p, ok := pages[pgno]; ok && !bytes.Equal(p, data) {
+			same = false
+		}
+	})
+	if err != nil || !same || sums.Sum() != want || (pages != nil && sums.Pages() != commit) {
 		db.Close()
 		return nil, nil, nil // not the head, or not readable: restored over
 	}
@@ -136,8 +173,8 @@ func (r *Replicas) localHead(ctx context.Context, addr abi.Address, opts storage
 }
 
 // checksumsOf is the checksums of every page of db, taken in chunks so a
-// large database is never in memory whole.
-func checksumsOf(ctx context.Context, db storage.Replicator) (*history.Checksums, error) {
+// large database is never in memory whole; each page is also shown to see.
+func checksumsOf(ctx context.Context, db storage.Replicator, see func(pgno uint32, data []byte)) (*history.Checksums, error) {
 	const chunk = 1024
 	sums := &history.Checksums{}
 	var pages []history.Page
@@ -154,6 +191,7 @@ func checksumsOf(ctx context.Context, db storage.Replicator) (*history.Checksums
 		if pageSize == 0 {
 			pageSize = uint32(len(data))
 		}
+		see(pgno, data)
 		pages = append(pages, history.Page{Pgno: pgno, Data: append([]byte(nil), data...)})
 		if len(pages) == chunk {
 			return flush()

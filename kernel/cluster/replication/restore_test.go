@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,11 +13,14 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/superfly/ltx"
+
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/faulty"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/memdb"
 )
 
 // write ships n events at generation gen on a node of its own, without
@@ -352,6 +356,63 @@ func TestLocalHeadNotShippedAgain(t *testing.T) {
 		}
 		if sh := mustShip(t, st); sh.Key != (history.Key{}) || len(w.keys()) != n {
 			t.Fatalf("a start on the local head shipped %s again", sh.Key)
+		}
+	})
+}
+
+// A local database one transaction behind the head whose checksum is the
+// head's all the same: the head's transaction changed two pages by the same
+// bytes at the same offset, which LTX's XOR of page checksums cannot see.
+// The start must restore over it rather than take it for the head. (Planted
+// bug: comparing the checksum alone keeps the stale file, losing the
+// acknowledged write.)
+func TestLocalHeadCollidingChecksum(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t)
+		drvA, drvB := newDriver(), newDriver()
+		a, b := w.node(drvA), w.node(drvB)
+		page := func(fill byte) []byte { return bytes.Repeat([]byte{fill}, memdb.PageSize) }
+
+		st, db := w.open(a, 1, newHold())
+		db.Commit(3, map[uint32][]byte{1: page(1), 2: page(0), 3: page(0)})
+		mustShip(t, st)
+		stale := db.Pages()
+		if err := st.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+
+		st, db = w.open(b, 2, newHold())
+		p2, p3 := page(0), page(0)
+		p2[100], p3[100] = 7, 7 // the same change at the same offset of two pages
+		db.Commit(3, map[uint32][]byte{2: p2, 3: p3})
+		sh := mustShip(t, st)
+		head := db.Pages()
+		st.Close(context.Background())
+		db.Close()
+
+		var before, after history.Checksums
+		sumOf := func(c *history.Checksums, pages [][]byte) ltx.Checksum {
+			var ps []history.Page
+			for i, p := range pages {
+				ps = append(ps, history.Page{Pgno: uint32(i + 1), Data: p})
+			}
+			sum, err := c.Apply(memdb.PageSize, uint32(len(pages)), ps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sum
+		}
+		if sumOf(&before, stale) != sumOf(&after, head) {
+			t.Fatal("the test's two states no longer share a checksum: it proves nothing")
+		}
+
+		_, db = w.open(a, 3, newHold())
+		if !sameState(db.Pages(), head) {
+			t.Fatalf("node a started on its stale database, not the head %s: the acknowledged write is lost", sh.Key)
+		}
+		if db.Replaced() == nil {
+			t.Error("the stale database was not set aside")
 		}
 	})
 }
