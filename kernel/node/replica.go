@@ -69,8 +69,9 @@ func ownerKey(a *actor) (ownership.Actor, error) {
 	return ownership.Actor{Tenant: a.addr.Tenant, Class: a.addr.Class, Name: name}, err
 }
 
-// errBroken refuses the events of an actor whose history in the bucket
-// cannot be restored: it is never rolled back to an older state instead.
+// errBrokenPublic is what the events of an actor whose history in the
+// bucket cannot be restored answer: it is never rolled back to an older
+// state instead.
 const errBrokenPublic = "the actor's history in the bucket is broken; it is refused until the history is repaired"
 
 // openDatabase opens the actor's database: storage's on a node alone; on a
