@@ -270,10 +270,16 @@ func (s *sizedBody) short() error {
 	return fmt.Errorf("bucket: body ended after %d of its declared %d bytes: %w", s.got, s.size, io.ErrUnexpectedEOF)
 }
 
+// Lister is the listing part of a Bucket, for ListAll: a caller may wrap
+// List with rules of its own (a restore's resends) and page it the same way.
+type Lister interface {
+	List(ctx context.Context, prefix string, opts ListOptions) (ListPage, error)
+}
+
 // ListAll follows a listing of prefix from page to page and returns every
 // entry, in the order the pages gave them (sort them if order matters: see
 // List on order across a "/").
-func ListAll(ctx context.Context, b Bucket, prefix string) ([]Entry, error) {
+func ListAll(ctx context.Context, b Lister, prefix string) ([]Entry, error) {
 	var all []Entry
 	opts := ListOptions{}
 	for {

@@ -182,42 +182,45 @@ func readOnce(ctx context.Context, b bucket.Bucket, clk clock.Clock, key string,
 	return buf.Bytes(), nil
 }
 
-// list lists prefix whole, each page under the silence rule and sent again
-// up to ReadTries tries.
+// list lists prefix whole (bucket.ListAll), each page under the silence
+// rule and sent again up to ReadTries tries.
 func list(ctx context.Context, b bucket.Bucket, clk clock.Clock, prefix string) ([]bucket.Entry, error) {
-	var out []bucket.Entry
-	after := ""
-	for {
-		var page bucket.ListPage
-		var err error
-		for try := 0; try < ReadTries; try++ {
-			lctx, cancel := clock.WithTimeout(ctx, clk, ReadSilence)
-			page, err = b.List(lctx, prefix, bucket.ListOptions{StartAfter: after})
-			silent := lctx.Err() != nil
-			cancel()
-			if err == nil || ctx.Err() != nil {
-				break
-			}
-			if silent {
-				continue
-			}
-			again, pause := retryable(err)
-			if !again {
-				break
-			}
-			if pause && try < len(ReadPauses) {
-				if serr := clock.Sleep(ctx, clk, ReadPauses[try]); serr != nil {
-					return nil, serr
-				}
-			}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("replication: list %s: %w", prefix, err)
-		}
-		out = append(out, page.Entries...)
-		if page.Next == "" {
-			return out, nil
-		}
-		after = page.Next
+	entries, err := bucket.ListAll(ctx, resending{b, clk}, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("replication: list %s: %w", prefix, err)
 	}
+	return entries, nil
+}
+
+// resending is a bucket's List under a restore's read rules: a page the
+// bucket leaves silent for ReadSilence, or refuses with an error a resend
+// may get past, is asked again, up to ReadTries tries.
+type resending struct {
+	b   bucket.Bucket
+	clk clock.Clock
+}
+
+func (r resending) List(ctx context.Context, prefix string, opts bucket.ListOptions) (page bucket.ListPage, err error) {
+	for try := 0; try < ReadTries; try++ {
+		lctx, cancel := clock.WithTimeout(ctx, r.clk, ReadSilence)
+		page, err = r.b.List(lctx, prefix, opts)
+		silent := lctx.Err() != nil
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		if silent {
+			continue
+		}
+		again, pause := retryable(err)
+		if !again {
+			break
+		}
+		if pause && try < len(ReadPauses) {
+			if serr := clock.Sleep(ctx, r.clk, ReadPauses[try]); serr != nil {
+				return page, serr
+			}
+		}
+	}
+	return page, err
 }
