@@ -27,8 +27,8 @@ type eventState struct {
 	// (delete-self-durable), so storage calls are refused.
 	deleteAtEnd, deleted bool
 	// unheld: the actor's replication ended in the event (an exec-durable
-	// whose upload failed): storage calls are refused, and the actor is
-	// given up when the event ends.
+	// or a delete's reset whose upload failed): storage calls are refused,
+	// and the actor is given up when the event ends.
 	unheld       bool
 	alarmTouched bool // set-alarm or clear-alarm ran: the timer follows the database
 	responded    bool

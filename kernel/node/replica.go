@@ -225,7 +225,9 @@ func (a *actor) resetHeld(ctx context.Context) error {
 	}
 	if err != nil {
 		if a.stream.Err() != nil {
-			a.giveUp(ctx)
+			// Given up when the event ends: a durable delete runs inside
+			// the guest's call, whose instance must not go under it.
+			a.state.unheld = true
 		}
 		return err
 	}
