@@ -11,13 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/membership"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
 )
@@ -42,12 +41,16 @@ type Config struct {
 	// Fenced is called when this node wrote a fence over a peer; nil for
 	// none.
 	Fenced func(peer string)
+	// Listed is called after each heartbeat listing with how long it took
+	// and its error, before the View changes; nil for none.
+	Listed func(took time.Duration, err error)
 }
 
 // Member is this process's membership: its node lease and its holds.
 type Member struct {
 	Lease  *nodelease.Lease
 	Owners *ownership.Owners
+	View   *membership.View // the peers, from WatchPeers's listings
 
 	ready  atomic.Bool // the lease is valid: not before Join ends, not while lapsed
 	cfg    Config
@@ -84,7 +87,8 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 		}
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	m := &Member{cancel: cancel, done: make(chan struct{})}
+	m := &Member{cancel: cancel, done: make(chan struct{}),
+		View: membership.NewView(cfg.NodeID, cfg.Settings, cfg.Clock)}
 	lease, err := nodelease.New(nodelease.Config{
 		Bucket: cfg.Bucket, Clock: cfg.Clock, Settings: cfg.Settings,
 		NodeID: cfg.NodeID, Instance: cfg.Instance, Info: cfg.Info,
@@ -133,13 +137,14 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 	return m, nil
 }
 
-// WatchPeers is the heartbeat listing as far as fencing goes (book ADR
-// 0020 section 2), until ctx ends: every lease period, while the lease is
-// valid, it lists nodes/, shows each peer's object to the Fencer, and
-// fences each peer whose watch is complete (Config.Fenced), so a node that
-// stopped renewing frees its actors ttl + grace after its last write. Each
-// request is bounded by one lease attempt. The caller runs it on a
-// goroutine of its own (a simulation, in a step of its own).
+// WatchPeers is the heartbeat listing (book ADR 0020 section 2), until
+// ctx ends: every lease period, while the lease is valid, it lists nodes/
+// and reads each peer's object, puts them in the View, calls
+// Config.Listed, shows each object to the Fencer, and fences each peer
+// whose watch is complete (Config.Fenced), so a node that stopped renewing
+// frees its actors ttl + grace after its last write. Each request is
+// bounded by one lease attempt. The caller runs it on a goroutine of its
+// own (a simulation, in a step of its own).
 func (m *Member) WatchPeers(ctx context.Context) {
 	cfg := m.cfg
 	f := m.Lease.Fencer()
@@ -153,27 +158,24 @@ func (m *Member) WatchPeers(ctx context.Context) {
 		if !m.Lease.Valid() {
 			continue
 		}
-		var ids []string
-		err := bounded(func(ctx context.Context) error {
-			entries, err := bucket.ListAll(ctx, cfg.Bucket, nodelease.Prefix)
-			for _, e := range entries {
-				if id := strings.TrimPrefix(e.Key, nodelease.Prefix); id != cfg.NodeID {
-					ids = append(ids, id)
-				}
-			}
+		var peers []membership.Peer
+		start := cfg.Clock.Now()
+		err := bounded(func(ctx context.Context) (err error) {
+			peers, err = membership.List(ctx, cfg.Bucket)
 			return err
 		})
+		if cfg.Listed != nil {
+			cfg.Listed(cfg.Clock.Now().Sub(start), err)
+		}
 		if err != nil {
 			continue
 		}
-		sort.Strings(ids) // the same order whatever the listing's
-		for _, id := range ids {
-			var r nodelease.Read
-			if bounded(func(ctx context.Context) (err error) {
-				r, err = nodelease.ReadObject(ctx, cfg.Bucket, id)
-				return err
-			}) == nil {
-				f.Observe(id, r.Body)
+		m.View.Update(peers)
+		var ids []string
+		for _, p := range peers {
+			if p.ID != cfg.NodeID {
+				f.Observe(p.ID, p.Body)
+				ids = append(ids, p.ID)
 			}
 		}
 		for _, id := range ids {

@@ -75,6 +75,12 @@ func (s Settings) Validity() time.Duration { return s.TTL - s.Safety }
 // actors: ttl + grace.
 func (s Settings) Takeover() time.Duration { return s.TTL + s.Grace }
 
+// Horizon is how long after its written_at a live lease object counts
+// as live for membership and trust: three heartbeat periods plus the
+// allowed clock skew (10 s with the defaults), also for a node that cannot
+// list the bucket.
+func (s Settings) Horizon() time.Duration { return 3*s.Period() + s.MaxSkew }
+
 // Watch is how long a peer must see a node's object unchanged before it
 // may fence it: a lease period plus one attempt timeout.
 func (s Settings) Watch() time.Duration { return s.Period() + s.AttemptTimeout() }
