@@ -1,7 +1,6 @@
 package nodelease
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -115,9 +114,8 @@ func (f *Fencer) TryFence(ctx context.Context, id string) (FenceOutcome, error) 
 		return NotDue, nil
 	}
 	o.State = Fenced
-	body := o.Encode()
 	err = f.l.attempt(ctx, func(ctx context.Context) error {
-		_, err := f.l.b.Put(ctx, Key(id), bytes.NewReader(body), int64(len(body)), bucket.Condition{IfVersion: r.Version})
+		_, err := writeObject(ctx, f.l.b, id, o, bucket.Condition{IfVersion: r.Version})
 		return err
 	})
 	if err == nil {

@@ -1,7 +1,6 @@
 package nodelease
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -156,9 +155,8 @@ func (l *Lease) attempt(ctx context.Context, f func(context.Context) error) erro
 func (l *Lease) read(ctx context.Context) (Read, error) { return l.readPeer(ctx, l.id) }
 
 func (l *Lease) put(ctx context.Context, o Object, cond bucket.Condition) (v bucket.Version, err error) {
-	body := o.Encode()
 	err = l.attempt(ctx, func(ctx context.Context) error {
-		v, err = l.b.Put(ctx, Key(l.id), bytes.NewReader(body), int64(len(body)), cond)
+		v, err = writeObject(ctx, l.b, l.id, o, cond)
 		return err
 	})
 	if l.ev.Wrote != nil {

@@ -177,6 +177,12 @@ func ReadObject(ctx context.Context, b bucket.Bucket, nodeID string) (Read, erro
 	return r, nil
 }
 
+// writeObject puts o as nodes/<id> under cond.
+func writeObject(ctx context.Context, b bucket.Bucket, id string, o Object, cond bucket.Condition) (bucket.Version, error) {
+	body := o.Encode()
+	return b.Put(ctx, Key(id), bytes.NewReader(body), int64(len(body)), cond)
+}
+
 // same reports whether two reads saw the same content (never comparing
 // version tokens).
 func (r Read) same(o Read) bool { return r.Found == o.Found && bytes.Equal(r.Body, o.Body) }

@@ -1,0 +1,150 @@
+package nodelease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+)
+
+// OperatorDid is what FenceByOperator did.
+type OperatorDid int
+
+const (
+	FencedLive       OperatorDid = iota // a live object replaced by a fence keeping its instance, seq and written_at
+	FencedAbsent                        // no object: a fence created, with no instance
+	FencedUnreadable                    // an object that is not format 3 replaced by a fence, with no instance
+	WasFenced                           // already fenced: left as it was
+	WasReleased                         // released by a clean stop: left as it was
+)
+
+var operatorNames = [...]string{"fenced", "fence created", "unreadable object fenced", "already fenced", "already released"}
+
+func (d OperatorDid) String() string { return operatorNames[d] }
+
+// OperatorFence is what FenceByOperator did, and nodes/<id> as it left it.
+type OperatorFence struct {
+	Did    OperatorDid
+	Object Object // the object now: its WrittenAt + ttl + grace is when the node's actors are free
+	// Unreadable is why the object FencedUnreadable replaced was not a
+	// node lease.
+	Unreadable error
+}
+
+// operatorTries bounds FenceByOperator's decisions: each conflict (the
+// node renewed, or another writer came first) reads and decides again.
+const operatorTries = 8
+
+// FenceByOperator is `wasmkeep cluster fence` (book ADR 0020 section 2,
+// Security model "Revocation"): the operator's fence over nodes/<id>,
+// without the watch a peer needs, since the time bound alone keeps it
+// safe. now is the operator's clock. On one versioned read it decides:
+//
+//   - live: replaced If-Match its version by a fence keeping its instance,
+//     seq and written_at; the process exits at its next write, and its
+//     actors are free at that written_at + ttl + grace;
+//   - fenced or released: left as it is (already not live);
+//   - absent: created If-None-Match: * as a fence with no instance, dated
+//     by the bucket's own time for that write but never earlier than now;
+//   - not a format-3 object: replaced If-Match its version by a fence with
+//     no instance, dated as for an absent one.
+//
+// A conflict reads and decides again, at most operatorTries times.
+func FenceByOperator(ctx context.Context, b bucket.Bucket, id string, now time.Time) (OperatorFence, error) {
+	if err := CheckNodeID(id); err != nil {
+		return OperatorFence{}, err
+	}
+	for range operatorTries {
+		r, err := ReadObject(ctx, b, id)
+		if err != nil {
+			return OperatorFence{}, fmt.Errorf("reading nodes/%s: %w", id, err)
+		}
+		var out OperatorFence
+		cond := bucket.Condition{IfVersion: r.Version}
+		switch {
+		case r.Found && r.Err == nil && r.Object.State == Fenced:
+			return OperatorFence{Did: WasFenced, Object: r.Object}, nil
+		case r.Found && r.Err == nil && r.Object.State == Released:
+			return OperatorFence{Did: WasReleased, Object: r.Object}, nil
+		case r.Found && r.Err == nil:
+			o := r.Object
+			o.State = Fenced
+			_, err = writeObject(ctx, b, id, o, cond)
+			out = OperatorFence{Did: FencedLive, Object: o}
+		default:
+			out = OperatorFence{Did: FencedAbsent, Object: Object{State: Fenced, WrittenAt: truncMS(now)}}
+			if r.Found {
+				out.Did, out.Unreadable = FencedUnreadable, r.Err
+			} else {
+				cond = bucket.Condition{IfAbsent: true}
+			}
+			var v bucket.Version
+			if v, err = writeObject(ctx, b, id, out.Object, cond); err == nil {
+				written := out.Object
+				for try := 0; try < 3; try++ {
+					if out.Object, err = dateByBucket(ctx, b, id, written, v); err == nil || errors.Is(err, bucket.ErrPrecondition) {
+						break
+					}
+				}
+				if err != nil && !errors.Is(err, bucket.ErrPrecondition) {
+					return OperatorFence{Did: out.Did, Object: written, Unreadable: out.Unreadable},
+						fmt.Errorf("a fence dated %s by this machine's clock was written over nodes/%s, but not checked against the bucket's time (if this clock is behind, the node's actors may be freed early): %w",
+							written.WrittenAt.UTC().Format(time.RFC3339Nano), id, err)
+				}
+			}
+		}
+		if errors.Is(err, bucket.ErrPrecondition) {
+			continue // nodes/<id> changed since it was read: decide again
+		}
+		if err != nil {
+			return OperatorFence{}, fmt.Errorf("writing the fence over nodes/%s: %w", id, err)
+		}
+		return out, nil
+	}
+	return OperatorFence{}, fmt.Errorf("nodes/%s changed under each of %d tries to fence it", id, operatorTries)
+}
+
+// dateByBucket moves the date of a fence FenceByOperator created (at
+// version v, dated by the operator's clock) to the bucket's own time for
+// that write when the bucket's is later: the object is read back and, if
+// its modification time is after the fence's written_at, rewritten If-Match
+// with that time. A time in whole seconds (S3's Last-Modified) may have
+// been cut down to the second, so it counts as the end of that second.
+// ErrPrecondition: the object changed since the fence was written.
+func dateByBucket(ctx context.Context, b bucket.Bucket, id string, o Object, v bucket.Version) (Object, error) {
+	got, err := b.Get(ctx, Key(id), bucket.GetOptions{})
+	if errors.Is(err, bucket.ErrNotFound) {
+		return o, fmt.Errorf("the fence was deleted as it was written: %w", bucket.ErrPrecondition)
+	}
+	if err != nil {
+		return o, fmt.Errorf("reading the fence back for the bucket's time: %w", err)
+	}
+	body, err := io.ReadAll(io.LimitReader(got.Body, 64<<10))
+	got.Body.Close()
+	if err != nil {
+		return o, fmt.Errorf("reading the fence back for the bucket's time: %w", err)
+	}
+	if string(body) != string(o.Encode()) {
+		return o, fmt.Errorf("nodes/%s changed after the fence was written: %w", id, bucket.ErrPrecondition)
+	}
+	at := BucketTime(got.ModTime)
+	if !at.After(o.WrittenAt) {
+		return o, nil
+	}
+	o.WrittenAt = at
+	_, err = writeObject(ctx, b, id, o, bucket.Condition{IfVersion: got.Version})
+	return o, err
+}
+
+// BucketTime is the latest moment a modification time the bucket gave
+// may stand for, in whole milliseconds rounded up: a time in whole seconds
+// (S3's Last-Modified) counts as the end of its second.
+func BucketTime(mod time.Time) time.Time {
+	if mod.Nanosecond() == 0 {
+		return time.UnixMilli(mod.Add(time.Second - time.Millisecond).UnixMilli())
+	}
+	return time.UnixMilli(mod.Add(time.Millisecond - 1).UnixMilli())
+}
