@@ -45,8 +45,11 @@ var _ Lease = (*nodelease.Lease)(nil)
 // Actor names an actor; each part is already a valid key segment.
 type Actor struct{ Tenant, Class, Name string }
 
+// Prefix is where every ownership record is.
+const Prefix = "owners/"
+
 // Key is the actor's record key.
-func (a Actor) Key() string { return "owners/" + a.Tenant + "/" + a.Class + "/" + a.Name }
+func (a Actor) Key() string { return Prefix + a.Tenant + "/" + a.Class + "/" + a.Name }
 
 func (a Actor) String() string { return a.Tenant + "/" + a.Class + "/" + a.Name }
 

@@ -1,0 +1,217 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/membership"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
+)
+
+// NodeState is a node as `wasmkeep cluster status` shows it.
+type NodeState string
+
+const (
+	NodeLive       NodeState = "live"       // a live lease written within the horizon
+	NodeStale      NodeState = "stale"      // a live lease not written within the horizon
+	NodeFenced     NodeState = "fenced"     // a peer or an operator fenced it
+	NodeReleased   NodeState = "released"   // it stopped cleanly
+	NodeUnreadable NodeState = "unreadable" // nodes/<id> is not a node lease (format 3)
+)
+
+// NodeStatus is one nodes/<id> as cluster status shows it.
+type NodeStatus struct {
+	membership.Peer
+	State NodeState
+	// Age is how long before now its lease's written_at is, on the clock
+	// now came from; negative when it is dated ahead of that clock.
+	Age time.Duration
+}
+
+// Ahead is how far the lease is dated ahead of the status's clock (0 if
+// it is not).
+func (n NodeStatus) Ahead() time.Duration { return max(0, -n.Age) }
+
+// Status is the cluster as its node leases say, judged at one moment.
+type Status struct {
+	At       time.Time    // when it was judged
+	Nodes    []NodeStatus // by node id
+	Live     int          // how many are NodeLive
+	Warnings []string
+}
+
+// ReadStatus lists nodes/ and judges each node by the rule the nodes use
+// (membership.Peer.Live with s) at clk's time once the listing is read,
+// with the book's warnings: no live node; live nodes mixing plain (no
+// cluster address) and the cluster listener; live nodes on different
+// versions; a lease dated ahead of that time by more than max_skew; an
+// object that is not a node lease. It reads the bucket alone.
+func ReadStatus(ctx context.Context, b bucket.Bucket, s nodelease.Settings, clk clock.Clock) (Status, error) {
+	peers, err := membership.List(ctx, b)
+	if err != nil {
+		return Status{}, err
+	}
+	now := clk.Now()
+	st := Status{At: now}
+	var plain, listener []string
+	versions := map[string][]string{}
+	for _, p := range peers {
+		n := NodeStatus{Peer: p, State: NodeUnreadable}
+		if p.Err == nil {
+			n.Age = now.Sub(p.Object.WrittenAt)
+			switch {
+			case p.Live(now, s):
+				n.State = NodeLive
+			case p.Object.State == nodelease.Live:
+				n.State = NodeStale
+			case p.Object.State == nodelease.Fenced:
+				n.State = NodeFenced
+			default:
+				n.State = NodeReleased
+			}
+		}
+		st.Nodes = append(st.Nodes, n)
+		if n.State == NodeLive {
+			st.Live++
+			if p.Object.Info.ClusterAddr == "" {
+				plain = append(plain, p.ID)
+			} else {
+				listener = append(listener, p.ID)
+			}
+			versions[p.Object.Info.Version] = append(versions[p.Object.Info.Version], p.ID)
+		}
+		if a := n.Ahead(); p.Err == nil && a > s.MaxSkew {
+			st.Warnings = append(st.Warnings, aheadWarning(n, s))
+		}
+		if p.Err != nil {
+			st.Warnings = append(st.Warnings, fmt.Sprintf("nodes/%s is not a node lease: %v", p.ID, p.Err))
+		}
+	}
+	if st.Live == 0 {
+		st.Warnings = append([]string{"no live node"}, st.Warnings...)
+	}
+	if len(plain) > 0 && len(listener) > 0 {
+		st.Warnings = append(st.Warnings, fmt.Sprintf("mixed plain and TLS nodes: %s still plain while %s use the cluster listener; give every node a cluster listener, then drop --cluster-plaintext accept (ADR 0011)",
+			strings.Join(plain, ", "), strings.Join(listener, ", ")))
+	}
+	if len(versions) > 1 {
+		var vs []string
+		for v, ids := range versions {
+			if v == "" {
+				v = "(none)"
+			}
+			vs = append(vs, fmt.Sprintf("%s (%s)", v, strings.Join(ids, ", ")))
+		}
+		sort.Strings(vs)
+		st.Warnings = append(st.Warnings, "live nodes run different WasmKeep versions: "+strings.Join(vs, ", ")+"; upgrade every node together (book: Upgrading WasmKeep)")
+	}
+	return st, nil
+}
+
+func aheadWarning(n NodeStatus, s nodelease.Settings) string {
+	what := fmt.Sprintf("nodes/%s (%s) is dated %v ahead of this clock, more than max_skew %v: ", n.ID, n.State, n.Ahead().Round(time.Millisecond), s.MaxSkew)
+	if n.State == NodeFenced || n.State == NodeReleased {
+		return what + fmt.Sprintf("its actors are free only %v after that date; fix the clock that is wrong (that node's, or this machine's if it is behind)", s.Takeover())
+	}
+	return what + "such a lease never goes stale, so no node fences it and its actors stay held until that date; fix the clock that is wrong (that node's, or this machine's if it is behind). wasmkeep cluster fence stops the node, but the fence keeps the date"
+}
+
+// RecordsNaming lists owners/ and reads every ownership record, counting
+// those that name node id as their holder. A record that does not decode
+// is an error naming its key.
+func RecordsNaming(ctx context.Context, b bucket.Bucket, id string) (int, error) {
+	entries, err := bucket.ListAll(ctx, b, ownership.Prefix)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range entries {
+		o, err := b.Get(ctx, e.Key, bucket.GetOptions{})
+		if errors.Is(err, bucket.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("reading %s: %w", e.Key, err)
+		}
+		body, err := io.ReadAll(io.LimitReader(o.Body, 4<<10))
+		o.Body.Close()
+		if err != nil {
+			return 0, fmt.Errorf("reading %s: %w", e.Key, err)
+		}
+		r, err := ownership.Decode(body)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", e.Key, err)
+		}
+		if r.Node == id {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// RefusedError is a refusal of Forget: removing nodes/<id> would not be
+// safe, for the reason it gives.
+type RefusedError struct{ Reason string }
+
+func (e *RefusedError) Error() string { return e.Reason }
+
+// Forgotten is what Forget did.
+type Forgotten struct {
+	Removed bool             // nodes/<id> was deleted; false: there was none
+	Object  nodelease.Object // the object removed
+	Records int              // with no object: the records that still name the node
+}
+
+// Forget is `wasmkeep cluster forget`: it deletes nodes/<id> only when
+// that is safe at now (the operator's clock): not a live lease, whatever
+// its age (the node may be running: stop or fence it first); not an
+// object that is no node lease (fence it first: the fence replaces it);
+// not a fenced or released lease younger than ttl + grace (its actors are
+// not free yet); and no ownership record naming the node (a deleted lease
+// frees nothing: those actors would stay held for ever). Each refusal is a
+// *RefusedError. The delete is unconditional: the object is no running
+// node's to write. With no object it deletes nothing and counts the
+// records that still name the node.
+func Forget(ctx context.Context, b bucket.Bucket, id string, s nodelease.Settings, now time.Time) (Forgotten, error) {
+	if err := nodelease.CheckNodeID(id); err != nil {
+		return Forgotten{}, err
+	}
+	r, err := nodelease.ReadObject(ctx, b, id)
+	if err != nil {
+		return Forgotten{}, fmt.Errorf("reading nodes/%s: %w", id, err)
+	}
+	if !r.Found {
+		n, err := RecordsNaming(ctx, b, id)
+		return Forgotten{Records: n}, err
+	}
+	o := r.Object
+	switch {
+	case r.Err != nil:
+		return Forgotten{}, &RefusedError{fmt.Sprintf("nodes/%s is not a node lease (%v): fence it first (wasmkeep cluster fence %s replaces it), then forget it %v later", id, r.Err, id, s.Takeover())}
+	case o.State == nodelease.Live:
+		return Forgotten{}, &RefusedError{fmt.Sprintf("nodes/%s is live (last written %v ago, at %s): stop the node (it writes released), or fence it, and forget it %v after its last write",
+			id, now.Sub(o.WrittenAt).Round(time.Millisecond), o.Info.Advertise, s.Takeover())}
+	case now.Before(o.WrittenAt.Add(s.Takeover())):
+		return Forgotten{}, &RefusedError{fmt.Sprintf("nodes/%s is %s, but its actors are not free until %v after its last write (%v from now): try again then",
+			id, o.State, s.Takeover(), o.WrittenAt.Add(s.Takeover()).Sub(now).Round(time.Millisecond))}
+	}
+	n, err := RecordsNaming(ctx, b, id)
+	if err != nil {
+		return Forgotten{}, err
+	}
+	if n > 0 {
+		return Forgotten{}, &RefusedError{fmt.Sprintf("%d ownership records still name node %s: without nodes/%s they would stay held for ever; start a node with this id, or request those actors so that another node takes them, then forget it", n, id, id)}
+	}
+	if err := b.Delete(ctx, nodelease.Key(id), bucket.Condition{}); err != nil && !errors.Is(err, bucket.ErrNotFound) {
+		return Forgotten{}, fmt.Errorf("deleting nodes/%s: %w", id, err)
+	}
+	return Forgotten{Removed: true, Object: o}, nil
+}

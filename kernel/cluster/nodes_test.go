@@ -1,0 +1,144 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/simtest"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
+)
+
+func putLease(t *testing.T, b bucket.Bucket, id string, o nodelease.Object) {
+	t.Helper()
+	body := o.Encode()
+	if _, err := b.Put(context.Background(), nodelease.Key(id), bytes.NewReader(body), int64(len(body)), bucket.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func putRecord(t *testing.T, b bucket.Bucket, a ownership.Actor, r ownership.Record) {
+	t.Helper()
+	body := r.Encode()
+	if _, err := b.Put(context.Background(), a.Key(), bytes.NewReader(body), int64(len(body)), bucket.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Each node's state by the nodes' own rule (a live lease counts within
+// the horizon, 10 s at the defaults), and the warnings: mixed plain and
+// listener nodes, mixed versions (live nodes only), a lease dated ahead
+// by more than max_skew, no live node.
+func TestReadStatus(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewManual(simtest.Epoch)
+	now := clk.Now()
+	s := nodelease.DefaultSettings()
+	b := buckettest.NewMemory(buckettest.Flaws{})
+	live := func(age time.Duration, version, cluster string) nodelease.Object {
+		return nodelease.Object{State: nodelease.Live, Instance: "i", Seq: 1, WrittenAt: now.Add(-age),
+			Info: nodelease.Info{Version: version, Advertise: "http://x:1", ClusterAddr: cluster}}
+	}
+	st, err := ReadStatus(ctx, b, s, clk)
+	if err != nil || len(st.Nodes) != 0 || st.Live != 0 || len(st.Warnings) != 1 || st.Warnings[0] != "no live node" {
+		t.Fatalf("empty prefix: %+v %v", st, err)
+	}
+	putLease(t, b, "a", live(9*time.Second, "0.3.0", "https://a:7443"))
+	putLease(t, b, "b", live(time.Second, "0.3.0", ""))
+	putLease(t, b, "c", live(10*time.Second, "0.2.0", "")) // stale: its version is not counted
+	f := live(time.Hour, "0.3.0", "")
+	f.State = nodelease.Fenced
+	putLease(t, b, "d", f)
+	f.State = nodelease.Released
+	putLease(t, b, "e", f)
+	putLease(t, b, "g", live(-3*time.Second, "0.3.0", "https://g:7443")) // dated ahead
+	if _, err := b.Put(ctx, nodelease.Key("h"), strings.NewReader("x"), 1, bucket.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err = ReadStatus(ctx, b, s, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, n := range st.Nodes {
+		got = append(got, n.ID+"="+string(n.State))
+	}
+	if want := "a=live b=live c=stale d=fenced e=released g=live h=unreadable"; strings.Join(got, " ") != want || st.Live != 3 {
+		t.Fatalf("states %v (%d live), want %s (3 live)", got, st.Live, want)
+	}
+	if g := st.Nodes[5]; g.Ahead() != 3*time.Second || g.Age != -3*time.Second {
+		t.Errorf("g: ahead %v age %v", g.Ahead(), g.Age)
+	}
+	w := strings.Join(st.Warnings, "\n")
+	for _, want := range []string{"nodes/h is not a node lease", "mixed plain and TLS nodes: b still plain while a, g use the cluster listener", "nodes/g (live) is dated 3s ahead"} {
+		if !strings.Contains(w, want) {
+			t.Errorf("warnings %q lack %q", w, want)
+		}
+	}
+	if strings.Contains(w, "versions") || strings.Contains(w, "no live node") {
+		t.Errorf("warnings %q: one version among live nodes, and some live", w)
+	}
+	putLease(t, b, "c", live(0, "0.4.0", "https://c:7443"))
+	if st, _ = ReadStatus(ctx, b, s, clk); !strings.Contains(strings.Join(st.Warnings, "\n"), "different WasmKeep versions: 0.3.0 (a, b, g), 0.4.0 (c)") {
+		t.Errorf("mixed versions: %q", st.Warnings)
+	}
+}
+
+// Forget refuses a live lease whatever its age, an unreadable object, a
+// fenced or released one younger than ttl + grace, and one that records
+// still name; it removes an old released lease no record names.
+func TestForget(t *testing.T) {
+	ctx := context.Background()
+	now := simtest.Epoch
+	s := nodelease.DefaultSettings()
+	b := buckettest.NewMemory(buckettest.Flaws{})
+	obj := func(st nodelease.State, age time.Duration) nodelease.Object {
+		return nodelease.Object{State: st, Instance: "i", Seq: 1, WrittenAt: now.Add(-age)}
+	}
+	refused := func(id, want string) {
+		t.Helper()
+		_, err := Forget(ctx, b, id, s, now)
+		var re *RefusedError
+		if !errors.As(err, &re) || !strings.Contains(err.Error(), want) {
+			t.Errorf("forget %s: %v, want a refusal with %q", id, err, want)
+		}
+		if r, _ := nodelease.ReadObject(ctx, b, id); !r.Found {
+			t.Errorf("forget %s: removed after a refusal", id)
+		}
+	}
+	putLease(t, b, "live", obj(nodelease.Live, time.Hour))
+	refused("live", "is live")
+	putLease(t, b, "young", obj(nodelease.Released, 14*time.Second))
+	refused("young", "not free until 15s after its last write (1s from now)")
+	if _, err := b.Put(ctx, nodelease.Key("junk"), strings.NewReader("x"), 1, bucket.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	refused("junk", "not a node lease")
+	putLease(t, b, "held", obj(nodelease.Fenced, time.Hour))
+	putRecord(t, b, ownership.Actor{Tenant: "default", Class: "c", Name: "x"}, ownership.Record{Node: "held", Instance: "i", Generation: 3})
+	putRecord(t, b, ownership.Actor{Tenant: "default", Class: "c", Name: "y"}, ownership.Record{Node: "held", Instance: "old", Generation: 1})
+	putRecord(t, b, ownership.Actor{Tenant: "default", Class: "c", Name: "z"}, ownership.Record{Generation: 2})
+	refused("held", "2 ownership records still name node held")
+
+	putLease(t, b, "old", obj(nodelease.Released, 15*time.Second))
+	got, err := Forget(ctx, b, "old", s, now)
+	if err != nil || !got.Removed || got.Object.State != nodelease.Released {
+		t.Fatalf("forget old: %+v %v, want removed", got, err)
+	}
+	if r, _ := nodelease.ReadObject(ctx, b, "old"); r.Found {
+		t.Fatal("nodes/old is still there")
+	}
+	if got, err := Forget(ctx, b, "held-gone", s, now); err != nil || got.Removed || got.Records != 0 {
+		t.Fatalf("forget of an absent id: %+v %v", got, err)
+	}
+	if _, err := Forget(ctx, b, "Bad", s, now); err == nil {
+		t.Fatal("a malformed id was accepted")
+	}
+}
