@@ -153,6 +153,7 @@ func Decode(data []byte) (Object, error) {
 type Read struct {
 	Found   bool
 	Version bucket.Version
+	ModTime time.Time // the bucket's time for the object's last write
 	Body    []byte
 	Object  Object
 	Err     error
@@ -172,7 +173,7 @@ func ReadObject(ctx context.Context, b bucket.Bucket, nodeID string) (Read, erro
 	if err != nil {
 		return Read{}, err
 	}
-	r := Read{Found: true, Version: o.Version, Body: body}
+	r := Read{Found: true, Version: o.Version, ModTime: o.ModTime, Body: body}
 	r.Object, r.Err = Decode(body)
 	return r, nil
 }

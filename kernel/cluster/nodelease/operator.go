@@ -1,10 +1,10 @@
 package nodelease
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
@@ -63,7 +63,6 @@ func FenceByOperator(ctx context.Context, b bucket.Bucket, id string, now time.T
 			return OperatorFence{}, fmt.Errorf("reading nodes/%s: %w", id, err)
 		}
 		var out OperatorFence
-		cond := bucket.Condition{IfVersion: r.Version}
 		switch {
 		case r.Found && r.Err == nil && r.Object.State == Fenced:
 			return OperatorFence{Did: WasFenced, Object: r.Object}, nil
@@ -72,70 +71,68 @@ func FenceByOperator(ctx context.Context, b bucket.Bucket, id string, now time.T
 		case r.Found && r.Err == nil:
 			o := r.Object
 			o.State = Fenced
-			_, err = writeObject(ctx, b, id, o, cond)
+			_, err = writeObject(ctx, b, id, o, bucket.Condition{IfVersion: r.Version})
 			out = OperatorFence{Did: FencedLive, Object: o}
 		default:
-			out = OperatorFence{Did: FencedAbsent, Object: Object{State: Fenced, WrittenAt: truncMS(now)}}
-			if r.Found {
-				out.Did, out.Unreadable = FencedUnreadable, r.Err
-			} else {
-				cond = bucket.Condition{IfAbsent: true}
-			}
-			var v bucket.Version
-			if v, err = writeObject(ctx, b, id, out.Object, cond); err == nil {
-				written := out.Object
-				for try := 0; try < 3; try++ {
-					if out.Object, err = dateByBucket(ctx, b, id, written, v); err == nil || errors.Is(err, bucket.ErrPrecondition) {
-						break
-					}
-				}
-				if err != nil && !errors.Is(err, bucket.ErrPrecondition) {
-					return OperatorFence{Did: out.Did, Object: written, Unreadable: out.Unreadable},
-						fmt.Errorf("a fence dated %s by this machine's clock was written over nodes/%s, but not checked against the bucket's time (if this clock is behind, the node's actors may be freed early): %w",
-							written.WrittenAt.UTC().Format(time.RFC3339Nano), id, err)
-				}
-			}
+			out, err = createFence(ctx, b, id, r, now)
 		}
 		if errors.Is(err, bucket.ErrPrecondition) {
 			continue // nodes/<id> changed since it was read: decide again
 		}
 		if err != nil {
-			return OperatorFence{}, fmt.Errorf("writing the fence over nodes/%s: %w", id, err)
+			return out, fmt.Errorf("fencing nodes/%s: %w", id, err)
 		}
 		return out, nil
 	}
 	return OperatorFence{}, fmt.Errorf("nodes/%s changed under each of %d tries to fence it", id, operatorTries)
 }
 
-// dateByBucket moves the date of a fence FenceByOperator created (at
-// version v, dated by the operator's clock) to the bucket's own time for
-// that write when the bucket's is later: the object is read back and, if
-// its modification time is after the fence's written_at, rewritten If-Match
-// with that time. A time in whole seconds (S3's Last-Modified) may have
+// createFence writes a fence with no instance where r found no node lease
+// (If-None-Match: *) or one that is not format 3 (If-Match its version),
+// dated now, then by the bucket's time for that write if it is later.
+// ErrPrecondition: nodes/<id> changed since r. An error after the write
+// returns the fence as written, dated by now alone.
+func createFence(ctx context.Context, b bucket.Bucket, id string, r Read, now time.Time) (OperatorFence, error) {
+	out := OperatorFence{Did: FencedAbsent, Object: Object{State: Fenced, WrittenAt: truncMS(now)}}
+	cond := bucket.Condition{IfAbsent: true}
+	if r.Found {
+		out.Did, out.Unreadable, cond = FencedUnreadable, r.Err, bucket.Condition{IfVersion: r.Version}
+	}
+	if _, err := writeObject(ctx, b, id, out.Object, cond); err != nil {
+		return OperatorFence{}, err
+	}
+	var err error
+	for range 3 { // a read or write that failed is tried again
+		var dated Object
+		if dated, err = dateByBucket(ctx, b, id, out.Object); err == nil || errors.Is(err, bucket.ErrPrecondition) {
+			out.Object = dated
+			return out, err
+		}
+	}
+	return out, fmt.Errorf("a fence dated %s by this machine's clock was written, but not checked against the bucket's time (if this clock is behind, the node's actors may be freed early): %w",
+		at(out.Object.WrittenAt), err)
+}
+
+// dateByBucket moves the date of a fence createFence wrote (dated by the
+// operator's clock) to the bucket's own time for that write when the
+// bucket's is later: the object is read back and, if its modification
+// time is after the fence's written_at, rewritten If-Match with that time. A time in whole seconds (S3's Last-Modified) may have
 // been cut down to the second, so it counts as the end of that second.
 // ErrPrecondition: the object changed since the fence was written.
-func dateByBucket(ctx context.Context, b bucket.Bucket, id string, o Object, v bucket.Version) (Object, error) {
-	got, err := b.Get(ctx, Key(id), bucket.GetOptions{})
-	if errors.Is(err, bucket.ErrNotFound) {
-		return o, fmt.Errorf("the fence was deleted as it was written: %w", bucket.ErrPrecondition)
-	}
-	if err != nil {
+func dateByBucket(ctx context.Context, b bucket.Bucket, id string, o Object) (Object, error) {
+	r, err := ReadObject(ctx, b, id)
+	switch {
+	case err != nil:
 		return o, fmt.Errorf("reading the fence back for the bucket's time: %w", err)
-	}
-	body, err := io.ReadAll(io.LimitReader(got.Body, 64<<10))
-	got.Body.Close()
-	if err != nil {
-		return o, fmt.Errorf("reading the fence back for the bucket's time: %w", err)
-	}
-	if string(body) != string(o.Encode()) {
+	case !r.Found || !bytes.Equal(r.Body, o.Encode()):
 		return o, fmt.Errorf("nodes/%s changed after the fence was written: %w", id, bucket.ErrPrecondition)
 	}
-	at := BucketTime(got.ModTime)
-	if !at.After(o.WrittenAt) {
+	t := BucketTime(r.ModTime)
+	if !t.After(o.WrittenAt) {
 		return o, nil
 	}
-	o.WrittenAt = at
-	_, err = writeObject(ctx, b, id, o, bucket.Condition{IfVersion: got.Version})
+	o.WrittenAt = t
+	_, err = writeObject(ctx, b, id, o, bucket.Condition{IfVersion: r.Version})
 	return o, err
 }
 
@@ -148,3 +145,5 @@ func BucketTime(mod time.Time) time.Time {
 	}
 	return time.UnixMilli(mod.Add(time.Millisecond - 1).UnixMilli())
 }
+
+func at(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }

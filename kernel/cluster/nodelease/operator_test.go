@@ -1,7 +1,6 @@
 package nodelease
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -44,8 +43,7 @@ func (b *bucketClock) Put(ctx context.Context, key string, body io.Reader, size 
 
 func putObject(t *testing.T, b bucket.Bucket, id string, o Object) {
 	t.Helper()
-	body := o.Encode()
-	if _, err := b.Put(context.Background(), Key(id), bytes.NewReader(body), int64(len(body)), bucket.Condition{}); err != nil {
+	if _, err := writeObject(context.Background(), b, id, o, bucket.Condition{}); err != nil {
 		t.Fatal(err)
 	}
 }
