@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
 )
 
@@ -203,4 +206,133 @@ func TestClusterMetricsAndRestore(t *testing.T) {
 	if v := metricValue(page(metricsURL), "wasmkeep_restore_seconds_count"); v != 1 {
 		t.Errorf("restores after the restart: %v, want 1", v)
 	}
+}
+
+// clusterCmd runs `wasmkeep cluster ARGS --bucket URL` and returns its
+// output and exit status.
+func clusterCmd(t *testing.T, bin string, env []string, bucketURL string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(bin, append(append([]string{"cluster"}, args...), "--bucket", bucketURL)...)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	return string(out), cmd.ProcessState.ExitCode()
+}
+
+// wantCluster runs a cluster command and fails the test unless it exits
+// with code and its output matches every pattern.
+func wantCluster(t *testing.T, bin string, env []string, bucketURL string, code int, patterns []string, args ...string) string {
+	t.Helper()
+	out, got := clusterCmd(t, bin, env, bucketURL, args...)
+	if got != code {
+		t.Errorf("cluster %s: exit %d, want %d:\n%s", strings.Join(args, " "), got, code, out)
+	}
+	for _, p := range patterns {
+		if !regexp.MustCompile(p).MatchString(out) {
+			t.Errorf("cluster %s: output does not match %q:\n%s", strings.Join(args, " "), p, out)
+		}
+	}
+	return out
+}
+
+// cluster status lists a running node live (exit 0), and after its clean
+// stop released (exit 1, as for an empty bucket); forget refuses the live
+// node and the released one until ttl + grace has passed, then removes it.
+// Bad flags and a bucket the build cannot open exit with 2.
+func TestClusterStatusAndForget(t *testing.T) {
+	bin := wasmkeepBinary(t)
+	bucketURL := "file://" + t.TempDir()
+	env := append(withoutWasmkeepVars(), shortLease...)
+	wantCluster(t, bin, env, bucketURL, 1, []string{`0 of 0 nodes live`, `warning: no live node`}, "status")
+	wantCluster(t, bin, env, bucketURL, 2, []string{`unknown flag: --nope`}, "status", "--nope")
+	wantCluster(t, bin, withoutWasmkeepVars(), "gs://x", 2, []string{`no bucket plugin in this build takes "gs" URLs`}, "status")
+	wantCluster(t, bin, env, bucketURL, 2, []string{`node id "Bad" must be`}, "forget", "Bad")
+
+	url, cmd, logs := serveBinary(t, bin, env, "--data-dir", t.TempDir(), "--actor", "counter="+counter(t), "--bucket", bucketURL, "--node-id", "a")
+	wantCluster(t, bin, env, bucketURL, 0, []string{`(?m)^a +yes +\d+ms +\S+ +` + regexp.QuoteMeta(url) + ` +- +-$`, `1 of 1 nodes live; TLS: 0 with a cluster listener, 1 plain`}, "status")
+	out := wantCluster(t, bin, env, bucketURL, 0, nil, "status", "--json")
+	var st struct {
+		Live  int `json:"live"`
+		Nodes []struct {
+			ID, State, Lease, Advertise string
+			Live                        bool
+			AgeMS                       int64 `json:"age_ms"`
+		} `json:"nodes"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	if n := st.Nodes; st.Live != 1 || len(n) != 1 || n[0].ID != "a" || !n[0].Live || n[0].State != "live" || n[0].Advertise != url || n[0].AgeMS < 0 || n[0].AgeMS > 1000 {
+		t.Errorf("status --json: %+v", st)
+	}
+	wantCluster(t, bin, env, bucketURL, 1, []string{`refused: nodes/a is live`}, "forget", "a")
+
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("clean stop: %v\n%s", err, logs)
+	}
+	stopped := time.Now()
+	wantCluster(t, bin, env, bucketURL, 1, []string{`(?m)^a +no \(released\) `, `0 of 1 nodes live`, `warning: no live node`}, "status")
+	if time.Since(stopped) < 1500*time.Millisecond {
+		wantCluster(t, bin, env, bucketURL, 1, []string{`refused: nodes/a is released, but its actors are not free until 1.5s after its last write`}, "forget", "a")
+	}
+	time.Sleep(time.Until(stopped.Add(1600 * time.Millisecond)))
+	wantCluster(t, bin, env, bucketURL, 0, []string{`removed nodes/a \(released, last written `}, "forget", "a")
+	wantCluster(t, bin, env, bucketURL, 1, []string{`0 of 0 nodes live`}, "status")
+	wantCluster(t, bin, env, bucketURL, 0, []string{`nodes/a does not exist, nothing removed`}, "forget", "a")
+}
+
+// cluster fence on a running node makes it exit non-zero at its next
+// lease write; its actors' records, never released, keep forget refusing
+// the id. A fence of an id with no lease creates one, fenced; a second
+// fence leaves it.
+func TestClusterFence(t *testing.T) {
+	bin := wasmkeepBinary(t)
+	dir := t.TempDir()
+	bucketURL := "file://" + dir
+	env := append(withoutWasmkeepVars(), shortLease...)
+	url, cmd, logs := serveBinary(t, bin, env, "--data-dir", t.TempDir(), "--actor", "counter="+counter(t), "--bucket", bucketURL, "--node-id", "b")
+	resp, err := http.Post(url+"/actor/counter/c1/durable", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	fenced := time.Now()
+	wantCluster(t, bin, env, bucketURL, 0, []string{`fenced node b \(instance \w+, at ` + regexp.QuoteMeta(url) + `\): its process stops at its next lease write; its actors are free at `}, "fence", "b")
+	select {
+	case err := <-exited:
+		if err == nil {
+			t.Fatalf("the fenced node exited 0:\n%s", logs)
+		}
+		t.Logf("the fenced node exited %v after the fence: %v", time.Since(fenced), err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the fenced node still runs 10 s after the fence:\n%s", logs)
+	}
+	if !strings.Contains(logs.String(), "fenced") {
+		t.Errorf("the node's log does not say it was fenced:\n%s", logs)
+	}
+	wantCluster(t, bin, env, bucketURL, 1, []string{`(?m)^b +no \(fenced\) `}, "status")
+	wantCluster(t, bin, env, bucketURL, 0, []string{`node b was already fenced, nothing written`}, "fence", "b")
+	time.Sleep(time.Until(fenced.Add(1600 * time.Millisecond)))
+	wantCluster(t, bin, env, bucketURL, 1, []string{`refused: 1 ownership records still name node b`}, "forget", "b")
+
+	wantCluster(t, bin, env, bucketURL, 0, []string{`nodes/ghost did not exist: created a fence dated `}, "fence", "ghost")
+	b, err := fsbucket.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	r, err := nodelease.ReadObject(t.Context(), b, "ghost")
+	if err != nil || !r.Found || r.Err != nil || r.Object.State != nodelease.Fenced || r.Object.Instance != "" {
+		t.Fatalf("nodes/ghost after the fence: %+v %v", r, err)
+	}
+	if d := time.Since(r.Object.WrittenAt); d < 0 || d > 10*time.Second {
+		t.Errorf("the created fence is dated %v, %v from now", r.Object.WrittenAt, d)
+	}
+	wantCluster(t, bin, env, bucketURL, 0, []string{`node ghost was already fenced, nothing written`}, "fence", "ghost")
 }

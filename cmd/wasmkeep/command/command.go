@@ -72,7 +72,15 @@ func Main(plugins ...plugin.Info) int {
 	root.AddCommand(conformanceCommand(reg))
 	root.AddCommand(versionCommand(reg))
 	root.AddCommand(bucketCommand(reg))
+	root.AddCommand(clusterCommand(reg))
 	if err := root.Execute(); err != nil {
+		var ee *exitErr
+		if errors.As(err, &ee) {
+			if ee.err != nil {
+				fmt.Fprintln(os.Stderr, "wasmkeep:", ee.err)
+			}
+			return ee.code
+		}
 		fmt.Fprintln(os.Stderr, "wasmkeep:", err)
 		return 1
 	}

@@ -125,16 +125,23 @@ func conformanceBucket(cmd *cobra.Command, reg *plugin.Registry, f conformanceFl
 // embedded defaults, the environment, then flags) and opens the bucket it
 // chooses.
 func chosenBucket(reg *plugin.Registry, path string, flags ...config.Flag) (bucket.Bucket, config.Choice, error) {
+	b, _, ch, err := chosenConfig(reg, path, flags...)
+	return b, ch, err
+}
+
+// chosenConfig is chosenBucket with the configuration it loaded (the
+// cluster: timings, for the cluster commands).
+func chosenConfig(reg *plugin.Registry, path string, flags ...config.Flag) (bucket.Bucket, *config.Config, config.Choice, error) {
 	cfg, err := config.Load(wasmkeep.DefaultConfig, path, os.Environ(), reg, APIs, flags...)
 	if err != nil {
-		return nil, config.Choice{}, err
+		return nil, nil, config.Choice{}, err
 	}
 	ch, err := cfg.Plugin(plugin.Bucket)
 	if err != nil {
-		return nil, ch, err
+		return nil, cfg, ch, err
 	}
 	b, err := openBucket(ch)
-	return b, ch, err
+	return b, cfg, ch, err
 }
 
 // openBucket builds the chosen bucket plugin.
