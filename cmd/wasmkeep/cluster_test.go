@@ -241,7 +241,8 @@ func wantCluster(t *testing.T, bin string, env []string, bucketURL string, code 
 // cluster status lists a running node live (exit 0), and after its clean
 // stop released (exit 1, as for an empty bucket); forget refuses the live
 // node and the released one until ttl + grace has passed, then removes it.
-// Bad flags and a bucket the build cannot open exit with 2.
+// Bad flags, a bucket the build cannot open and one that does not answer
+// exit with 2.
 func TestClusterStatusAndForget(t *testing.T) {
 	bin := wasmkeepBinary(t)
 	bucketURL := "file://" + t.TempDir()
@@ -250,6 +251,11 @@ func TestClusterStatusAndForget(t *testing.T) {
 	wantCluster(t, bin, env, bucketURL, 2, []string{`unknown flag: --nope`}, "status", "--nope")
 	wantCluster(t, bin, withoutWasmkeepVars(), "gs://x", 2, []string{`no bucket plugin in this build takes "gs" URLs`}, "status")
 	wantCluster(t, bin, env, bucketURL, 2, []string{`node id "Bad" must be`}, "forget", "Bad")
+	// Nothing listens on port 1 of the loopback: the bucket cannot be read.
+	down := append(withoutWasmkeepVars(), "AWS_ENDPOINT=http://127.0.0.1:1", "AWS_ALLOW_HTTP=true",
+		"AWS_ACCESS_KEY_ID=x", "AWS_SECRET_ACCESS_KEY=y", "AWS_REGION=us-east-1")
+	wantCluster(t, bin, down, "s3://down", 2, []string{`listing nodes/: .*connection refused`}, "status")
+	wantCluster(t, bin, down, "s3://down", 2, []string{`reading nodes/a: .*connection refused`}, "fence", "a")
 
 	url, cmd, logs := serveBinary(t, bin, env, "--data-dir", t.TempDir(), "--actor", "counter="+counter(t), "--bucket", bucketURL, "--node-id", "a")
 	wantCluster(t, bin, env, bucketURL, 0, []string{`(?m)^a +yes +\d+ms +\S+ +` + regexp.QuoteMeta(url) + ` +- +-$`, `1 of 1 nodes live; TLS: 0 with a cluster listener, 1 plain`}, "status")
