@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,9 +43,15 @@ func (n NodeStatus) Ahead() time.Duration { return max(0, -n.Age) }
 
 // Status is the cluster as its node leases say, judged at one moment.
 type Status struct {
-	At       time.Time    // when it was judged
-	Nodes    []NodeStatus // by node id
-	Live     int          // how many are NodeLive
+	At    time.Time    // when it was judged
+	Nodes []NodeStatus // by node id
+	Live  int          // how many are NodeLive
+	// Plain and Listener are the live nodes without and with a cluster
+	// address (ADR 0011), by id.
+	Plain, Listener []string
+	// Versions are the versions live nodes run, sorted, "" for a node
+	// that names none.
+	Versions []string
 	Warnings []string
 }
 
@@ -61,7 +68,6 @@ func ReadStatus(ctx context.Context, b bucket.Bucket, s nodelease.Settings, clk 
 	}
 	now := clk.Now()
 	st := Status{At: now}
-	var plain, listener []string
 	versions := map[string][]string{}
 	for _, p := range peers {
 		n := NodeStatus{Peer: p, State: NodeUnreadable}
@@ -82,9 +88,9 @@ func ReadStatus(ctx context.Context, b bucket.Bucket, s nodelease.Settings, clk 
 		if n.State == NodeLive {
 			st.Live++
 			if p.Object.Info.ClusterAddr == "" {
-				plain = append(plain, p.ID)
+				st.Plain = append(st.Plain, p.ID)
 			} else {
-				listener = append(listener, p.ID)
+				st.Listener = append(st.Listener, p.ID)
 			}
 			versions[p.Object.Info.Version] = append(versions[p.Object.Info.Version], p.ID)
 		}
@@ -98,19 +104,19 @@ func ReadStatus(ctx context.Context, b bucket.Bucket, s nodelease.Settings, clk 
 	if st.Live == 0 {
 		st.Warnings = append([]string{"no live node"}, st.Warnings...)
 	}
-	if len(plain) > 0 && len(listener) > 0 {
+	if len(st.Plain) > 0 && len(st.Listener) > 0 {
 		st.Warnings = append(st.Warnings, fmt.Sprintf("mixed plain and TLS nodes: %s still plain while %s use the cluster listener; give every node a cluster listener, then drop --cluster-plaintext accept (ADR 0011)",
-			strings.Join(plain, ", "), strings.Join(listener, ", ")))
+			strings.Join(st.Plain, ", "), strings.Join(st.Listener, ", ")))
 	}
-	if len(versions) > 1 {
+	for v := range versions {
+		st.Versions = append(st.Versions, v)
+	}
+	sort.Strings(st.Versions)
+	if len(st.Versions) > 1 {
 		var vs []string
-		for v, ids := range versions {
-			if v == "" {
-				v = "(none)"
-			}
-			vs = append(vs, fmt.Sprintf("%s (%s)", v, strings.Join(ids, ", ")))
+		for _, v := range st.Versions {
+			vs = append(vs, fmt.Sprintf("%s (%s)", cmp.Or(v, "(none)"), strings.Join(versions[v], ", ")))
 		}
-		sort.Strings(vs)
 		st.Warnings = append(st.Warnings, "live nodes run different WasmKeep versions: "+strings.Join(vs, ", ")+"; upgrade every node together (book: Upgrading WasmKeep)")
 	}
 	return st, nil

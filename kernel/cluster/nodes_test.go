@@ -82,6 +82,9 @@ func TestReadStatus(t *testing.T) {
 			t.Errorf("warnings %q lack %q", w, want)
 		}
 	}
+	if strings.Join(st.Plain, ",") != "b" || strings.Join(st.Listener, ",") != "a,g" || strings.Join(st.Versions, ",") != "0.3.0" {
+		t.Errorf("plain %v, listener %v, versions %v", st.Plain, st.Listener, st.Versions)
+	}
 	if strings.Contains(w, "versions") || strings.Contains(w, "no live node") {
 		t.Errorf("warnings %q: one version among live nodes, and some live", w)
 	}

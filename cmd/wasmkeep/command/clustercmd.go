@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sort"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -237,6 +236,8 @@ func statusAsJSON(out io.Writer, st cluster.Status, s nodelease.Settings, where 
 	return enc.Encode(map[string]any{
 		"bucket": where, "at": st.At.UTC().Format(time.RFC3339Nano), "horizon_ms": s.Horizon().Milliseconds(),
 		"live": st.Live, "nodes": nodes, "warnings": append([]string{}, st.Warnings...),
+		"plain": append([]string{}, st.Plain...), "cluster_listener": append([]string{}, st.Listener...),
+		"versions": append([]string{}, st.Versions...),
 	})
 }
 
@@ -244,8 +245,6 @@ func statusTable(out io.Writer, st cluster.Status, s nodelease.Settings, where s
 	fmt.Fprintf(out, "Cluster %s (live: lease written within %v)\n\n", where, s.Horizon())
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tLIVE\tAGE\tVERSION\tADDRESS\tCLUSTER ADDRESS\tPIN")
-	listener, plain := 0, 0
-	versions := map[string]bool{}
 	for _, n := range st.Nodes {
 		if n.Err != nil {
 			fmt.Fprintf(tw, "%s\tunreadable\t-\t-\t-\t-\t-\n", n.ID)
@@ -254,12 +253,6 @@ func statusTable(out io.Writer, st cluster.Status, s nodelease.Settings, where s
 		live := "no (" + string(n.State) + ")"
 		if n.State == cluster.NodeLive {
 			live = "yes"
-			if n.Object.Info.ClusterAddr == "" {
-				plain++
-			} else {
-				listener++
-			}
-			versions[dash(n.Object.Info.Version)] = true
 		}
 		i := n.Object.Info
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, live, age(n.Age), dash(i.Version), dash(i.Advertise), dash(i.ClusterAddr), dash(shortPin(n.Pin())))
@@ -267,14 +260,13 @@ func statusTable(out io.Writer, st cluster.Status, s nodelease.Settings, where s
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	vs := make([]string, 0, len(versions))
-	for v := range versions {
-		vs = append(vs, v)
-	}
-	sort.Strings(vs)
 	fmt.Fprintf(out, "\n%d of %d nodes live", st.Live, len(st.Nodes))
 	if st.Live > 0 {
-		fmt.Fprintf(out, "; TLS: %d with a cluster listener, %d plain; version: %s", listener, plain, strings.Join(vs, ", "))
+		vs := make([]string, len(st.Versions))
+		for i, v := range st.Versions {
+			vs[i] = dash(v)
+		}
+		fmt.Fprintf(out, "; TLS: %d with a cluster listener, %d plain; version: %s", len(st.Listener), len(st.Plain), strings.Join(vs, ", "))
 	}
 	fmt.Fprintln(out)
 	for _, w := range st.Warnings {
