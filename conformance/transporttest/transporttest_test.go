@@ -1,0 +1,92 @@
+package transporttest_test
+
+import (
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/conformance/transporttest"
+	"github.com/wasmkeep/wasmkeep/kernel/transport"
+	"github.com/wasmkeep/wasmkeep/kernel/transport/plaintext"
+)
+
+func plain() (transport.Transport, error) { return plaintext.New(), nil }
+
+// addsOnly is a transport whose Trust merges the new set into the old one:
+// a peer once trusted is never dropped (a changed pin still replaces the
+// old one).
+type addsOnly struct {
+	transport.Transport
+	mu  sync.Mutex
+	set map[transport.NodeID]string
+}
+
+func (a *addsOnly) Trust(peers map[transport.NodeID]string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.set == nil {
+		a.set = map[transport.NodeID]string{}
+	}
+	maps.Copy(a.set, peers)
+	a.Transport.Trust(a.set)
+}
+
+func names(rules []transporttest.Rule) []string {
+	var out []string
+	for _, r := range rules {
+		out = append(out, r.Name)
+	}
+	return out
+}
+
+func flawed(f transporttest.Factory, wrap func(transport.Transport) transport.Transport) transporttest.Factory {
+	return func() (transport.Transport, error) {
+		tr, err := f()
+		if err != nil {
+			return nil, err
+		}
+		return wrap(tr), nil
+	}
+}
+
+// The suite can fail: each flaw fails exactly the rules that should see it,
+// and the honest transports pass.
+func TestFlawsCaught(t *testing.T) {
+	addOnly := func(tr transport.Transport) transport.Transport { return &addsOnly{Transport: tr} }
+	neverDrops := []string{"TrustDropCuts", "TrustAgain", "TrustRace"}
+	for _, c := range []struct {
+		name string
+		f    transporttest.Factory
+		opts transporttest.Options
+		fail []string
+	}{
+		{"plaintext", plain, transporttest.Options{Unauthenticated: true}, nil},
+		{"plaintext/TrustAddsOnly", flawed(plain, addOnly), transporttest.Options{Unauthenticated: true}, neverDrops},
+		// Plaintext that does not say so: every rule wants PeerOf to work,
+		// or a peer at no pin refused.
+		{"plaintext/Undeclared", plain, transporttest.Options{}, names(transporttest.Rules())},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.opts.Rounds = 5
+			if c.fail != nil {
+				c.opts.Wait = time.Second // what the flaw leaves blocked is waited for this long
+			}
+			results, err := transporttest.Check(t.Context(), c.f, c.opts, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var failed []string
+			for _, r := range results {
+				if r.Failed() {
+					failed = append(failed, r.Rule.Name)
+					t.Logf("%s: %v", r.Rule.Name, r.Err)
+				}
+			}
+			if len(results) != len(transporttest.Rules()) || !slices.Equal(failed, c.fail) {
+				t.Errorf("%d results, failed %v; want %d, failed %v", len(results), failed, len(transporttest.Rules()), c.fail)
+			}
+		})
+	}
+}
