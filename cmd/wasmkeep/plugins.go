@@ -8,6 +8,7 @@ import (
 	wasmtimeruntime "github.com/wasmkeep/wasmkeep/plugins/runtime-wasmtime"
 	wazeroruntime "github.com/wasmkeep/wasmkeep/plugins/runtime-wazero"
 	sqlitestorage "github.com/wasmkeep/wasmkeep/plugins/storage-sqlite"
+	mtlstransport "github.com/wasmkeep/wasmkeep/plugins/transport-mtls"
 )
 
 // plugins is the standard set: every plugin this build can hold. In a
@@ -21,5 +22,6 @@ func plugins() []plugin.Info {
 		fsbucket.Info(),
 		processbucket.Info(),
 		s3bucket.Info(),
+		mtlstransport.Info(),
 	}
 }

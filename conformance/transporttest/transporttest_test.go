@@ -2,6 +2,7 @@ package transporttest_test
 
 import (
 	"maps"
+	"net"
 	"slices"
 	"sync"
 	"testing"
@@ -10,7 +11,10 @@ import (
 	"github.com/wasmkeep/wasmkeep/conformance/transporttest"
 	"github.com/wasmkeep/wasmkeep/kernel/transport"
 	"github.com/wasmkeep/wasmkeep/kernel/transport/plaintext"
+	mtlstransport "github.com/wasmkeep/wasmkeep/plugins/transport-mtls"
 )
+
+func mtls() (transport.Transport, error) { return mtlstransport.Open(5 * time.Second) }
 
 func plain() (transport.Transport, error) { return plaintext.New(), nil }
 
@@ -31,6 +35,15 @@ func (a *addsOnly) Trust(peers map[transport.NodeID]string) {
 	}
 	maps.Copy(a.set, peers)
 	a.Transport.Trust(a.set)
+}
+
+// misnamed names every peer a, at the pin it proved.
+type misnamed struct{ transport.Transport }
+
+func (m misnamed) PeerOf(c net.Conn) (transport.Peer, error) {
+	p, err := m.Transport.PeerOf(c)
+	p.Node = "a"
+	return p, err
 }
 
 func names(rules []transporttest.Rule) []string {
@@ -55,6 +68,7 @@ func flawed(f transporttest.Factory, wrap func(transport.Transport) transport.Tr
 // and the honest transports pass.
 func TestFlawsCaught(t *testing.T) {
 	addOnly := func(tr transport.Transport) transport.Transport { return &addsOnly{Transport: tr} }
+	misname := func(tr transport.Transport) transport.Transport { return misnamed{tr} }
 	neverDrops := []string{"TrustDropCuts", "TrustAgain", "TrustRace"}
 	for _, c := range []struct {
 		name string
@@ -62,8 +76,11 @@ func TestFlawsCaught(t *testing.T) {
 		opts transporttest.Options
 		fail []string
 	}{
+		{"mtls", mtls, transporttest.Options{}, nil},
 		{"plaintext", plain, transporttest.Options{Unauthenticated: true}, nil},
+		{"mtls/TrustAddsOnly", flawed(mtls, addOnly), transporttest.Options{}, neverDrops},
 		{"plaintext/TrustAddsOnly", flawed(plain, addOnly), transporttest.Options{Unauthenticated: true}, neverDrops},
+		{"mtls/PeerOfMisnamed", flawed(mtls, misname), transporttest.Options{}, []string{"PeerOf"}},
 		// Plaintext that does not say so: every rule wants PeerOf to work,
 		// or a peer at no pin refused.
 		{"plaintext/Undeclared", plain, transporttest.Options{}, names(transporttest.Rules())},
