@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
+	"github.com/wasmkeep/wasmkeep/conformance/transporttest"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
 	"github.com/wasmkeep/wasmkeep/plugins/bucket-s3/s3test"
@@ -30,14 +32,57 @@ func runConformance(t *testing.T, bin, yaml string, args ...string) (string, err
 	return string(out), err
 }
 
+// bucketBuild builds testdata/bucketbuild, once per test binary.
+func bucketBuild(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(guestDir, "wasmkeep-memory")
+	buildOnce(t, "wasmkeep-memory", func() error {
+		if out, err := exec.Command("go", "build", "-o", bin, "./testdata/bucketbuild").CombinedOutput(); err != nil {
+			return fmt.Errorf("go build: %v\n%s", err, out)
+		}
+		return nil
+	})
+	return bin
+}
+
+// `wasmkeep conformance transport` passes transport-mtls, every rule, and
+// fails (exit status 1, the broken rules named) a transport plugin that does
+// not authenticate: the kernel's plaintext one, in a custom build.
+func TestConformanceTransport(t *testing.T) {
+	run := func(bin, yaml string) (string, error) {
+		cfg := filepath.Join(t.TempDir(), "plugins.yaml")
+		if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "conformance", "transport", "--config", cfg, "--rounds", "5")
+		cmd.Env = withoutWasmkeepVars()
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	rules := transporttest.Rules()
+	out, err := run(wasmkeepBinary(t), "")
+	if err != nil || !strings.Contains(out, "transport plugin mtls (transport/v1)") ||
+		!strings.Contains(out, fmt.Sprintf("%d rules: %d passed, 0 failed", len(rules), len(rules))) {
+		t.Fatalf("conformance transport on mtls: %v\n%s", err, out)
+	}
+	for _, r := range rules {
+		if !regexp.MustCompile(`(?m)^passed +` + r.Name + ` `).MatchString(out) {
+			t.Errorf("no line for %s passed:\n%s", r.Name, out)
+		}
+	}
+
+	out, err = run(bucketBuild(t), "transport: {use: plain}\n")
+	if exitCode(err) != 1 || !regexp.MustCompile(`(?m)^FAILED +PeerOf +.*want a non-empty`).MatchString(out) ||
+		!strings.Contains(out, "transport plugin plain failed") {
+		t.Errorf("conformance transport on plaintext: %v\n%s", err, out)
+	}
+}
+
 // A custom build with buckettest's reference bucket as a plugin: the command
 // passes it, and fails it (exit status 1, each broken rule named with its
 // reason) once plugins.yaml makes it ignore conditions.
 func TestConformanceBucketPassesAndFails(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "wasmkeep-memory")
-	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/bucketbuild").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := bucketBuild(t)
 	// The build lacks bucket-fs, which the embedded defaults choose: it
 	// serves on those defaults, and the command that needs a bucket says
 	// that the default does not apply and which buckets the build has.

@@ -25,7 +25,7 @@ func conformanceCommand(reg *plugin.Registry) *cobra.Command {
 		Short: "Check that a configured provider keeps its contract",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(conformanceBucketCommand(reg))
+	cmd.AddCommand(conformanceBucketCommand(reg), conformanceTransportCommand(reg))
 	return cmd
 }
 
@@ -121,9 +121,19 @@ func conformanceBucket(cmd *cobra.Command, reg *plugin.Registry, f conformanceFl
 	return nil
 }
 
-// chosenBucket loads the configuration (plugins.yaml at path over the
-// embedded defaults, the environment, then flags) and opens the bucket it
-// chooses.
+// chosen loads the configuration (plugins.yaml at path over the embedded
+// defaults, the environment, then flags) and returns it with the plugin it
+// chooses for kind (the configuration is nil if it did not load).
+func chosen(reg *plugin.Registry, kind plugin.Kind, path string, flags ...config.Flag) (*config.Config, config.Choice, error) {
+	cfg, err := config.Load(wasmkeep.DefaultConfig, path, os.Environ(), reg, APIs, flags...)
+	if err != nil {
+		return nil, config.Choice{}, err
+	}
+	ch, err := cfg.Plugin(kind)
+	return cfg, ch, err
+}
+
+// chosenBucket opens the bucket the configuration chooses (chosen).
 func chosenBucket(reg *plugin.Registry, path string, flags ...config.Flag) (bucket.Bucket, config.Choice, error) {
 	b, _, ch, err := chosenConfig(reg, path, flags...)
 	return b, ch, err
@@ -132,11 +142,7 @@ func chosenBucket(reg *plugin.Registry, path string, flags ...config.Flag) (buck
 // chosenConfig is chosenBucket with the configuration it loaded (the
 // cluster: timings, for the cluster commands).
 func chosenConfig(reg *plugin.Registry, path string, flags ...config.Flag) (bucket.Bucket, *config.Config, config.Choice, error) {
-	cfg, err := config.Load(wasmkeep.DefaultConfig, path, os.Environ(), reg, APIs, flags...)
-	if err != nil {
-		return nil, nil, config.Choice{}, err
-	}
-	ch, err := cfg.Plugin(plugin.Bucket)
+	cfg, ch, err := chosen(reg, plugin.Bucket, path, flags...)
 	if err != nil {
 		return nil, cfg, ch, err
 	}

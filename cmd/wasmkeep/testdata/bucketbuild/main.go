@@ -3,7 +3,9 @@
 // plugin "memory" (buckettest's reference bucket), whose flaws plugins.yaml
 // sets, so that the command is seen failing a provider as well as passing one.
 // It has no bucket-fs, the embedded defaults' bucket: a build that must start
-// all the same.
+// all the same. For `wasmkeep conformance transport` it has a transport
+// plugin "plain", the kernel's plaintext transport, which fails the suite:
+// a transport plugin must authenticate its peers.
 package main
 
 import (
@@ -13,6 +15,8 @@ import (
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
+	"github.com/wasmkeep/wasmkeep/kernel/transport"
+	"github.com/wasmkeep/wasmkeep/kernel/transport/plaintext"
 	wazeroruntime "github.com/wasmkeep/wasmkeep/plugins/runtime-wazero"
 	sqlitestorage "github.com/wasmkeep/wasmkeep/plugins/storage-sqlite"
 )
@@ -37,5 +41,12 @@ func main() {
 				IgnoreDeleteIfVersion: f.IgnoreDeleteIfVersion, ListByDirectory: f.ListByDirectory}), nil
 		},
 	}
-	os.Exit(command.Main(wazeroruntime.Info(), sqlitestorage.Info(), memory))
+	plain := plugin.Info{
+		Kind:    plugin.Transport,
+		Name:    "plain",
+		API:     transport.API,
+		Summary: "the kernel's plaintext transport, for tests",
+		New:     func(any) (any, error) { return plaintext.New(), nil },
+	}
+	os.Exit(command.Main(wazeroruntime.Info(), sqlitestorage.Info(), memory, plain))
 }
