@@ -85,7 +85,8 @@ type Transport interface {
 	Trust(peers map[NodeID]string)
 	// Close ends the transport: its listeners and every connection they
 	// accepted or Dial returned are closed, and later calls to Listen
-	// and Dial fail with an error wrapping net.ErrClosed.
+	// and Dial fail with an error wrapping net.ErrClosed. A second Close
+	// does nothing.
 	Close() error
 }
 
