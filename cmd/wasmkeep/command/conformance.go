@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -78,10 +79,11 @@ func conformanceBucket(cmd *cobra.Command, reg *plugin.Registry, f conformanceFl
 	f.opts.Prefix = buckettest.NewPrefix(f.base)
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "bucket plugin %s (%s), writing under %s\n", ch.Info.Name, ch.Info.API, f.opts.Prefix)
-	width := 0
+	var names []string
 	for _, r := range buckettest.Rules() {
-		width = max(width, len(r.Name))
+		names = append(names, r.Name)
 	}
+	lines := ruleLines{out: out, names: names}
 	failed, capabilities := 0, 0
 	var lacking []string
 	// A line as each rule ends: the large and racing rules take a while.
@@ -100,7 +102,7 @@ func conformanceBucket(cmd *cobra.Command, reg *plugin.Registry, f conformanceFl
 		case r.Rule.Capability:
 			status = "has"
 		}
-		fmt.Fprintf(out, "%-6s  %-*s %7.2fs  %s\n", status, width, r.Rule.Name, r.Elapsed.Seconds(), why)
+		lines.print(status, r.Rule.Name, r.Elapsed, why)
 	})
 	if errors.Is(err, buckettest.ErrUnusable) {
 		return fmt.Errorf("bucket plugin %s: %w (after %d of %d checks)", ch.Info.Name, err, len(results), len(buckettest.Rules()))
@@ -119,6 +121,21 @@ func conformanceBucket(cmd *cobra.Command, reg *plugin.Registry, f conformanceFl
 		return fmt.Errorf("bucket plugin %s failed %d of %d conformance rules", ch.Info.Name, failed, rules)
 	}
 	return nil
+}
+
+// ruleLines prints a conformance run's line per rule, as each ends, the
+// names in a column as wide as the longest.
+type ruleLines struct {
+	out   io.Writer
+	names []string
+}
+
+func (l ruleLines) print(status, name string, elapsed time.Duration, why string) {
+	width := 0
+	for _, n := range l.names {
+		width = max(width, len(n))
+	}
+	fmt.Fprintf(l.out, "%-6s  %-*s %7.2fs  %s\n", status, width, name, elapsed.Seconds(), why)
 }
 
 // chosen loads the configuration (plugins.yaml at path over the embedded

@@ -67,10 +67,11 @@ func conformanceTransport(cmd *cobra.Command, reg *plugin.Registry, f conformanc
 
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "transport plugin %s (%s), nodes on 127.0.0.1\n", ch.Info.Name, ch.Info.API)
-	width := 0
+	var names []string
 	for _, r := range transporttest.Rules() {
-		width = max(width, len(r.Name))
+		names = append(names, r.Name)
 	}
+	lines := ruleLines{out: out, names: names}
 	failed := 0
 	results, err := transporttest.Check(ctx, newTransport, f.opts, func(r transporttest.Result) {
 		status, why := "passed", r.Rule.Summary
@@ -78,7 +79,7 @@ func conformanceTransport(cmd *cobra.Command, reg *plugin.Registry, f conformanc
 			status, why = "FAILED", r.Err.Error()
 			failed++
 		}
-		fmt.Fprintf(out, "%-6s  %-*s %7.2fs  %s\n", status, width, r.Rule.Name, r.Elapsed.Seconds(), why)
+		lines.print(status, r.Rule.Name, r.Elapsed, why)
 	})
 	if err != nil {
 		return err
