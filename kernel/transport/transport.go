@@ -44,7 +44,8 @@ type Transport interface {
 	// listener up, not its life: Close it, or the transport. On a
 	// transport that authenticates, an accepted connection's handshake
 	// may complete lazily, on its first Read or Write or on PeerOf (as
-	// crypto/tls does), bounded by the transport (transport-mtls: 5 s);
+	// crypto/tls does), bounded by the transport (transport-mtls:
+	// handshake_timeout, 5 s by default);
 	// only a peer trusted at the time of its handshake is accepted, and
 	// a handshake from an unknown pin fails, so such a connection's
 	// Reads and Writes fail and nothing it sent is read.
