@@ -1,0 +1,165 @@
+package peers
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// Headers between nodes. Forwarded marks a request a node sent on to an
+// actor's holder: it only stops it being forwarded again, and gives no
+// privilege. NodeHeader names the node that answered, on every response
+// for an actor.
+const (
+	ForwardedHeader = "x-wasmkeep-forwarded"
+	NodeHeader      = "x-wasmkeep-node"
+)
+
+// What the client of a forwarded request is told when the holder gave no
+// answer (book, Running a cluster: How it works).
+const (
+	msgNotAnswered = "the actor's node did not answer; retry"
+	msgLate        = "the actor's node did not answer in time"
+	msgUnreachable = "the actor's node is not reachable; retry"
+)
+
+// Forward sends an outside request on to peer, the actor's holder, once,
+// and answers w with the holder's answer, or, for a WebSocket upgrade the
+// holder accepted, joins the client's connection to the holder's. With no
+// answer: 503 with Retry-After (nothing sent, a connection that could not
+// be opened or that failed before the answer), or 504 without one when a
+// written request got no answer in time (it may have run; an upgrade gets
+// the 503). It returns the failure, for counting, or nil.
+func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string) *Failure {
+	upgrade := isUpgrade(r.Header)
+	out := r.Clone(r.Context())
+	out.RequestURI = ""
+	out.URL = &url.URL{Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
+	out.Close = false
+	StripPrivate(out.Header)
+	removeHopByHop(out.Header, upgrade)
+	out.Header.Set(ForwardedHeader, n.cfg.Self)
+	if r.ContentLength == 0 {
+		out.Body = nil
+	}
+	resp, err := n.Send(r.Context(), peer, out)
+	var f *Failure
+	if errors.As(err, &f) {
+		if r.Context().Err() != nil {
+			return f // the client left: nobody to answer
+		}
+		switch {
+		case f.Kind == NoAnswer && !upgrade:
+			http.Error(w, msgLate, http.StatusGatewayTimeout)
+		case f.Kind == NoRoute:
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, msgUnreachable, http.StatusServiceUnavailable)
+		default:
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, msgNotAnswered, http.StatusServiceUnavailable)
+		}
+		return f
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		n.join(w, resp)
+		return nil
+	}
+	h := w.Header()
+	removeHopByHop(resp.Header, false)
+	for k, vs := range resp.Header {
+		h[k] = vs
+	}
+	w.WriteHeader(resp.StatusCode)
+	io.Copy(w, resp.Body)
+	return nil
+}
+
+// join relays an upgraded connection: the 101 to the client, then bytes
+// both ways until either side ends. The holder's side is the transport's
+// connection, which the transport cuts when the peer stops being trusted.
+func (n *Network) join(w http.ResponseWriter, resp *http.Response) {
+	peerConn := resp.Body.(io.ReadWriteCloser)
+	client, buf, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	defer client.Close()
+	// The 101 and its headers (resp.Write would copy its Body, the
+	// connection, too).
+	fmt.Fprintf(buf, "HTTP/1.1 %s\r\n", resp.Status)
+	resp.Header.Write(buf)
+	buf.WriteString("\r\n")
+	if err := buf.Flush(); err != nil {
+		return
+	}
+	done := make(chan struct{}, 2)
+	go func() {
+		io.Copy(peerConn, buf) // what the client sent, buffered ones first
+		peerConn.Close()
+		done <- struct{}{}
+	}()
+	go func() {
+		io.Copy(client, peerConn)
+		client.Close()
+		done <- struct{}{}
+	}()
+	<-done
+	<-done
+}
+
+// StripPrivate removes every x-wasmkeep-* header: what a client sets is
+// never believed, only what a node sets or signs.
+func StripPrivate(h http.Header) {
+	for k := range h {
+		if strings.HasPrefix(strings.ToLower(k), "x-wasmkeep-") {
+			delete(h, k)
+		}
+	}
+}
+
+// isUpgrade reports whether h asks for a protocol upgrade.
+func isUpgrade(h http.Header) bool {
+	return h.Get("Upgrade") != "" && headerHas(h, "Connection", "upgrade")
+}
+
+func headerHas(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// HopByHop names headers that describe one connection, never passed on.
+func HopByHop(name string) bool {
+	switch strings.ToLower(name) {
+	case "connection", "keep-alive", "transfer-encoding", "upgrade", "content-length", "te", "trailer", "proxy-connection", "proxy-authenticate", "proxy-authorization":
+		return true
+	}
+	return false
+}
+
+// removeHopByHop removes the hop-by-hop headers and those Connection
+// names, keeping Connection and Upgrade for an upgrade and Content-Length
+// always (the body is passed on as it is).
+func removeHopByHop(h http.Header, upgrade bool) {
+	for _, v := range h.Values("Connection") {
+		for _, t := range strings.Split(v, ",") {
+			if t = strings.TrimSpace(t); t != "" && !(upgrade && strings.EqualFold(t, "upgrade")) {
+				h.Del(t)
+			}
+		}
+	}
+	for k := range h {
+		if HopByHop(k) && !strings.EqualFold(k, "content-length") && !(upgrade && (strings.EqualFold(k, "connection") || strings.EqualFold(k, "upgrade"))) {
+			delete(h, k)
+		}
+	}
+}
