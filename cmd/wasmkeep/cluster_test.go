@@ -21,9 +21,10 @@ import (
 )
 
 // shortLease are lease timings that keep a start check under two seconds
-// (ttl + grace), consistent by the book's rules.
+// (ttl + grace), consistent by the book's rules, and a cluster listener on
+// a port of its own (its URL is the address bound).
 var shortLease = []string{"WASMKEEP_CLUSTER__TTL=1s", "WASMKEEP_CLUSTER__GRACE=500ms",
-	"WASMKEEP_CLUSTER__SAFETY=300ms", "WASMKEEP_CLUSTER__MAX_SKEW=100ms"}
+	"WASMKEEP_CLUSTER__SAFETY=300ms", "WASMKEEP_CLUSTER__MAX_SKEW=100ms", "WASMKEEP_CLUSTER__CLUSTER_LISTEN=127.0.0.1:0"}
 
 // Two processes with one --node-id on one bucket: the second refuses to
 // start, naming the first, having served nothing; once the first stops
@@ -258,7 +259,7 @@ func TestClusterStatusAndForget(t *testing.T) {
 	wantCluster(t, bin, down, "s3://down", 2, []string{`reading nodes/a: .*connection refused`}, "fence", "a")
 
 	url, cmd, logs := serveBinary(t, bin, env, "--data-dir", t.TempDir(), "--actor", "counter="+counter(t), "--bucket", bucketURL, "--node-id", "a")
-	wantCluster(t, bin, env, bucketURL, 0, []string{`(?m)^a +yes +[\d.]+m?s +\S+ +` + regexp.QuoteMeta(url) + ` +- +-$`, `1 of 1 nodes live; TLS: 0 with a cluster listener, 1 plain`}, "status")
+	wantCluster(t, bin, env, bucketURL, 0, []string{`(?m)^a +yes +[\d.]+m?s +\S+ +` + regexp.QuoteMeta(url) + ` +https://127\.0\.0\.1:\d+ +[0-9a-f]{16}\.\.\.$`, `1 of 1 nodes live; TLS: 1 with a cluster listener, 0 plain`}, "status")
 	out := wantCluster(t, bin, env, bucketURL, 0, nil, "status", "--json")
 	var st struct {
 		Live  int `json:"live"`

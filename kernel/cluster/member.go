@@ -42,7 +42,7 @@ type Config struct {
 	// none.
 	Fenced func(peer string)
 	// Listed is called after each heartbeat listing with how long it took
-	// and its error, before the View changes; nil for none.
+	// and its error, after the View took a successful one; nil for none.
 	Listed func(took time.Duration, err error)
 }
 
@@ -164,13 +164,15 @@ func (m *Member) WatchPeers(ctx context.Context) {
 			peers, err = membership.List(ctx, cfg.Bucket)
 			return err
 		})
+		if err == nil {
+			m.View.Update(peers)
+		}
 		if cfg.Listed != nil {
 			cfg.Listed(cfg.Clock.Now().Sub(start), err)
 		}
 		if err != nil {
 			continue
 		}
-		m.View.Update(peers)
 		var ids []string
 		for _, p := range peers {
 			if p.ID != cfg.NodeID {

@@ -229,6 +229,18 @@ type Cluster struct {
 	// Advertise is the URL other nodes reach this one at (--advertise),
 	// named in its lease; empty: http:// and node.listen.
 	Advertise string `koanf:"advertise"`
+	// ClusterListen is the cluster listener's address (--cluster-listen),
+	// where peers reach this node over mutual TLS; ClusterAdvertise the
+	// https:// URL they reach it at (--cluster-advertise; empty: https://
+	// and the address bound, when that names a host).
+	ClusterListen    string `koanf:"cluster_listen"`
+	ClusterAdvertise string `koanf:"cluster_advertise"`
+	// Plaintext is whether plain HTTP between nodes is used
+	// (--cluster-plaintext): refuse (empty too) needs a cluster listener
+	// and believes a node's call only there; accept reaches peers without
+	// one at their advertised address and believes signed calls on the
+	// public port too.
+	Plaintext string `koanf:"plaintext"`
 	// HistoryRetentionSecs keeps history younger than this from garbage
 	// collection (--history-retention-secs; 0 collects at once). A pointer,
 	// since unset (history.DefaultRetention) and 0 differ.
@@ -266,6 +278,14 @@ func (c Cluster) Check() error {
 	switch {
 	case c.Bucket == "" && c.NodeID != "":
 		return fmt.Errorf("cluster.node_id (--node-id) is %q but cluster.bucket (--bucket) is not set: a node id names a node in a bucket", c.NodeID)
+	case c.Plaintext != "" && c.Plaintext != "refuse" && c.Plaintext != "accept":
+		return fmt.Errorf("cluster.plaintext (--cluster-plaintext) is %q: refuse or accept", c.Plaintext)
+	case c.ClusterAdvertise != "" && c.ClusterListen == "":
+		return fmt.Errorf("cluster.cluster_advertise (--cluster-advertise) is %q but cluster.cluster_listen (--cluster-listen) is not set: the two go together", c.ClusterAdvertise)
+	case c.ClusterAdvertise != "" && !strings.HasPrefix(c.ClusterAdvertise, "https://"):
+		return fmt.Errorf("cluster.cluster_advertise (--cluster-advertise) %q must be an https:// URL", c.ClusterAdvertise)
+	case c.Bucket == "" && c.ClusterListen != "":
+		return fmt.Errorf("cluster.cluster_listen (--cluster-listen) is %q but cluster.bucket (--bucket) is not set: the cluster listener serves a bucket's nodes", c.ClusterListen)
 	case c.HistoryRetention() < 0:
 		return fmt.Errorf("cluster.history_retention_secs (--history-retention-secs) is %d: it cannot be negative", *c.HistoryRetentionSecs)
 	}

@@ -9,14 +9,16 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/callsign"
 	"github.com/wasmkeep/wasmkeep/kernel/node/address"
 	"github.com/wasmkeep/wasmkeep/kernel/node/fetch"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
 // callerHeader tells a callee which actor is calling; the host removes it
-// from outside requests, so a callee can trust it.
-const callerHeader = "x-wasmkeep-caller"
+// from outside requests, so a callee can trust it. A call between nodes
+// carries it signed (callsign).
+const callerHeader = callsign.CallerHeader
 
 // actorCall serves actors.call: an HTTP-shaped request to class/name in the
 // caller's tenant, delivered through the callee's mailbox while the caller's
@@ -53,18 +55,14 @@ func actorCall(ctx context.Context, st *eventState, mem runtime.Memory, s []uint
 		fail(abi.CallInvalidAddress, "the request needs a method and a path starting with /")
 		return
 	}
-	key := n.opts.Tenant + "/" + c.name + "/" + name
 	chain := append(slices.Clip(st.chain), st.actor.key)
-	if slices.Contains(chain, key) {
-		fail(abi.CallReentrant, "calling "+c.name+"/"+name+" would re-enter an actor waiting in this call chain")
-		return
-	}
 	// The callee sees who calls, as the host says, never as the caller says.
 	req.Headers = slices.DeleteFunc(req.Headers, func(h abi.Header) bool {
 		return strings.HasPrefix(strings.ToLower(h.Name), "x-wasmkeep-")
 	})
 	a := st.actor.addr
-	req.Headers = append(req.Headers, abi.Header{Name: callerHeader, Value: a.Tenant + "/" + a.Class + "/" + address.EscapeName(a.Name)})
+	caller := a.Tenant + "/" + a.Class + "/" + address.EscapeName(a.Name)
+	req.Headers = append(req.Headers, abi.Header{Name: callerHeader, Value: caller})
 	// The call ends a little before the caller's own wall clock does, so
 	// that the caller lives to handle the timeout.
 	if deadline, ok := ctx.Deadline(); ok {
@@ -72,33 +70,13 @@ func actorCall(ctx context.Context, st *eventState, mem runtime.Memory, s []uint
 		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-min(time.Second, n.opts.WallClock/10)))
 		defer cancel()
 	}
-	ev := &event{ctx: ctx, payload: abi.AppendRequest(nil, &req), reply: make(chan outcome, 1), chain: chain}
-	if err := n.deliver(ctx, c, name, ev); err != nil {
-		n.countRefusal(err)
-		fail(callErrorOf(ctx, err))
+	res := n.callActor(ctx, c, name, req, caller, chain, true)
+	if res.failed {
+		fail(res.kind, res.msg)
 		return
 	}
-	select {
-	case out := <-ev.reply:
-		switch {
-		case out.skipped:
-			fail(abi.CallTimeout, "the caller's time ran out before the callee started")
-		case out.err != nil:
-			var f *failure
-			msg := "the callee failed"
-			if errors.As(out.err, &f) {
-				msg = f.public
-			}
-			fail(abi.CallFailed, msg)
-		case int64(len(out.resp.Body)) > n.opts.MaxBodyBytes:
-			fail(abi.CallTooLarge, "the response body is larger than the "+fetch.SizeText(n.opts.MaxBodyBytes)+" limit")
-		default:
-			st.out = abi.AppendResponse(st.out[:0], &out.resp)
-			s[0] = st.result(mem, s[4], s[5], st.out, false)
-		}
-	case <-ctx.Done():
-		fail(abi.CallTimeout, "the callee did not answer within the event's wall-clock limit")
-	}
+	st.out = abi.AppendResponse(st.out[:0], &res.resp)
+	s[0] = st.result(mem, s[4], s[5], st.out, false)
 }
 
 // parseCallAddress reads class/name (the name percent-encoded where it holds

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/callsign"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/peers"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 	"github.com/wasmkeep/wasmkeep/kernel/node/address"
 	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
@@ -81,9 +83,20 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unknown class "+strconv.Quote(route.Class), http.StatusNotFound)
 		return
 	}
+	if cl := n.opts.Cluster; cl != nil {
+		w.Header().Set(peers.NodeHeader, cl.Member.Lease.NodeID())
+		if r.Header.Get(callsign.SignatureHeader) != "" && n.serveCall(w, r, c, route) {
+			return
+		}
+	}
 	// Where the actor runs comes first: the access rule may read this
 	// node's storage, which only the holder's is.
 	if err := n.place(r.Context(), c, route.Name); err != nil {
+		var elsewhere *placement.Elsewhere
+		if errors.As(err, &elsewhere) && n.opts.Cluster != nil {
+			n.forward(w, r, elsewhere)
+			return
+		}
 		n.refuse(w, err)
 		return
 	}
@@ -275,7 +288,7 @@ func writeOutcome(w http.ResponseWriter, out outcome) {
 	}
 	h := w.Header()
 	for _, kv := range out.resp.Headers {
-		if hopByHop(kv.Name) {
+		if peers.HopByHop(kv.Name) {
 			continue
 		}
 		h.Add(kv.Name, kv.Value)
@@ -283,14 +296,4 @@ func writeOutcome(w http.ResponseWriter, out outcome) {
 	h.Set("Content-Length", strconv.Itoa(len(out.resp.Body)))
 	w.WriteHeader(out.resp.Status)
 	w.Write(out.resp.Body)
-}
-
-// hopByHop names headers that describe the connection, which the host
-// manages, not the actor.
-func hopByHop(name string) bool {
-	switch strings.ToLower(name) {
-	case "connection", "keep-alive", "transfer-encoding", "upgrade", "content-length", "te", "trailer", "proxy-connection":
-		return true
-	}
-	return false
 }

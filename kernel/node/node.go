@@ -153,6 +153,10 @@ func (o Options) withDefaults() Options {
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = 16 << 20
 	}
+	if o.Placement == nil && o.Cluster != nil {
+		m := o.Cluster.Member
+		o.Placement = placement.Owned{Records: m.Owners, View: m.View, Self: m.Lease.NodeID(), Key: ownerKey}
+	}
 	if o.Placement == nil {
 		o.Placement = placement.Local{}
 	}
@@ -317,9 +321,16 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 }
 
 // ready reports whether /_wasmkeep/ready answers 200: not while stopping,
-// nor, with a bucket, while the node lease is not valid.
+// nor, with a bucket, while the node lease is not valid, nor before two
+// heartbeat listings: by then this node knows its peers, and its peers,
+// which list as often, have seen its lease and the pin in it, so what it
+// forwards and what it is sent is trusted.
 func (n *Node) ready() bool {
-	return !n.stopping.Load() && (n.opts.Cluster == nil || n.opts.Cluster.Member.Ready())
+	if n.stopping.Load() {
+		return false
+	}
+	c := n.opts.Cluster
+	return c == nil || c.Member.Ready() && c.Member.View.Listings() >= 2
 }
 
 // MetricsHandler serves the node's metrics page (--metrics-listen).

@@ -8,10 +8,13 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/callsign"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/peers"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/replication"
 	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
 	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
@@ -30,6 +33,16 @@ type Cluster struct {
 	Bucket    bucket.Bucket    // the bucket the member uses, counted (bucket.Counting)
 	Metrics   *metrics.Cluster // its collectors, registered on the node's page
 	Retention time.Duration    // --history-retention-secs
+
+	Peers *peers.Network // forwarded requests, relayed upgrades and calls to the other nodes
+	// Signer signs this node's calls to its peers, Verifier checks theirs
+	// (the cluster secret); nil when the secret could not be used, which
+	// stops calls between nodes rather than weakening them.
+	Signer   *callsign.Signer
+	Verifier *callsign.Verifier
+	// PlainCalls believes a signed call on the public port too
+	// (--cluster-plaintext accept); otherwise only on the cluster listener.
+	PlainCalls bool
 }
 
 // restoreDir is the kernel's own directory under the data root where a
@@ -62,11 +75,11 @@ func (n *Node) newReplicas() (*replication.Replicas, error) {
 	})
 }
 
-// ownerKey names the actor in its ownership record: its name encoded as
+// ownerKey names an actor in its ownership record: its name encoded as
 // its history's key is.
-func ownerKey(a *actor) (ownership.Actor, error) {
-	name, err := history.EncodeName(a.addr.Name)
-	return ownership.Actor{Tenant: a.addr.Tenant, Class: a.addr.Class, Name: name}, err
+func ownerKey(addr abi.Address) (ownership.Actor, error) {
+	name, err := history.EncodeName(addr.Name)
+	return ownership.Actor{Tenant: addr.Tenant, Class: addr.Class, Name: name}, err
 }
 
 // errBrokenPublic is what the events of an actor whose history in the
@@ -88,7 +101,7 @@ func (a *actor) openDatabase(ctx context.Context) (storage.DB, error) {
 		return db, nil
 	}
 	owners := n.opts.Cluster.Member.Owners
-	key, err := ownerKey(a)
+	key, err := ownerKey(a.addr)
 	if err != nil {
 		return nil, &failure{public: "internal error", cause: err}
 	}
@@ -96,11 +109,21 @@ func (a *actor) openDatabase(ctx context.Context) (storage.DB, error) {
 	var held *ownership.HeldError
 	switch {
 	case errors.As(err, &held):
-		return nil, &placement.Elsewhere{Addr: a.addr, Owner: placement.Owner{Node: held.Record.Node}}
+		if _, lerr := n.opts.Cluster.Member.View.Live(held.Record.Node); lerr == nil {
+			// It was taken there since this node placed the event.
+			return nil, &placement.Elsewhere{Addr: a.addr, Owner: placement.Owner{Node: held.Record.Node}}
+		}
+		// Its holder stopped writing its lease and is not fenced yet.
+		return nil, unavailable("the actor's node is not reachable; retry", err)
 	case err != nil:
 		return nil, unavailable("the node cannot take the actor now, retry", err)
 	}
+	start := n.clock.Now()
 	stream, db, err := n.replicas.Open(ctx, a.addr, hold.Generation, replication.HoldValid(owners, hold))
+	if err == nil && hold.TookOver {
+		n.opts.Cluster.Metrics.TookOver(n.clock.Now().Sub(start))
+		n.log.Info("took over an actor from a node that had not released it", "actor", a.key, "generation", hold.Generation)
+	}
 	if err != nil {
 		a.releaseHold(hold)
 		if errors.Is(err, history.ErrBroken) {

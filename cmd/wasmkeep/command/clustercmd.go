@@ -242,7 +242,7 @@ func statusAsJSON(out io.Writer, st cluster.Status, s nodelease.Settings, where 
 }
 
 func statusTable(out io.Writer, st cluster.Status, s nodelease.Settings, where string) error {
-	fmt.Fprintf(out, "Cluster %s (live: lease written within %v)\n\n", where, s.Horizon())
+	fmt.Fprintf(out, "Cluster %s (live: lease written within %v)\n\n", where, s.Horizon().Round(time.Millisecond))
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tLIVE\tAGE\tVERSION\tADDRESS\tCLUSTER ADDRESS\tPIN")
 	for _, n := range st.Nodes {

@@ -302,24 +302,25 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	defer stop()
 	// With a bucket the node joins its cluster before it listens: a second
 	// process with this node id is refused here, having taken nothing.
-	var nc *node.Cluster
+	var cn *clusterNode
 	lost := make(chan error, 1)
 	if cfg.Cluster.Bucket != "" {
-		nc, err = joinCluster(ctx, cfg, ns.Listen, log, func(err error) { lost <- err })
+		cn, err = joinCluster(ctx, cfg, ns.Listen, log, func(err error) { lost <- err })
 		if err != nil {
 			return err
 		}
-		defer nc.Bucket.Close()
+		defer cn.close()
 		watch, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()
-		go nc.Member.WatchPeers(watch)
+		go cn.Member.WatchPeers(watch)
+		go cn.Peers.Run(watch)
 		// Leaving releases the holds and the lease, so peers may take the
 		// actors at once; a lost lease is not this process's to release.
 		defer func() {
 			if len(lost) == 0 {
 				leaveCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				if err := nc.Member.Leave(leaveCtx); err != nil {
+				if err := cn.Member.Leave(leaveCtx); err != nil {
 					log.Warn("leaving the cluster", "err", err)
 				}
 			}
@@ -327,7 +328,10 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	}
 	opts := limits(ns)
 	opts.DataDir, opts.Classes, opts.Access, opts.Env = ns.DataDir, ns.Actors, access, env
-	opts.Stateless, opts.Logger, opts.Cluster = f.stateless, log, nc
+	opts.Stateless, opts.Logger = f.stateless, log
+	if cn != nil {
+		opts.Cluster = cn.Cluster
+	}
 	if err := outbound(&opts, cmd.Flags().Changed, ns, f); err != nil {
 		return err
 	}
@@ -343,6 +347,12 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	srv := n.NewServer(ns.Listen)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
+	if cn != nil && cn.listener != nil {
+		csrv := cn.Peers.ClusterServer(n)
+		go func() { errc <- csrv.Serve(cn.listener) }()
+		defer csrv.Close()
+		log.Info("cluster listener", "listen", cn.listener.Addr().String())
+	}
 	if ns.MetricsListen != "" {
 		ml, err := net.Listen("tcp", ns.MetricsListen)
 		if err != nil {

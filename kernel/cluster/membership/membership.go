@@ -79,6 +79,7 @@ type View struct {
 	mu       sync.RWMutex
 	peers    map[string]Peer
 	listedAt time.Time
+	listings int
 }
 
 // NewView returns an empty view for the node self.
@@ -97,7 +98,15 @@ func (v *View) Update(peers []Peer) {
 	}
 	v.mu.Lock()
 	v.peers, v.listedAt = m, v.clk.Now()
+	v.listings++
 	v.mu.Unlock()
+}
+
+// Listings counts the listings the view took.
+func (v *View) Listings() int {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.listings
 }
 
 // ErrNotLive is a peer that does not count as live: absent from the last

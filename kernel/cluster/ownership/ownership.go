@@ -101,6 +101,9 @@ type Hold struct {
 	Actor      Actor
 	Generation uint64
 	Version    bucket.Version // the record's version while the hold lasts
+	// TookOver: the record named another process that had not released
+	// the actor (a fenced, stopped or restarted node's).
+	TookOver bool
 }
 
 var (
@@ -323,15 +326,16 @@ func (o *Owners) Acquire(ctx context.Context, a Actor) (Hold, error) {
 		return Hold{}, ErrLeaseInvalid
 	}
 	rec := Record{Node: o.lease.NodeID(), Instance: o.lease.Instance(), Generation: next}
+	took := found && !cur.Nobody() && !o.ours(cur, cur.Generation)
 	v, err := o.put(ctx, a, rec, cond)
 	if err == nil {
-		return o.register(Hold{Actor: a, Generation: next, Version: v}), nil
+		return o.register(Hold{Actor: a, Generation: next, Version: v, TookOver: took}), nil
 	}
 	// The write may have landed (a lost reply, a retry's conflict) or may
 	// still land: read once, still under the lock.
 	back, body, bv, bfound, berr := o.read(ctx, a, o.s.AttemptTimeout())
 	if berr == nil && bfound && o.ours(back, next) {
-		return o.register(Hold{Actor: a, Generation: next, Version: bv}), nil
+		return o.register(Hold{Actor: a, Generation: next, Version: bv, TookOver: took}), nil
 	}
 	if berr == nil && bfound && !bytes.Equal(body, prior) && !back.Nobody() {
 		if free, ferr := o.free(ctx, back); ferr == nil && !free {

@@ -22,6 +22,14 @@ type Cluster struct {
 	leaseWrites      prometheus.Counter
 	leaseFailures    prometheus.Counter
 	fences           prometheus.Counter
+	forwarded        prometheus.Counter
+	forwardFailures  *prometheus.CounterVec
+	calls            prometheus.Counter
+	callFailures     *prometheus.CounterVec
+	takeovers        prometheus.Counter
+	takeoverRestore  prometheus.Histogram
+	listing          prometheus.Histogram
+	listingFailures  prometheus.Counter
 }
 
 // NewCluster returns the cluster's collectors.
@@ -59,13 +67,40 @@ func NewCluster() *Cluster {
 		fences: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wasmkeep_node_fences_total", Help: "Fences this node wrote over a node that stopped renewing its lease.",
 		}),
+		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmkeep_forwarded_requests_total", Help: "Requests and WebSocket upgrades this node forwarded to the node holding their actor, and that it answered.",
+		}),
+		forwardFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmkeep_forward_failures_total", Help: "Forwarded requests the holder did not answer, by reason: no_route (not live, or not reachable in a way this node uses: not sent), connect (no connection: not sent), broken (the connection failed after the request was written), timeout (written, no answer in time).",
+		}, []string{"reason"}),
+		calls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmkeep_node_calls_total", Help: "actors.call sent to the node holding the callee, and answered by it.",
+		}),
+		callFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmkeep_node_call_failures_total", Help: "actors.call sent to another node that got no answer, by reason (as wasmkeep_forward_failures_total).",
+		}, []string{"reason"}),
+		takeovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmkeep_takeovers_total", Help: "Actors this node took from another node that had not released them (fenced, stopped or restarted).",
+		}),
+		takeoverRestore: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "wasmkeep_takeover_restore_seconds", Help: "A takeover's restore: listing the actor's history and rebuilding its database from the bucket.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+		}),
+		listing: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "wasmkeep_membership_listing_seconds", Help: "A heartbeat listing: nodes/ listed and every node's lease read.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+		listingFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmkeep_membership_listing_failures_total", Help: "Heartbeat listings that failed: the view keeps the last one, each peer trusted until its expiry.",
+		}),
 	}
 }
 
 // Register puts the cluster's collectors on the node's page.
 func (m *Metrics) Register(c *Cluster) {
 	m.reg.MustRegister(c.durableWrite, c.restore, c.restoreFailures, c.snapshotFailures, c.collected,
-		c.collectFailures, c.bucketRequests, c.leaseWrites, c.leaseFailures, c.fences)
+		c.collectFailures, c.bucketRequests, c.leaseWrites, c.leaseFailures, c.fences, c.forwarded, c.forwardFailures,
+		c.calls, c.callFailures, c.takeovers, c.takeoverRestore, c.listing, c.listingFailures)
 }
 
 // DurableWrite observes one acknowledged segment.
@@ -105,3 +140,30 @@ func (c *Cluster) LeaseWrote(err error) {
 
 // Fence counts a fence this node wrote.
 func (c *Cluster) Fence() { c.fences.Inc() }
+
+// Forwarded counts a forwarded request the holder answered.
+func (c *Cluster) Forwarded() { c.forwarded.Inc() }
+
+// ForwardFailed counts a forwarded request the holder did not answer.
+func (c *Cluster) ForwardFailed(reason string) { c.forwardFailures.WithLabelValues(reason).Inc() }
+
+// Called counts an actors.call another node answered.
+func (c *Cluster) Called() { c.calls.Inc() }
+
+// CallFailed counts an actors.call to another node that got no answer.
+func (c *Cluster) CallFailed(reason string) { c.callFailures.WithLabelValues(reason).Inc() }
+
+// TookOver counts a takeover and observes its restore.
+func (c *Cluster) TookOver(restore time.Duration) {
+	c.takeovers.Inc()
+	c.takeoverRestore.Observe(restore.Seconds())
+}
+
+// Listed observes a heartbeat listing.
+func (c *Cluster) Listed(took time.Duration, err error) {
+	if err != nil {
+		c.listingFailures.Inc()
+		return
+	}
+	c.listing.Observe(took.Seconds())
+}

@@ -18,9 +18,10 @@ import (
 // close, an actors.call, a due alarm), before the event touches anything
 // of the actor here: its mailbox, a resident slot, its database.
 //
-// A node alone runs every actor itself (Local). A cluster's placement will
-// answer from the actors' ownership records: this node holds the actor, or
-// nobody does (take it here: Here as well), or another node holds it.
+// A node alone runs every actor itself (Local). A node with a bucket
+// answers from the actors' ownership records (Owned): this node holds the
+// actor, or nobody does (take it here: Here as well), or another node
+// holds it.
 type Placement interface {
 	// Place answers Here or the node that holds the actor at addr. An error
 	// is an owner that cannot be known now: the event is refused with 503
@@ -42,16 +43,16 @@ type Local struct{}
 
 func (Local) Place(context.Context, abi.Address) (Owner, error) { return Here, nil }
 
-// Elsewhere is an event for an actor another node holds: not run here
-// (forwarding to the holder is not built yet).
+// Elsewhere is an event for an actor another node holds: not run here. The
+// front door forwards a request to the holder, actors.call calls it there,
+// and an event that cannot go there is refused with this.
 type Elsewhere struct {
 	Addr  abi.Address
 	Owner Owner
 }
 
 func (e *Elsewhere) Error() string {
-	return fmt.Sprintf("actor %s/%s is held by node %s (%s); this node does not forward yet: retry at that node",
-		e.Addr.Class, address.EscapeName(e.Addr.Name), e.Owner.Node, e.Owner.Addr)
+	return fmt.Sprintf("actor %s/%s is held by node %s; retry", e.Addr.Class, address.EscapeName(e.Addr.Name), e.Owner.Node)
 }
 
 // Unplaced wraps a Placement's error: the actor's owner is not known now.

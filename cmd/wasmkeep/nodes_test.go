@@ -1,0 +1,90 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/peers"
+)
+
+// newPeerNode is node id of the cluster on bucketURL: the counter and
+// probe classes, a cluster listener of its own (shortLease); not started.
+func newPeerNode(t *testing.T, bucketURL string, env []string, id string) *bucketNode {
+	n := newBucketNode(t, bucketURL, env)
+	n.args = []string{"--actor", "counter=" + counter(t), "--actor", "probe=" + probe(t), "--bucket", bucketURL, "--node-id", id}
+	return n
+}
+
+// reply is one answer of a node.
+type reply struct {
+	code int
+	body string
+	node string // x-wasmkeep-node
+}
+
+func ask(t *testing.T, method, u string) reply {
+	t.Helper()
+	req, _ := http.NewRequest(method, u, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, u, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, strings.TrimSpace(string(b)), resp.Header.Get(peers.NodeHeader)}
+}
+
+// Three nodes on one bucket are one cluster: a request through any node
+// reaches the same actor, x-wasmkeep-node naming its holder; actors.call
+// reaches an actor another node holds, with the caller the host names, and
+// a cycle across nodes is refused; a clean stop hands the holder's actors
+// to the next node a request reaches, at once.
+func threeNodes(t *testing.T, bucketURL string, env []string) {
+	a, b, c := newPeerNode(t, bucketURL, env, "a"), newPeerNode(t, bucketURL, env, "b"), newPeerNode(t, bucketURL, env, "c")
+	for _, n := range []*bucketNode{a, b, c} {
+		n.start()
+	}
+	counter := func(n *bucketNode, method string) reply { return ask(t, method, n.url+"/actor/counter/shared") }
+	want := func(r reply, value int, node, what string) {
+		t.Helper()
+		if r.code != 200 || r.body != strconv.Itoa(value) || r.node != node {
+			t.Fatalf("%s: %d %q from node %q; want %d from node %s\na:\n%s\nb:\n%s\nc:\n%s", what, r.code, r.body, r.node, value, node, a.logs, b.logs, c.logs)
+		}
+	}
+	want(counter(b, "POST"), 1, "b", "the first write, on b")
+	want(counter(a, "POST"), 2, "b", "a write through a")
+	want(counter(c, "GET"), 2, "b", "a read through c")
+
+	// p1 is held by a, p2 by c; p2 calls p1 through c.
+	if r := ask(t, "POST", a.url+"/actor/probe/p1/hits"); r.node != "a" {
+		t.Fatalf("p1: %+v", r)
+	}
+	call := func(path string) reply {
+		return ask(t, "POST", c.url+"/actor/probe/p2/call?to=probe/p1&path="+url.QueryEscape(path))
+	}
+	if r := call("/caller"); r.node != "c" || r.body != `200 ["default/probe/p2"]` {
+		t.Fatalf("p2 on c calling p1 on a: %+v, want the caller named by the host only", r)
+	}
+	if r := call("/call?to=probe/p2&path=/hits"); !strings.HasPrefix(r.body, "200 call-error reentrant") {
+		t.Fatalf("p2 calling p1 calling p2 across nodes: %+v, want reentrant", r)
+	}
+
+	b.stop()
+	want(counter(a, "POST"), 3, "a", "the first write after b stopped, through a")
+	want(counter(c, "POST"), 4, "a", "a write through c")
+	a.stop()
+	c.stop()
+}
+
+func TestThreeNodes(t *testing.T) {
+	t.Parallel()
+	t.Run("bucket-fs", func(t *testing.T) { threeNodes(t, "file://"+memDir(t), nil) })
+	t.Run("bucket-s3", func(t *testing.T) {
+		srv := startS3(t)
+		threeNodes(t, "s3://"+srv.NewBucket(t), srv.Environ())
+	})
+}

@@ -1,0 +1,72 @@
+package placement
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/membership"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
+)
+
+type records struct {
+	held  bool
+	rec   ownership.Record
+	found bool
+	err   error
+	reads int
+}
+
+func (r *records) Owns(ownership.Actor) (ownership.Hold, bool) { return ownership.Hold{}, r.held }
+func (r *records) Owner(context.Context, ownership.Actor) (ownership.Record, bool, error) {
+	r.reads++
+	return r.rec, r.found, r.err
+}
+
+// Owned runs here what this process holds (no read), what nobody, this
+// node or a node not live holds, and what an earlier process of a live
+// node held; only a live peer's own hold goes there.
+func TestOwned(t *testing.T) {
+	clk := clock.NewManual(time.UnixMilli(1_000_000))
+	s := nodelease.DefaultSettings()
+	view := membership.NewView("a", s, clk)
+	view.Update([]membership.Peer{{ID: "b", Object: nodelease.Object{State: nodelease.Live, Instance: "ib", Seq: 1,
+		WrittenAt: clk.Now(), Info: nodelease.Info{Advertise: "http://127.0.0.1:2"}}}})
+	key := func(a abi.Address) (ownership.Actor, error) { return ownership.Actor{Tenant: a.Tenant, Class: a.Class, Name: a.Name}, nil }
+	addr := abi.Address{Tenant: "t", Class: "c", Name: "n"}
+	down := errors.New("bucket down")
+	for _, c := range []struct {
+		name  string
+		r     records
+		owner string
+		err   error
+	}{
+		{"held here", records{held: true, err: down}, "", nil},
+		{"no record", records{}, "", nil},
+		{"nobody", records{found: true, rec: ownership.Record{Generation: 3}}, "", nil},
+		{"this node", records{found: true, rec: ownership.Record{Node: "a", Instance: "old", Generation: 3}}, "", nil},
+		{"a live peer", records{found: true, rec: ownership.Record{Node: "b", Instance: "ib", Generation: 3}}, "b", nil},
+		{"a live peer's earlier process", records{found: true, rec: ownership.Record{Node: "b", Instance: "old", Generation: 3}}, "", nil},
+		{"a node not in view", records{found: true, rec: ownership.Record{Node: "z", Instance: "iz", Generation: 3}}, "", nil},
+		{"the record unread", records{err: down}, "", down},
+	} {
+		r := c.r
+		o := Owned{Records: &r, View: view, Self: "a", Key: key}
+		got, err := o.Place(context.Background(), addr)
+		if got.Node != c.owner || !errors.Is(err, c.err) || (c.err == nil && err != nil) {
+			t.Errorf("%s: %+v %v; want node %q, error %v", c.name, got, err, c.owner, c.err)
+		}
+		if c.r.held && r.reads != 0 {
+			t.Errorf("%s: read the record", c.name)
+		}
+	}
+	clk.Advance(s.Horizon())
+	r := records{found: true, rec: ownership.Record{Node: "b", Instance: "ib", Generation: 3}}
+	if got, _ := (Owned{Records: &r, View: view, Self: "a", Key: key}).Place(context.Background(), addr); got != Here {
+		t.Errorf("a peer past its horizon: %+v, want Here", got)
+	}
+}
