@@ -36,7 +36,9 @@ func TestOwned(t *testing.T) {
 	view := membership.NewView("a", s, clk)
 	view.Update([]membership.Peer{{ID: "b", Object: nodelease.Object{State: nodelease.Live, Instance: "ib", Seq: 1,
 		WrittenAt: clk.Now(), Info: nodelease.Info{Advertise: "http://127.0.0.1:2"}}}})
-	key := func(a abi.Address) (ownership.Actor, error) { return ownership.Actor{Tenant: a.Tenant, Class: a.Class, Name: a.Name}, nil }
+	key := func(a abi.Address) (ownership.Actor, error) {
+		return ownership.Actor{Tenant: a.Tenant, Class: a.Class, Name: a.Name}, nil
+	}
 	addr := abi.Address{Tenant: "t", Class: "c", Name: "n"}
 	down := errors.New("bucket down")
 	for _, c := range []struct {
