@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/peers"
 )
@@ -86,5 +90,41 @@ func TestThreeNodes(t *testing.T) {
 	t.Run("bucket-s3", func(t *testing.T) {
 		srv := startS3(t)
 		threeNodes(t, "s3://"+srv.NewBucket(t), srv.Environ())
+	})
+}
+
+// A node whose lease lapses (its lease writes held by the bucket's relay)
+// closes its WebSockets with 1012 before any other node may take their
+// actors; once its writes land again it serves the room again.
+func TestLeaseLapseClosesSockets(t *testing.T) {
+	t.Parallel()
+	n, relay, bucketName := relayedNode(t)
+	n.args = append(n.args, "--actor", "room="+room(t))
+	n.start()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	wsURL := "ws" + strings.TrimPrefix(n.url, "http") + "/actor/room/lapse/"
+	c, _, err := websocket.Dial(ctx, wsURL, nil)
+	if err != nil {
+		t.Fatalf("dial: %v\n%s", err, n.logs)
+	}
+	defer c.CloseNow()
+	relay.Hold(func(req *http.Request) bool {
+		return req.Method == "PUT" && strings.HasPrefix(req.URL.Path, "/"+bucketName+"/nodes/")
+	})
+	for err == nil { // what the room sends first, then the close
+		_, _, err = c.Read(ctx)
+	}
+	if websocket.CloseStatus(err) != websocket.StatusServiceRestart {
+		t.Fatalf("a socket when the node's lease lapsed: %v, want a 1012 close\n%s", err, n.logs)
+	}
+	relay.Release()
+	waitFor(t, 20*time.Second, "the room again once the lease renewed", func() bool {
+		c, _, err := websocket.Dial(ctx, wsURL, nil)
+		if err != nil {
+			return false
+		}
+		c.CloseNow()
+		return true
 	})
 }

@@ -195,3 +195,27 @@ func TestPlacementWebSocket(t *testing.T) {
 	p.move("room/near", placement.Here)
 	n.expect("GET", "/actor/room/near/", "", 200, "") // no on-websocket-close ran here
 }
+
+// A room that hibernated with a socket open here and was then taken by
+// another node has that socket closed with 1012 at the node's owner sweep,
+// though its client only listens (book, Running a cluster: WebSockets).
+func TestPlacementOwnerSweep(t *testing.T) {
+	p := newFakePlacement()
+	n, m := newManualNode(t, node.Options{Placement: p, WebSocketPingAfter: time.Hour})
+	c := dial(t, n, "/actor/room/quiet/")
+	if msg := readText(t, c); msg != "welcome 1" {
+		t.Fatalf("first message %q, want welcome 1", msg)
+	}
+	settle(t, m)
+	m.Advance(35 * time.Second)
+	waitFor(t, time.Minute, "the room to hibernate", func() bool { return n.metric("wasmkeep_actors_resident") == 0 })
+	p.move("room/quiet", n2)
+	settle(t, m)
+	m.Advance(time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, msg, err := c.Read(ctx)
+	if websocket.CloseStatus(err) != websocket.StatusServiceRestart {
+		t.Fatalf("a listening socket of a room taken elsewhere: %q %v, want a close with 1012", msg, err)
+	}
+}

@@ -41,6 +41,10 @@ type Config struct {
 	// Fenced is called when this node wrote a fence over a peer; nil for
 	// none.
 	Fenced func(peer string)
+	// Lapsed is called, after every hold was dropped, when no lease write
+	// landed in time (the lease is not valid until one does); nil for
+	// none. It must not block.
+	Lapsed func()
 	// Listed is called after each heartbeat listing with how long it took
 	// and its error, after the View took a successful one; nil for none.
 	Listed func(took time.Duration, err error)
@@ -97,6 +101,9 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 				m.ready.Store(false)
 				m.Owners.DropAll()
 				log.Warn("node lease lapsed: no lease write landed in time; every actor is given up until one does")
+				if cfg.Lapsed != nil {
+					cfg.Lapsed()
+				}
 			},
 			Renewed: func() {
 				m.ready.Store(true)

@@ -317,6 +317,9 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		return nil, fmt.Errorf("reading pending alarms from %s: %w", opts.DataDir, err)
 	}
 	go n.alarms.Run(n.ctx, n.clock, n.deliverAlarm)
+	if _, alone := n.opts.Placement.(placement.Local); !alone {
+		go n.sweepOwners()
+	}
 	return n, nil
 }
 

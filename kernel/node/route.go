@@ -9,14 +9,17 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/callsign"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/peers"
 	"github.com/wasmkeep/wasmkeep/kernel/node/address"
 	"github.com/wasmkeep/wasmkeep/kernel/node/fetch"
 	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
 	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
+	"github.com/wasmkeep/wasmkeep/kernel/node/websocket"
 )
 
 // Between nodes (book, Running a cluster): a request for an actor another
@@ -241,4 +244,48 @@ func failureKind(err error) string {
 		return f.Kind.String()
 	}
 	return "other"
+}
+
+// LeaseLapsed is what the node does when its lease lapsed (every hold
+// already dropped): its WebSockets close with 1012 at once, before any
+// other node may take their actors, and every resident actor is given up
+// once its queued events ran, so none runs on a hold that is gone. Each is
+// taken again, at a new generation, by its next event once the lease is
+// valid again. It does not block.
+func (n *Node) LeaseLapsed() {
+	n.ws.CloseAll(websocket.ServiceRestart, "the node lost its lease, reconnect")
+	n.mu.Lock()
+	for _, a := range n.actors {
+		a.stop()
+	}
+	n.mu.Unlock()
+}
+
+// ownerSweep is how often the node checks that each actor with open
+// sockets and no instance here is still placed here (book, Running a
+// cluster: WebSockets).
+const ownerSweep = time.Minute
+
+// sweepOwners closes with 1012 the sockets of a room that hibernated here
+// and was then taken by another node, until the node stops: a client that
+// only listens is told within ownerSweep, one that sends at its next
+// message.
+func (n *Node) sweepOwners() {
+	for clock.Sleep(n.ctx, n.clock, ownerSweep) == nil {
+		for _, key := range n.ws.Keys() {
+			n.mu.Lock()
+			resident := n.actors[key] != nil
+			n.mu.Unlock()
+			tenant, rest, _ := strings.Cut(key, "/")
+			class, name, _ := strings.Cut(rest, "/")
+			c := n.classes[class]
+			if resident || c == nil || tenant != n.opts.Tenant {
+				continue
+			}
+			var e *placement.Elsewhere
+			if errors.As(n.place(n.ctx, c, name), &e) {
+				n.ws.CloseActor(key, websocket.ServiceRestart, "the actor moved, reconnect")
+			}
+		}
+	}
 }

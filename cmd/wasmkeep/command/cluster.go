@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -75,9 +76,10 @@ func (f *clusterFlags) layers(fl *pflag.FlagSet) []config.Flag {
 // node itself.
 type clusterNode struct {
 	*node.Cluster
-	listener net.Listener        // the cluster listener, or nil (--cluster-plaintext accept without one)
-	secure   transport.Transport // its transport, or nil
-	plain    transport.Transport // plain HTTP to peers without a listener, or nil (refuse)
+	listener net.Listener              // the cluster listener, or nil (--cluster-plaintext accept without one)
+	secure   transport.Transport       // its transport, or nil
+	plain    transport.Transport       // plain HTTP to peers without a listener, or nil (refuse)
+	node     atomic.Pointer[node.Node] // once it runs: told when the lease lapses
 }
 
 // close ends what joinCluster opened that the node does not close.
@@ -136,6 +138,11 @@ func joinCluster(ctx context.Context, cfg *config.Config, listen string, log *sl
 		Fenced: func(peer string) {
 			cm.Fence()
 			log.Warn("fenced a node that stopped renewing its lease: its actors are free", "node_id", peer)
+		},
+		Lapsed: func() {
+			if n := cn.node.Load(); n != nil {
+				n.LeaseLapsed()
+			}
 		},
 		Listed: func(took time.Duration, err error) {
 			cm.Listed(took, err)

@@ -339,6 +339,9 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	if err != nil {
 		return err
 	}
+	if cn != nil {
+		cn.node.Store(n)
+	}
 	l, err := net.Listen("tcp", ns.Listen)
 	if err != nil {
 		n.Close()

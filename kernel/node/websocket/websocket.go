@@ -390,8 +390,26 @@ func (h *Hub) ping(s *Socket) {
 // Shutdown closes every open socket with 1012 as the node stops, and waits
 // for their goroutines.
 func (h *Hub) Shutdown() {
-	h.closeWhere(func(s *Socket) bool { return s.conn != nil }, ServiceRestart, "node stopping")
+	h.CloseAll(ServiceRestart, "node stopping")
 	h.wg.Wait()
+}
+
+// CloseAll closes every open socket.
+func (h *Hub) CloseAll(code int, reason string) {
+	h.closeWhere(func(s *Socket) bool { return s.conn != nil }, code, reason)
+}
+
+// Keys lists the actors that have open sockets.
+func (h *Hub) Keys() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	keys := make([]string, 0, len(h.byActor))
+	for k, ss := range h.byActor {
+		if len(ss) > 0 {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 // CloseActor closes every socket of the actor key, open or being opened,
