@@ -80,7 +80,24 @@ func threeNodes(t *testing.T, bucketURL string, env []string) {
 	b.stop()
 	want(counter(a, "POST"), 3, "a", "the first write after b stopped, through a")
 	want(counter(c, "POST"), 4, "a", "a write through c")
-	a.stop()
+
+	// A killed holder's actor is taken over by the node a request reaches
+	// once the holder is fenced; meanwhile every request gets a 503 to
+	// retry, and no acknowledged durable write is lost.
+	durable := func(n *bucketNode) reply { return ask(t, "POST", n.url+"/actor/counter/shared/durable") }
+	want(durable(c), 5, "a", "a durable write through c")
+	a.kill()
+	deadline := time.Now().Add(30 * time.Second)
+	for r := durable(c); ; r = durable(c) {
+		if r.code == 200 {
+			want(r, 6, "c", "the first write after a was killed, through c")
+			break
+		}
+		if r.code != 503 || time.Now().After(deadline) {
+			t.Fatalf("while a's actor was not taken over: %+v, want 503 until c takes it\n%s", r, c.logs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	c.stop()
 }
 

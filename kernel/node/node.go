@@ -269,7 +269,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		GuestLogDropped: func() float64 { return float64(n.GuestLogDropped()) },
 		WebSockets:      func() float64 { return float64(n.ws.Len()) },
 		Classes:         func() float64 { return float64(len(n.classes)) },
-		Ready:           n.ready,
+		NotReady:        n.notReady,
 	})
 	if n.replicas, err = n.newReplicas(); err != nil {
 		n.Close()
@@ -323,17 +323,30 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	return n, nil
 }
 
-// ready reports whether /_wasmkeep/ready answers 200: not while stopping,
-// nor, with a bucket, while the node lease is not valid, nor before two
-// heartbeat listings: by then this node knows its peers, and its peers,
-// which list as often, have seen its lease and the pin in it, so what it
-// forwards and what it is sent is trusted.
-func (n *Node) ready() bool {
-	if n.stopping.Load() {
-		return false
-	}
+// ready reports whether /_wasmkeep/ready answers 200.
+func (n *Node) ready() bool { return n.notReady() == "" }
+
+// notReady says why the node is not ready (metrics.NotReadyReasons), or
+// "": not while stopping; with a bucket, not while the node lease is not
+// valid, nor before two heartbeat listings (by then this node knows its
+// peers, and its peers, which list as often, have seen its lease and the
+// pin in it, so what it forwards and what it is sent is trusted), nor
+// without the cluster secret (calls between nodes would fail).
+func (n *Node) notReady() string {
 	c := n.opts.Cluster
-	return c == nil || c.Member.Ready() && c.Member.View.Listings() >= 2
+	switch {
+	case n.stopping.Load():
+		return metrics.NotReadyStopping
+	case c == nil:
+		return ""
+	case !c.Member.Ready():
+		return metrics.NotReadyLease
+	case c.Member.View.Listings() < 2:
+		return metrics.NotReadyPeers
+	case c.Signer == nil:
+		return metrics.NotReadyCallSecret
+	}
+	return ""
 }
 
 // MetricsHandler serves the node's metrics page (--metrics-listen).

@@ -44,7 +44,7 @@ type Gauges struct {
 	GuestLogDropped func() float64
 	WebSockets      func() float64 // registered sockets
 	Classes         func() float64
-	Ready           func() bool // /_wasmkeep/ready answers 200
+	NotReady        func() string // why /_wasmkeep/ready answers 503 (one of NotReadyReasons), or "" when it answers 200
 }
 
 // Metrics are a node's collectors.
@@ -122,7 +122,7 @@ func New(g Gauges) *Metrics {
 	}
 	m.cuts.WithLabelValues(CutWall)
 	ready := func() float64 {
-		if g.Ready() {
+		if g.NotReady() == "" {
 			return 1
 		}
 		return 0
@@ -136,12 +136,30 @@ func New(g Gauges) *Metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_websockets_open", Help: "Registered WebSockets, including pending close cleanup."}, g.WebSockets),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_classes", Help: "Classes served."}, g.Classes),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_ready", Help: "1 when /_wasmkeep/ready answers 200."}, ready),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "wasmkeep_not_ready", Help: "1 while the node is not ready, with the reason.", ConstLabels: prometheus.Labels{"reason": "shutting down"},
-		}, func() float64 { return 1 - ready() }),
 	)
+	for _, reason := range NotReadyReasons {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "wasmkeep_not_ready", Help: "1 for the reason the node is not ready now (the public answer gives none).", ConstLabels: prometheus.Labels{"reason": reason},
+		}, func() float64 {
+			if g.NotReady() == reason {
+				return 1
+			}
+			return 0
+		}))
+	}
 	return m
 }
+
+// Why a node is not ready (book, Monitoring), the first that holds.
+const (
+	NotReadyStopping   = "shutting down"
+	NotReadyLease      = "node lease not valid"
+	NotReadyPeers      = "peers not listed yet"
+	NotReadyCallSecret = "cluster secret not loaded"
+)
+
+// NotReadyReasons lists every reason, each a wasmkeep_not_ready series.
+var NotReadyReasons = []string{NotReadyStopping, NotReadyLease, NotReadyPeers, NotReadyCallSecret}
 
 // Handler serves the metrics page (--metrics-listen).
 func (m *Metrics) Handler() http.Handler {

@@ -22,7 +22,12 @@ func page(t *testing.T, m *Metrics) string {
 func TestPage(t *testing.T) {
 	ready := true
 	one := func() float64 { return 1 }
-	m := New(Gauges{Resident: one, Queued: one, GuestLogLines: one, GuestLogDropped: one, WebSockets: one, Classes: one, Ready: func() bool { return ready }})
+	m := New(Gauges{Resident: one, Queued: one, GuestLogLines: one, GuestLogDropped: one, WebSockets: one, Classes: one, NotReady: func() string {
+		if ready {
+			return ""
+		}
+		return NotReadyStopping
+	}})
 	m.Event("chat", false, KindRequest, false, time.Millisecond)
 	m.Event("", true, KindRequest, true, time.Millisecond)
 	m.Event("chat", false, KindInit, false, 0)
