@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"net/url"
 	"sync/atomic"
 	"time"
 
@@ -120,6 +121,9 @@ func joinCluster(ctx context.Context, cfg *config.Config, listen string, log *sl
 	}
 	if accept {
 		cn.plain = plaintext.New()
+		if publicURL(info.Advertise) {
+			log.Warn("--cluster-plaintext accept with a public --advertise: calls between nodes travel unencrypted and their answers unsigned; keep such nodes on a private network, or give every node a cluster listener", "advertise", info.Advertise)
+		}
 	}
 	ch, err := cfg.Plugin(plugin.Bucket)
 	if err != nil {
@@ -176,6 +180,17 @@ func (c *clusterNode) closeOpened() {
 	if c.Bucket != nil {
 		c.Bucket.Close()
 	}
+}
+
+// publicURL reports whether raw names a host by a public IP address (a
+// name is not resolved: only an address is judged).
+func publicURL(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return false
+	}
+	a, err := netip.ParseAddr(u.Hostname())
+	return err == nil && !(a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsUnspecified())
 }
 
 // clusterListener builds the chosen transport (transport.use) and listens

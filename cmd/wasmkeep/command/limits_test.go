@@ -58,3 +58,16 @@ func TestEmbeddedDefaultsAreTheNodes(t *testing.T) {
 		}
 	}
 }
+
+// Only a public IP address in --advertise is warned about in accept mode.
+func TestPublicURL(t *testing.T) {
+	for raw, want := range map[string]bool{
+		"http://127.0.0.1:8080": false, "http://10.0.0.11:8080": false, "http://[::1]:8080": false,
+		"http://192.168.1.2": false, "http://8.8.8.8:8080": true, "http://[2001:db8::1]:80": true,
+		"http://node-a.internal:8080": false, "::bad": false,
+	} {
+		if got := publicURL(raw); got != want {
+			t.Errorf("publicURL(%q) = %v, want %v", raw, got, want)
+		}
+	}
+}

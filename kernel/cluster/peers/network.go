@@ -40,9 +40,10 @@ type Config struct {
 
 // Network is this node's connections to its peers.
 type Network struct {
-	cfg   Config
-	mu    sync.Mutex
-	pools map[string]*pool // by peer id
+	cfg     Config
+	mu      sync.Mutex
+	pools   map[string]*pool     // by peer id
+	skipped map[string]time.Time // plain peers this node does not use: when last logged
 }
 
 // New returns a Network; Run keeps its trust current.
@@ -56,7 +57,7 @@ func New(cfg Config) *Network {
 	if cfg.AnswerTimeout == 0 {
 		cfg.AnswerTimeout = 30 * time.Second
 	}
-	return &Network{cfg: cfg, pools: map[string]*pool{}}
+	return &Network{cfg: cfg, pools: map[string]*pool{}, skipped: map[string]time.Time{}}
 }
 
 // Self is this node's id.
@@ -163,11 +164,14 @@ func (n *Network) route(peer string) (route, error) {
 // pool returns the connection pool for peer's current route.
 func (n *Network) pool(peer string) (*pool, error) {
 	r, err := n.route(peer)
-	if err != nil {
-		return nil, err
-	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if err != nil {
+		if p, lerr := n.cfg.View.Live(peer); lerr == nil && p.Object.Info.ClusterAddr == "" && n.cfg.Plain == nil {
+			n.logSkippedLocked(peer)
+		}
+		return nil, err
+	}
 	p := n.pools[peer]
 	if p != nil && p.route == r {
 		return p, nil
@@ -178,6 +182,18 @@ func (n *Network) pool(peer string) (*pool, error) {
 	p = &pool{peer: peer, route: r, dialTimeout: n.cfg.DialTimeout}
 	n.pools[peer] = p
 	return p, nil
+}
+
+// logSkippedLocked says, at most once a minute per peer, that a live
+// peer without a cluster listener is not used (book: Encryption between
+// nodes, refusing plain HTTP).
+func (n *Network) logSkippedLocked(peer string) {
+	now := n.cfg.Clock.Now()
+	if last, ok := n.skipped[peer]; ok && now.Sub(last) < time.Minute {
+		return
+	}
+	n.skipped[peer] = now
+	n.cfg.Logger.Warn("a live node without a cluster listener is not used: its actors get 503 here and calls to them fail (--cluster-plaintext refuse)", "node", peer)
 }
 
 // hostPort is an http:// or https:// URL's host:port.
