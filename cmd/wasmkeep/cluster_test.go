@@ -182,9 +182,9 @@ func TestClusterMetricsAndRestore(t *testing.T) {
 		"wasmkeep_node_lease_failures_total":                           0,
 		"wasmkeep_ready":                                               1,
 		`wasmkeep_not_ready{reason="peers not listed yet"}`:            0,
-		"wasmkeep_membership_listing_seconds_count":                    2, // ready after two listings
-		"wasmkeep_membership_listing_failures_total":                   0,
-		"wasmkeep_takeovers_total":                                     0,
+		"wasmkeep_listing_seconds_count":                               2, // ready after two listings
+		"wasmkeep_listing_failures_total":                              0,
+		"wasmkeep_failovers_total":                                     0,
 	} {
 		if v := metricValue(p, series); v < least || (least == 0 && v != 0) {
 			t.Errorf("%s = %v, want at least %v", series, v, least)

@@ -192,6 +192,9 @@ func TestPlacementWebSocket(t *testing.T) {
 		t.Fatalf("after the actor moved: %q %v, want a close with 1012", msg, err)
 	}
 	waitFor(t, time.Minute, "the socket to be released", func() bool { return n.metric("wasmkeep_websockets_open") == 0 })
+	if got := n.metric(`wasmkeep_websocket_owner_closes_total{reason="event"}`); got != 1 {
+		t.Errorf("owner closes at a message: %v, want 1", got)
+	}
 	p.move("room/near", placement.Here)
 	n.expect("GET", "/actor/room/near/", "", 200, "") // no on-websocket-close ran here
 }
@@ -217,5 +220,8 @@ func TestPlacementOwnerSweep(t *testing.T) {
 	_, msg, err := c.Read(ctx)
 	if websocket.CloseStatus(err) != websocket.StatusServiceRestart {
 		t.Fatalf("a listening socket of a room taken elsewhere: %q %v, want a close with 1012", msg, err)
+	}
+	if got := n.metric(`wasmkeep_websocket_owner_closes_total{reason="sweep"}`); got != 1 {
+		t.Errorf("owner closes by the sweep: %v, want 1", got)
 	}
 }

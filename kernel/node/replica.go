@@ -121,7 +121,7 @@ func (a *actor) openDatabase(ctx context.Context) (storage.DB, error) {
 	start := n.clock.Now()
 	stream, db, err := n.replicas.Open(ctx, a.addr, hold.Generation, replication.HoldValid(owners, hold))
 	if err == nil && hold.TookOver {
-		n.opts.Cluster.Metrics.TookOver(n.clock.Now().Sub(start))
+		n.opts.Cluster.Metrics.FailedOver(n.clock.Now().Sub(start))
 		n.log.Info("took over an actor from a node that had not released it", "actor", a.key, "generation", hold.Generation)
 	}
 	if err != nil {

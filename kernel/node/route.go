@@ -41,12 +41,16 @@ func (n *Node) forward(w http.ResponseWriter, r *http.Request, e *placement.Else
 		n.refuse(w, e)
 		return
 	}
-	if f := n.opts.Cluster.Peers.Forward(w, r, e.Owner.Node); f != nil {
-		cm.ForwardFailed(f.Kind.String())
-		n.log.Debug("forward failed", "node", e.Owner.Node, "err", f)
-		return
+	kind := metrics.ForwardRequest
+	if websocket.IsUpgrade(r) {
+		kind = metrics.ForwardWebSocket
 	}
-	cm.Forwarded()
+	failure := ""
+	if f := n.opts.Cluster.Peers.Forward(w, r, e.Owner.Node); f != nil {
+		failure = f.Kind.String()
+		n.log.Debug("forward failed", "node", e.Owner.Node, "err", f)
+	}
+	cm.Forwarded(kind, failure)
 }
 
 // serveCall serves a request that carries a call signature. It is a
@@ -197,7 +201,7 @@ func (n *Node) callPeer(ctx context.Context, peer string, c *class, name string,
 	cl.Signer.Sign(callsign.Call{Target: peer, Method: req.Method, Path: hr.URL.RequestURI(), Body: req.Body, Caller: caller, Chain: chain}, hr.Header)
 	resp, err := cl.Peers.Send(ctx, peer, hr)
 	if err != nil {
-		cl.Metrics.CallFailed(failureKind(err))
+		cl.Metrics.Forwarded(metrics.ForwardCall, failureKind(err))
 		if ctx.Err() != nil {
 			return callFailed(abi.CallTimeout, "the callee's node did not answer within the event's wall-clock limit")
 		}
@@ -213,7 +217,7 @@ func (n *Node) callPeer(ctx context.Context, peer string, c *class, name string,
 	case int64(len(body)) > n.opts.MaxBodyBytes:
 		return callFailed(abi.CallTooLarge, "the response body is larger than the "+fetch.SizeText(n.opts.MaxBodyBytes)+" limit")
 	}
-	cl.Metrics.Called()
+	cl.Metrics.Forwarded(metrics.ForwardCall, "")
 	if k := resp.Header.Get(callErrorHeader); k != "" {
 		kind, err := strconv.ParseUint(k, 10, 8)
 		if err != nil {
@@ -253,7 +257,7 @@ func failureKind(err error) string {
 // taken again, at a new generation, by its next event once the lease is
 // valid again. It does not block.
 func (n *Node) LeaseLapsed() {
-	n.ws.CloseAll(websocket.ServiceRestart, "the node lost its lease, reconnect")
+	n.metrics.OwnerClosed(metrics.OwnerCloseLapse, n.ws.CloseAll(websocket.ServiceRestart, "the node lost its lease, reconnect"))
 	n.mu.Lock()
 	for _, a := range n.actors {
 		a.stop()
@@ -284,7 +288,7 @@ func (n *Node) sweepOwners() {
 			}
 			var e *placement.Elsewhere
 			if errors.As(n.place(n.ctx, c, name), &e) {
-				n.ws.CloseActor(key, websocket.ServiceRestart, "the actor moved, reconnect")
+				n.metrics.OwnerClosed(metrics.OwnerCloseSweep, n.ws.CloseActor(key, websocket.ServiceRestart, "the actor moved, reconnect"))
 			}
 		}
 	}

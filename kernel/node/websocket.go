@@ -94,6 +94,7 @@ func (t *wsActor) Message(s *websocket.Socket, msg []byte) {
 		ws: &wsEvent{hook: abi.ExportOnWebSocketMessage, conn: s.ID}}
 	err := n.deliverPatiently(t.c, t.name, ev, n.opts.WallClock)
 	if placement.NotHere(err) { // the actor is no longer this node's (or not known to be)
+		n.metrics.OwnerClosed(metrics.OwnerCloseEvent, 1)
 		n.ws.CloseWith(s, websocket.ServiceRestart, "the actor moved, reconnect")
 	} else if err != nil && !errors.Is(err, errStopping) { // stopping closes it with 1012
 		n.ws.CloseWith(s, websocket.TryAgainLater, "actor overloaded")

@@ -22,12 +22,10 @@ type Cluster struct {
 	leaseWrites      prometheus.Counter
 	leaseFailures    prometheus.Counter
 	fences           prometheus.Counter
-	forwarded        prometheus.Counter
+	forwards         *prometheus.CounterVec
 	forwardFailures  *prometheus.CounterVec
-	calls            prometheus.Counter
-	callFailures     *prometheus.CounterVec
-	takeovers        prometheus.Counter
-	takeoverRestore  prometheus.Histogram
+	failovers        prometheus.Counter
+	failoverRestore  prometheus.Histogram
 	listing          prometheus.Histogram
 	listingFailures  prometheus.Counter
 }
@@ -67,31 +65,25 @@ func NewCluster() *Cluster {
 		fences: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wasmkeep_node_fences_total", Help: "Fences this node wrote over a node that stopped renewing its lease.",
 		}),
-		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wasmkeep_forwarded_requests_total", Help: "Requests and WebSocket upgrades this node forwarded to the node holding their actor, and that it answered.",
-		}),
+		forwards: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmkeep_forwards_total", Help: "Requests (request), WebSocket upgrades (websocket) and actor calls (call) sent to the node holding the actor: placement efficiency.",
+		}, []string{"kind"}),
 		forwardFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wasmkeep_forward_failures_total", Help: "Forwarded requests the holder did not answer, by reason: no_route (not live, or not reachable in a way this node uses: not sent), connect (no connection: not sent), broken (the connection failed after the request was written), timeout (written, no answer in time).",
-		}, []string{"reason"}),
-		calls: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wasmkeep_node_calls_total", Help: "actors.call sent to the node holding the callee, and answered by it.",
+			Name: "wasmkeep_forward_failures_total", Help: "Of wasmkeep_forwards_total, those the holder did not answer, by reason: no_route (not live, or not reachable in a way this node uses: not sent), connect (no connection: not sent), broken (the connection failed after the request was written), timeout (written, no answer in time).",
+		}, []string{"kind", "reason"}),
+		failovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmkeep_failovers_total", Help: "Actors this node took over whose ownership record still named another process, freed because it was fenced, released or replaced by a new process.",
 		}),
-		callFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wasmkeep_node_call_failures_total", Help: "actors.call sent to another node that got no answer, by reason (as wasmkeep_forward_failures_total).",
-		}, []string{"reason"}),
-		takeovers: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wasmkeep_takeovers_total", Help: "Actors this node took from another node that had not released them (fenced, stopped or restarted).",
-		}),
-		takeoverRestore: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "wasmkeep_takeover_restore_seconds", Help: "A takeover's restore: listing the actor's history and rebuilding its database from the bucket.",
+		failoverRestore: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "wasmkeep_failover_restore_seconds", Help: "A failover's restore: listing the actor's history and rebuilding its database from the bucket.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
 		}),
 		listing: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "wasmkeep_membership_listing_seconds", Help: "A heartbeat listing: nodes/ listed and every node's lease read.",
+			Name: "wasmkeep_listing_seconds", Help: "One listing of the cluster's heartbeats (nodes/ listed, every lease read), with the view and the peers' pins it refreshes.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}),
 		listingFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wasmkeep_membership_listing_failures_total", Help: "Heartbeat listings that failed: the view keeps the last one, each peer trusted until its expiry.",
+			Name: "wasmkeep_listing_failures_total", Help: "Heartbeat listings that failed: the view keeps the last one, each peer trusted until its expiry.",
 		}),
 	}
 }
@@ -99,8 +91,8 @@ func NewCluster() *Cluster {
 // Register puts the cluster's collectors on the node's page.
 func (m *Metrics) Register(c *Cluster) {
 	m.reg.MustRegister(c.durableWrite, c.restore, c.restoreFailures, c.snapshotFailures, c.collected,
-		c.collectFailures, c.bucketRequests, c.leaseWrites, c.leaseFailures, c.fences, c.forwarded, c.forwardFailures,
-		c.calls, c.callFailures, c.takeovers, c.takeoverRestore, c.listing, c.listingFailures)
+		c.collectFailures, c.bucketRequests, c.leaseWrites, c.leaseFailures, c.fences, c.forwards, c.forwardFailures,
+		c.failovers, c.failoverRestore, c.listing, c.listingFailures)
 }
 
 // DurableWrite observes one acknowledged segment.
@@ -141,22 +133,26 @@ func (c *Cluster) LeaseWrote(err error) {
 // Fence counts a fence this node wrote.
 func (c *Cluster) Fence() { c.fences.Inc() }
 
-// Forwarded counts a forwarded request the holder answered.
-func (c *Cluster) Forwarded() { c.forwarded.Inc() }
+// The kinds of wasmkeep_forwards_total.
+const (
+	ForwardRequest   = "request"
+	ForwardWebSocket = "websocket"
+	ForwardCall      = "call"
+)
 
-// ForwardFailed counts a forwarded request the holder did not answer.
-func (c *Cluster) ForwardFailed(reason string) { c.forwardFailures.WithLabelValues(reason).Inc() }
+// Forwarded counts an event of kind sent to the actor's holder, and, with
+// a reason, its failure.
+func (c *Cluster) Forwarded(kind, failure string) {
+	c.forwards.WithLabelValues(kind).Inc()
+	if failure != "" {
+		c.forwardFailures.WithLabelValues(kind, failure).Inc()
+	}
+}
 
-// Called counts an actors.call another node answered.
-func (c *Cluster) Called() { c.calls.Inc() }
-
-// CallFailed counts an actors.call to another node that got no answer.
-func (c *Cluster) CallFailed(reason string) { c.callFailures.WithLabelValues(reason).Inc() }
-
-// TookOver counts a takeover and observes its restore.
-func (c *Cluster) TookOver(restore time.Duration) {
-	c.takeovers.Inc()
-	c.takeoverRestore.Observe(restore.Seconds())
+// FailedOver counts a failover and observes its restore.
+func (c *Cluster) FailedOver(restore time.Duration) {
+	c.failovers.Inc()
+	c.failoverRestore.Observe(restore.Seconds())
 }
 
 // Listed observes a heartbeat listing.

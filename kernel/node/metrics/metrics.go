@@ -59,6 +59,7 @@ type Metrics struct {
 	hibernations      prometheus.Counter
 	refused           *prometheus.CounterVec
 	alarmRetries      prometheus.Counter
+	ownerCloses       *prometheus.CounterVec
 	requestsAbandoned prometheus.Counter
 	stateless         *prometheus.CounterVec
 	statelessDuration prometheus.Histogram
@@ -97,6 +98,9 @@ func New(g Gauges) *Metrics {
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wasmkeep_admission_refused_total", Help: "Requests and actor calls refused before their event ran, by reason.",
 		}, []string{"reason"}),
+		ownerCloses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmkeep_websocket_owner_closes_total", Help: "WebSockets closed with 1012 because this node no longer held their actor, by how it found out: event (a message on one found another node holding the actor), sweep (the owner sweep found another node holding a room that hibernated with sockets open here), lease_lapse (this node's lease ran out).",
+		}, []string{"reason"}),
 		alarmRetries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wasmkeep_alarm_admission_retries_total", Help: "Alarm deliveries rescheduled because resident capacity or an actor queue was full.",
 		}),
@@ -128,7 +132,7 @@ func New(g Gauges) *Metrics {
 		return 0
 	}
 	m.reg.MustRegister(m.events, m.duration, m.cuts, m.cpuBudget, m.instantiate, m.wakes, m.hibernations,
-		m.refused, m.alarmRetries, m.requestsAbandoned, m.stateless, m.statelessDuration, m.indexRebuilds, m.indexUnreadable,
+		m.refused, m.alarmRetries, m.ownerCloses, m.requestsAbandoned, m.stateless, m.statelessDuration, m.indexRebuilds, m.indexUnreadable,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_actors_resident", Help: "Actors in memory now (registered mailboxes)."}, g.Resident),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_events_queued", Help: "Events waiting in resident actors' mailboxes, not started yet."}, g.Queued),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "wasmkeep_guest_log_lines_total", Help: "Lines actors printed that reached the log."}, g.GuestLogLines),
@@ -217,6 +221,19 @@ func (m *Metrics) Abandoned() { m.requestsAbandoned.Inc() }
 
 // AlarmRetried counts a due alarm rescheduled for want of room.
 func (m *Metrics) AlarmRetried() { m.alarmRetries.Inc() }
+
+// The reasons of wasmkeep_websocket_owner_closes_total.
+const (
+	OwnerCloseEvent = "event"
+	OwnerCloseSweep = "sweep"
+	OwnerCloseLapse = "lease_lapse"
+)
+
+// OwnerClosed counts sockets closed with 1012 because their actor is no
+// longer this node's.
+func (m *Metrics) OwnerClosed(reason string, sockets int) {
+	m.ownerCloses.WithLabelValues(reason).Add(float64(sockets))
+}
 
 // IndexRebuilt counts a rebuild of the alarm index.
 func (m *Metrics) IndexRebuilt() { m.indexRebuilds.Inc() }

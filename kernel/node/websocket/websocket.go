@@ -394,9 +394,9 @@ func (h *Hub) Shutdown() {
 	h.wg.Wait()
 }
 
-// CloseAll closes every open socket.
-func (h *Hub) CloseAll(code int, reason string) {
-	h.closeWhere(func(s *Socket) bool { return s.conn != nil }, code, reason)
+// CloseAll closes every open socket and says how many.
+func (h *Hub) CloseAll(code int, reason string) int {
+	return h.closeWhere(func(s *Socket) bool { return s.conn != nil }, code, reason)
 }
 
 // Keys lists the actors that have open sockets.
@@ -413,14 +413,14 @@ func (h *Hub) Keys() []string {
 }
 
 // CloseActor closes every socket of the actor key, open or being opened,
-// each once what is queued on it is written.
-func (h *Hub) CloseActor(key string, code int, reason string) {
-	h.closeWhere(func(s *Socket) bool { return s.Key == key }, code, reason)
+// each once what is queued on it is written, and says how many.
+func (h *Hub) CloseActor(key string, code int, reason string) int {
+	return h.closeWhere(func(s *Socket) bool { return s.Key == key }, code, reason)
 }
 
 // closeWhere closes every socket for which match (called under h.mu)
-// holds.
-func (h *Hub) closeWhere(match func(*Socket) bool, code int, reason string) {
+// holds, and says how many.
+func (h *Hub) closeWhere(match func(*Socket) bool, code int, reason string) int {
 	h.mu.Lock()
 	var found []*Socket
 	for _, s := range h.all {
@@ -432,4 +432,5 @@ func (h *Hub) closeWhere(match func(*Socket) bool, code int, reason string) {
 	for _, s := range found {
 		h.CloseWith(s, code, reason)
 	}
+	return len(found)
 }
