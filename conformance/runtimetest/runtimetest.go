@@ -65,6 +65,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) runtime.Driver) {
 		{"CompileCache", testCompileCache},
 		{"Concurrency", testConcurrency},
 		{"GoReactor", testGoReactor},
+		{"TierSwitch", testTierSwitch},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

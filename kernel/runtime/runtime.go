@@ -111,6 +111,32 @@ type Module interface {
 	Close(ctx context.Context) error
 }
 
+// Tier names the code a module's new instances run.
+type Tier string
+
+const (
+	// TierFast is code an engine makes quickly and runs more slowly (an
+	// interpreter, or a compiler that does not optimise).
+	TierFast Tier = "fast"
+	// TierOptimised is the engine's optimising compiler's code.
+	TierOptimised Tier = "optimised"
+)
+
+// Tiered is implemented by a Module that an engine compiles in tiers: it
+// runs on the fast tier at first while the optimised code is compiled in
+// the background, and new instances get the optimised code once it is ready
+// (instances already running keep theirs). A Module without it, or whose
+// Tier is already TierOptimised, runs one kind of code throughout.
+type Tiered interface {
+	// Tier is the code an instance created now would run.
+	Tier() Tier
+	// Optimised is closed once Tier will not change again: when the
+	// background compile ended, whether it succeeded (Tier is then
+	// TierOptimised) or not (the fast tier stays, and the engine logs why),
+	// and from the start for a module compiled in one tier only.
+	Optimised() <-chan struct{}
+}
+
 // InstanceConfig configures one instance.
 type InstanceConfig struct {
 	// Stdout and Stderr receive what the guest writes to fds 1 and 2. Writes

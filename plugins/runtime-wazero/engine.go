@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -33,6 +34,15 @@ type engine struct {
 	// cacheDir is this build's part of the CacheDir, emptied when wazero
 	// finds an entry it cannot read.
 	cacheDir string
+	// tier is the code rt makes: TierOptimised with the compiler,
+	// TierFast with the interpreter.
+	tier runtime.Tier
+	// fast is an interpreter on which modules start while rt compiles
+	// them in the background (tiering: auto); nil without tiering.
+	fast wazero.Runtime
+	// background counts the compiles running in the background, which
+	// Close waits for: wazero cannot stop them.
+	background sync.WaitGroup
 	// instance is what every instance shares: anonymous (so one module can
 	// be instantiated many times), real clocks, a cryptographic random
 	// source, no arguments, environment or preopened directory, and no
@@ -46,18 +56,15 @@ func (d *driver) NewEngine(ctx context.Context, cfg runtime.Config) (runtime.Eng
 	if cfg.MemoryLimitPages == 0 || cfg.MemoryLimitPages > maxPages {
 		return nil, fmt.Errorf("wazero: MemoryLimitPages is %d, want 1 to %d", cfg.MemoryLimitPages, maxPages)
 	}
-	rc := wazero.NewRuntimeConfigInterpreter()
-	if d.cfg.Compiler {
-		rc = wazero.NewRuntimeConfig() // the compiler where supported
-	}
-	// CloseOnContextDone makes guests check for a stop at every loop header
-	// (and function entry, see prepare): that is how a ctx interrupts a
-	// guest. prepare moves code, so DWARF line numbers would be wrong: traps
-	// name functions only.
-	rc = rc.WithMemoryLimitPages(cfg.MemoryLimitPages).WithCloseOnContextDone(true).WithDebugInfoEnabled(false)
 	e := &engine{
 		instance: wazero.NewModuleConfig().WithName("").WithStartFunctions().
 			WithSysWalltime().WithSysNanotime().WithRandSource(rand.Reader),
+		tier: runtime.TierFast,
+	}
+	rc := wazero.NewRuntimeConfigInterpreter()
+	if d.cfg.Compiler && d.cfg.Tiering != TieringFast {
+		rc = wazero.NewRuntimeConfig() // the compiler where supported
+		e.tier = runtime.TierOptimised
 	}
 	if cfg.CacheDir != "" {
 		dir, err := cacheDir(cfg.CacheDir)
@@ -70,25 +77,59 @@ func (d *driver) NewEngine(ctx context.Context, cfg runtime.Config) (runtime.Eng
 		e.cacheDir = dir
 		rc = rc.WithCompilationCache(e.cache)
 	}
-	e.rt = wazero.NewRuntimeWithConfig(ctx, rc)
-	if _, err := wasi_snapshot_preview1.Instantiate(ctx, e.rt); err != nil {
-		return nil, errors.Join(fmt.Errorf("wazero: WASI: %w", err), e.Close(ctx))
+	var err error
+	if e.rt, err = newRuntime(ctx, rc, cfg); err != nil {
+		return nil, errors.Join(err, e.Close(ctx))
 	}
-	if err := e.instantiateHost(ctx, cfg); err != nil {
-		return nil, errors.Join(fmt.Errorf("wazero: host module %q: %w", cfg.HostModule, err), e.Close(ctx))
+	// Tiering needs the compiler: elsewhere wazero interprets anyway.
+	if e.tier == runtime.TierOptimised && d.cfg.Tiering == TieringAuto && compilerSupported() {
+		if e.fast, err = newRuntime(ctx, wazero.NewRuntimeConfigInterpreter(), cfg); err != nil {
+			return nil, errors.Join(err, e.Close(ctx))
+		}
 	}
 	return e, nil
 }
 
+// newRuntime makes a runtime with rc and the engine's settings, WASI and the
+// host module.
+func newRuntime(ctx context.Context, rc wazero.RuntimeConfig, cfg runtime.Config) (wazero.Runtime, error) {
+	// CloseOnContextDone makes guests check for a stop at every loop header
+	// (and function entry, see prepare), compiled or interpreted: that is
+	// how a ctx interrupts a guest. prepare moves code, so DWARF line
+	// numbers would be wrong: traps name functions only.
+	rc = rc.WithMemoryLimitPages(cfg.MemoryLimitPages).WithCloseOnContextDone(true).WithDebugInfoEnabled(false)
+	rt := wazero.NewRuntimeWithConfig(ctx, rc)
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
+		return nil, errors.Join(fmt.Errorf("wazero: WASI: %w", err), rt.Close(ctx))
+	}
+	if err := instantiateHost(ctx, rt, cfg); err != nil {
+		return nil, errors.Join(fmt.Errorf("wazero: host module %q: %w", cfg.HostModule, err), rt.Close(ctx))
+	}
+	return rt, nil
+}
+
+// compilerSupported reports whether wazero compiles on this platform
+// (wazero.NewRuntimeConfig's rule).
+func compilerSupported() bool {
+	switch goruntime.GOARCH {
+	case "amd64", "arm64":
+		switch goruntime.GOOS {
+		case "linux", "darwin", "freebsd", "netbsd", "dragonfly", "windows":
+			return true
+		}
+	}
+	return false
+}
+
 // instantiateHost builds the host module from the kernel's functions.
-func (e *engine) instantiateHost(ctx context.Context, cfg runtime.Config) error {
+func instantiateHost(ctx context.Context, rt wazero.Runtime, cfg runtime.Config) error {
 	if len(cfg.HostFunctions) == 0 {
 		return nil
 	}
 	if cfg.HostModule == "" {
 		return errors.New("host functions need a module name")
 	}
-	b := e.rt.NewHostModuleBuilder(cfg.HostModule)
+	b := rt.NewHostModuleBuilder(cfg.HostModule)
 	seen := map[string]bool{}
 	for _, hf := range cfg.HostFunctions {
 		switch {
@@ -144,24 +185,27 @@ func (e *engine) Compile(ctx context.Context, wasm []byte) (runtime.Module, erro
 	if err != nil {
 		return nil, fmt.Errorf("wazero: compile: %w", err)
 	}
-	cm, err := e.rt.CompileModule(ctx, p.wasm)
-	if err != nil && e.cacheDir != "" && strings.Contains(err.Error(), "compilationcache") {
-		// wazero fails the compile when it cannot read a cache entry rather
-		// than compiling afresh, and its cache keys cannot be computed
-		// outside wazero, so drop every entry of this build and retry.
-		if perr := purge(e.cacheDir); perr != nil {
-			return nil, fmt.Errorf("wazero: compile: %w (clearing the cache: %w)", err, perr)
-		}
-		cm, err = e.rt.CompileModule(ctx, p.wasm)
+	// With tiering, a module starts on the interpreter unless its compiled
+	// code is in the cache already.
+	sum := sha256.Sum256(p.wasm)
+	tiered := e.fast != nil && !e.compiled(sum)
+	first := &code{rt: e.rt, tier: e.tier}
+	if tiered {
+		first = &code{rt: e.fast, tier: runtime.TierFast}
+		first.cm, err = e.fast.CompileModule(ctx, p.wasm)
+	} else {
+		first.cm, err = e.compile(ctx, p.wasm)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("wazero: compile: %w", err)
 	}
+	cm := first.cm
 	imps, err := imports(p.imports, cm.ImportedFunctions())
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("wazero: reading imports: %w", err), cm.Close(ctx))
 	}
-	m := &module{e: e, cm: cm, imports: imps, memories: map[string]bool{}}
+	m := &module{e: e, imports: imps, memories: map[string]bool{}, optimised: make(chan struct{})}
+	m.code.Store(first)
 	if p.image != nil {
 		if m.image, err = newImage(p.image); err != nil {
 			return nil, errors.Join(fmt.Errorf("wazero: %w", err), cm.Close(ctx))
@@ -177,11 +221,41 @@ func (e *engine) Compile(ctx context.Context, wasm []byte) (runtime.Module, erro
 	for name := range cm.ExportedMemories() {
 		m.memories[name] = true
 	}
+	if !tiered {
+		close(m.optimised)
+		return m, nil
+	}
+	e.background.Add(1)
+	go func() {
+		defer e.background.Done()
+		m.optimise(p.wasm, sum)
+	}()
 	return m, nil
 }
 
+// compile compiles wasm on rt, through the cache if there is one.
+func (e *engine) compile(ctx context.Context, wasm []byte) (wazero.CompiledModule, error) {
+	cm, err := e.rt.CompileModule(ctx, wasm)
+	if err != nil && e.cacheDir != "" && strings.Contains(err.Error(), "compilationcache") {
+		// wazero fails the compile when it cannot read a cache entry rather
+		// than compiling afresh, and its cache keys cannot be computed
+		// outside wazero, so drop every entry of this build and retry.
+		if perr := purge(e.cacheDir); perr != nil {
+			return nil, fmt.Errorf("%w (clearing the cache: %w)", err, perr)
+		}
+		cm, err = e.rt.CompileModule(ctx, wasm)
+	}
+	return cm, err
+}
+
 func (e *engine) Close(ctx context.Context) error {
-	err := e.rt.Close(ctx)
+	e.background.Wait()
+	var err error
+	for _, rt := range []wazero.Runtime{e.fast, e.rt} {
+		if rt != nil {
+			err = errors.Join(err, rt.Close(ctx))
+		}
+	}
 	if e.cache != nil {
 		err = errors.Join(err, e.cache.Close(ctx))
 	}

@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
 
@@ -16,8 +17,14 @@ import (
 )
 
 type module struct {
-	e          *engine
-	cm         wazero.CompiledModule
+	e *engine
+	// code is what new instances run: the interpreter's until the
+	// compiler's replaces it (tier.go). mu orders that replacement and
+	// Close after instantiations in progress (held shared).
+	code       atomic.Pointer[code]
+	mu         sync.RWMutex
+	closed     bool
+	optimised  chan struct{} // closed once code will not change again
 	imports    []runtime.Import
 	exports    []runtime.Export // by name
 	memories   map[string]bool  // exported memories
@@ -31,14 +38,23 @@ func (m *module) Imports() []runtime.Import      { return slices.Clone(m.imports
 func (m *module) Exports() []runtime.Export      { return slices.Clone(m.exports) }
 func (m *module) ExportsMemory(name string) bool { return m.memories[name] }
 func (m *module) Close(ctx context.Context) error {
-	return errors.Join(m.cm.Close(ctx), m.image.Close())
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	return errors.Join(m.code.Load().cm.Close(ctx), m.image.Close())
 }
 
 func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (runtime.Instance, error) {
 	in := &instance{ctx: ctx}
 	defer func() { in.ctx = nil }()
 	mc := m.e.instance.WithStdout(cfg.Stdout).WithStderr(cfg.Stderr).WithNanosleep(in.sleep)
-	mod, err := m.e.rt.InstantiateModule(withMemory(ctx, m.image), m.cm, mc)
+	m.mu.RLock()
+	c := m.code.Load()
+	mod, err := c.rt.InstantiateModule(withMemory(ctx, m.image), c.cm, mc)
+	m.mu.RUnlock()
 	if err != nil {
 		return nil, fmt.Errorf("wazero: instantiate: %w", callError(ctx, err))
 	}

@@ -16,7 +16,21 @@ type Config struct {
 	// arm64) and interprets them elsewhere. False always interprets: compiles
 	// are faster but calls are much slower; for debugging.
 	Compiler bool `koanf:"compiler"`
+	// Tiering is how a module starts with the compiler on: "auto" runs it
+	// on the interpreter at once and compiles it in the background, its new
+	// instances getting the compiled code when ready (a module whose
+	// compiled code is already in the cache starts compiled); "off" waits
+	// for the compiler; "fast" interprets only, as compiler: false does (to
+	// compare or test the tiers). ADR 1034.
+	Tiering string `koanf:"tiering"`
 }
+
+// The values of Config.Tiering.
+const (
+	TieringAuto = "auto"
+	TieringOff  = "off"
+	TieringFast = "fast"
+)
 
 // contract is the runtime contract version this plugin is built against.
 // Change it only when the plugin is brought up to a new version of
@@ -31,11 +45,16 @@ func Info() plugin.Info {
 		Name:      "wazero",
 		API:       contract,
 		Summary:   "WebAssembly engine in pure Go (wazero)",
-		NewConfig: func() any { return &Config{Compiler: true} },
+		NewConfig: func() any { return &Config{Compiler: true, Tiering: TieringAuto} },
 		New: func(config any) (any, error) {
 			c, ok := config.(*Config)
 			if !ok {
 				return nil, fmt.Errorf("configuration is %T, want *wazeroruntime.Config", config)
+			}
+			switch c.Tiering {
+			case TieringAuto, TieringOff, TieringFast:
+			default:
+				return nil, fmt.Errorf("tiering is %q, want %s, %s or %s", c.Tiering, TieringAuto, TieringOff, TieringFast)
 			}
 			return &driver{cfg: *c}, nil
 		},

@@ -17,17 +17,29 @@ import (
 )
 
 func newDriver(t testing.TB, compiler bool) runtime.Driver {
-	d, err := Info().New(&Config{Compiler: compiler})
+	return newTieredDriver(t, Config{Compiler: compiler, Tiering: TieringOff})
+}
+
+func newTieredDriver(t testing.TB, c Config) runtime.Driver {
+	d, err := Info().New(&c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return d.(runtime.Driver)
 }
 
+// The suite passes on the compiler alone (tiering: off), on the interpreter
+// alone (tiering: fast, and compiler: false), and with both tiers (auto:
+// modules start on the interpreter and switch to compiled code).
 func TestConformance(t *testing.T) {
-	for name, compiler := range map[string]bool{"compiler": true, "interpreter": false} {
+	for name, c := range map[string]Config{
+		"compiler":    {Compiler: true, Tiering: TieringOff},
+		"tiered":      {Compiler: true, Tiering: TieringAuto},
+		"fast":        {Compiler: true, Tiering: TieringFast},
+		"interpreter": {Compiler: false, Tiering: TieringAuto},
+	} {
 		t.Run(name, func(t *testing.T) {
-			runtimetest.Run(t, func(t *testing.T) runtime.Driver { return newDriver(t, compiler) })
+			runtimetest.Run(t, func(t *testing.T) runtime.Driver { return newTieredDriver(t, c) })
 		})
 	}
 }
@@ -44,8 +56,11 @@ func TestInfo(t *testing.T) {
 	if _, err := plugin.NewRegistry(in); err != nil {
 		t.Error(err)
 	}
-	if c, ok := in.NewConfig().(*Config); !ok || !c.Compiler {
-		t.Errorf("NewConfig() = %#v, want *Config with the compiler on", in.NewConfig())
+	if c, ok := in.NewConfig().(*Config); !ok || !c.Compiler || c.Tiering != TieringAuto {
+		t.Errorf("NewConfig() = %#v, want *Config with the compiler on and tiering auto", in.NewConfig())
+	}
+	if _, err := in.New(&Config{Compiler: true, Tiering: "sometimes"}); err == nil {
+		t.Error("New accepted tiering: sometimes")
 	}
 	if _, err := in.New(Config{}); err == nil {
 		t.Error("New accepted a Config value instead of a pointer")

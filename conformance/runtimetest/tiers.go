@@ -1,0 +1,87 @@
+package runtimetest
+
+import (
+	"bytes"
+	"errors"
+	"os/exec"
+	"testing"
+
+	"github.com/wasmkeep/wasmkeep/kernel/runtime"
+)
+
+// An engine that compiles in tiers (runtime.Tiered) switches a module to its
+// optimised code for new instances only: an instance made before the switch
+// keeps running, and both behave the same. A second engine on the same
+// CacheDir starts the module optimised. An engine without tiers passes
+// trivially. The guest is the Go reactor, large enough that its optimised
+// compile outlasts the first instantiation.
+func testTierSwitch(t *testing.T, h *harness) {
+	if testing.Short() {
+		t.Skip("building and compiling a Go guest takes a while")
+	}
+	wasm, err := goGuestWasm()
+	if errors.Is(err, exec.ErrNotFound) {
+		t.Skip("no Go toolchain to build the guest:", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	fns := []runtime.HostFunction{{Name: "upper", Signature: sig("iiii>i"), Func: upper}}
+	cfg := runtime.Config{MemoryLimitPages: 2048, HostFunctions: fns, CacheDir: t.TempDir()}
+	mod := compile(t, h.engine(t, cfg), wasm)
+	tiered, ok := mod.(runtime.Tiered)
+	if !ok {
+		t.Skip("the engine does not compile in tiers")
+	}
+	select {
+	case <-tiered.Optimised():
+		if got := tiered.Tier(); got != runtime.TierOptimised && got != runtime.TierFast {
+			t.Errorf("Tier() = %q", got)
+		}
+		t.Skipf("the engine compiles in one tier (%s)", tiered.Tier())
+	default:
+	}
+	if got := tiered.Tier(); got != runtime.TierFast {
+		t.Fatalf("while the background compile runs, Tier() = %q, want %q", got, runtime.TierFast)
+	}
+	var before, after bytes.Buffer
+	first := instantiate(t, mod, runtime.InstanceConfig{Stdout: &before})
+	if tiered.Tier() != runtime.TierFast {
+		t.Skip("the optimised code was ready before the first instance was made: nothing to compare")
+	}
+	select {
+	case <-tiered.Optimised():
+		t.Skip("the optimised code was ready before the first instance ran: nothing to compare")
+	default:
+	}
+	const greeting = "hello from go"
+	if n := int32(call(t, first, "run", 0)[0]); n != int32(len(greeting)) {
+		t.Errorf("fast tier: run(0) = %d, want %d", n, len(greeting))
+	}
+	<-tiered.Optimised()
+	if got := tiered.Tier(); got != runtime.TierOptimised {
+		t.Fatalf("after the background compile, Tier() = %q, want %q", got, runtime.TierOptimised)
+	}
+	second := instantiate(t, mod, runtime.InstanceConfig{Stdout: &after})
+	if n := int32(call(t, second, "run", 0)[0]); n != int32(len(greeting)) {
+		t.Errorf("optimised tier: run(0) = %d, want %d", n, len(greeting))
+	}
+	// The instance made before the switch still runs, its code unchanged.
+	if n := int32(call(t, first, "run", 0)[0]); n != int32(len(greeting)) {
+		t.Errorf("fast tier after the switch: run(0) = %d, want %d", n, len(greeting))
+	}
+	if want := greeting + "\nHELLO FROM GO\n"; before.String() != want+want || after.String() != want {
+		t.Errorf("stdout: first instance %q, second %q; want %q twice and once", before.String(), after.String(), want)
+	}
+
+	// The optimised code is in the cache now: another engine starts with it.
+	again := compile(t, h.engine(t, cfg), wasm).(runtime.Tiered)
+	if got := again.Tier(); got != runtime.TierOptimised {
+		t.Errorf("with the optimised code in the cache, Tier() = %q, want %q", got, runtime.TierOptimised)
+	}
+	select {
+	case <-again.Optimised():
+	default:
+		t.Error("with the optimised code in the cache, Optimised() is not closed")
+	}
+}
