@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"unsafe"
+
+	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
 // The compile cache keeps Module.Serialize's output, one file per module:
@@ -38,28 +40,37 @@ func makeCacheDir(root string) (string, error) {
 	return dir, nil
 }
 
-// load compiles wasm, or loads it from the cache.
-func (e *engine) load(wasm []byte) (*C.wasmtime_module_t, error) {
-	if e.cacheDir == "" {
-		return e.compile(wasm)
+// cachePath is where the cache keeps wasm's optimised code, "" for
+// nowhere.
+func (e *engine) cachePath(wasm []byte) string {
+	if e.cacheDir == "" || e.opt.tier != runtime.TierOptimised {
+		return ""
 	}
 	sum := sha256.Sum256(wasm)
-	path := filepath.Join(e.cacheDir, hex.EncodeToString(sum[:])+".cwasm")
-	if ptr := e.loadCached(path); ptr != nil {
-		return ptr, nil
-	}
-	ptr, err := e.compile(wasm)
+	return filepath.Join(e.cacheDir, hex.EncodeToString(sum[:])+".cwasm")
+}
+
+// compileAndKeep compiles wasm on the optimising engine and keeps it in the
+// cache.
+func (e *engine) compileAndKeep(wasm []byte) (*C.wasmtime_module_t, error) {
+	ptr, err := e.opt.compile(wasm)
 	if err != nil {
 		return nil, err
 	}
-	// The cache only saves time: a module that cannot be kept still runs.
-	_ = e.keep(path, ptr)
+	if path := e.cachePath(wasm); path != "" {
+		// The cache only saves time: a module that cannot be kept still runs.
+		_ = e.keep(path, ptr)
+	}
 	return ptr, nil
 }
 
-// loadCached returns the module kept at path, or nil if there is none or it
-// is unusable.
-func (e *engine) loadCached(path string) *C.wasmtime_module_t {
+// loadCached returns wasm's optimised code kept in the cache, or nil if
+// there is none or it is unusable.
+func (e *engine) loadCached(wasm []byte) *C.wasmtime_module_t {
+	path := e.cachePath(wasm)
+	if path == "" {
+		return nil
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil
@@ -73,7 +84,7 @@ func (e *engine) loadCached(path string) *C.wasmtime_module_t {
 		return nil
 	}
 	var ptr *C.wasmtime_module_t
-	cerr := C.wasmtime_module_deserialize(e.ptr, (*C.uint8_t)(unsafe.Pointer(&artifact[0])), C.size_t(len(artifact)), &ptr)
+	cerr := C.wasmtime_module_deserialize(e.opt.ptr, (*C.uint8_t)(unsafe.Pointer(&artifact[0])), C.size_t(len(artifact)), &ptr)
 	if errorOf(cerr) != nil {
 		return nil
 	}

@@ -114,6 +114,13 @@ wasm_trap_t *wasmtime_trap_new(const char *msg, size_t msg_len);
 
 void wasmtime_config_epoch_interruption_set(wasm_config_t *, bool);
 void wasmtime_config_parallel_compilation_set(wasm_config_t *, bool);
+typedef uint8_t wasmtime_opt_level_t;
+enum wasmtime_opt_level_enum {
+  WASMTIME_OPT_LEVEL_NONE,
+  WASMTIME_OPT_LEVEL_SPEED,
+  WASMTIME_OPT_LEVEL_SPEED_AND_SIZE,
+};
+void wasmtime_config_cranelift_opt_level_set(wasm_config_t *, wasmtime_opt_level_t);
 void wasmtime_config_wasm_simd_set(wasm_config_t *, bool);
 void wasmtime_config_wasm_bulk_memory_set(wasm_config_t *, bool);
 void wasmtime_config_wasm_reference_types_set(wasm_config_t *, bool);

@@ -32,8 +32,13 @@ const maxPages = 65535
 const lingerTicks = 100
 
 type engine struct {
-	ptr    *C.wasm_engine_t
-	linker *C.wasmtime_linker_t
+	// opt compiles at Cranelift's opt level speed, the code modules run
+	// in the end; fast, at opt level none, is where modules start while opt
+	// compiles them in the background (tiering: auto; nil otherwise).
+	opt, fast *backend
+	// background counts the compiles running in the background, which
+	// Close waits for: Wasmtime cannot stop them.
+	background sync.WaitGroup
 	// limit is MemoryLimitPages in bytes, every store's memory limit.
 	limit int64
 	// host are the functions the linker defines, by the index their C
@@ -100,18 +105,51 @@ func (d *driver) NewEngine(ctx context.Context, cfg runtime.Config) (runtime.Eng
 			return nil, err
 		}
 	}
-	e.ptr = C.wk_engine_new(C.bool(d.cfg.ParallelCompilation))
-	if e.ptr == nil {
-		return nil, errors.New("wasmtime: creating the engine failed")
+	opt := runtime.TierOptimised
+	if d.cfg.Tiering == TieringFast {
+		opt = runtime.TierFast
 	}
-	e.linker = C.wasmtime_linker_new(e.ptr)
-	if err := e.define(); err != nil {
-		C.wasmtime_linker_delete(e.linker)
-		C.wasm_engine_delete(e.ptr)
+	if e.opt, err = e.newBackend(opt, d.cfg.ParallelCompilation); err != nil {
 		return nil, err
+	}
+	if d.cfg.Tiering == TieringAuto {
+		if e.fast, err = e.newBackend(runtime.TierFast, d.cfg.ParallelCompilation); err != nil {
+			e.opt.delete()
+			return nil, err
+		}
 	}
 	go e.tick()
 	return e, nil
+}
+
+// backend is a Wasmtime engine and its linker: modules, their linking and
+// their stores belong to one engine.
+type backend struct {
+	ptr    *C.wasm_engine_t
+	linker *C.wasmtime_linker_t
+	tier   runtime.Tier
+}
+
+// newBackend makes a Wasmtime engine whose Cranelift optimises
+// (TierOptimised) or not (TierFast), with its linker.
+func (e *engine) newBackend(tier runtime.Tier, parallel bool) (*backend, error) {
+	b := &backend{tier: tier, ptr: C.wk_engine_new(C.bool(parallel), C.bool(tier == runtime.TierFast))}
+	if b.ptr == nil {
+		return nil, errors.New("wasmtime: creating the engine failed")
+	}
+	b.linker = C.wasmtime_linker_new(b.ptr)
+	if err := e.define(b.linker); err != nil {
+		b.delete()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *backend) delete() {
+	if b != nil {
+		C.wasmtime_linker_delete(b.linker)
+		C.wasm_engine_delete(b.ptr)
+	}
 }
 
 // hostFuncs lists what the linker defines on top of Wasmtime's WASI: our
@@ -156,13 +194,13 @@ var valKinds = map[runtime.ValueType]C.uint8_t{
 
 // define fills the linker: WASI preview 1 and the host functions. One linker
 // serves every store; each module resolves its imports against it once.
-func (e *engine) define() error {
-	if err := errorOf(C.wasmtime_linker_define_wasi(e.linker)); err != nil {
+func (e *engine) define(linker *C.wasmtime_linker_t) error {
+	if err := errorOf(C.wasmtime_linker_define_wasi(linker)); err != nil {
 		return fmt.Errorf("wasmtime: defining WASI: %w", err)
 	}
 	for i, hf := range e.host {
 		// Our WASI functions replace Wasmtime's of the same name.
-		C.wasmtime_linker_allow_shadowing(e.linker, C.bool(hf.wasi != nil))
+		C.wasmtime_linker_allow_shadowing(linker, C.bool(hf.wasi != nil))
 		params := make([]C.uint8_t, len(hf.params)+1) // never empty, so never nil
 		for j, t := range hf.params {
 			params[j] = valKinds[t]
@@ -172,7 +210,7 @@ func (e *engine) define() error {
 			results[j] = valKinds[t]
 		}
 		module, name := C.CString(hf.module), C.CString(hf.name)
-		cerr := C.wk_define_func(e.linker, module, C.size_t(len(hf.module)), name, C.size_t(len(hf.name)),
+		cerr := C.wk_define_func(linker, module, C.size_t(len(hf.module)), name, C.size_t(len(hf.name)),
 			&params[0], C.size_t(len(hf.params)), &results[0], C.size_t(len(hf.results)), C.uintptr_t(i))
 		C.free(unsafe.Pointer(module))
 		C.free(unsafe.Pointer(name))
@@ -180,7 +218,7 @@ func (e *engine) define() error {
 			return fmt.Errorf("wasmtime: defining %s.%s: %w", hf.module, hf.name, err)
 		}
 	}
-	C.wasmtime_linker_allow_shadowing(e.linker, false)
+	C.wasmtime_linker_allow_shadowing(linker, false)
 	return nil
 }
 
@@ -224,7 +262,10 @@ func (e *engine) tick() {
 		for idle := 0; idle < lingerTicks; {
 			select {
 			case <-t.C:
-				C.wasmtime_engine_increment_epoch(e.ptr)
+				C.wasmtime_engine_increment_epoch(e.opt.ptr)
+				if e.fast != nil {
+					C.wasmtime_engine_increment_epoch(e.fast.ptr)
+				}
 				if e.inflight.Load() == 0 {
 					idle++
 				} else {
@@ -261,22 +302,42 @@ func (e *engine) Compile(ctx context.Context, wasm []byte) (runtime.Module, erro
 	if e.closed.Load() {
 		return nil, errEngineClosed
 	}
-	ptr, err := e.load(wasm)
+	// With tiering, a module starts at opt level none unless its
+	// optimised code is in the cache already.
+	b, ptr := e.opt, e.loadCached(wasm)
+	var err error
+	if ptr == nil {
+		if e.fast != nil {
+			b = e.fast
+			ptr, err = b.compile(wasm)
+		} else {
+			ptr, err = e.compileAndKeep(wasm)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("wasmtime: compile: %w", err)
 	}
-	m := newModule(e, ptr)
+	m := newModule(e, b, ptr)
 	if l, err := linearmem.ReadLayout(wasm); err == nil {
 		m.zeroFrom = int(min(l.End, 1<<32))
 	}
+	if b != e.fast {
+		close(m.optimised)
+		return m, nil
+	}
+	e.background.Add(1)
+	go func() {
+		defer e.background.Done()
+		m.optimise(wasm)
+	}()
 	return m, nil
 }
 
 // compile compiles wasm, which wasmbounds.Check accepted (so it is not
 // empty).
-func (e *engine) compile(wasm []byte) (*C.wasmtime_module_t, error) {
+func (b *backend) compile(wasm []byte) (*C.wasmtime_module_t, error) {
 	var ptr *C.wasmtime_module_t
-	err := errorOf(C.wasmtime_module_new(e.ptr, (*C.uint8_t)(unsafe.Pointer(&wasm[0])), C.size_t(len(wasm)), &ptr))
+	err := errorOf(C.wasmtime_module_new(b.ptr, (*C.uint8_t)(unsafe.Pointer(&wasm[0])), C.size_t(len(wasm)), &ptr))
 	return ptr, err
 }
 
@@ -284,11 +345,12 @@ func (e *engine) compile(wasm []byte) (*C.wasmtime_module_t, error) {
 // instances keep what they need of it alive.
 func (e *engine) Close(context.Context) error {
 	e.closeOnce.Do(func() {
+		e.background.Wait()
 		e.closed.Store(true)
 		close(e.stop)
 		<-e.stopped
-		C.wasmtime_linker_delete(e.linker)
-		C.wasm_engine_delete(e.ptr)
+		e.fast.delete()
+		e.opt.delete()
 	})
 	return nil
 }

@@ -239,6 +239,7 @@ func TestCacheFiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		<-mod.(runtime.Tiered).Optimised() // kept in the cache
 		mod.Close(t.Context())
 		return e.(*engine)
 	}
@@ -247,22 +248,22 @@ func TestCacheFiles(t *testing.T) {
 	if len(files) != 1 || !strings.HasSuffix(files[0], ".cwasm") {
 		t.Fatalf("cache holds %v, want one .cwasm file", files)
 	}
-	if ptr := e.loadCached(files[0]); ptr == nil {
+	if ptr := e.loadCached(wasm); ptr == nil {
 		t.Fatal("the cached module does not load")
 	} else {
-		newModule(e, ptr).Close(t.Context())
+		newModule(e, e.opt, ptr).Close(t.Context())
 	}
 	b, _ := os.ReadFile(files[0])
 	b[len(b)-100] ^= 1 // in the artifact: only the digest can tell
 	os.WriteFile(files[0], b, 0o600)
-	if ptr := e.loadCached(files[0]); ptr != nil {
+	if ptr := e.loadCached(wasm); ptr != nil {
 		t.Fatal("a damaged cache file loaded")
 	}
 	e = compileIn()
-	if ptr := e.loadCached(files[0]); ptr == nil {
+	if ptr := e.loadCached(wasm); ptr == nil {
 		t.Fatal("the damaged cache file was not replaced")
 	} else {
-		newModule(e, ptr).Close(t.Context())
+		newModule(e, e.opt, ptr).Close(t.Context())
 	}
 }
 
@@ -446,19 +447,23 @@ func BenchmarkGoGuest(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer e.Close(ctx)
-	b.Run("Compile", func(b *testing.B) {
-		for b.Loop() {
-			m, err := e.(*engine).compile(wasm)
-			if err != nil {
-				b.Fatal(err)
+	// Compile is opt level speed, CompileFast opt level none (the fast tier).
+	for name, be := range map[string]*backend{"Compile": e.(*engine).opt, "CompileFast": e.(*engine).fast} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				m, err := be.compile(wasm)
+				if err != nil {
+					b.Fatal(err)
+				}
+				newModule(e.(*engine), be, m).Close(ctx)
 			}
-			newModule(e.(*engine), m).Close(ctx)
-		}
-	})
-	m, err := e.Compile(ctx, wasm) // fills the cache
+		})
+	}
+	m, err := e.Compile(ctx, wasm)
 	if err != nil {
 		b.Fatal(err)
 	}
+	<-m.(runtime.Tiered).Optimised() // fills the cache
 	defer m.Close(ctx)
 	b.Run("CompileCached", func(b *testing.B) {
 		for b.Loop() {

@@ -39,9 +39,15 @@ type module struct {
 	// they could read as the image's bytes.
 	zeroFrom int
 
-	// mu guards ptr and pre against Close: instantiations hold it shared.
+	// mu guards b, ptr and pre against Close and the switch to optimised
+	// code (tier.go): instantiations hold it shared. b is the backend ptr
+	// was compiled on.
 	mu  sync.RWMutex
+	b   *backend
 	ptr *C.wasmtime_module_t
+	// optimised is closed once b will not change again.
+	optimised chan struct{}
+	closed    bool
 	// pre is the module with its imports resolved against the engine's
 	// linker, made by the first Instantiate under preMu; preErr is why that
 	// failed.
@@ -52,8 +58,8 @@ type module struct {
 
 var _ runtime.Module = (*module)(nil)
 
-func newModule(e *engine, ptr *C.wasmtime_module_t) *module {
-	m := &module{e: e, ptr: ptr, funcs: map[string]runtime.Export{}, memories: map[string]bool{}, arity: 1, zeroFrom: -1}
+func newModule(e *engine, b *backend, ptr *C.wasmtime_module_t) *module {
+	m := &module{e: e, b: b, ptr: ptr, optimised: make(chan struct{}), funcs: map[string]runtime.Export{}, memories: map[string]bool{}, arity: 1, zeroFrom: -1}
 
 	var imps C.wasm_importtype_vec_t
 	C.wasmtime_module_imports(ptr, &imps)
@@ -139,6 +145,13 @@ func (m *module) ExportsMemory(name string) bool { return m.memories[name] }
 func (m *module) Close(context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.closed = true
+	m.release()
+	return nil
+}
+
+// release deletes ptr and pre; the caller holds mu.
+func (m *module) release() {
 	if m.pre != nil {
 		C.wasmtime_instance_pre_delete(m.pre)
 		m.pre = nil
@@ -147,7 +160,6 @@ func (m *module) Close(context.Context) error {
 		C.wasmtime_module_delete(m.ptr)
 		m.ptr = nil
 	}
-	return nil
 }
 
 var errModuleClosed = errors.New("wasmtime: module is closed")
@@ -164,7 +176,7 @@ func (m *module) instancePre() (*C.wasmtime_instance_pre_t, error) {
 		if m.e.closed.Load() {
 			return nil, errEngineClosed
 		}
-		m.preErr = errorOf(C.wasmtime_linker_instantiate_pre(m.e.linker, m.ptr, &m.pre))
+		m.preErr = errorOf(C.wasmtime_linker_instantiate_pre(m.b.linker, m.ptr, &m.pre))
 	}
 	return m.pre, m.preErr
 }
@@ -187,7 +199,7 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 	in := &instance{e: e, mod: m, stdout: cfg.Stdout, stderr: cfg.Stderr, funcs: map[string]*function{}}
 	in.mem.in = in
 	in.handle = cgo.NewHandle(in)
-	in.st = C.wk_store_new(e.ptr, C.uintptr_t(in.handle), C.int64_t(e.limit),
+	in.st = C.wk_store_new(m.b.ptr, C.uintptr_t(in.handle), C.int64_t(e.limit),
 		wasmbounds.MaxTableElements, wasmbounds.MaxTables, C.size_t(m.arity))
 	if in.st == nil {
 		in.handle.Delete()

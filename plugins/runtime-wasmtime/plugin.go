@@ -34,7 +34,21 @@ type Config struct {
 	// False compiles on the calling goroutine's thread only, which leaves the
 	// other cores to running guests.
 	ParallelCompilation bool `koanf:"parallel_compilation"`
+	// Tiering is how a module starts: "auto" compiles it at Cranelift's opt
+	// level none and runs it at once while it is compiled at opt level
+	// speed in the background, its new instances getting that code when
+	// ready (a module whose optimised code is already in the cache starts
+	// with it); "off" waits for opt level speed; "fast" stays at opt level
+	// none (to compare or test the tiers). ADR 1034.
+	Tiering string `koanf:"tiering"`
 }
+
+// The values of Config.Tiering.
+const (
+	TieringAuto = "auto"
+	TieringOff  = "off"
+	TieringFast = "fast"
+)
 
 // Limits of InterruptInterval: a shorter interval costs CPU while guests
 // run, a longer one lets a stopped guest run on.
@@ -51,7 +65,7 @@ func Info() plugin.Info {
 		API:     contract,
 		Summary: "WebAssembly engine Wasmtime (Cranelift), through its C API; needs cgo",
 		NewConfig: func() any {
-			return &Config{InterruptInterval: time.Millisecond, ParallelCompilation: true}
+			return &Config{InterruptInterval: time.Millisecond, ParallelCompilation: true, Tiering: TieringAuto}
 		},
 		New: func(config any) (any, error) {
 			c, ok := config.(*Config)
@@ -61,6 +75,11 @@ func Info() plugin.Info {
 			if c.InterruptInterval < minInterruptInterval || c.InterruptInterval > maxInterruptInterval {
 				return nil, fmt.Errorf("interrupt_interval is %v, want %v to %v",
 					c.InterruptInterval, minInterruptInterval, maxInterruptInterval)
+			}
+			switch c.Tiering {
+			case TieringAuto, TieringOff, TieringFast:
+			default:
+				return nil, fmt.Errorf("tiering is %q, want %s, %s or %s", c.Tiering, TieringAuto, TieringOff, TieringFast)
 			}
 			return &driver{cfg: *c}, nil
 		},

@@ -6,7 +6,7 @@
 #include "_cgo_export.h"
 #include "shim.h"
 
-wasm_engine_t *wk_engine_new(bool parallel_compilation) {
+wasm_engine_t *wk_engine_new(bool parallel_compilation, bool fast) {
   wasm_config_t *config = wasm_config_new();
   if (config == NULL) {
     return NULL;
@@ -14,6 +14,9 @@ wasm_engine_t *wk_engine_new(bool parallel_compilation) {
   // Epochs are how a running guest is stopped: see wk_epoch.
   wasmtime_config_epoch_interruption_set(config, true);
   wasmtime_config_parallel_compilation_set(config, parallel_compilation);
+  if (fast) {
+    wasmtime_config_cranelift_opt_level_set(config, WASMTIME_OPT_LEVEL_NONE);
+  }
   // WebAssembly 2.0, the features wazero (the other engine) has, so that
   // both accept the same modules. The proposals beyond it are off: threads
   // (shared memory), tail calls, typed function references, GC, relaxed

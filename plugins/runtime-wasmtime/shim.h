@@ -37,7 +37,9 @@ typedef struct wk_result {
   wasmtime_error_t *err;
 } wk_result;
 
-wasm_engine_t *wk_engine_new(bool parallel_compilation);
+// wk_engine_new makes an engine; fast makes Cranelift skip its
+// optimisations (opt level none), for the fast tier.
+wasm_engine_t *wk_engine_new(bool parallel_compilation, bool fast);
 wk_store *wk_store_new(wasm_engine_t *engine, uintptr_t handle,
                        int64_t memory_limit, int64_t table_elements,
                        int64_t tables, size_t raw_len);

@@ -12,16 +12,29 @@ import (
 )
 
 func newDriver(t testing.TB) runtime.Driver {
+	return newTieredDriver(t, TieringAuto)
+}
+
+func newTieredDriver(t testing.TB, tiering string) runtime.Driver {
 	in := Info()
-	d, err := in.New(in.NewConfig())
+	c := in.NewConfig().(*Config)
+	c.Tiering = tiering
+	d, err := in.New(c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return d.(runtime.Driver)
 }
 
+// The suite passes at opt level speed alone (tiering: off), at opt level
+// none alone (fast), and with both tiers (auto: modules start at none and
+// switch to speed).
 func TestConformance(t *testing.T) {
-	runtimetest.Run(t, func(t *testing.T) runtime.Driver { return newDriver(t) })
+	for _, tiering := range []string{TieringOff, TieringAuto, TieringFast} {
+		t.Run(tiering, func(t *testing.T) {
+			runtimetest.Run(t, func(t *testing.T) runtime.Driver { return newTieredDriver(t, tiering) })
+		})
+	}
 }
 
 func BenchmarkEngine(b *testing.B) {
@@ -37,14 +50,17 @@ func TestInfo(t *testing.T) {
 		t.Error(err)
 	}
 	c, ok := in.NewConfig().(*Config)
-	if !ok || c.InterruptInterval != time.Millisecond || !c.ParallelCompilation {
-		t.Errorf("NewConfig() = %#v, want *Config with a 1ms interrupt interval and parallel compilation", in.NewConfig())
+	if !ok || c.InterruptInterval != time.Millisecond || !c.ParallelCompilation || c.Tiering != TieringAuto {
+		t.Errorf("NewConfig() = %#v, want *Config with a 1ms interrupt interval, parallel compilation and tiering auto", in.NewConfig())
+	}
+	if _, err := in.New(&Config{InterruptInterval: time.Millisecond, Tiering: "sometimes"}); err == nil {
+		t.Error("New accepted tiering: sometimes")
 	}
 	if _, err := in.New(Config{InterruptInterval: time.Millisecond}); err == nil {
 		t.Error("New accepted a Config value instead of a pointer")
 	}
 	for _, d := range []time.Duration{0, time.Microsecond, time.Minute} {
-		if _, err := in.New(&Config{InterruptInterval: d}); err == nil {
+		if _, err := in.New(&Config{InterruptInterval: d, Tiering: TieringAuto}); err == nil {
 			t.Errorf("New accepted interrupt_interval %v", d)
 		}
 	}
