@@ -43,10 +43,14 @@ func TestValuesRoundTrip(t *testing.T) {
 	}
 }
 
-// The same guests on wazero and on wasmtime give the same observable
-// results: statuses, bodies and headers, failures included.
+// The same guests on wazero and on wasmtime, each in both tiers (ADR 1034:
+// fast is the interpreter or Cranelift's opt level none, off the optimising
+// compiler alone) and tiered (on, with an empty compile cache, so the
+// requests start on the fast tier and move to the optimised code when it is
+// ready), give the same observable results: statuses, bodies and headers,
+// failures included, CPU budget and memory limit too.
 func TestEnginesAgree(t *testing.T) {
-	engines := []string{"wazero", "wasmtime"}
+	engines := []string{"wazero/off", "wazero/fast", "wazero/on", "wasmtime/off", "wasmtime/fast", "wasmtime/on"}
 	for _, in := range plugins() {
 		if in.Kind == plugin.Runtime && in.Name == "wasmtime" && in.Unavailable != "" {
 			t.Skip("this test binary was built without cgo, so it has no wasmtime: " + in.Unavailable)
@@ -80,17 +84,23 @@ func TestEnginesAgree(t *testing.T) {
 	}
 	answers := map[string][]string{}
 	for _, engine := range engines {
-		n := startNodeOn(t, engine, node.Options{Classes: map[string]string{"probe": probe(t)}})
+		opts := node.Options{Classes: map[string]string{"probe": probe(t)}}
+		if strings.HasSuffix(engine, "/on") {
+			opts.CacheDir = t.TempDir()
+		}
+		n := startNodeOn(t, engine, opts)
 		for _, r := range requests {
 			code, body, hdr := n.doH(r.method, r.path, r.body, nil)
 			answers[engine] = append(answers[engine], fmt.Sprintf("%d %s %s|%s", code, hdr.Get("Content-Type"), hdr.Get("X-Kind"), body))
 		}
 		n.stop()
 	}
-	for i, r := range requests {
-		a, b := answers[engines[0]][i], answers[engines[1]][i]
-		if a != b {
-			t.Errorf("%s %s: %s answered %.200q, %s answered %.200q", r.method, r.path, engines[0], a, engines[1], b)
+	for _, other := range engines[1:] {
+		for i, r := range requests {
+			a, b := answers[engines[0]][i], answers[other][i]
+			if a != b {
+				t.Errorf("%s %s: %s answered %.200q, %s answered %.200q", r.method, r.path, engines[0], a, other, b)
+			}
 		}
 	}
 	// A sample of what both answered, so a reader sees the failures agree.

@@ -131,7 +131,8 @@ func startNode(t testing.TB, opts node.Options) *testNode {
 	return startNodeOn(t, "", opts)
 }
 
-// startNodeOn starts a node on the named runtime plugin ("" for plugins.yaml's).
+// startNodeOn starts a node on the named runtime plugin ("" for plugins.yaml's),
+// with its tiering setting after a slash ("wazero/fast").
 func startNodeOn(t testing.TB, engine string, opts node.Options) *testNode {
 	t.Helper()
 	if opts.DataDir == "" {
@@ -169,7 +170,8 @@ func (tn *testNode) stop() {
 // standardPlugins builds the runtime and storage plugins that plugins.yaml
 // chooses, so the tests run the default configuration; WASMKEEP_* variables
 // choose others (WASMKEEP_RUNTIME__USE=wasmtime runs this suite on wasmtime),
-// and engine, if set, names the runtime plugin.
+// and engine, if set, names the runtime plugin and, after a slash, its
+// tiering setting.
 func standardPlugins(t testing.TB, engine string) (runtime.Driver, storage.Driver) {
 	t.Helper()
 	reg, err := plugin.NewRegistry(plugins()...)
@@ -177,7 +179,10 @@ func standardPlugins(t testing.TB, engine string) (runtime.Driver, storage.Drive
 		t.Fatal(err)
 	}
 	env := os.Environ()
-	if engine != "" {
+	if engine, tiering, ok := strings.Cut(engine, "/"); ok {
+		env = append(env, "WASMKEEP_RUNTIME__"+strings.ToUpper(engine)+"__TIERING="+tiering)
+	}
+	if engine, _, _ := strings.Cut(engine, "/"); engine != "" {
 		env = append(env, "WASMKEEP_RUNTIME__USE="+engine)
 	}
 	cfg, err := config.Load(wasmkeep.DefaultConfig, "", env, reg, command.APIs)

@@ -66,6 +66,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) runtime.Driver) {
 		{"Concurrency", testConcurrency},
 		{"GoReactor", testGoReactor},
 		{"TierSwitch", testTierSwitch},
+		{"TierCacheAfterClose", testTierCacheAfterClose},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

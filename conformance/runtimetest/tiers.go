@@ -85,3 +85,52 @@ func testTierSwitch(t *testing.T, h *harness) {
 		t.Error("with the optimised code in the cache, Optimised() is not closed")
 	}
 }
+
+// A module closed while its optimised code compiles in the background (a
+// server stopped soon after it started) still leaves that code in the
+// cache once the engine is closed: the next engine starts optimised.
+func testTierCacheAfterClose(t *testing.T, h *harness) {
+	if testing.Short() {
+		t.Skip("building and compiling a Go guest takes a while")
+	}
+	wasm, err := goGuestWasm()
+	if errors.Is(err, exec.ErrNotFound) {
+		t.Skip("no Go toolchain to build the guest:", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	fns := []runtime.HostFunction{{Name: "upper", Signature: sig("iiii>i"), Func: upper}}
+	cfg := runtime.Config{MemoryLimitPages: 2048, HostModule: hostModule, HostFunctions: fns, CacheDir: t.TempDir()}
+	e, err := h.newDriver(t).NewEngine(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, err := e.Compile(t.Context(), wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiered, ok := mod.(runtime.Tiered)
+	if ok {
+		select {
+		case <-tiered.Optimised():
+			ok = false // one tier only
+		default:
+		}
+	}
+	if !ok {
+		mod.Close(t.Context())
+		e.Close(t.Context())
+		t.Skip("the engine does not compile in the background")
+	}
+	if err := mod.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	again := compile(t, h.engine(t, cfg), wasm).(runtime.Tiered)
+	if got := again.Tier(); got != runtime.TierOptimised {
+		t.Errorf("after an engine closed with the module's background compile running, the next starts at %q, want %q", got, runtime.TierOptimised)
+	}
+}

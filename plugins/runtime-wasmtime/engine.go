@@ -34,7 +34,7 @@ const lingerTicks = 100
 type engine struct {
 	// opt compiles at Cranelift's opt level speed, the code modules run
 	// in the end; fast, at opt level none, is where modules start while opt
-	// compiles them in the background (tiering: auto; nil otherwise).
+	// compiles them in the background (tiering: on; nil otherwise).
 	opt, fast *backend
 	// background counts the compiles running in the background, which
 	// Close waits for: Wasmtime cannot stop them.
@@ -109,10 +109,14 @@ func (d *driver) NewEngine(ctx context.Context, cfg runtime.Config) (runtime.Eng
 	if d.cfg.Tiering == TieringFast {
 		opt = runtime.TierFast
 	}
-	if e.opt, err = e.newBackend(opt, d.cfg.ParallelCompilation); err != nil {
+	// With tiering, opt compiles in the background only: on one thread, so
+	// that the cores are left to the guests it runs meanwhile on the fast
+	// tier.
+	parallel := d.cfg.ParallelCompilation && d.cfg.Tiering != TieringOn
+	if e.opt, err = e.newBackend(opt, parallel); err != nil {
 		return nil, err
 	}
-	if d.cfg.Tiering == TieringAuto {
+	if d.cfg.Tiering == TieringOn {
 		if e.fast, err = e.newBackend(runtime.TierFast, d.cfg.ParallelCompilation); err != nil {
 			e.opt.delete()
 			return nil, err

@@ -38,8 +38,10 @@ type engine struct {
 	// TierFast with the interpreter.
 	tier runtime.Tier
 	// fast is an interpreter on which modules start while rt compiles
-	// them in the background (tiering: auto); nil without tiering.
-	fast wazero.Runtime
+	// them in the background (tiering: on or auto); nil without tiering.
+	// minTiered is the smallest module started there.
+	fast      wazero.Runtime
+	minTiered int
 	// background counts the compiles running in the background, which
 	// Close waits for: wazero cannot stop them.
 	background sync.WaitGroup
@@ -81,8 +83,12 @@ func (d *driver) NewEngine(ctx context.Context, cfg runtime.Config) (runtime.Eng
 	if e.rt, err = newRuntime(ctx, rc, cfg); err != nil {
 		return nil, errors.Join(err, e.Close(ctx))
 	}
+	if d.cfg.Tiering == TieringAuto {
+		e.minTiered = minTieredSize
+	}
 	// Tiering needs the compiler: elsewhere wazero interprets anyway.
-	if e.tier == runtime.TierOptimised && d.cfg.Tiering == TieringAuto && compilerSupported() {
+	tiers := d.cfg.Tiering == TieringOn || d.cfg.Tiering == TieringAuto
+	if tiers && e.tier == runtime.TierOptimised && compilerSupported() {
 		if e.fast, err = newRuntime(ctx, wazero.NewRuntimeConfigInterpreter(), cfg); err != nil {
 			return nil, errors.Join(err, e.Close(ctx))
 		}
@@ -185,10 +191,10 @@ func (e *engine) Compile(ctx context.Context, wasm []byte) (runtime.Module, erro
 	if err != nil {
 		return nil, fmt.Errorf("wazero: compile: %w", err)
 	}
-	// With tiering, a module starts on the interpreter unless its compiled
-	// code is in the cache already.
+	// With tiering, a module starts on the interpreter unless it is small
+	// (auto) or its compiled code is in the cache already.
 	sum := sha256.Sum256(p.wasm)
-	tiered := e.fast != nil && !e.compiled(sum)
+	tiered := e.fast != nil && len(p.wasm) >= e.minTiered && !e.compiled(sum)
 	first := &code{rt: e.rt, tier: e.tier}
 	if tiered {
 		first = &code{rt: e.fast, tier: runtime.TierFast}

@@ -38,6 +38,8 @@ func (m *module) optimise(wasm []byte, sum [32]byte) {
 			"module", hex.EncodeToString(sum[:8]), "err", err)
 		return
 	}
+	// The cache has the code now, even if the module was closed meanwhile.
+	m.e.markCompiled(sum)
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -49,7 +51,6 @@ func (m *module) optimise(wasm []byte, sum [32]byte) {
 	// Instances of the old code keep running: wazero lets a compiled
 	// module close under them.
 	old.cm.Close(ctx)
-	m.e.markCompiled(sum)
 	slog.Debug("wazero: module compiled in the background", "module", hex.EncodeToString(sum[:8]),
 		"took", time.Since(start).Round(time.Millisecond))
 }

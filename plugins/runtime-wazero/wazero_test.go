@@ -29,12 +29,14 @@ func newTieredDriver(t testing.TB, c Config) runtime.Driver {
 }
 
 // The suite passes on the compiler alone (tiering: off), on the interpreter
-// alone (tiering: fast, and compiler: false), and with both tiers (auto:
-// modules start on the interpreter and switch to compiled code).
+// alone (tiering: fast, and compiler: false), and with both tiers (on:
+// modules start on the interpreter and switch to compiled code; auto: the
+// large ones do, the suite's Go guest among them).
 func TestConformance(t *testing.T) {
 	for name, c := range map[string]Config{
 		"compiler":    {Compiler: true, Tiering: TieringOff},
-		"tiered":      {Compiler: true, Tiering: TieringAuto},
+		"tiered":      {Compiler: true, Tiering: TieringOn},
+		"auto":        {Compiler: true, Tiering: TieringAuto},
 		"fast":        {Compiler: true, Tiering: TieringFast},
 		"interpreter": {Compiler: false, Tiering: TieringAuto},
 	} {
@@ -262,5 +264,25 @@ func TestHostFunctionWithoutMemory(t *testing.T) {
 	}
 	if size != 0 || readable {
 		t.Errorf("Size() = %d, Read(0, 0) ok = %v; want 0, false", size, readable)
+	}
+}
+
+// The interpreter, the fast tier, sizes a br_table's targets from the count
+// the instruction declares; wazero's validator reads every target first, so
+// a count the body cannot hold (2^32 - 16 targets in a few bytes: 64 GiB of
+// targets to the interpreter) is refused before the interpreter sees it.
+// Untrusted modules can therefore start on the interpreter.
+func TestInterpreterBrTableCount(t *testing.T) {
+	body := []byte{0x00, 0x41, 0x00, 0x0e, 0xf0, 0xff, 0xff, 0xff, 0x0f, 0x00, 0x0b} // i32.const 0; br_table (2^32-16 targets)
+	code := append([]byte{0x01, byte(len(body))}, body...)
+	wasm := append([]byte{0, 'a', 's', 'm', 1, 0, 0, 0, 1, 4, 1, 0x60, 0, 0, 3, 2, 1, 0, 10, byte(len(code))}, code...)
+	e, err := newTieredDriver(t, Config{Compiler: true, Tiering: TieringFast}).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(t.Context())
+	if m, err := e.Compile(t.Context(), wasm); err == nil {
+		m.Close(t.Context())
+		t.Fatal("a br_table declaring more targets than its body holds compiled")
 	}
 }

@@ -69,7 +69,7 @@ func run(args []string, stdout io.Writer) error {
 		f.guests = append(f.guests, guest{lang, file})
 		return nil
 	})
-	fs.StringVar(&f.engines, "engines", "wazero,wasmtime", "the runtime plugins to run each guest on")
+	fs.StringVar(&f.engines, "engines", "wazero,wasmtime", "the runtime plugins to run each guest on, each ENGINE or ENGINE/TIERING (wazero/off: runtime.wazero.tiering)")
 	fs.StringVar(&f.durable, "durable", "go,c", "the guests (LANGs) whose counter answers POST /actor/counter/<name>/durable with exec-durable; the others get no durable write rows")
 	fs.StringVar(&f.workerd, "workerd", "", "the bench/workerd directory, after npm ci in it; empty leaves workerd out")
 	fs.IntVar(&f.runs, "runs", 3, "rounds of every server; each row reports their median")
@@ -184,12 +184,17 @@ func (f flags) targets() ([]server, error) {
 			if err != nil {
 				return nil, err
 			}
-			for _, e := range engines {
-				srv := measure.Wasmkeep{
-					Binary: bin, Class: "counter", Guest: file, ServeArgs: f.serveArgs,
-					Env: []string{"WASMKEEP_RUNTIME__USE=" + e},
+			for _, spec := range engines {
+				// ENGINE/TIERING sets the engine's tiering (ADR 1034).
+				e, tiering, ok := strings.Cut(spec, "/")
+				env := []string{"WASMKEEP_RUNTIME__USE=" + e}
+				if ok {
+					env = append(env, "WASMKEEP_RUNTIME__"+strings.ToUpper(e)+"__TIERING="+tiering)
 				}
-				t := counter(e+"/"+g.lang, e, g.lang+"-counter", srv)
+				srv := measure.Wasmkeep{
+					Binary: bin, Class: "counter", Guest: file, ServeArgs: f.serveArgs, Env: env,
+				}
+				t := counter(spec+"/"+g.lang, e, g.lang+"-counter", srv)
 				if !slices.Contains(durable, g.lang) {
 					t.opts.DurableWrite = measure.Request{}
 				}

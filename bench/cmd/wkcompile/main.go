@@ -26,6 +26,10 @@
 // refuses the module and the line says so.
 //
 //	go run ./bench/cmd/wkcompile [-engines wazero,wasmtime] [-shapes nest,loops,...] [-scale 1] [file.wasm ...]
+//
+// An engine is measured with its optimising compiler (tiering: off);
+// ENGINE/fast measures its fast tier instead (the interpreter, Cranelift at
+// opt level none), the code a module starts on with tiering: auto.
 package main
 
 import (
@@ -138,7 +142,7 @@ func main() {
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("wkcompile", flag.ContinueOnError)
-	engines := fs.String("engines", "wazero,wasmtime", "the engines to measure, in turn")
+	engines := fs.String("engines", "wazero,wasmtime", "the engines to measure, in turn (ENGINE/fast: its fast tier)")
 	names := fs.String("shapes", "nest,seq,ifelse,loops,seqloops,brif,vars,work,workvars,adds,code", "the synthetic modules to compile (none: \"\")")
 	scale := fs.Float64("scale", 1, "the fraction of the bounds the synthetic modules reach")
 	child := fs.String("child", "", "compile one module on this engine in this process (what each child runs)")
@@ -180,15 +184,28 @@ func run(args []string) error {
 
 // compile compiles module (a shape or a file) on engine and prints a line.
 func compile(engine, module string, scale float64) error {
-	info, ok := runtimes[engine]
+	// ENGINE/fast measures the fast tier (ADR 1034); ENGINE alone, the
+	// optimising compiler (tiering off).
+	name, tiering, ok := strings.Cut(engine, "/")
 	if !ok {
-		return fmt.Errorf("unknown engine %q (want wazero or wasmtime)", engine)
+		tiering = "off"
+	}
+	info, ok := runtimes[name]
+	if !ok {
+		return fmt.Errorf("unknown engine %q (want wazero or wasmtime, with /fast for the fast tier)", engine)
 	}
 	i := info()
 	if i.Unavailable != "" {
 		return fmt.Errorf("engine %s: %s", engine, i.Unavailable)
 	}
-	d, err := i.New(i.NewConfig())
+	cfg := i.NewConfig()
+	switch c := cfg.(type) {
+	case *wazeroruntime.Config:
+		c.Tiering = tiering
+	case *wasmtimeruntime.Config:
+		c.Tiering = tiering
+	}
+	d, err := i.New(cfg)
 	if err != nil {
 		return err
 	}
