@@ -45,10 +45,11 @@ var goGuestWasm = sync.OnceValues(func() ([]byte, error) {
 	return os.ReadFile(filepath.Join(dir, "guest.wasm"))
 })
 
-// A reactor built by the Go toolchain runs: Instantiate runs _initialize
-// (without it the Go runtime traps), and an export prints to stdout and
-// stderr, sleeps and calls the host.
-func testGoReactor(t *testing.T, h *harness) {
+// goGuest returns the Go guest and the engine configuration it needs (its
+// host function, and memory: the Go runtime needs 2 MiB to start; 128 MiB is
+// WasmKeep's default), or skips the test where it cannot be built.
+func goGuest(t *testing.T) ([]byte, runtime.Config) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("building and compiling a Go guest takes a while (a minute under -race with a Go compiler)")
 	}
@@ -60,8 +61,15 @@ func testGoReactor(t *testing.T, h *harness) {
 		t.Fatal(err)
 	}
 	fns := []runtime.HostFunction{{Name: "upper", Signature: sig("iiii>i"), Func: upper}}
-	// The Go runtime needs 2 MiB of memory to start; 128 MiB is WasmKeep's default.
-	mod := compile(t, h.engine(t, runtime.Config{MemoryLimitPages: 2048, HostFunctions: fns}), wasm)
+	return wasm, runtime.Config{MemoryLimitPages: 2048, HostModule: hostModule, HostFunctions: fns}
+}
+
+// A reactor built by the Go toolchain runs: Instantiate runs _initialize
+// (without it the Go runtime traps), and an export prints to stdout and
+// stderr, sleeps and calls the host.
+func testGoReactor(t *testing.T, h *harness) {
+	wasm, cfg := goGuest(t)
+	mod := compile(t, h.engine(t, cfg), wasm)
 	if !slices.ContainsFunc(mod.Imports(), func(i runtime.Import) bool {
 		return i.Module == hostModule && i.Name == "upper" && i.IsFunc && fmt.Sprint(i.Signature) == fmt.Sprint(sig("iiii>i"))
 	}) {

@@ -2,8 +2,6 @@ package runtimetest
 
 import (
 	"bytes"
-	"errors"
-	"os/exec"
 	"testing"
 
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
@@ -16,18 +14,8 @@ import (
 // trivially. The guest is the Go reactor, large enough that its optimised
 // compile outlasts the first instantiation.
 func testTierSwitch(t *testing.T, h *harness) {
-	if testing.Short() {
-		t.Skip("building and compiling a Go guest takes a while")
-	}
-	wasm, err := goGuestWasm()
-	if errors.Is(err, exec.ErrNotFound) {
-		t.Skip("no Go toolchain to build the guest:", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	fns := []runtime.HostFunction{{Name: "upper", Signature: sig("iiii>i"), Func: upper}}
-	cfg := runtime.Config{MemoryLimitPages: 2048, HostFunctions: fns, CacheDir: t.TempDir()}
+	wasm, cfg := goGuest(t)
+	cfg.CacheDir = t.TempDir()
 	mod := compile(t, h.engine(t, cfg), wasm)
 	tiered, ok := mod.(runtime.Tiered)
 	if !ok {
@@ -90,18 +78,8 @@ func testTierSwitch(t *testing.T, h *harness) {
 // server stopped soon after it started) still leaves that code in the
 // cache once the engine is closed: the next engine starts optimised.
 func testTierCacheAfterClose(t *testing.T, h *harness) {
-	if testing.Short() {
-		t.Skip("building and compiling a Go guest takes a while")
-	}
-	wasm, err := goGuestWasm()
-	if errors.Is(err, exec.ErrNotFound) {
-		t.Skip("no Go toolchain to build the guest:", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	fns := []runtime.HostFunction{{Name: "upper", Signature: sig("iiii>i"), Func: upper}}
-	cfg := runtime.Config{MemoryLimitPages: 2048, HostModule: hostModule, HostFunctions: fns, CacheDir: t.TempDir()}
+	wasm, cfg := goGuest(t)
+	cfg.CacheDir = t.TempDir()
 	e, err := h.newDriver(t).NewEngine(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 )
 
@@ -121,6 +122,27 @@ const (
 	// TierOptimised is the engine's optimising compiler's code.
 	TierOptimised Tier = "optimised"
 )
+
+// The values of an engine's tiering setting (ADR 1034), the same in every
+// runtime plugin that compiles in tiers: on starts every module on the fast
+// tier and compiles the optimised code in the background; auto does so
+// where the engine's figures say it pays; off waits for the optimised code;
+// fast never makes it (to compare or test the tiers).
+const (
+	TieringAuto = "auto"
+	TieringOn   = "on"
+	TieringOff  = "off"
+	TieringFast = "fast"
+)
+
+// CheckTiering reports whether s is a tiering setting.
+func CheckTiering(s string) error {
+	switch s {
+	case TieringAuto, TieringOn, TieringOff, TieringFast:
+		return nil
+	}
+	return fmt.Errorf("tiering is %q, want %s, %s, %s or %s", s, TieringAuto, TieringOn, TieringOff, TieringFast)
+}
 
 // Tiered is implemented by a Module that an engine compiles in tiers: it
 // runs on the fast tier at first while the optimised code is compiled in

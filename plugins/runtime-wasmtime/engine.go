@@ -106,17 +106,17 @@ func (d *driver) NewEngine(ctx context.Context, cfg runtime.Config) (runtime.Eng
 		}
 	}
 	opt := runtime.TierOptimised
-	if d.cfg.Tiering == TieringFast {
+	if d.cfg.Tiering == runtime.TieringFast {
 		opt = runtime.TierFast
 	}
 	// With tiering, opt compiles in the background only: on one thread, so
 	// that the cores are left to the guests it runs meanwhile on the fast
 	// tier.
-	parallel := d.cfg.ParallelCompilation && d.cfg.Tiering != TieringOn
+	parallel := d.cfg.ParallelCompilation && d.cfg.Tiering != runtime.TieringOn
 	if e.opt, err = e.newBackend(opt, parallel); err != nil {
 		return nil, err
 	}
-	if d.cfg.Tiering == TieringOn {
+	if d.cfg.Tiering == runtime.TieringOn {
 		if e.fast, err = e.newBackend(runtime.TierFast, d.cfg.ParallelCompilation); err != nil {
 			e.opt.delete()
 			return nil, err

@@ -51,14 +51,6 @@ type Config struct {
 	Tiering string `koanf:"tiering"`
 }
 
-// The values of Config.Tiering.
-const (
-	TieringAuto = "auto"
-	TieringOn   = "on"
-	TieringOff  = "off"
-	TieringFast = "fast"
-)
-
 // Limits of InterruptInterval: a shorter interval costs CPU while guests
 // run, a longer one lets a stopped guest run on.
 const (
@@ -74,7 +66,7 @@ func Info() plugin.Info {
 		API:     contract,
 		Summary: "WebAssembly engine Wasmtime (Cranelift), through its C API; needs cgo",
 		NewConfig: func() any {
-			return &Config{InterruptInterval: time.Millisecond, ParallelCompilation: true, Tiering: TieringAuto}
+			return &Config{InterruptInterval: time.Millisecond, ParallelCompilation: true, Tiering: runtime.TieringAuto}
 		},
 		New: func(config any) (any, error) {
 			c, ok := config.(*Config)
@@ -85,10 +77,8 @@ func Info() plugin.Info {
 				return nil, fmt.Errorf("interrupt_interval is %v, want %v to %v",
 					c.InterruptInterval, minInterruptInterval, maxInterruptInterval)
 			}
-			switch c.Tiering {
-			case TieringAuto, TieringOn, TieringOff, TieringFast:
-			default:
-				return nil, fmt.Errorf("tiering is %q, want %s, %s, %s or %s", c.Tiering, TieringAuto, TieringOn, TieringOff, TieringFast)
+			if err := runtime.CheckTiering(c.Tiering); err != nil {
+				return nil, err
 			}
 			return &driver{cfg: *c}, nil
 		},

@@ -12,7 +12,7 @@ import (
 )
 
 func newDriver(t testing.TB) runtime.Driver {
-	return newTieredDriver(t, TieringOn)
+	return newTieredDriver(t, runtime.TieringOn)
 }
 
 func newTieredDriver(t testing.TB, tiering string) runtime.Driver {
@@ -30,7 +30,7 @@ func newTieredDriver(t testing.TB, tiering string) runtime.Driver {
 // at opt level none alone (fast), and with both tiers (on: modules start at
 // none and switch to speed).
 func TestConformance(t *testing.T) {
-	for _, tiering := range []string{TieringOff, TieringOn, TieringFast} {
+	for _, tiering := range []string{runtime.TieringOff, runtime.TieringOn, runtime.TieringFast} {
 		t.Run(tiering, func(t *testing.T) {
 			runtimetest.Run(t, func(t *testing.T) runtime.Driver { return newTieredDriver(t, tiering) })
 		})
@@ -50,7 +50,7 @@ func TestInfo(t *testing.T) {
 		t.Error(err)
 	}
 	c, ok := in.NewConfig().(*Config)
-	if !ok || c.InterruptInterval != time.Millisecond || !c.ParallelCompilation || c.Tiering != TieringAuto {
+	if !ok || c.InterruptInterval != time.Millisecond || !c.ParallelCompilation || c.Tiering != runtime.TieringAuto {
 		t.Errorf("NewConfig() = %#v, want *Config with a 1ms interrupt interval, parallel compilation and tiering auto", in.NewConfig())
 	}
 	if _, err := in.New(&Config{InterruptInterval: time.Millisecond, Tiering: "sometimes"}); err == nil {
@@ -60,7 +60,7 @@ func TestInfo(t *testing.T) {
 		t.Error("New accepted a Config value instead of a pointer")
 	}
 	for _, d := range []time.Duration{0, time.Microsecond, time.Minute} {
-		if _, err := in.New(&Config{InterruptInterval: d, Tiering: TieringAuto}); err == nil {
+		if _, err := in.New(&Config{InterruptInterval: d, Tiering: runtime.TieringAuto}); err == nil {
 			t.Errorf("New accepted interrupt_interval %v", d)
 		}
 	}

@@ -64,7 +64,7 @@ func (d *driver) NewEngine(ctx context.Context, cfg runtime.Config) (runtime.Eng
 		tier: runtime.TierFast,
 	}
 	rc := wazero.NewRuntimeConfigInterpreter()
-	if d.cfg.Compiler && d.cfg.Tiering != TieringFast {
+	if d.cfg.Compiler && d.cfg.Tiering != runtime.TieringFast {
 		rc = wazero.NewRuntimeConfig() // the compiler where supported
 		e.tier = runtime.TierOptimised
 	}
@@ -83,11 +83,11 @@ func (d *driver) NewEngine(ctx context.Context, cfg runtime.Config) (runtime.Eng
 	if e.rt, err = newRuntime(ctx, rc, cfg); err != nil {
 		return nil, errors.Join(err, e.Close(ctx))
 	}
-	if d.cfg.Tiering == TieringAuto {
+	if d.cfg.Tiering == runtime.TieringAuto {
 		e.minTiered = minTieredSize
 	}
 	// Tiering needs the compiler: elsewhere wazero interprets anyway.
-	tiers := d.cfg.Tiering == TieringOn || d.cfg.Tiering == TieringAuto
+	tiers := d.cfg.Tiering == runtime.TieringOn || d.cfg.Tiering == runtime.TieringAuto
 	if tiers && e.tier == runtime.TierOptimised && compilerSupported() {
 		if e.fast, err = newRuntime(ctx, wazero.NewRuntimeConfigInterpreter(), cfg); err != nil {
 			return nil, errors.Join(err, e.Close(ctx))

@@ -30,14 +30,6 @@ type Config struct {
 	Tiering string `koanf:"tiering"`
 }
 
-// The values of Config.Tiering.
-const (
-	TieringAuto = "auto"
-	TieringOn   = "on"
-	TieringOff  = "off"
-	TieringFast = "fast"
-)
-
 // minTieredSize is the smallest module, in bytes once prepared (its data
 // segments taken out), that tiering auto starts on the interpreter: wazero
 // compiles about 3 MB of code a second on a core (a 2.4 MB Go guest in
@@ -58,16 +50,14 @@ func Info() plugin.Info {
 		Name:      "wazero",
 		API:       contract,
 		Summary:   "WebAssembly engine in pure Go (wazero)",
-		NewConfig: func() any { return &Config{Compiler: true, Tiering: TieringAuto} },
+		NewConfig: func() any { return &Config{Compiler: true, Tiering: runtime.TieringAuto} },
 		New: func(config any) (any, error) {
 			c, ok := config.(*Config)
 			if !ok {
 				return nil, fmt.Errorf("configuration is %T, want *wazeroruntime.Config", config)
 			}
-			switch c.Tiering {
-			case TieringAuto, TieringOn, TieringOff, TieringFast:
-			default:
-				return nil, fmt.Errorf("tiering is %q, want %s, %s, %s or %s", c.Tiering, TieringAuto, TieringOn, TieringOff, TieringFast)
+			if err := runtime.CheckTiering(c.Tiering); err != nil {
+				return nil, err
 			}
 			return &driver{cfg: *c}, nil
 		},

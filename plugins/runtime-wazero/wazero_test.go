@@ -17,7 +17,7 @@ import (
 )
 
 func newDriver(t testing.TB, compiler bool) runtime.Driver {
-	return newTieredDriver(t, Config{Compiler: compiler, Tiering: TieringOff})
+	return newTieredDriver(t, Config{Compiler: compiler, Tiering: runtime.TieringOff})
 }
 
 func newTieredDriver(t testing.TB, c Config) runtime.Driver {
@@ -34,11 +34,11 @@ func newTieredDriver(t testing.TB, c Config) runtime.Driver {
 // large ones do, the suite's Go guest among them).
 func TestConformance(t *testing.T) {
 	for name, c := range map[string]Config{
-		"compiler":    {Compiler: true, Tiering: TieringOff},
-		"tiered":      {Compiler: true, Tiering: TieringOn},
-		"auto":        {Compiler: true, Tiering: TieringAuto},
-		"fast":        {Compiler: true, Tiering: TieringFast},
-		"interpreter": {Compiler: false, Tiering: TieringAuto},
+		"compiler":    {Compiler: true, Tiering: runtime.TieringOff},
+		"tiered":      {Compiler: true, Tiering: runtime.TieringOn},
+		"auto":        {Compiler: true, Tiering: runtime.TieringAuto},
+		"fast":        {Compiler: true, Tiering: runtime.TieringFast},
+		"interpreter": {Compiler: false, Tiering: runtime.TieringAuto},
 	} {
 		t.Run(name, func(t *testing.T) {
 			runtimetest.Run(t, func(t *testing.T) runtime.Driver { return newTieredDriver(t, c) })
@@ -58,7 +58,7 @@ func TestInfo(t *testing.T) {
 	if _, err := plugin.NewRegistry(in); err != nil {
 		t.Error(err)
 	}
-	if c, ok := in.NewConfig().(*Config); !ok || !c.Compiler || c.Tiering != TieringAuto {
+	if c, ok := in.NewConfig().(*Config); !ok || !c.Compiler || c.Tiering != runtime.TieringAuto {
 		t.Errorf("NewConfig() = %#v, want *Config with the compiler on and tiering auto", in.NewConfig())
 	}
 	if _, err := in.New(&Config{Compiler: true, Tiering: "sometimes"}); err == nil {
@@ -276,7 +276,7 @@ func TestInterpreterBrTableCount(t *testing.T) {
 	body := []byte{0x00, 0x41, 0x00, 0x0e, 0xf0, 0xff, 0xff, 0xff, 0x0f, 0x00, 0x0b} // i32.const 0; br_table (2^32-16 targets)
 	code := append([]byte{0x01, byte(len(body))}, body...)
 	wasm := append([]byte{0, 'a', 's', 'm', 1, 0, 0, 0, 1, 4, 1, 0x60, 0, 0, 3, 2, 1, 0, 10, byte(len(code))}, code...)
-	e, err := newTieredDriver(t, Config{Compiler: true, Tiering: TieringFast}).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: 1})
+	e, err := newTieredDriver(t, Config{Compiler: true, Tiering: runtime.TieringFast}).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
