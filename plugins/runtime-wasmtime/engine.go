@@ -37,8 +37,10 @@ type engine struct {
 	// compiles them in the background (tiering: on; nil otherwise).
 	opt, fast *backend
 	// background counts the compiles running in the background, which
-	// Close waits for: Wasmtime cannot stop them.
-	background sync.WaitGroup
+	// Close waits for: Wasmtime cannot stop them. failOptimise, set by tests
+	// only, makes them fail with its error.
+	background   sync.WaitGroup
+	failOptimise error
 	// limit is MemoryLimitPages in bytes, every store's memory limit.
 	limit int64
 	// host are the functions the linker defines, by the index their C

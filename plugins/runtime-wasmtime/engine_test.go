@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"log/slog"
 	"math"
 	"os"
 	"os/exec"
@@ -725,5 +726,42 @@ func TestNoMemory(t *testing.T) {
 	}
 	if in.Memory() != nil {
 		t.Errorf("Memory() = %v, want nil", in.Memory())
+	}
+}
+
+// A failed background compile is logged and leaves the module at opt level
+// none, where it keeps running.
+func TestBackgroundCompileFails(t *testing.T) {
+	var logs bytes.Buffer
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	e, err := newTieredDriver(t, runtime.TieringOn).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(t.Context())
+	e.(*engine).failOptimise = errors.New("no compiler today")
+	w := newWasmMod()
+	w.function("one", "", "i", 0x41, 0x01) // i32.const 1
+	m, err := e.Compile(t.Context(), w.bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(t.Context())
+	<-m.(runtime.Tiered).Optimised()
+	if got := m.(runtime.Tiered).Tier(); got != runtime.TierFast {
+		t.Errorf("after a failed background compile, Tier() = %q, want %q", got, runtime.TierFast)
+	}
+	in, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close(t.Context())
+	stack := []uint64{0}
+	if err := in.Function("one").Call(t.Context(), stack); err != nil || stack[0] != 1 {
+		t.Errorf("one() = %d, %v", stack[0], err)
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "no compiler today") {
+		t.Errorf("log %q, want a warning with the compile's error", logs.String())
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -43,8 +44,10 @@ type engine struct {
 	fast      wazero.Runtime
 	minTiered int
 	// background counts the compiles running in the background, which
-	// Close waits for: wazero cannot stop them.
-	background sync.WaitGroup
+	// Close waits for: wazero cannot stop them. failOptimise, set by tests
+	// only, makes them fail with its error.
+	background   sync.WaitGroup
+	failOptimise error
 	// instance is what every instance shares: anonymous (so one module can
 	// be instantiated many times), real clocks, a cryptographic random
 	// source, no arguments, environment or preopened directory, and no
@@ -195,6 +198,9 @@ func (e *engine) Compile(ctx context.Context, wasm []byte) (runtime.Module, erro
 	// (auto) or its compiled code is in the cache already.
 	sum := sha256.Sum256(p.wasm)
 	tiered := e.fast != nil && len(p.wasm) >= e.minTiered && !e.compiled(sum)
+	if e.fast != nil {
+		slog.Debug("wazero: compiling", "module", hex.EncodeToString(sum[:8]), "bytes", len(p.wasm), "interpreted_first", tiered)
+	}
 	first := &code{rt: e.rt, tier: e.tier}
 	if tiered {
 		first = &code{rt: e.fast, tier: runtime.TierFast}

@@ -32,7 +32,7 @@ func (m *module) optimise(wasm []byte, sum [32]byte) {
 	defer close(m.optimised)
 	ctx := context.Background()
 	start := time.Now()
-	cm, err := m.e.compile(ctx, wasm)
+	cm, err := m.e.compileOptimised(ctx, wasm)
 	if err != nil {
 		slog.Warn("wazero: compiling in the background failed; the module stays on the interpreter",
 			"module", hex.EncodeToString(sum[:8]), "err", err)
@@ -84,4 +84,11 @@ func (e *engine) markCompiled(sum [32]byte) {
 	if os.MkdirAll(filepath.Dir(path), 0o700) == nil {
 		os.WriteFile(path, nil, 0o600)
 	}
+}
+
+func (e *engine) compileOptimised(ctx context.Context, wasm []byte) (wazero.CompiledModule, error) {
+	if e.failOptimise != nil {
+		return nil, e.failOptimise
+	}
+	return e.compile(ctx, wasm)
 }

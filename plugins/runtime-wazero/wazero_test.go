@@ -3,8 +3,11 @@ package wazeroruntime
 import (
 	"bytes"
 	"context"
+	"errors"
+	"log/slog"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tetratelabs/wazero"
@@ -284,5 +287,36 @@ func TestInterpreterBrTableCount(t *testing.T) {
 	if m, err := e.Compile(t.Context(), wasm); err == nil {
 		m.Close(t.Context())
 		t.Fatal("a br_table declaring more targets than its body holds compiled")
+	}
+}
+
+// A failed background compile is logged and leaves the module on the
+// interpreter, where it keeps running.
+func TestBackgroundCompileFails(t *testing.T) {
+	var logs bytes.Buffer
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	e, err := newTieredDriver(t, Config{Compiler: true, Tiering: runtime.TieringOn}).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(t.Context())
+	e.(*engine).failOptimise = errors.New("no compiler today")
+	m, err := e.Compile(t.Context(), binaryModule(voidFunc()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(t.Context())
+	<-m.(runtime.Tiered).Optimised()
+	if got := m.(runtime.Tiered).Tier(); got != runtime.TierFast {
+		t.Errorf("after a failed background compile, Tier() = %q, want %q", got, runtime.TierFast)
+	}
+	in, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Close(t.Context())
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "no compiler today") {
+		t.Errorf("log %q, want a warning with the compile's error", logs.String())
 	}
 }
