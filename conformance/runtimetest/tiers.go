@@ -2,6 +2,8 @@ package runtimetest
 
 import (
 	"bytes"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
@@ -110,5 +112,31 @@ func testTierCacheAfterClose(t *testing.T, h *harness) {
 	again := compile(t, h.engine(t, cfg), wasm).(runtime.Tiered)
 	if got := again.Tier(); got != runtime.TierOptimised {
 		t.Errorf("after an engine closed with the module's background compile running, the next starts at %q, want %q", got, runtime.TierOptimised)
+	}
+}
+
+// BackgroundCompileFails checks what an engine does when its background
+// compiles fail, which only the engine's own tests can arrange: e compiles
+// in tiers, every background compile of it fails with an error whose
+// message is reason, and the engine logs through slog's default logger,
+// which the caller pointed at a text handler writing to logs. A module
+// still starts, on the fast tier, where it stays and runs, and the failure
+// is logged at WARN with the error.
+func BackgroundCompileFails(t *testing.T, e runtime.Engine, reason string, logs fmt.Stringer) {
+	t.Helper()
+	m := compile(t, e, addGuest())
+	tiered, ok := m.(runtime.Tiered)
+	if !ok {
+		t.Fatal("the module does not implement runtime.Tiered")
+	}
+	<-tiered.Optimised()
+	if got := tiered.Tier(); got != runtime.TierFast {
+		t.Errorf("after a failed background compile, Tier() = %q, want %q", got, runtime.TierFast)
+	}
+	if got := call(t, instantiate(t, m, runtime.InstanceConfig{}), "add32", 2, 3)[0]; got != 5 {
+		t.Errorf("add32(2, 3) = %d on the fast tier", got)
+	}
+	if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, reason) {
+		t.Errorf("log %q, want a warning with %q", out, reason)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/conformance/runtimetest"
 	"github.com/wasmkeep/wasmkeep/internal/wasmbounds"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
@@ -739,29 +740,7 @@ func TestBackgroundCompileFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close(t.Context())
+	t.Cleanup(func() { e.Close(context.Background()) }) // after the module's
 	e.(*engine).failOptimise = errors.New("no compiler today")
-	w := newWasmMod()
-	w.function("one", "", "i", 0x41, 0x01) // i32.const 1
-	m, err := e.Compile(t.Context(), w.bytes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close(t.Context())
-	<-m.(runtime.Tiered).Optimised()
-	if got := m.(runtime.Tiered).Tier(); got != runtime.TierFast {
-		t.Errorf("after a failed background compile, Tier() = %q, want %q", got, runtime.TierFast)
-	}
-	in, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close(t.Context())
-	stack := []uint64{0}
-	if err := in.Function("one").Call(t.Context(), stack); err != nil || stack[0] != 1 {
-		t.Errorf("one() = %d, %v", stack[0], err)
-	}
-	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "no compiler today") {
-		t.Errorf("log %q, want a warning with the compile's error", logs.String())
-	}
+	runtimetest.BackgroundCompileFails(t, e, "no compiler today", &logs)
 }

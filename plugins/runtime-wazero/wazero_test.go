@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/tetratelabs/wazero"
@@ -300,23 +299,7 @@ func TestBackgroundCompileFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close(t.Context())
+	t.Cleanup(func() { e.Close(context.Background()) }) // after the module's
 	e.(*engine).failOptimise = errors.New("no compiler today")
-	m, err := e.Compile(t.Context(), binaryModule(voidFunc()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close(t.Context())
-	<-m.(runtime.Tiered).Optimised()
-	if got := m.(runtime.Tiered).Tier(); got != runtime.TierFast {
-		t.Errorf("after a failed background compile, Tier() = %q, want %q", got, runtime.TierFast)
-	}
-	in, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in.Close(t.Context())
-	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "no compiler today") {
-		t.Errorf("log %q, want a warning with the compile's error", logs.String())
-	}
+	runtimetest.BackgroundCompileFails(t, e, "no compiler today", &logs)
 }
