@@ -84,7 +84,11 @@ func TestEnginesAgree(t *testing.T) {
 	}
 	answers := map[string][]string{}
 	for _, engine := range engines {
-		opts := node.Options{Classes: map[string]string{"probe": probe(t)}}
+		// The interpreter spends about 3.5 times the compiler's CPU on a Go
+		// guest (ADR 1034): the 1 MiB blob, well inside the 50 ms budget on
+		// compiled code, can pass it there on a loaded machine. The budget
+		// is not what this test compares (spin still runs out of any).
+		opts := node.Options{Classes: map[string]string{"probe": probe(t)}, CPUBudget: time.Second}
 		if strings.HasSuffix(engine, "/on") {
 			opts.CacheDir = t.TempDir()
 		}
