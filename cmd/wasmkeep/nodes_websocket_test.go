@@ -81,6 +81,15 @@ func TestRelayedWebSockets(t *testing.T) {
 		n.start()
 	}
 
+	// r0 is held by c, with a client relayed through a: a's clean stop
+	// below must end it too (a relays it, holds nothing of it), and c's
+	// room must see it close.
+	readText(t, dialNode(t, c, "/actor/room/r0/"))
+	viaA := dialNode(t, a, "/actor/room/r0/")
+	if got := readText(t, viaA); got != "welcome 2" {
+		t.Fatalf("the client relayed through a got %q, want welcome 2: the room on c", got)
+	}
+
 	// r1 is held by a: one client on a, one relayed through b.
 	onA := dialNode(t, a, "/actor/room/r1/")
 	if got := readText(t, onA); got != "welcome 1" {
@@ -94,8 +103,19 @@ func TestRelayedWebSockets(t *testing.T) {
 
 	// a stops cleanly: both its sockets get 1012, the relayed one through
 	// b (or, if b cut it first, seeing a released, its connection ends).
-	endA, endB := ended(onA), ended(viaB)
+	endA, endB, endRelayed := ended(onA), ended(viaB), ended(viaA)
 	a.stop()
+	if err := <-endRelayed; strings.Contains(err.Error(), "still open") {
+		t.Fatalf("the client a relayed to c, after a's clean stop: %v, want it ended", err)
+	} else {
+		t.Logf("the client a relayed to c, after a's clean stop: %v", err)
+	}
+	var closes reply
+	waitFor(t, 10*time.Second, "r0 on c to see the relayed socket close", func() bool {
+		closes = ask(t, "GET", c.url+"/actor/room/r0/")
+		return closes.body != ""
+	})
+	t.Logf("r0's close events: %q", closes.body)
 	var ce websocket.CloseError
 	if err := <-endA; !errors.As(err, &ce) || ce.Code != websocket.StatusServiceRestart {
 		t.Fatalf("the client on a after a's clean stop: %v, want 1012", err)
