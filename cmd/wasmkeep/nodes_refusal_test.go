@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -10,17 +12,23 @@ import (
 	"crypto/x509/pkix"
 	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/callsign"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/peers"
+	"github.com/wasmkeep/wasmkeep/kernel/transport"
 	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
+	mtlstransport "github.com/wasmkeep/wasmkeep/plugins/transport-mtls"
 )
 
 // What one node may not make another believe (issue 15, Tests; book:
@@ -47,9 +55,9 @@ func secretOf(t *testing.T, dir string) callsign.Secret {
 	return s
 }
 
-// clusterAddr is node id's cluster listener (host:port), from its
-// heartbeat in the bucket-fs at dir.
-func clusterAddr(t *testing.T, dir, id string) string {
+// heartbeat is node id's lease object in the bucket-fs at dir; it must
+// name a cluster address.
+func heartbeat(t *testing.T, dir, id string) nodelease.Object {
 	t.Helper()
 	b, err := fsbucket.Open(dir)
 	if err != nil {
@@ -57,10 +65,17 @@ func clusterAddr(t *testing.T, dir, id string) string {
 	}
 	defer b.Close()
 	r, err := nodelease.ReadObject(t.Context(), b, id)
-	if err != nil || !r.Found || r.Err != nil || r.Object.Info.ClusterAddr == "" {
-		t.Fatalf("nodes/%s: %+v %v, want a heartbeat with a cluster address", id, r, err)
+	if err != nil || !r.Found || r.Err != nil || r.Object.Info.ClusterAddr == "" || len(r.Object.Info.Pins) != 1 {
+		t.Fatalf("nodes/%s: %+v %v, want a heartbeat with a cluster address and a pin", id, r, err)
 	}
-	u, err := url.Parse(r.Object.Info.ClusterAddr)
+	return r.Object
+}
+
+// clusterAddr is node id's cluster listener (host:port), from its
+// heartbeat in the bucket-fs at dir.
+func clusterAddr(t *testing.T, dir, id string) string {
+	t.Helper()
+	u, err := url.Parse(heartbeat(t, dir, id).Info.ClusterAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,9 +212,9 @@ func TestNodeRefusals(t *testing.T) {
 
 	// r refuses plain calls between nodes: a valid signature for r on its
 	// public port is a client's request (no caller, internal refused).
-	// What is checked of its spending: nothing believed; a copy is not
-	// sent anywhere it would count (r's cluster port takes only peers).
-	want("a signed call on r's public port", send(t, signed(t, signer, "r", "POST", r.url+"/actor/probe/y/caller", caller, nil), nil), 200, "[]")
+	// It is spent: a copy on r's cluster port is refused (below).
+	spent := signed(t, signer, "r", "POST", r.url+"/actor/probe/y/caller", caller, nil)
+	want("a signed call on r's public port", send(t, spent, nil), 200, "[]")
 	want("a signed call to an internal class on r's public port", send(t, signed(t, signer, "r", "POST", r.url+"/actor/inner/y/caller", caller, nil), nil), 403, "internal")
 
 	// The real thing: r's probe calls a's internal actor over mutual TLS,
@@ -207,6 +222,49 @@ func TestNodeRefusals(t *testing.T) {
 	want("a's probe calling inner/x on a", ask(t, "POST", a.url+"/actor/probe/q/call?to=inner/x&path=/caller"), 200, `200 ["default/probe/q"]`)
 	if got := ask(t, "POST", r.url+"/actor/probe/p/call?to=inner/x&path=/caller"); got.node != "r" || got.body != `200 ["default/probe/p"]` {
 		t.Fatalf("r's probe calling inner/x on a: %+v, want the caller r names%s", got, logs())
+	}
+
+	// A peer r trusts: the test, with a lease of its own in the bucket.
+	// On r's cluster port a peer's unsigned request is a client's,
+	// forwarded (its caller dropped, internal classes refused); a signed
+	// call is believed once; the signature r's public port spent, a stale
+	// one and a forged one are refused. Once the peer's lease is released,
+	// r cuts its kept-alive connection and accepts no new one.
+	fp := newForgedPeer(t, dir, "t")
+	rhb := heartbeat(t, dir, "r")
+	var pc *peerConn
+	waitFor(t, 10*time.Second, "r to trust the test's lease", func() bool {
+		var err error
+		pc, err = fp.dial("r", rhb)
+		return err == nil
+	})
+	wantPeer := func(what string, req *http.Request, body []byte, code int, text string) {
+		t.Helper()
+		got, err := pc.do(req, body)
+		if err != nil || got.code != code || !strings.Contains(got.body, text) {
+			t.Fatalf("%s on r's cluster port: %+v %v, want %d and %q%s", what, got, err, code, text, logs())
+		}
+	}
+	unsigned := func(path string) *http.Request {
+		req, _ := http.NewRequest("POST", "http://peer"+path, nil)
+		req.Header.Set(callsign.CallerHeader, caller)
+		return req
+	}
+	wantPeer("a peer's unsigned request with a caller", unsigned("/actor/probe/y/caller"), nil, 200, "[]")
+	wantPeer("a peer's unsigned request to an internal class", unsigned("/actor/inner/y/caller"), nil, 403, "internal")
+	wantPeer("the signature r's public port spent", spent, nil, 403, "replayed")
+	callR := signed(t, signer, "r", "POST", r.url+"/actor/inner/y/caller", caller, nil)
+	wantPeer("a signed call to an internal class", callR, nil, 200, believed)
+	wantPeer("the same signed call again", callR, nil, 403, "replayed")
+	wantPeer("a signature of 2 minutes ago", signed(t, callsign.NewSigner(secret, past), "r", "POST", r.url+"/actor/inner/y/caller", caller, nil), nil, 403, "expired")
+	wantPeer("a signature under another secret", signed(t, callsign.NewSigner(other, clock.Real), "r", "POST", r.url+"/actor/inner/y/caller", caller, nil), nil, 403, "the MAC does not match")
+	fp.release()
+	waitFor(t, 10*time.Second, "r to cut the released peer's connection", func() bool {
+		got, err := pc.do(unsigned("/actor/probe/y/hits"), nil)
+		return err != nil || got.code == 503
+	})
+	if _, err := fp.dial("r", rhb); err == nil {
+		t.Fatalf("r accepted a new connection from a peer whose lease is released%s", logs())
 	}
 
 	// A peer with an unknown pin: a TLS client with a certificate no
@@ -238,4 +296,104 @@ func TestNodeRefusals(t *testing.T) {
 	}
 	a.stop()
 	r.stop()
+}
+
+// forgedPeer is the test passing for node id of the bucket-fs at dir, as
+// whoever can write the bucket can (book ADR 0011): a live lease it keeps
+// rewriting, naming the pin of a transport-mtls of its own, so that the
+// nodes trust it as a peer.
+type forgedPeer struct {
+	id   string
+	tr   *mtlstransport.Transport
+	b    bucket.Bucket
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+func newForgedPeer(t *testing.T, dir, id string) *forgedPeer {
+	t.Helper()
+	tr, err := mtlstransport.Open(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := fsbucket.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &forgedPeer{id: id, tr: tr, b: b, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		for seq := uint64(1); ; seq++ {
+			p.write(nodelease.Live, seq)
+			select {
+			case <-p.stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		p.release()
+		tr.Close()
+		b.Close()
+	})
+	return p
+}
+
+func (p *forgedPeer) write(state nodelease.State, seq uint64) error {
+	o := nodelease.Object{State: state, Instance: "forgedpeer", Seq: seq, WrittenAt: time.Now(), Info: nodelease.Info{
+		Version: "test", Advertise: "http://127.0.0.1:1", ClusterAddr: "https://127.0.0.1:1", Pins: []string{p.tr.Pin()}}}
+	body := o.Encode()
+	_, err := p.b.Put(context.Background(), nodelease.Key(p.id), bytes.NewReader(body), int64(len(body)), bucket.Condition{})
+	return err
+}
+
+// release stops the lease and writes it released, as a clean stop does.
+func (p *forgedPeer) release() {
+	p.once.Do(func() {
+		close(p.stop)
+		<-p.done
+		p.write(nodelease.Released, 0)
+	})
+}
+
+// dial opens a connection to node's cluster listener (its heartbeat hb),
+// which accepts it only while node trusts this peer's lease.
+func (p *forgedPeer) dial(node string, hb nodelease.Object) (*peerConn, error) {
+	p.tr.Trust(map[transport.NodeID]string{transport.NodeID(node): hb.Info.Pins[0]})
+	u, err := url.Parse(hb.Info.ClusterAddr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := p.tr.Dial(ctx, transport.NodeID(node), u.Host)
+	if err != nil {
+		return nil, err
+	}
+	return &peerConn{c: c, br: bufio.NewReader(c)}, nil
+}
+
+// peerConn is HTTP/1.1 on one kept-alive connection to a cluster port.
+type peerConn struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+// do sends a copy of req (its method, path and query, headers) with body.
+func (pc *peerConn) do(req *http.Request, body []byte) (reply, error) {
+	out, _ := http.NewRequest(req.Method, "http://peer"+req.URL.RequestURI(), bytes.NewReader(body))
+	out.Header = req.Header.Clone()
+	pc.c.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := out.Write(pc.c); err != nil {
+		return reply{}, err
+	}
+	resp, err := http.ReadResponse(pc.br, out)
+	if err != nil {
+		return reply{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, strings.TrimSpace(string(b)), resp.Header.Get(peers.NodeHeader)}, err
 }
