@@ -127,24 +127,24 @@ func selfSigned(t *testing.T) tls.Certificate {
 
 // stranger connects to a node's cluster port as a TLS 1.3 client with
 // certs (none: no client certificate), sends an HTTP request for an actor
-// and returns what came back before the connection ended: a node must
-// answer nothing at all, neither its acceptance byte nor HTTP.
-func stranger(t *testing.T, addr string, certs []tls.Certificate, path string) (handshake error, got []byte) {
+// and returns what came back before the connection ended, and how it
+// ended: a node must answer nothing at all, neither its acceptance byte
+// nor HTTP.
+func stranger(t *testing.T, addr string, certs []tls.Certificate, path string) (got []byte, err error) {
 	t.Helper()
 	c, err := tls.Dial("tcp", addr, &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true,
 		Certificates: certs, NextProtos: []string{"http/1.1"}})
 	if err != nil {
-		return err, nil // refused within the client's handshake
+		return nil, err // refused within the client's handshake
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	// TLS 1.3: the client's handshake ends before the server judged its
 	// certificate; the request leaves at once, as a peer's would.
 	if _, err := io.WriteString(c, "POST "+path+" HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"); err != nil {
-		return err, nil
+		return nil, err
 	}
-	got, err = io.ReadAll(c)
-	return err, got
+	return io.ReadAll(c)
 }
 
 func TestNodeRefusals(t *testing.T) {
@@ -224,6 +224,18 @@ func TestNodeRefusals(t *testing.T) {
 		t.Fatalf("r's probe calling inner/x on a: %+v, want the caller r names%s", got, logs())
 	}
 
+	// A call's path reaches a callee on another node as it would on one
+	// node, a space or a control character in it included: percent-encoded
+	// on the request line, the same once decoded (the probe echoes the raw
+	// query).
+	for p, echo := range map[string]string{"/echo?c d": "/echo?c%20d", "/echo?t=\x01": "/echo?t=%01"} {
+		q := "/call?to=probe/x&path=" + url.QueryEscape(p)
+		want("a's probe calling probe/x on a with "+strconv.Quote(p), ask(t, "POST", a.url+"/actor/probe/q"+q), 200, "200 POST "+p+" 0")
+		if got := ask(t, "POST", r.url+"/actor/probe/p"+q); got.node != "r" || got.body != "200 POST "+echo+" 0" {
+			t.Fatalf("r's probe calling probe/x on a with %q: %+v, want it echoed as %q%s", p, got, echo, logs())
+		}
+	}
+
 	// A peer r trusts: the test, with a lease of its own in the bucket.
 	// On r's cluster port a peer's unsigned request is a client's,
 	// forwarded (its caller dropped, internal classes refused); a signed
@@ -276,7 +288,7 @@ func TestNodeRefusals(t *testing.T) {
 	}{{"a", a.url}, {"r", r.url}} {
 		addr := clusterAddr(t, dir, n.id)
 		for what, certs := range map[string][]tls.Certificate{"a self-signed certificate": {selfSigned(t)}, "no certificate": nil} {
-			err, got := stranger(t, addr, certs, "/actor/probe/stranger/hits")
+			got, err := stranger(t, addr, certs, "/actor/probe/stranger/hits")
 			if len(got) > 0 {
 				t.Fatalf("%s on %s's cluster port: got %q (%v), want nothing%s", what, n.id, got, err, logs())
 			}

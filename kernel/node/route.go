@@ -185,7 +185,7 @@ func (n *Node) callPeer(ctx context.Context, peer string, c *class, name string,
 		return callFailed(abi.CallFailed, "calls between nodes are off: the cluster secret could not be read")
 	}
 	target := "/actor/" + c.name + "/" + address.EscapeName(name) + req.Path
-	hr, err := http.NewRequestWithContext(ctx, req.Method, "http://wasmkeep"+target, bytes.NewReader(req.Body))
+	hr, err := http.NewRequestWithContext(ctx, req.Method, "http://wasmkeep"+address.EscapeTarget(target), bytes.NewReader(req.Body))
 	if err != nil {
 		return callFailed(abi.CallInvalidAddress, "the call's path: "+err.Error())
 	}
