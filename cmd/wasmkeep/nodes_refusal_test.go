@@ -208,13 +208,6 @@ func TestNodeRefusals(t *testing.T) {
 		t.Fatalf("a client's caller forwarded by r to a: %+v, want [] from a%s", got, logs())
 	}
 	want("a client's caller to an internal class on a", forged(a.url+"/actor/inner/x/caller"), 403, "internal")
-	// A client's Expect: 100-continue: r answers the 100 itself and
-	// forwards the body; the client gets the holder's answer.
-	expect, _ := http.NewRequest("POST", r.url+"/actor/probe/x/echo", strings.NewReader("hello"))
-	expect.Header.Set("Expect", "100-continue")
-	if got := send(t, expect, []byte("hello")); got.code != 200 || got.body != "POST /echo? 5" || got.node != "a" {
-		t.Fatalf("a request with Expect: 100-continue forwarded by r to a: %+v, want a's echo%s", got, logs())
-	}
 	want("a client's caller to an internal class, forwarded", forged(r.url+"/actor/inner/x/caller"), 403, "internal")
 
 	// r refuses plain calls between nodes: a valid signature for r on its

@@ -41,6 +41,13 @@ func (n *Node) forward(w http.ResponseWriter, r *http.Request, e *placement.Else
 		n.refuse(w, e)
 		return
 	}
+	if r.ContentLength > n.opts.MaxBodyBytes {
+		// The holder would refuse it unread and close the connection while
+		// the body is still being sent: a 503 here, for a request that can
+		// never succeed. The answer is the holder's, given here.
+		http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+		return
+	}
 	kind := metrics.ForwardRequest
 	if websocket.IsUpgrade(r) {
 		kind = metrics.ForwardWebSocket
