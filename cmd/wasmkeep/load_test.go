@@ -28,12 +28,20 @@ func TestModuleWithUnknownImportIsRefused(t *testing.T) {
 
 // wasmkeepBinary builds the command once per test binary (every test that
 // runs it runs the same code; a build costs seconds).
-func wasmkeepBinary(t *testing.T) string {
+func wasmkeepBinary(t *testing.T) string { return buildWasmkeep(t, "") }
+
+// buildWasmkeep builds the command with the build tags (comma-separated,
+// "" for none) once per test binary.
+func buildWasmkeep(t *testing.T, tags string) string {
 	t.Helper()
-	bin := filepath.Join(guestDir, "wasmkeep")
-	buildOnce(t, "wasmkeep", func() error {
-		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-			return fmt.Errorf("go build: %v\n%s", err, out)
+	name := "wasmkeep"
+	if tags != "" {
+		name += "-" + strings.ReplaceAll(tags, ",", "-")
+	}
+	bin := filepath.Join(guestDir, name)
+	buildOnce(t, name, func() error {
+		if out, err := exec.Command("go", "build", "-tags", tags, "-o", bin, ".").CombinedOutput(); err != nil {
+			return fmt.Errorf("go build -tags %q: %v\n%s", tags, err, out)
 		}
 		return nil
 	})
