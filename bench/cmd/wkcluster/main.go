@@ -145,11 +145,12 @@ type node struct {
 }
 
 // start starts the node on its data directory and returns once it
-// is ready and answers (a GET of actor x, which some node of the cluster
-// holds).
+// is ready and answers (a GET of actor <id>-x: one of its own, so that
+// nodes starting together do not race for one actor, where a request
+// forwarded to a node still taking the actor was seen answered 503).
 func (n *node) start() error {
 	r, err := measure.Start(measure.Options{Server: n.srv, Ready: "/_wasmkeep/ready",
-		Read: measure.Request{Method: "GET", Path: "/actor/probe/{name}/echo"}}, n.dataDir, n.logPath)
+		Read: measure.Request{Method: "GET", Path: "/actor/probe/" + n.id + "-{name}/echo"}}, n.dataDir, n.logPath)
 	n.Running = r
 	return err
 }
