@@ -19,7 +19,7 @@ import (
 func (c *config) takeovers(stdout io.Writer, cl *cluster) ([]measure.Row, error) {
 	timings := "default"
 	if c.shortLease {
-		timings = "short (1 s ttl)"
+		timings = "short (2 s ttl)"
 	}
 	fmt.Fprintf(stdout, "\ntakeover after SIGKILL, %s lease timings, %d kills\n", timings, c.kills)
 	var took []time.Duration

@@ -10,7 +10,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/bench/internal/benchtest"
 )
 
-// TestQuickRun runs wkcluster -quick (two kills on a 1 s lease, 100
+// TestQuickRun runs wkcluster -quick (two kills on a 2 s lease, 100
 // samples) and checks the CSV: every row there, each with a positive value
 // (never how large) but what TLS adds, which may come out below zero in a
 // run this short.
