@@ -30,6 +30,11 @@ type Options struct {
 	// throughput run sends either, with even odds. Zero means GET and POST
 	// /actor/<Class>/{name}.
 	Read, Write Request
+	// Ready, if set, is a path the server answers 200 at once it is ready
+	// (a node of a cluster: /_wasmkeep/ready, which may answer 503 for a
+	// moment after it listens); a start then waits for it before the first
+	// request.
+	Ready string
 	// DurableWrite, if set, is the request of the durable write rows: a
 	// write that answers once it is on disk (exec-durable).
 	DurableWrite Request

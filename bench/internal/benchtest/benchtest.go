@@ -17,10 +17,18 @@ func Build(t testing.TB) (wasmkeep, guest string) {
 	t.Helper()
 	dir := t.TempDir()
 	wasmkeep = filepath.Join(dir, "wasmkeep")
-	guest = filepath.Join(dir, "counter.wasm")
 	goBuild(t, nil, "-o", wasmkeep, "github.com/wasmkeep/wasmkeep/cmd/wasmkeep")
-	goBuild(t, []string{"GOOS=wasip1", "GOARCH=wasm"}, "-buildmode=c-shared", "-o", guest, "github.com/wasmkeep/wasmkeep/examples/counter")
-	return wasmkeep, guest
+	return wasmkeep, BuildGuest(t, "examples/counter")
+}
+
+// BuildGuest builds the Go guest in pkg (relative to the module's root,
+// such as cmd/wasmkeep/testdata/guests/probe) for wasip1 into a temporary
+// directory and returns its path.
+func BuildGuest(t testing.TB, pkg string) string {
+	t.Helper()
+	guest := filepath.Join(t.TempDir(), filepath.Base(pkg)+".wasm")
+	goBuild(t, []string{"GOOS=wasip1", "GOARCH=wasm"}, "-buildmode=c-shared", "-o", guest, "github.com/wasmkeep/wasmkeep/"+pkg)
+	return guest
 }
 
 func goBuild(t testing.TB, env []string, args ...string) {
