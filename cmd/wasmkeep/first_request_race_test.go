@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -12,15 +11,11 @@ import (
 // acquisition is forwarded to the winner (the book, How it works: a
 // request that reaches a node not holding the actor is forwarded once to
 // the node the record names, if live), not answered 503 "actor ... is held
-// by node X; retry". It fails today (about 1 in 16 of these requests:
-// openDatabase returns placement.Elsewhere when Acquire finds the actor
-// taken since Place, and the front door refuses it after deliver instead
-// of forwarding it), so it runs only with RUN_KNOWN_BUGS=1 until kernel/node
-// forwards that case (found by the kill test's bench, issue 15).
+// by node X; retry". openDatabase finds the actor taken since Place
+// (Acquire's HeldError) before the event ran; the front door then forwards
+// it (forwardUnrun). Without that, about 1 in 16 of these requests failed
+// (found by the kill test's bench, issue 15).
 func TestFirstRequestRaceForwards(t *testing.T) {
-	if os.Getenv("RUN_KNOWN_BUGS") != "1" {
-		t.Skip("a known bug of kernel/node's routing (RUN_KNOWN_BUGS=1 runs it)")
-	}
 	t.Parallel()
 	bucketURL := "file://" + memDir(t)
 	nodes := []*bucketNode{newPeerNode(t, bucketURL, nil, "a"), newPeerNode(t, bucketURL, nil, "b"), newPeerNode(t, bucketURL, nil, "c")}

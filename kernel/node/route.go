@@ -60,6 +60,25 @@ func (n *Node) forward(w http.ResponseWriter, r *http.Request, e *placement.Else
 	cm.Forwarded(kind, failure)
 }
 
+// forwardUnrun forwards a request whose event did not run because another
+// node took the actor between this node's placement and its acquire (two
+// nodes woke a new actor at once): it is sent once to the holder, as if
+// placed there, with its body from the event's payload. It reports
+// whether it answered w.
+func (n *Node) forwardUnrun(w http.ResponseWriter, r *http.Request, out outcome, payload []byte) bool {
+	var e *placement.Elsewhere
+	if n.opts.Cluster == nil || !errors.As(out.err, &e) {
+		return false
+	}
+	req, err := abi.DecodeRequest(payload)
+	if err != nil {
+		return false
+	}
+	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(req.Body)), int64(len(req.Body))
+	n.forward(w, r, e)
+	return true
+}
+
 // serveCall serves a request that carries a call signature. It is a
 // peer's actors.call only from an authenticated peer on the cluster
 // listener, or on the public port with --cluster-plaintext accept: then
