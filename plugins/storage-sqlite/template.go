@@ -290,10 +290,15 @@ func (drv *driver) create(path string, prep storage.Preparation) (run bool, err 
 		return true, nil
 	}
 	// A log left beside a database that is gone must not be replayed
-	// into the new one (Remove removes the log first; this is for a log
-	// removed by hand without it).
-	if err := removeFiles(suffixed(path, logSuffixes)); err != nil {
-		return false, err
+	// into the new one (Remove removes the log first; this is for a
+	// database removed by hand without it). A stat each, as os.Remove of
+	// an absent file costs two system calls.
+	for _, f := range suffixed(path, logSuffixes) {
+		if _, err := os.Lstat(f); err == nil {
+			if err := os.Remove(f); err != nil {
+				return false, err
+			}
+		}
 	}
 	tmp := path + creatingSuffix
 	if err := writeSynced(tmp, bytes.NewReader(data)); err != nil {

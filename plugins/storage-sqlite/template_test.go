@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
@@ -299,6 +301,15 @@ func testTemplateDamaged(t *testing.T, name string) {
 	}
 }
 
+// processCPU is the process's user and system CPU time so far.
+func processCPU(b testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 func sha256Hex(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
@@ -352,5 +363,86 @@ func testTemplateWithoutCache(t *testing.T, name string) {
 	path, _ := dbPath(root, testAddr("a"))
 	if got := describe(t, drv, path); !strings.Contains(got, "user_version:  7") || drv.templateBuilds() != 0 {
 		t.Fatalf("%d templates made; the database:\n%s", drv.templateBuilds(), got)
+	}
+}
+
+// BenchmarkNewDatabase is what a new actor's database costs the kernel:
+// Open, its host statements (no-ops on a copy of the template), the name
+// row; by statements (no preparation) and from the template.
+func BenchmarkNewDatabase(b *testing.B) {
+	for _, name := range driverNames() {
+		b.Run(name, func(b *testing.B) {
+			skipRefused(b, name)
+			drv := newDriver(b, name)
+			cache := b.TempDir()
+			for _, way := range []struct {
+				name string
+				opts storage.Options
+			}{
+				{"statements", storage.Options{}},
+				{"template", storage.Options{Prepare: storage.Preparation{Statements: prepStatements[:2], CacheDir: cache}}},
+			} {
+				b.Run(way.name, func(b *testing.B) {
+					root := b.TempDir()
+					ctx := context.Background()
+					name := abi.Value{Kind: abi.KindText, Bytes: []byte("x")}
+					i := 0
+					cpu0 := processCPU(b)
+					for b.Loop() {
+						i++
+						d, err := drv.Open(ctx, root, testAddr(fmt.Sprint("a", i)), way.opts)
+						if err != nil {
+							b.Fatal(err)
+						}
+						for _, sql := range prepStatements[:2] {
+							if _, err := d.HostExec(ctx, sql); err != nil {
+								b.Fatal(err)
+							}
+						}
+						if _, err := d.HostExec(ctx, "INSERT OR IGNORE INTO _wasmkeep_meta (key, value) VALUES ('name', ?)", name); err != nil {
+							b.Fatal(err)
+						}
+						b.StopTimer()
+						if err := d.Close(); err != nil {
+							b.Fatal(err)
+						}
+						b.StartTimer()
+					}
+					// Close's CPU included: the checkpoint of what each
+					// way wrote.
+					b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+				})
+			}
+		})
+	}
+}
+
+// TestTemplateIgnoresLeftLog: a log left where a database was removed by
+// hand (without Remove, which removes the log first) is not replayed into
+// the new database copied there.
+func TestTemplateIgnoresLeftLog(t *testing.T) { forEachDriver(t, testTemplateIgnoresLeftLog) }
+
+func testTemplateIgnoresLeftLog(t *testing.T, name string) {
+	drv := newDriver(t, name).(*driver)
+	root, cache := t.TempDir(), t.TempDir()
+	prep := storage.Options{Prepare: storage.Preparation{Statements: prepStatements, CacheDir: cache}}
+	// A database opened for replication keeps its log when it closes.
+	opts := prep
+	opts.Replication = true
+	d := openNew(t, drv, root, testAddr("gone"), opts, nil)
+	if _, err := d.HostExec(context.Background(), "CREATE TABLE left_behind (x)"); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	gone, _ := dbPath(root, testAddr("gone"))
+	if err := os.Remove(gone); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(gone + "-wal"); err != nil {
+		t.Fatalf("no log was left: %v", err)
+	}
+	openNew(t, drv, root, testAddr("gone"), prep, nil).Close()
+	if got := describe(t, drv, gone); strings.Contains(got, "left_behind") || !strings.Contains(got, "quick_check: ok") {
+		t.Fatalf("the new database:\n%s", got)
 	}
 }
