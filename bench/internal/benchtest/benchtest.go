@@ -47,6 +47,7 @@ var Metrics = []string{
 	"read_resident_p50", "read_resident_p99", "write_resident_p50", "write_resident_p99",
 	"memory_per_resident_actor", "memory_per_resident_actor_pss",
 	"server_rss_resident_actors", "server_pss_resident_actors", "resident_actors",
+	"new_actor_activation_p50",
 	"throughput", "server_cpu_per_request", "throughput_clients",
 }
 
