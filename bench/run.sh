@@ -20,6 +20,12 @@
 #   ./bench/run.sh hostile    bench/cmd/wkhostile: the counter alone and beside
 #                             the hostile guest (cmd/wasmkeep/testdata/guests/
 #                             hostile); writes ...-hostile-<engine>.csv
+#   ./bench/run.sh cluster    bench/cmd/wkcluster: three nodes on bucket-fs: takeover
+#                             after SIGKILL at the default lease timings (20 kills,
+#                             about 7 minutes; -kills N), a forwarded GET's added
+#                             latency over mutual TLS and in plain HTTP, and
+#                             actors.call across nodes against one node; writes
+#                             ...-cluster.csv
 # The other arguments go to the tool, for example -quick (wkbench, compare),
 # --quick or --engines wasmtime,wazero (engines), -runs 5 (compare),
 # -engine wasmtime (hostile).
@@ -56,6 +62,12 @@ bucket)
 	shift
 	go build -o "$tmp/wkbucket" ./bench/cmd/wkbucket
 	"$tmp/wkbucket" -wasmkeep "$tmp/wasmkeep" -guest "$tmp/counter.wasm" -out bench/results "$@"
+	;;
+cluster)
+	shift
+	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$tmp/probe.wasm" ./cmd/wasmkeep/testdata/guests/probe
+	go build -o "$tmp/wkcluster" ./bench/cmd/wkcluster
+	"$tmp/wkcluster" -wasmkeep "$tmp/wasmkeep" -guest "$tmp/probe.wasm" -out bench/results "$@"
 	;;
 hostile)
 	shift

@@ -30,6 +30,11 @@ type Options struct {
 	// throughput run sends either, with even odds. Zero means GET and POST
 	// /actor/<Class>/{name}.
 	Read, Write Request
+	// Ready, if set, is a path the server answers 200 at once it is ready
+	// (a node of a cluster: /_wasmkeep/ready, which may answer 503 for a
+	// moment after it listens); a start then waits for it before the first
+	// request.
+	Ready string
 	// DurableWrite, if set, is the request of the durable write rows: a
 	// write that answers once it is on disk (exec-durable).
 	DurableWrite Request
@@ -298,7 +303,7 @@ func (b *bench) onServer(srv *server) ([]Row, error) {
 		return nil, err
 	}
 	pool := b.newClient(srv, b.sz.clients)
-	before, after, err := b.memory(srv, pool)
+	before, after, activations, err := b.memory(srv, pool)
 	if err != nil {
 		return nil, err
 	}
@@ -308,6 +313,7 @@ func (b *bench) onServer(srv *server) ([]Row, error) {
 	add("server_rss_resident_actors", float64(after.rss)/1024, "MiB")
 	add("server_pss_resident_actors", float64(after.pss)/1024, "MiB")
 	add("resident_actors", float64(b.sz.actors), "actors")
+	add("new_actor_activation_p50", Us(percentile(activations, 0.5)), "us")
 
 	rate, cpu, err := b.throughput(srv, pool)
 	if err != nil {
@@ -399,8 +405,12 @@ func (b *bench) resident(c *client) (reads, writes, durable []time.Duration, err
 
 // memory wakes sz.actors actors and returns the server's footprint with
 // the first baseActors awake and with all of them.
-func (b *bench) memory(srv *server, c *client) (before, after footprint, err error) {
-	wake := func(from, to int) error {
+//
+// The actors it wakes are new (their databases are created): the time of
+// each request of the second wake, sz.clients at once, is activations.
+func (b *bench) memory(srv *server, c *client) (before, after footprint, activations []time.Duration, err error) {
+	var mu sync.Mutex
+	wake := func(from, to int, times *[]time.Duration) error {
 		var next atomic.Int64
 		next.Store(int64(from))
 		return fanOut(b.sz.clients, func(stop *atomic.Bool) error {
@@ -409,28 +419,33 @@ func (b *bench) memory(srv *server, c *client) (before, after footprint, err err
 				if i >= to {
 					return nil
 				}
+				start := time.Now()
 				if _, err := c.do(b.opts.Read, actorName(i)); err != nil {
 					return err
 				}
+				mu.Lock()
+				*times = append(*times, time.Since(start))
+				mu.Unlock()
 			}
 			return nil
 		})
 	}
-	if err := wake(0, baseActors); err != nil {
-		return before, after, err
+	var first []time.Duration
+	if err = wake(0, baseActors, &first); err != nil {
+		return
 	}
 	if before, err = srv.footprint(); err != nil {
-		return before, after, err
+		return
 	}
-	if err := wake(baseActors, b.sz.actors); err != nil {
-		return before, after, err
+	if err = wake(baseActors, b.sz.actors, &activations); err != nil {
+		return
 	}
 	if after, err = srv.footprint(); err != nil {
-		return before, after, err
+		return
 	}
 	b.logf("RSS %d KiB, PSS %d KiB with %d actors awake; RSS %d KiB, PSS %d KiB with %d",
 		before.rss, before.pss, baseActors, after.rss, after.pss, b.sz.actors)
-	return before, after, nil
+	return
 }
 
 func actorName(i int) string { return "a-" + strconv.Itoa(i) }

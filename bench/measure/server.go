@@ -147,7 +147,7 @@ func startServer(opts Options, dataDir, logPath string) (*server, time.Duration,
 	}
 	s := &server{Spawned: p, exited: make(chan struct{})}
 	go func() { s.waitErr = s.Cmd.Wait(); close(s.exited) }()
-	took, err := s.awaitFirstResponse(opts.Read, p.Started)
+	took, err := s.awaitFirstResponse(opts.Ready, opts.Read, p.Started)
 	if err != nil {
 		s.stop()
 		return nil, 0, err
@@ -167,8 +167,9 @@ func freePort() (int, error) {
 }
 
 // awaitFirstResponse polls actor x with r every millisecond, so the
-// measured start-up is at most that much late.
-func (s *server) awaitFirstResponse(r Request, start time.Time) (time.Duration, error) {
+// measured start-up is at most that much late; with a ready path, first
+// that path until it answers 200.
+func (s *server) awaitFirstResponse(ready string, r Request, start time.Time) (time.Duration, error) {
 	client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
 	deadline := start.Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
@@ -178,11 +179,21 @@ func (s *server) awaitFirstResponse(r Request, start time.Time) (time.Duration, 
 		default:
 		}
 		req, err := r.to(s.Base, "x")
+		if ready != "" {
+			req, err = http.NewRequest(http.MethodGet, s.Base+ready, nil)
+		}
 		if err != nil {
 			return 0, err
 		}
 		resp, err := client.Do(req)
-		if err == nil {
+		if err == nil && ready != "" {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				ready = ""
+				continue
+			}
+		} else if err == nil {
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 			resp.Body.Close()
 			if succeeded(resp) {

@@ -38,7 +38,7 @@ func TestAnyTwoHundredIsAnAnswer(t *testing.T) {
 	}
 	// The server counts as started once the read request answers a 2xx.
 	s := &server{Spawned: &Spawned{Base: srv.URL}, exited: make(chan struct{})}
-	if _, err := s.awaitFirstResponse(Request{Method: "GET", Path: "/actor/c/created"}, time.Now()); err != nil {
+	if _, err := s.awaitFirstResponse("", Request{Method: "GET", Path: "/actor/c/created"}, time.Now()); err != nil {
 		t.Errorf("first response 201: %v", err)
 	}
 }

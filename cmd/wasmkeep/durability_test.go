@@ -143,7 +143,7 @@ func (n *bucketNode) wipe() {
 // of which must be acknowledged.
 func (n *bucketNode) writeAll(l *ledger, names []string, perActor, workers int, path string) {
 	n.t.Helper()
-	if failures := writers(n.t.Context(), n.url, names, perActor, workers, path, l)(); len(failures) > 0 {
+	if failures := writers(n.t.Context(), names, perActor, workers, counterWrite(n.url, path, l))(); len(failures) > 0 {
 		n.t.Fatalf("writes to %q failed: %s\n%s", path, strings.Join(failures, "; "), n.logs)
 	}
 }
@@ -294,19 +294,10 @@ func (l *ledger) check(url string) verdict {
 		err     error
 	}
 	reads := make([]read, len(names))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
-	for i, n := range names {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			r := &reads[i]
-			r.code, r.v, r.body, r.err = answer("GET", url+"/actor/counter/"+n)
-		}()
-	}
-	wg.Wait()
+	forEach(names, 8, func(i int, n string) {
+		r := &reads[i]
+		r.code, r.v, r.body, r.err = answer("GET", url+"/actor/counter/"+n)
+	})
 	out := verdict{exact: true}
 	for i, n := range names {
 		a, r := l.actors[n], reads[i]
@@ -330,6 +321,23 @@ func (l *ledger) check(url string) verdict {
 	return out
 }
 
+// forEach runs f on each name, parallel at a time, and returns when every
+// call did.
+func forEach(names []string, parallel int, f func(i int, name string)) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, parallel)
+	for i, n := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			f(i, n)
+		}()
+	}
+	wg.Wait()
+}
+
 // requireExact is require, and each counter exactly its acknowledged
 // writes: after a clean stop with no write unanswered.
 func (v verdict) requireExact(t *testing.T, when string, logs fmt.Stringer) {
@@ -351,11 +359,11 @@ func (v verdict) require(t *testing.T, when string, logs fmt.Stringer) {
 		strings.Join(v.lost, "; "), strings.Join(v.excess, "; "), strings.Join(v.failed, "; "), logs)
 }
 
-// writers send POSTs to path ("/durable" or "") of the actors from
-// workers clients, each actor written by one client at a time, until
-// each actor had perActor writes (0: until ctx ends). They return the
-// failures they saw (any answer but 200, or none).
-func writers(ctx context.Context, url string, names []string, perActor, workers int, path string, l *ledger) func() []string {
+// writers run write on the actors from workers clients, each actor
+// written by one client at a time, until each actor had perActor writes
+// (0: until ctx ends). write returns why a write failed, "" when it was
+// acknowledged; writers return the failures.
+func writers(ctx context.Context, names []string, perActor, workers int, write func(ctx context.Context, name string) string) func() []string {
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
@@ -374,17 +382,10 @@ func writers(ctx context.Context, url string, names []string, perActor, workers 
 					if ctx.Err() != nil {
 						return
 					}
-					l.sending(n)
-					code, v, body, err := answer("POST", url+"/actor/counter/"+n+path)
-					if err == nil && code == 200 && v > 0 {
-						l.acknowledged(n, v)
-						continue
-					}
-					mu.Lock()
-					failures = append(failures, fmt.Sprintf("%s: %v %d %q", n, err, code, body))
-					mu.Unlock()
-					if err != nil && ctx.Err() == nil {
-						time.Sleep(10 * time.Millisecond) // the node may be gone; the test ends the round
+					if f := write(ctx, n); f != "" {
+						mu.Lock()
+						failures = append(failures, f)
+						mu.Unlock()
 					}
 				}
 			}
@@ -393,6 +394,23 @@ func writers(ctx context.Context, url string, names []string, perActor, workers 
 	return func() []string {
 		wg.Wait()
 		return failures
+	}
+}
+
+// counterWrite POSTs to path ("/durable" or "") of a counter on the node
+// at url, recorded in l.
+func counterWrite(url, path string, l *ledger) func(context.Context, string) string {
+	return func(ctx context.Context, n string) string {
+		l.sending(n)
+		code, v, body, err := answer("POST", url+"/actor/counter/"+n+path)
+		if err == nil && code == 200 && v > 0 {
+			l.acknowledged(n, v)
+			return ""
+		}
+		if err != nil && ctx.Err() == nil {
+			time.Sleep(10 * time.Millisecond) // the node may be gone; the test ends the round
+		}
+		return fmt.Sprintf("%s: %v %d %q", n, err, code, body)
 	}
 }
 
@@ -441,7 +459,7 @@ func durableAcrossStopsAndKills(t *testing.T, n *bucketNode, size durabilitySize
 	for k := range size.kills {
 		ctx, cancel := context.WithCancel(t.Context())
 		sent0, acked0 := l.totals()
-		done := writers(ctx, n.url, names, 0, size.workers, "/durable", l)
+		done := writers(ctx, names, 0, size.workers, counterWrite(n.url, "/durable", l))
 		after := time.Duration(rng.IntN(400)) * time.Millisecond
 		time.Sleep(after)
 		n.kill()

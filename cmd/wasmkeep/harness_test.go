@@ -275,7 +275,9 @@ func serveBinary(t *testing.T, bin string, env []string, args ...string) (string
 	}
 	t.Cleanup(func() { cmd.Process.Kill() })
 	url := "http://" + addr
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	// A start compiles the classes: on wasmtime, three nodes starting at
+	// once on a loaded 2-core machine took 15 s and more.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		resp, err := http.Get(url + "/_wasmkeep/ready")
 		if err == nil {
 			resp.Body.Close()

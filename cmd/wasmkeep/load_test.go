@@ -28,12 +28,28 @@ func TestModuleWithUnknownImportIsRefused(t *testing.T) {
 
 // wasmkeepBinary builds the command once per test binary (every test that
 // runs it runs the same code; a build costs seconds).
-func wasmkeepBinary(t *testing.T) string {
+func wasmkeepBinary(t *testing.T) string { return buildWasmkeep(t, "") }
+
+// buildWasmkeep builds the command with the build tags (comma-separated,
+// "" for none) once per test binary, on top of any GOFLAGS gives (a -tags
+// flag replaces GOFLAGS' own, which scripts/test sets to sqlite_fts5).
+func buildWasmkeep(t *testing.T, tags string) string {
 	t.Helper()
-	bin := filepath.Join(guestDir, "wasmkeep")
-	buildOnce(t, "wasmkeep", func() error {
-		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-			return fmt.Errorf("go build: %v\n%s", err, out)
+	name := "wasmkeep"
+	args := []string{"build"}
+	if tags != "" {
+		name += "-" + strings.ReplaceAll(tags, ",", "-")
+		for _, f := range strings.Fields(os.Getenv("GOFLAGS")) {
+			if v, ok := strings.CutPrefix(strings.TrimLeft(f, "-"), "tags="); ok && v != "" {
+				tags = v + "," + tags
+			}
+		}
+		args = append(args, "-tags", tags)
+	}
+	bin := filepath.Join(guestDir, name)
+	buildOnce(t, name, func() error {
+		if out, err := exec.Command("go", append(args, "-o", bin, ".")...).CombinedOutput(); err != nil {
+			return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 		return nil
 	})

@@ -26,9 +26,11 @@ func BenchmarkFirstRequestNewActor(b *testing.B) {
 			}
 			get("/actor/c/warm")
 			b.ResetTimer()
+			cpu0 := processCPU(b)
 			for i := range b.N {
 				get(fmt.Sprintf("/actor/c/new-%d", i))
 			}
+			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
 		})
 	}
 }

@@ -20,6 +20,55 @@ import (
 // and answers for them (Exists, Remove, Restore, Snapshot, Walk); and
 // storage.Syncer, where a DB has it.
 var fileTests = []test{
+	// storage.Preparation: a driver may honour it or not, but never runs
+	// it on a database Open finds, and what an actor writes never reaches
+	// another new database (a template).
+	{"PrepareOnlyNewDatabases", func(t *testing.T, s suite) {
+		f := s.files(t)
+		stmt := "CREATE TABLE IF NOT EXISTS _wasmkeep_prepared (k TEXT)"
+		prep := storage.Options{Prepare: storage.Preparation{Statements: []string{stmt}, CacheDir: t.TempDir()}}
+		openPrepared := func(a abi.Address) storage.DB {
+			t.Helper()
+			db, err := f.drv.Open(ctx(), f.root, a, prep)
+			if err != nil {
+				t.Fatalf("Open %q: %v", a.Name, err)
+			}
+			t.Cleanup(func() { db.Close() })
+			return db
+		}
+		count := func(db storage.DB, sql string) int64 {
+			t.Helper()
+			var w abi.RowsWriter
+			if err := db.HostQuery(ctx(), sql, nil, &w); err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
+			return decode(t, w.Buf).one().Int
+		}
+		old := addr("c", "old")
+		f.write(old, "v")
+		db := openPrepared(old)
+		if n := count(db, "SELECT count(*) FROM sqlite_schema WHERE name = '_wasmkeep_prepared'"); n != 0 {
+			t.Error("the preparation ran on a database Open found")
+		}
+		f.close(db)
+		for i, name := range []string{"a", "b", "a"} {
+			a := addr("c", name)
+			db := openPrepared(a)
+			if _, err := db.HostExec(ctx(), stmt); err != nil { // as the kernel does
+				t.Fatal(err)
+			}
+			if n := count(db, "SELECT count(*) FROM _wasmkeep_prepared"); n != 0 {
+				t.Errorf("new database %d (%q) starts with %d rows another one wrote", i, name, n)
+			}
+			if _, err := db.HostExec(ctx(), "INSERT INTO _wasmkeep_prepared VALUES (?)", T(name)); err != nil {
+				t.Fatal(err)
+			}
+			put(t, db, name)
+			f.close(db)
+			f.remove(a)
+		}
+		f.wantValue(old, "v")
+	}},
 	{"ExistsFollowsOpenAndRemove", func(t *testing.T, s suite) {
 		f := s.files(t)
 		a := addr("c", "a")

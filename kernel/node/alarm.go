@@ -23,13 +23,18 @@ func (a *actor) ensureHostTables(ctx context.Context) error {
 	return hostTables(ctx, a.db, a.addr.Name)
 }
 
+// hostSchema creates the host's tables. The storage driver is given it to
+// prepare new databases with (storage.Preparation, from a template where
+// the driver keeps one); hostTables runs it after every open all the same.
+var hostSchema = []string{
+	"CREATE TABLE IF NOT EXISTS " + metaTable + " (key TEXT PRIMARY KEY, value ANY) WITHOUT ROWID",
+	alarm.CreateTable,
+}
+
 // hostTables creates the host's tables in an actor's database, recording
 // its name.
 func hostTables(ctx context.Context, db storage.DB, name string) error {
-	for _, sql := range []string{
-		"CREATE TABLE IF NOT EXISTS " + metaTable + " (key TEXT PRIMARY KEY, value ANY) WITHOUT ROWID",
-		alarm.CreateTable,
-	} {
+	for _, sql := range hostSchema {
 		if _, err := db.HostExec(ctx, sql); err != nil {
 			return err
 		}

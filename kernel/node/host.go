@@ -234,7 +234,7 @@ var errUnheld = storage.Errorf(abi.SQLInternal, "this node no longer holds the a
 // later storage calls; the actor is given up when the event ends.
 func (st *eventState) shipDurable(ctx context.Context) error {
 	a := st.actor
-	if a.stream == nil {
+	if a.stream == nil || faultAckEarly(a) {
 		return nil
 	}
 	_, err := a.stream.Ship(ctx)

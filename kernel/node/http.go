@@ -130,6 +130,9 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	select {
 	case out := <-ev.reply:
+		if n.forwardUnrun(w, r, out, payload) {
+			return
+		}
 		writeOutcome(w, out)
 	case <-r.Context().Done():
 		// The client left; a queued event will not run, a started one ends on its own.

@@ -167,6 +167,7 @@ func (o Options) withDefaults() Options {
 		o.Logger = slog.Default()
 	}
 	o.Storage = o.Storage.Defaults()
+	o.Storage.Prepare = storage.Preparation{Statements: hostSchema, CacheDir: o.CacheDir}
 	return o
 }
 

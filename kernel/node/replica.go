@@ -171,6 +171,7 @@ func (a *actor) afterAnswer(ctx context.Context) {
 		a.releaseHold(e.hold)
 		return
 	}
+	faultHoldUpload(a)
 	if a.ship(ctx) != nil || a.stream == nil {
 		return
 	}

@@ -41,6 +41,13 @@ func (n *Node) forward(w http.ResponseWriter, r *http.Request, e *placement.Else
 		n.refuse(w, e)
 		return
 	}
+	if r.ContentLength > n.opts.MaxBodyBytes {
+		// The holder would refuse it unread and close the connection while
+		// the body is still being sent: a 503 here, for a request that can
+		// never succeed. The answer is the holder's, given here.
+		http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+		return
+	}
 	kind := metrics.ForwardRequest
 	if websocket.IsUpgrade(r) {
 		kind = metrics.ForwardWebSocket
@@ -51,6 +58,25 @@ func (n *Node) forward(w http.ResponseWriter, r *http.Request, e *placement.Else
 		n.log.Debug("forward failed", "node", e.Owner.Node, "err", f)
 	}
 	cm.Forwarded(kind, failure)
+}
+
+// forwardUnrun forwards a request whose event did not run because another
+// node took the actor between this node's placement and its acquire (two
+// nodes woke a new actor at once): it is sent once to the holder, as if
+// placed there, with its body from the event's payload. It reports
+// whether it answered w.
+func (n *Node) forwardUnrun(w http.ResponseWriter, r *http.Request, out outcome, payload []byte) bool {
+	var e *placement.Elsewhere
+	if n.opts.Cluster == nil || !errors.As(out.err, &e) {
+		return false
+	}
+	req, err := abi.DecodeRequest(payload)
+	if err != nil {
+		return false
+	}
+	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(req.Body)), int64(len(req.Body))
+	n.forward(w, r, e)
+	return true
 }
 
 // serveCall serves a request that carries a call signature. It is a
@@ -185,7 +211,7 @@ func (n *Node) callPeer(ctx context.Context, peer string, c *class, name string,
 		return callFailed(abi.CallFailed, "calls between nodes are off: the cluster secret could not be read")
 	}
 	target := "/actor/" + c.name + "/" + address.EscapeName(name) + req.Path
-	hr, err := http.NewRequestWithContext(ctx, req.Method, "http://wasmkeep"+target, bytes.NewReader(req.Body))
+	hr, err := http.NewRequestWithContext(ctx, req.Method, "http://wasmkeep"+address.EscapeTarget(target), bytes.NewReader(req.Body))
 	if err != nil {
 		return callFailed(abi.CallInvalidAddress, "the call's path: "+err.Error())
 	}

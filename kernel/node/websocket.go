@@ -68,6 +68,13 @@ func (n *Node) serveWebSocket(w http.ResponseWriter, r *http.Request, c *class, 
 		}
 		return
 	}
+	var elsewhere *placement.Elsewhere
+	if errors.As(out.err, &elsewhere) && n.opts.Cluster != nil && r.Context().Err() == nil {
+		// Taken by another node before it woke here: relayed there, once.
+		n.ws.Release(s)
+		n.forward(w, r, elsewhere)
+		return
+	}
 	if out.err != nil {
 		reason := "refused"
 		var f *failure

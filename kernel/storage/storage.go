@@ -82,7 +82,8 @@ type Found struct {
 	Err   error  // why it could not be opened
 }
 
-// Options are the limits of one database. Zero values mean the defaults.
+// Options are the limits of one database, and how a new one starts. Zero
+// values mean the defaults.
 type Options struct {
 	MaxDatabaseBytes int64         // 1 GB: past it writes fail with quota-exceeded; reads still work
 	MaxValueBytes    int           // 16 MB per text or blob value; at most 1e9 (SQLite's own ceiling)
@@ -97,6 +98,30 @@ type Options struct {
 	// the durable copy (book: "Replication"), and a local file is trusted
 	// again only once checked against the bucket's head.
 	Replication bool
+	// Prepare is how a database Open creates starts; a driver may ignore it
+	// (see Preparation).
+	Prepare Preparation
+}
+
+// Preparation is what every database Open creates starts with, an optional
+// capability of a driver: one that honours it runs Statements on a database
+// it creates before Open returns it, never on one Open finds; one that
+// ignores it leaves that to the kernel, which runs the statements itself
+// after every Open (they are idempotent: CREATE ... IF NOT EXISTS). The
+// point is a new actor's first request: a driver may, rather than run the
+// statements on every new database, prepare one database with them once (a
+// template) and copy it, provided the copy cannot be told apart from a
+// database the statements built (schema, pragmas, page size, header).
+type Preparation struct {
+	// Statements are run as the host (HostExec), in order, each its own
+	// transaction; they take no parameters and hold nothing particular to
+	// one actor (its name, say): the kernel writes that after Open.
+	Statements []string
+	// CacheDir, when set, is a directory the driver may keep what it
+	// prepared in across restarts, in a directory of its own under it. An
+	// entry that is missing, stale (other statements, another SQLite) or
+	// unreadable must be made again, never used.
+	CacheDir string
 }
 
 // Defaults fills zero fields with the book's defaults.

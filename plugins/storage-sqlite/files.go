@@ -125,19 +125,35 @@ func (drv *driver) Open(_ context.Context, root string, addr abi.Address, opts s
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, err
 	}
-	return drv.openPath(path, opts)
+	return drv.openPath(path, opts, true)
 }
 
 // openPath opens the database at path, claimed for as long as it is open.
-func (drv *driver) openPath(path string, opts storage.Options) (*db, error) {
-	if err := checkOptions(path, opts.Defaults()); err != nil {
+// With create, a database it creates starts as opts.Prepare says
+// (template.go).
+func (drv *driver) openPath(path string, opts storage.Options, create bool) (*db, error) {
+	opts = opts.Defaults()
+	if err := checkOptions(path, opts); err != nil {
 		return nil, err
 	}
 	release, err := claim(path)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	d, err := drv.open(path, opts.Defaults())
+	run := false
+	if create && len(opts.Prepare.Statements) > 0 {
+		if run, err = drv.create(path, opts.Prepare); err != nil {
+			release()
+			return nil, err
+		}
+	}
+	d, err := drv.open(path, opts)
+	if err == nil && run {
+		if err = d.runPreparation(opts.Prepare.Statements); err != nil {
+			d.Close()
+			err = fmt.Errorf("open %s: preparing the new database: %w", path, err)
+		}
+	}
 	if err != nil {
 		release()
 		return nil, err
@@ -166,7 +182,7 @@ func (drv *driver) Remove(_ context.Context, root string, addr abi.Address) erro
 		return err
 	}
 	defer release()
-	for _, f := range []string{path, path + restoringSuffix, path + replacedSuffix} {
+	for _, f := range []string{path, path + restoringSuffix, path + replacedSuffix, path + creatingSuffix} {
 		if err := removeWithLogs(f); err != nil {
 			return err
 		}
@@ -386,7 +402,7 @@ func (drv *driver) Walk(ctx context.Context, root, tenant string, opts storage.O
 			}
 			path := filepath.Join(cdir, f.Name())
 			found := storage.Found{Class: cl.Name(), Where: path}
-			d, err := drv.openPath(path, opts)
+			d, err := drv.openPath(path, opts, false)
 			if err != nil {
 				found.Err = err
 				if err := fn(found); err != nil {

@@ -96,6 +96,7 @@ type driver struct {
 	b    binding
 	cfg  Config
 	caps []string
+	tpl  templates // template.go
 }
 
 // Capabilities lists the guest-visible SQL that depends on the driver's

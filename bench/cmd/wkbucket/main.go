@@ -87,7 +87,7 @@ func run(args []string, stdout io.Writer) error {
 	fl.IntVar(&c.restoreRuns, "restore-runs", 5, "restores of each history (a node started on an empty data directory each)")
 	fl.BoolVar(&c.check, "check", false, "run the durability check on each store of -stores")
 	fl.IntVar(&c.checkWrites, "check-writes", 400, "durable writes before the check's clean stop")
-	fl.BoolVar(&c.shortLease, "short-lease", false, "a 1 s node lease (WASMKEEP_CLUSTER__*): a start waits 1 s, not the default ttl + grace of 15 s; nothing else changes")
+	fl.BoolVar(&c.shortLease, "short-lease", false, "a 2 s node lease (WASMKEEP_CLUSTER__*): a start waits 2 s, not the default ttl + grace of 15 s; nothing else changes")
 	quick := fl.Bool("quick", false, "small counts: checks the harness, measures nothing worth keeping")
 	fl.StringVar(&c.out, "out", "bench/results", "where the CSV goes")
 	if err := fl.Parse(args); err != nil {
@@ -188,9 +188,9 @@ const nodeID = "bench"
 func (c *config) server(st *store, prefix string, extra ...string) measure.Wasmkeep {
 	w := measure.Wasmkeep{Binary: c.bin, Class: "counter", Guest: c.guest, Env: slices.Clone(st.env)}
 	if u := st.url(prefix); u != "" {
-		w.ServeArgs = []string{"--bucket", u, "--node-id", nodeID}
+		w.ServeArgs = []string{"--bucket", u, "--node-id", nodeID, "--cluster-listen", "127.0.0.1:0"}
 		if c.shortLease {
-			w.Env = append(w.Env, "WASMKEEP_CLUSTER__TTL=1s", "WASMKEEP_CLUSTER__GRACE=0s",
+			w.Env = append(w.Env, "WASMKEEP_CLUSTER__TTL=2s", "WASMKEEP_CLUSTER__GRACE=0s",
 				"WASMKEEP_CLUSTER__SAFETY=500ms", "WASMKEEP_CLUSTER__MAX_SKEW=0s")
 		}
 	}

@@ -17,10 +17,18 @@ func Build(t testing.TB) (wasmkeep, guest string) {
 	t.Helper()
 	dir := t.TempDir()
 	wasmkeep = filepath.Join(dir, "wasmkeep")
-	guest = filepath.Join(dir, "counter.wasm")
 	goBuild(t, nil, "-o", wasmkeep, "github.com/wasmkeep/wasmkeep/cmd/wasmkeep")
-	goBuild(t, []string{"GOOS=wasip1", "GOARCH=wasm"}, "-buildmode=c-shared", "-o", guest, "github.com/wasmkeep/wasmkeep/examples/counter")
-	return wasmkeep, guest
+	return wasmkeep, BuildGuest(t, "examples/counter")
+}
+
+// BuildGuest builds the Go guest in pkg (relative to the module's root,
+// such as cmd/wasmkeep/testdata/guests/probe) for wasip1 into a temporary
+// directory and returns its path.
+func BuildGuest(t testing.TB, pkg string) string {
+	t.Helper()
+	guest := filepath.Join(t.TempDir(), filepath.Base(pkg)+".wasm")
+	goBuild(t, []string{"GOOS=wasip1", "GOARCH=wasm"}, "-buildmode=c-shared", "-o", guest, "github.com/wasmkeep/wasmkeep/"+pkg)
+	return guest
 }
 
 func goBuild(t testing.TB, env []string, args ...string) {
@@ -39,6 +47,7 @@ var Metrics = []string{
 	"read_resident_p50", "read_resident_p99", "write_resident_p50", "write_resident_p99",
 	"memory_per_resident_actor", "memory_per_resident_actor_pss",
 	"server_rss_resident_actors", "server_pss_resident_actors", "resident_actors",
+	"new_actor_activation_p50",
 	"throughput", "server_cpu_per_request", "throughput_clients",
 }
 

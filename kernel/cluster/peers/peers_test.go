@@ -247,3 +247,31 @@ func TestRelayCutWhenPeerDistrusted(t *testing.T) {
 		t.Fatalf("the relay was not cut when its peer stopped being trusted: %v", err)
 	}
 }
+
+// A forwarded request that asked for a 100 Continue gets the holder's
+// final answer, not its 100, and the connection stays in step: the next
+// request on it gets its own answer.
+func TestForwardSkipsInterimAnswers(t *testing.T) {
+	p := startPeer(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body) // the holder's server sends its 100 here
+		io.WriteString(w, "got "+string(b))
+	})
+	n, _, _ := network(t, p.url, 5*time.Second)
+	front := startPeer(t, func(w http.ResponseWriter, r *http.Request) { n.Forward(w, r, "b") })
+	for i, body := range []string{"one", "two"} {
+		req, _ := http.NewRequest("POST", front.url+"/actor/c/n", strings.NewReader(body))
+		req.Header.Set("Expect", "100-continue")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != "got "+body {
+			t.Fatalf("request %d: %d %q, want 200 %q", i, resp.StatusCode, b, "got "+body)
+		}
+	}
+	if c := p.conns.Load(); c != 1 {
+		t.Errorf("two requests opened %d connections to the holder, want 1", c)
+	}
+}

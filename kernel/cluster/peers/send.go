@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -102,7 +103,7 @@ func (n *Network) exchange(ctx context.Context, p *pool, c *conn, req *http.Requ
 		return nil, cw.n > 0, err
 	}
 	c.SetReadDeadline(time.Now().Add(n.cfg.AnswerTimeout)) // a network deadline: wall time
-	resp, err := http.ReadResponse(c.br, req)
+	resp, err := readFinal(c.br, req)
 	if err != nil {
 		stop()
 		return nil, true, err
@@ -168,3 +169,21 @@ type upgraded struct{ conn *conn }
 func (u *upgraded) Read(p []byte) (int, error)  { return u.conn.br.Read(p) }
 func (u *upgraded) Write(p []byte) (int, error) { return u.conn.Conn.Write(p) }
 func (u *upgraded) Close() error                { return u.conn.Close() }
+
+// maxInterim bounds the interim answers read before the final one (as
+// net/http's Transport does).
+const maxInterim = 5
+
+// readFinal reads the answer to req, past any interim (1xx) answer but a
+// 101: a peer's server sends a 100 Continue when its handler reads the body
+// of a request that asked for one (a client's Expect, forwarded), and that
+// is not the answer.
+func readFinal(br *bufio.Reader, req *http.Request) (*http.Response, error) {
+	for range maxInterim {
+		resp, err := http.ReadResponse(br, req)
+		if err != nil || resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			return resp, err
+		}
+	}
+	return nil, fmt.Errorf("more than %d interim answers", maxInterim)
+}

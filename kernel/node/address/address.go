@@ -79,6 +79,14 @@ func EscapeName(name string) string {
 	return percentEncode(name, func(c byte) bool { return isAlnum(c) || c == '-' || c == '.' || c == '_' || c == '~' })
 }
 
+// EscapeTarget percent-encodes the bytes an HTTP request line cannot
+// carry (spaces and control characters) in a request target, leaving every
+// other byte, a % included, as it is: a call's path sent to another node
+// reaches the callee as it would on one node, once decoded.
+func EscapeTarget(target string) string {
+	return percentEncode(target, func(c byte) bool { return c > ' ' && c != 0x7f })
+}
+
 // percentEncode writes every byte of s that keep refuses as %XX.
 func percentEncode(s string, keep func(byte) bool) string {
 	const hexDigits = "0123456789ABCDEF"

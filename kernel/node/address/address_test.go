@@ -37,3 +37,16 @@ func TestValidIdent(t *testing.T) {
 		}
 	}
 }
+
+func TestEscapeTarget(t *testing.T) {
+	for in, want := range map[string]string{
+		"/actor/c/n/echo?x=1&y=a%20b": "/actor/c/n/echo?x=1&y=a%20b",
+		"/echo/a b?c d":               "/echo/a%20b?c%20d",
+		"/echo?t=\x01\x7f":            "/echo?t=%01%7F",
+		"/é?%ZZ#f":                    "/é?%ZZ#f",
+	} {
+		if got := EscapeTarget(in); got != want {
+			t.Errorf("EscapeTarget(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

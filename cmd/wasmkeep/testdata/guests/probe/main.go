@@ -81,6 +81,24 @@ func serve(w wasmkeep.ResponseWriter, r *wasmkeep.Request) {
 	case "/exec-durable":
 		n, err := wasmkeep.ExecDurable(string(r.Body))
 		answer(w, strconv.FormatInt(n, 10), err)
+	case "/token":
+		// Inserts ?t= with exec-durable and answers the number of tokens:
+		// the kill test's unique writes (no UNIQUE: one applied twice shows).
+		must2(wasmkeep.Exec("CREATE TABLE IF NOT EXISTS tokens (t TEXT)"))
+		must2(wasmkeep.ExecDurable("INSERT INTO tokens (t) VALUES (?)", q.Get("t")))
+		var n int64
+		must(wasmkeep.QueryRow("SELECT count(*) FROM tokens").Scan(&n))
+		fmt.Fprintf(w, "%d", n)
+	case "/tokens":
+		// Every token /token inserted, one a line, in insertion order.
+		must2(wasmkeep.Exec("CREATE TABLE IF NOT EXISTS tokens (t TEXT)"))
+		rows, err := wasmkeep.Query("SELECT t FROM tokens ORDER BY rowid")
+		must(err)
+		for rows.Next() {
+			var t string
+			must(rows.Scan(&t))
+			fmt.Fprintln(w, t)
+		}
 	case "/query":
 		rows, err := wasmkeep.Query(string(r.Body))
 		if err != nil {

@@ -1,0 +1,257 @@
+//go:build linux
+
+// wkcluster measures a cluster (issue 15's benchmarks): three `wasmkeep
+// serve` child processes on one bucket-fs directory, over loopback, the
+// probe guest (cmd/wasmkeep/testdata/guests/probe) their actor class:
+//
+//   - takeover after SIGKILL, at the default lease timings: a node is made
+//     the holder of a new actor (a durable write through it), killed with
+//     SIGKILL, and the actor written through the two other nodes in turn
+//     every 50 ms (a POST is answered 503 at once until the dead node is
+//     fenced) until one answers 200; the time from the kill to that answer,
+//     over -kills kills, each node in turn (it restarts on its data
+//     directory after each). The write before the kill must be there after.
+//   - a forwarded request's added latency: GET /echo of one actor, one at a
+//     time, straight to its holder and through another node, interleaved;
+//     on a cluster whose nodes talk over their mutual-TLS cluster listeners
+//     ("tls", the default) and on one in --cluster-plaintext accept mode
+//     without listeners ("plain"): the difference of the two added
+//     latencies is what TLS adds.
+//   - actors.call across nodes against on one node: an actor's /call (an
+//     actors.call of another actor's /echo) where both are on one node and
+//     where the caller is on another node, interleaved, in both modes.
+//
+// It prints tables and writes <out>/<date>-<commit>-cluster.csv.
+//
+//	wkcluster -wasmkeep BIN -guest probe.wasm [-kills 20] [-samples 2000] [-quick]
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/bench/measure"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		log.Fatal("wkcluster: ", err)
+	}
+}
+
+// config is the run's flags.
+type config struct {
+	bin, guest      string
+	kills           int
+	samples, warmup int
+	shortLease      bool
+	tmp, out        string
+}
+
+func run(args []string, stdout io.Writer) error {
+	fl := flag.NewFlagSet("wkcluster", flag.ContinueOnError)
+	var c config
+	fl.StringVar(&c.bin, "wasmkeep", "", "the server binary (required)")
+	fl.StringVar(&c.guest, "guest", "", "cmd/wasmkeep/testdata/guests/probe built for wasip1 (required)")
+	fl.IntVar(&c.kills, "kills", 20, "SIGKILLs of the takeover rows (about 20 s each at the default lease timings); 0: none")
+	fl.IntVar(&c.samples, "samples", 2000, "timed requests of each latency row")
+	fl.BoolVar(&c.shortLease, "short-lease", false, "a 2 s node lease (WASMKEEP_CLUSTER__*) instead of the defaults: starts and takeovers in seconds, not the book's timings")
+	quick := fl.Bool("quick", false, "small counts and -short-lease: checks the harness, measures nothing worth keeping")
+	fl.StringVar(&c.out, "out", "bench/results", "where the CSV goes")
+	if err := fl.Parse(args); err != nil {
+		return err
+	}
+	if c.bin == "" || c.guest == "" {
+		return errors.New("-wasmkeep and -guest are required (bench/README.md, wkcluster)")
+	}
+	if *quick {
+		c.kills, c.samples, c.shortLease = 2, 100, true
+	}
+	c.warmup = max(c.samples/10, 20)
+	commit, err := measure.CheckoutCommit()
+	if err != nil {
+		return err
+	}
+	if c.tmp, err = os.MkdirTemp("", "wkcluster-"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(c.tmp)
+	res := measure.Result{Guest: "probe", DataFS: measure.DataFS(c.tmp)}
+	fmt.Fprintf(stdout, "wkcluster: %s at %s, data on %s, load %s\n", c.bin, commit, res.DataFS, measure.LoadAverage())
+
+	lat := map[string]latencies{}
+	for _, mode := range []string{"tls", "plain"} {
+		cl, err := c.startCluster(stdout, mode)
+		if err != nil {
+			return err
+		}
+		if res.Engine == "" {
+			if res.Engine, err = cl.nodes[0].srv.Engine(cl.nodes[0].logPath); err != nil {
+				cl.stop()
+				return err
+			}
+		}
+		l, err := c.latencies(stdout, cl)
+		if err == nil && mode == "tls" && c.kills > 0 {
+			var rows []measure.Row
+			rows, err = c.takeovers(stdout, cl)
+			res.Rows = append(res.Rows, rows...)
+		}
+		if serr := cl.stop(); err == nil {
+			err = serr
+		}
+		if err != nil {
+			return fmt.Errorf("%s cluster: %w", mode, err)
+		}
+		lat[mode] = l
+	}
+	res.Rows = append(res.Rows, latencyRows(stdout, c.samples, lat)...)
+	fmt.Fprintf(stdout, "load at the end: %s\n", measure.LoadAverage())
+	path, err := measure.WriteCSV(c.out, commit, "-cluster", res)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "wrote", path)
+	return nil
+}
+
+// shortLease is wkbucket's short lease: a 2 s ttl, valid 1.5 s after
+// each write (a 0.7 s validity lapsed on a loaded machine).
+var shortLease = []string{"WASMKEEP_CLUSTER__TTL=2s", "WASMKEEP_CLUSTER__GRACE=0s",
+	"WASMKEEP_CLUSTER__SAFETY=500ms", "WASMKEEP_CLUSTER__MAX_SKEW=0s"}
+
+// cluster is three nodes on one bucket.
+type cluster struct {
+	mode  string // tls: cluster listeners; plain: --cluster-plaintext accept
+	nodes []*node
+}
+
+// node is one of them: its server, data directory and log, and the
+// running process (nil while it is down).
+type node struct {
+	id      string
+	srv     measure.Wasmkeep
+	dataDir string
+	logPath string
+	*measure.Running
+}
+
+// start starts the node on its data directory and returns once it
+// is ready and answers (a GET of actor <id>-x: one of its own, so that
+// nodes starting together do not race for one actor, where a request
+// forwarded to a node still taking the actor was seen answered 503).
+func (n *node) start() error {
+	r, err := measure.Start(measure.Options{Server: n.srv, Ready: "/_wasmkeep/ready",
+		Read: measure.Request{Method: "GET", Path: "/actor/probe/" + n.id + "-{name}/echo"}}, n.dataDir, n.logPath)
+	n.Running = r
+	return err
+}
+
+// startCluster starts three nodes, side by side (each first start waits
+// out the node id check: ttl + grace, 15 s at the defaults).
+func (c *config) startCluster(stdout io.Writer, mode string) (*cluster, error) {
+	dir, err := os.MkdirTemp(c.tmp, mode+"-")
+	if err != nil {
+		return nil, err
+	}
+	bucketDir := filepath.Join(dir, "bucket")
+	if err := os.Mkdir(bucketDir, 0o755); err != nil {
+		return nil, err
+	}
+	cl := &cluster{mode: mode}
+	for _, id := range []string{"a", "b", "c"} {
+		srv := measure.Wasmkeep{Binary: c.bin, Class: "probe", Guest: c.guest,
+			ServeArgs: []string{"--bucket", "file://" + bucketDir, "--node-id", id}}
+		if mode == "tls" {
+			srv.ServeArgs = append(srv.ServeArgs, "--cluster-listen", "127.0.0.1:0")
+		} else {
+			srv.ServeArgs = append(srv.ServeArgs, "--cluster-plaintext", "accept")
+		}
+		if c.shortLease {
+			srv.Env = shortLease
+		}
+		cl.nodes = append(cl.nodes, &node{id: id, srv: srv, dataDir: filepath.Join(dir, id), logPath: filepath.Join(dir, id+".log")})
+	}
+	begin := time.Now()
+	errs := make([]error, len(cl.nodes))
+	var wg sync.WaitGroup
+	for i, n := range cl.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = n.start()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		cl.stop()
+		return nil, err
+	}
+	fmt.Fprintf(stdout, "\n%s cluster: three nodes ready in %.1f s\n", mode, time.Since(begin).Seconds())
+	return cl, nil
+}
+
+// stop stops every node that runs (SIGTERM).
+func (cl *cluster) stop() error {
+	var errs []error
+	for _, n := range cl.nodes {
+		if n.Running != nil {
+			errs = append(errs, n.Stop())
+			n.Running = nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+var client = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 8, DisableCompression: true}, Timeout: time.Minute}
+
+// answer is one response: its status, body and the node that answered
+// for the actor (x-wasmkeep-node).
+type answer struct {
+	code int
+	body string
+	node string
+}
+
+// do sends a request without a body.
+func do(method, url string) (answer, error) {
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		return answer{}, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return answer{}, err
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	return answer{resp.StatusCode, strings.TrimSpace(string(body)), resp.Header.Get("x-wasmkeep-node")}, err
+}
+
+// expect sends a request that must answer 200 from node holder ("" for
+// any) and returns the body.
+func expect(method, url, holder string) (string, error) {
+	a, err := do(method, url)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("%s %s: %w", method, url, err)
+	case a.code != 200:
+		return "", fmt.Errorf("%s %s: %d %q", method, url, a.code, a.body)
+	case holder != "" && a.node != holder:
+		return "", fmt.Errorf("%s %s: answered for node %q, want %q", method, url, a.node, holder)
+	}
+	return a.body, nil
+}
+
+func row(metric string, v float64, unit string) measure.Row {
+	return measure.Row{Metric: metric, Value: v, Unit: unit}
+}

@@ -1,0 +1,58 @@
+//go:build linux
+
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/wasmkeep/wasmkeep/bench/internal/benchtest"
+)
+
+// TestQuickRun runs wkcluster -quick (two kills on a 2 s lease, 100
+// samples) and checks the CSV: every row there, each with a positive value
+// (never how large) but what TLS adds, which may come out below zero in a
+// run this short.
+func TestQuickRun(t *testing.T) {
+	bin, _ := benchtest.Build(t)
+	guest := benchtest.BuildGuest(t, "cmd/wasmkeep/testdata/guests/probe")
+	out := filepath.Join(t.TempDir(), "results")
+	var stdout strings.Builder
+	err := run([]string{"-wasmkeep", bin, "-guest", guest, "-out", out, "-quick"}, &stdout)
+	t.Log(stdout.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(out, "*-cluster.csv"))
+	if err != nil || len(files) != 1 {
+		t.Fatalf("CSVs %v (%v), want one", files, err)
+	}
+	servers, all := benchtest.ReadCSV(t, files[0])
+	if len(servers) != 1 || !strings.HasSuffix(servers[0], "/probe") {
+		t.Fatalf("%s has rows for %v, want one server with the probe", files[0], servers)
+	}
+	values := all[servers[0]]
+	metrics := []string{"takeover_p50", "takeover_p99", "takeover_min", "takeover_max", "takeover_kills"}
+	for _, mode := range []string{"tls", "plain"} {
+		for _, m := range []string{"get_direct_p50_", "get_direct_p99_", "get_forwarded_p50_", "get_forwarded_p99_",
+			"get_forward_added_p50_", "get_forwarded_ratio_p50_",
+			"call_one_node_p50_", "call_one_node_p99_", "call_across_nodes_p50_", "call_across_nodes_p99_", "call_across_nodes_ratio_p50_"} {
+			metrics = append(metrics, m+mode)
+		}
+	}
+	for _, m := range metrics {
+		if values[m] <= 0 {
+			t.Errorf("%s = %v, want a positive value", m, values[m])
+		}
+	}
+	if _, ok := values["get_forward_tls_added_p50"]; !ok {
+		t.Error("get_forward_tls_added_p50 missing")
+	}
+	if len(values) != len(metrics)+1 {
+		t.Errorf("%d metrics, want %d", len(values), len(metrics)+1)
+	}
+	if values["takeover_kills"] != 2 {
+		t.Errorf("takeover_kills = %v, want 2", values["takeover_kills"])
+	}
+}

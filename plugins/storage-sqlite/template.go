@@ -1,0 +1,313 @@
+package sqlitestorage
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/wasmkeep/wasmkeep/kernel/storage"
+)
+
+// Templates (storage.Preparation): a database Open creates starts as a copy
+// of one the driver prepared once by running the preparation's statements,
+// rather than being built statement by statement. The template is an
+// ordinary database of this driver, opened with the plugin's own settings
+// (WAL mode marked in its header, the default page size), the statements
+// run on it as the host, then checkpointed, so the file alone holds it. A
+// copy is what the statements would have built: the same pages, byte for
+// byte, and the copy's first write starts a log of its own.
+//
+// One template per preparation is kept in memory for the driver's lifetime
+// and, under the preparation's CacheDir, in a file that survives restarts:
+//
+//	<CacheDir>/storage-sqlite/<key>.template
+//
+// where key is the SHA-256, in hex, of the template's format, the driver,
+// the SQLite it links (sqlite_source_id) and the statements: other
+// statements or another SQLite make another key, so a stale template is
+// never found. The file is a header, then the database:
+//
+//	wasmkeep sqlite template 1\n
+//	<key>\n
+//	<SHA-256 of the database, in hex>\n
+//	<the database file>
+//
+// It is written to a temporary file, fsynced, then renamed into place, so
+// a reader finds a whole file or none; one whose header is not this one,
+// whose key is not the one it is looked up by, whose database does not
+// have its checksum or is not a WAL-mode SQLite file is made again (and
+// replaces it). Without a CacheDir, or when a template cannot be made or
+// stored, Open runs the statements on each new database instead.
+const (
+	templateMagic  = "wasmkeep sqlite template 1\n"
+	templateSuffix = ".template"
+	templateDir    = "storage-sqlite"
+	// creatingSuffix is a new database copied from a template until it is
+	// renamed into place (Remove removes a leftover one).
+	creatingSuffix = ".creating"
+)
+
+// templates are a driver's prepared databases, by key.
+type templates struct {
+	mu      sync.Mutex
+	byKey   map[string]*template
+	srcOnce sync.Once
+	source  string // sqlite_source_id(), part of every key
+	srcErr  error
+	builds  int // templates made (not read from the cache), for tests
+}
+
+// template is one preparation's database, or why there is none this
+// process (tried once: a failure falls back to running the statements).
+type template struct {
+	mu   sync.Mutex // held while it is read or made
+	done bool
+	data []byte
+	err  error
+}
+
+// templateKey is the cache key of a preparation for this driver.
+func (drv *driver) templateKey(stmts []string) (string, error) {
+	t := &drv.tpl
+	t.srcOnce.Do(func() {
+		t.srcErr = drv.bareMemory(func(c conn) error {
+			v, err := pragmaOn(c, "SELECT sqlite_source_id()")
+			t.source = string(v.Bytes)
+			return err
+		})
+	})
+	if t.srcErr != nil {
+		return "", t.srcErr
+	}
+	h := sha256.New()
+	for _, part := range append([]string{templateMagic, drv.cfg.Driver, t.source}, stmts...) {
+		// Each part's length first, so no two lists hash alike.
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write([]byte(part))
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// bareMemory runs f on a connection to an in-memory database.
+func (drv *driver) bareMemory(f func(conn) error) error {
+	c, err := drv.b.open(":memory:")
+	if err != nil {
+		return err
+	}
+	return errors.Join(f(c), c.close())
+}
+
+// template returns the database to copy for prep, reading it from the cache
+// or making it the first time; nil (and the reason) when there is none,
+// and the caller runs the statements instead. Concurrent first calls for
+// one preparation make one template.
+func (drv *driver) template(prep storage.Preparation) ([]byte, error) {
+	if prep.CacheDir == "" {
+		return nil, errors.New("no cache directory")
+	}
+	key, err := drv.templateKey(prep.Statements)
+	if err != nil {
+		return nil, err
+	}
+	t := &drv.tpl
+	t.mu.Lock()
+	if t.byKey == nil {
+		t.byKey = map[string]*template{}
+	}
+	e := t.byKey[key]
+	if e == nil {
+		e = &template{}
+		t.byKey[key] = e
+	}
+	t.mu.Unlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.done {
+		e.data, e.err = drv.loadTemplate(filepath.Join(prep.CacheDir, templateDir), key, prep.Statements)
+		e.done = true
+	}
+	return e.data, e.err
+}
+
+// loadTemplate reads the template of key from dir, or makes it if it is
+// missing or not to be trusted.
+func (drv *driver) loadTemplate(dir, key string, stmts []string) ([]byte, error) {
+	path := filepath.Join(dir, key+templateSuffix)
+	if raw, err := os.ReadFile(path); err == nil {
+		if data, err := parseTemplate(raw, key); err == nil {
+			return data, nil
+		}
+	}
+	data, err := drv.makeTemplate(dir, stmts)
+	if err != nil {
+		return nil, fmt.Errorf("making the template of new databases in %s: %w", dir, err)
+	}
+	if err := storeTemplate(path, key, data); err != nil {
+		return nil, fmt.Errorf("storing the template of new databases: %w", err)
+	}
+	drv.tpl.mu.Lock()
+	drv.tpl.builds++
+	drv.tpl.mu.Unlock()
+	return data, nil
+}
+
+// parseTemplate checks a template file read for key and returns its
+// database.
+func parseTemplate(raw []byte, key string) ([]byte, error) {
+	rest, ok := bytes.CutPrefix(raw, []byte(templateMagic))
+	if !ok {
+		return nil, errors.New("not a template")
+	}
+	lines := bytes.SplitN(rest, []byte("\n"), 3)
+	if len(lines) != 3 || string(lines[0]) != key {
+		return nil, errors.New("a template of another preparation")
+	}
+	data := lines[2]
+	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != string(lines[1]) {
+		return nil, errors.New("the template's database does not have its checksum")
+	}
+	return data, checkTemplateDB(data)
+}
+
+// checkTemplateDB checks that data is a whole database file in WAL mode
+// (https://www.sqlite.org/fileformat2.html#the_database_header).
+func checkTemplateDB(data []byte) error {
+	if len(data) < 100 || string(data[:16]) != "SQLite format 3\x00" {
+		return errors.New("not a SQLite database")
+	}
+	pageSize := int(binary.BigEndian.Uint16(data[16:]))
+	if pageSize == 1 {
+		pageSize = 65536
+	}
+	switch {
+	case data[18] != 2 || data[19] != 2:
+		return errors.New("not in WAL mode")
+	case pageSize < 512 || pageSize&(pageSize-1) != 0 || len(data)%pageSize != 0:
+		return fmt.Errorf("%d bytes is no whole number of %d-byte pages", len(data), pageSize)
+	case binary.BigEndian.Uint32(data[28:])*uint32(pageSize) != uint32(len(data)):
+		return errors.New("its size is not the one its header gives")
+	}
+	return nil
+}
+
+// makeTemplate builds the template in a scratch directory under dir and
+// returns its database file.
+func (drv *driver) makeTemplate(dir string, stmts []string) ([]byte, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, err
+	}
+	scratch, err := os.MkdirTemp(dir, "making-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(scratch)
+	path := filepath.Join(scratch, "template"+dbSuffix)
+	d, err := drv.open(path, storage.Options{}.Defaults())
+	if err != nil {
+		return nil, err
+	}
+	err = d.runPreparation(stmts)
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := drv.checkpoint(path); err != nil {
+		return nil, err
+	}
+	if err := drv.check(path); err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTemplateDB(data); err != nil {
+		return nil, fmt.Errorf("the template made: %w", err)
+	}
+	return data, nil
+}
+
+// runPreparation runs a preparation's statements as the host.
+func (d *db) runPreparation(stmts []string) error {
+	for _, sql := range stmts {
+		if _, err := d.HostExec(context.Background(), sql); err != nil {
+			return fmt.Errorf("%s: %w", clip(strings.TrimSpace(sql)), err)
+		}
+	}
+	return nil
+}
+
+// storeTemplate writes the template file at path: a temporary file,
+// fsynced, renamed into place, the directory fsynced.
+func storeTemplate(path, key string, data []byte) error {
+	sum := sha256.Sum256(data)
+	var b bytes.Buffer
+	b.WriteString(templateMagic + key + "\n" + hex.EncodeToString(sum[:]) + "\n")
+	b.Write(data)
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(b.Bytes())
+	if err == nil {
+		err = f.Sync()
+	}
+	if err = errors.Join(err, f.Close()); err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// create starts the database at path, which is claimed, as a copy of
+// prep's template if path holds none. It reports whether the statements
+// are left to run: a database was created without a template.
+func (drv *driver) create(path string, prep storage.Preparation) (run bool, err error) {
+	if _, err := os.Lstat(path); err == nil {
+		return false, nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return false, err
+	}
+	data, err := drv.template(prep)
+	if err != nil {
+		return true, nil
+	}
+	// A log left beside a database that is gone must not be replayed
+	// into the new one (Remove removes the log first; this is for a
+	// database removed by hand without it). A stat each, as os.Remove of
+	// an absent file costs two system calls.
+	for _, f := range suffixed(path, logSuffixes) {
+		if _, err := os.Lstat(f); err == nil {
+			if err := os.Remove(f); err != nil {
+				return false, err
+			}
+		}
+	}
+	tmp := path + creatingSuffix
+	if err := writeSynced(tmp, bytes.NewReader(data)); err != nil {
+		os.Remove(tmp)
+		return false, fmt.Errorf("open %s: copying the template: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return false, fmt.Errorf("open %s: %w", path, err)
+	}
+	return false, nil
+}
