@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -110,5 +111,38 @@ func TestEnginesAgree(t *testing.T) {
 	// A sample of what both answered, so a reader sees the failures agree.
 	for _, i := range []int{9, 16, 17, 18} {
 		t.Logf("%s: %s", requests[i].path, strings.SplitN(answers[engines[0]][i], "|", 2)[0])
+	}
+}
+
+// An actor woken on a module's fast tier gets a new instance of the
+// optimised code at its first event after that code is ready, on each
+// engine, rather than staying on the slower tier while it is resident; its
+// data stays, and the instance is not replaced again.
+func TestFastTierInstanceRetired(t *testing.T) {
+	for _, engine := range []string{"wazero/on", "wasmtime/on"} {
+		t.Run(strings.ReplaceAll(engine, "/", "-"), func(t *testing.T) {
+			n := startNodeOn(t, engine, node.Options{Classes: map[string]string{"counter": counter(t)},
+				CacheDir: t.TempDir(), CPUBudget: time.Second})
+			instances := func() float64 { return n.metric("wasmkeep_instantiate_seconds_count") }
+			hits := 0
+			hit := func() {
+				hits++
+				n.expect("POST", "/actor/counter/tiered", "", 200, strconv.Itoa(hits)+"\n")
+			}
+			hit()
+			if got := instances(); got != 1 {
+				t.Fatalf("%v instances after the first event, want 1", got)
+			}
+			waitFor(t, 2*time.Minute, "a new instance once the optimised code is ready", func() bool {
+				hit()
+				return instances() == 2
+			})
+			for range 3 {
+				hit()
+			}
+			if got := instances(); got != 2 {
+				t.Errorf("%v instances after more events on optimised code, want 2", got)
+			}
+		})
 	}
 }

@@ -78,6 +78,7 @@ type actor struct {
 	stream   *replication.Stream // with a bucket: the hold's replication, nil on a node alone
 	erasing  *erasure            // a delete's history to erase after the answer
 	inst     runtime.Instance
+	instTier runtime.Tier // the code inst runs (runtime.Tiered)
 	needInit bool
 	logLimit guestlog.Limit // the instance's, shared by stdout and stderr
 	stdout   guestlog.Stream
@@ -254,6 +255,7 @@ func (a *actor) runEvent(ev *event) outcome {
 	defer cancel()
 	ctx = context.WithValue(ctx, stateKey{}, st)
 
+	a.retireFastTier()
 	if err := a.wake(ctx); err != nil {
 		return notRun(err)
 	}
@@ -330,6 +332,21 @@ func (a *actor) openDB(ctx context.Context) error {
 	return nil
 }
 
+// retireFastTier drops, between two events, an instance made on a
+// module's fast tier once the module's optimised code is ready (ADR 1034),
+// so the next event runs on a new instance of the optimised code rather
+// than the actor staying on the slower tier for as long as it is resident
+// (what it keeps in memory goes, as at hibernation; on-init does not run
+// again).
+func (a *actor) retireFastTier() {
+	if a.inst == nil || a.instTier != runtime.TierFast {
+		return
+	}
+	if t, ok := a.class.module.(runtime.Tiered); ok && t.Tier() == runtime.TierOptimised {
+		a.discardInstance()
+	}
+}
+
 // wake creates an instance, as needed (the database is open: openDB).
 func (a *actor) wake(ctx context.Context) error {
 	if a.inst != nil {
@@ -339,6 +356,10 @@ func (a *actor) wake(ctx context.Context) error {
 	// call the host): it gets the budget and host state of an event.
 	start := a.node.clock.Now()
 	err := a.guest(ctx, abi.ExportInitialize, func(ctx context.Context) error {
+		a.instTier = runtime.TierOptimised
+		if t, ok := a.class.module.(runtime.Tiered); ok {
+			a.instTier = t.Tier() // before Instantiate: the tier may change meanwhile
+		}
 		inst, err := a.class.module.Instantiate(ctx, runtime.InstanceConfig{Stdout: &a.stdout, Stderr: &a.stderr})
 		a.inst = inst
 		return err

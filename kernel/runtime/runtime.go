@@ -147,7 +147,8 @@ func CheckTiering(s string) error {
 // Tiered is implemented by a Module that an engine compiles in tiers: it
 // runs on the fast tier at first while the optimised code is compiled in
 // the background, and new instances get the optimised code once it is ready
-// (instances already running keep theirs). A Module without it, or whose
+// (instances already running keep theirs; the kernel replaces an actor's
+// fast-tier instance between two events). A Module without it, or whose
 // Tier is already TierOptimised, runs one kind of code throughout.
 type Tiered interface {
 	// Tier is the code an instance created now would run.
