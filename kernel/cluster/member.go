@@ -149,8 +149,8 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 // and reads each peer's object, puts them in the View, calls
 // Config.Listed, shows each object to the Fencer, and fences each peer
 // whose watch is complete (Config.Fenced), so a node that stopped renewing
-// frees its actors ttl + grace after its last write. Each request is
-// bounded by one lease attempt. The caller runs it on a goroutine of its
+// frees its actors ttl + grace after its last write. Each request (the
+// listing, each read) is bounded by one lease attempt. The caller runs it on a goroutine of its
 // own (a simulation, in a step of its own).
 func (m *Member) WatchPeers(ctx context.Context) {
 	cfg := m.cfg
@@ -165,12 +165,8 @@ func (m *Member) WatchPeers(ctx context.Context) {
 		if !m.Lease.Valid() {
 			continue
 		}
-		var peers []membership.Peer
 		start := cfg.Clock.Now()
-		err := bounded(func(ctx context.Context) (err error) {
-			peers, err = membership.List(ctx, cfg.Bucket)
-			return err
-		})
+		peers, err := membership.List(ctx, cfg.Bucket, bounded)
 		if err == nil {
 			m.View.Update(peers)
 		}

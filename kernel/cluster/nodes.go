@@ -62,7 +62,7 @@ type Status struct {
 // versions; a lease dated ahead of that time by more than max_skew; an
 // object that is not a node lease. It reads the bucket alone.
 func ReadStatus(ctx context.Context, b bucket.Bucket, s nodelease.Settings, clk clock.Clock) (Status, error) {
-	peers, err := membership.List(ctx, b)
+	peers, err := membership.List(ctx, b, nil)
 	if err != nil {
 		return Status{}, err
 	}

@@ -66,7 +66,7 @@ func Info() plugin.Info {
 		API:     contract,
 		Summary: "WebAssembly engine Wasmtime (Cranelift), through its C API; needs cgo",
 		NewConfig: func() any {
-			return &Config{InterruptInterval: time.Millisecond, ParallelCompilation: true, Tiering: runtime.TieringAuto}
+			return &Config{InterruptInterval: time.Millisecond, ParallelCompilation: true, Tiering: runtime.TieringOff}
 		},
 		New: func(config any) (any, error) {
 			c, ok := config.(*Config)

@@ -50,8 +50,8 @@ func TestInfo(t *testing.T) {
 		t.Error(err)
 	}
 	c, ok := in.NewConfig().(*Config)
-	if !ok || c.InterruptInterval != time.Millisecond || !c.ParallelCompilation || c.Tiering != runtime.TieringAuto {
-		t.Errorf("NewConfig() = %#v, want *Config with a 1ms interrupt interval, parallel compilation and tiering auto", in.NewConfig())
+	if !ok || c.InterruptInterval != time.Millisecond || !c.ParallelCompilation || c.Tiering != runtime.TieringOff {
+		t.Errorf("NewConfig() = %#v, want *Config with a 1ms interrupt interval, parallel compilation and tiering off", in.NewConfig())
 	}
 	if _, err := in.New(&Config{InterruptInterval: time.Millisecond, Tiering: "sometimes"}); err == nil {
 		t.Error("New accepted tiering: sometimes")

@@ -50,7 +50,7 @@ func Info() plugin.Info {
 		Name:      "wazero",
 		API:       contract,
 		Summary:   "WebAssembly engine in pure Go (wazero)",
-		NewConfig: func() any { return &Config{Compiler: true, Tiering: runtime.TieringAuto} },
+		NewConfig: func() any { return &Config{Compiler: true, Tiering: runtime.TieringOff} },
 		New: func(config any) (any, error) {
 			c, ok := config.(*Config)
 			if !ok {

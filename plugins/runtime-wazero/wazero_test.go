@@ -60,8 +60,8 @@ func TestInfo(t *testing.T) {
 	if _, err := plugin.NewRegistry(in); err != nil {
 		t.Error(err)
 	}
-	if c, ok := in.NewConfig().(*Config); !ok || !c.Compiler || c.Tiering != runtime.TieringAuto {
-		t.Errorf("NewConfig() = %#v, want *Config with the compiler on and tiering auto", in.NewConfig())
+	if c, ok := in.NewConfig().(*Config); !ok || !c.Compiler || c.Tiering != runtime.TieringOff {
+		t.Errorf("NewConfig() = %#v, want *Config with the compiler on and tiering off", in.NewConfig())
 	}
 	if _, err := in.New(&Config{Compiler: true, Tiering: "sometimes"}); err == nil {
 		t.Error("New accepted tiering: sometimes")

@@ -43,9 +43,19 @@ func (p Peer) Pin() string {
 }
 
 // List lists nodes/ and reads every object listed, sorted by node id. An
-// object deleted between the listing and its read is left out.
-func List(ctx context.Context, b bucket.Bucket) ([]Peer, error) {
-	entries, err := bucket.ListAll(ctx, b, nodelease.Prefix)
+// object deleted between the listing and its read is left out. Each
+// request runs under bound (the listing, then each read: a node's lease
+// attempt timeout each, not one for them all), or as it is when bound is
+// nil.
+func List(ctx context.Context, b bucket.Bucket, bound func(func(context.Context) error) error) ([]Peer, error) {
+	if bound == nil {
+		bound = func(op func(context.Context) error) error { return op(ctx) }
+	}
+	var entries []bucket.Entry
+	err := bound(func(ctx context.Context) (err error) {
+		entries, err = bucket.ListAll(ctx, b, nodelease.Prefix)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +65,11 @@ func List(ctx context.Context, b bucket.Bucket) ([]Peer, error) {
 		if strings.Contains(id, "/") {
 			continue // not a node lease
 		}
-		r, err := nodelease.ReadObject(ctx, b, id)
+		var r nodelease.Read
+		err := bound(func(ctx context.Context) (err error) {
+			r, err = nodelease.ReadObject(ctx, b, id)
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}

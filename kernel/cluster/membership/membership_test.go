@@ -42,7 +42,7 @@ func TestViewLiveness(t *testing.T) {
 	if _, err := b.Put(ctx, nodelease.Key("junk"), bytes.NewReader([]byte("x")), 1, bucket.Condition{}); err != nil {
 		t.Fatal(err)
 	}
-	peers, err := List(ctx, b)
+	peers, err := List(ctx, b, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
