@@ -209,11 +209,11 @@ wk_bytes wk_buf_bytes(wk_buf *b) {
   return (wk_bytes){b->ptr, b->len};
 }
 
-static bool put_u8(wk_buf *b, uint8_t v) { return wk_buf_write(b, &v, 1); }
-static bool put_u32(wk_buf *b, uint32_t v) { return wk_buf_write(b, &v, 4); } /* Wasm is little-endian */
-static bool put_u64(wk_buf *b, uint64_t v) { return wk_buf_write(b, &v, 8); }
-static bool put_bytes(wk_buf *b, wk_bytes v) {
-  return put_u32(b, (uint32_t)v.len) && wk_buf_write(b, v.ptr, v.len);
+bool wk_put_u8(wk_buf *b, uint8_t v) { return wk_buf_write(b, &v, 1); }
+bool wk_put_u32(wk_buf *b, uint32_t v) { return wk_buf_write(b, &v, 4); } /* Wasm is little-endian */
+bool wk_put_u64(wk_buf *b, uint64_t v) { return wk_buf_write(b, &v, 8); }
+bool wk_put_bytes(wk_buf *b, wk_bytes v) {
+  return wk_put_u32(b, (uint32_t)v.len) && wk_buf_write(b, v.ptr, v.len);
 }
 
 /* ---- Bytes ---- */
@@ -247,17 +247,9 @@ static bool eq_fold(wk_bytes a, const char *s) {
   return true;
 }
 
-/* ---- Decoding ----
- * A reader walks a payload in arena memory. Strings are NUL-terminated in
- * place: a string's bytes move over its own 4-byte length, which leaves
- * room for the NUL before the next field. The first failure sticks. */
+/* ---- Decoding (the reader is declared in wasmkeep.h) ---- */
 
-typedef struct {
-  uint8_t *p, *end;
-  bool bad;
-} reader;
-
-static bool need(reader *r, size_t n) {
+static bool need(wk_reader *r, size_t n) {
   if (r->bad || (size_t)(r->end - r->p) < n) {
     r->bad = true;
     return false;
@@ -265,9 +257,9 @@ static bool need(reader *r, size_t n) {
   return true;
 }
 
-static uint8_t get_u8(reader *r) { return need(r, 1) ? *r->p++ : 0; }
+uint8_t wk_get_u8(wk_reader *r) { return need(r, 1) ? *r->p++ : 0; }
 
-static uint32_t get_u32(reader *r) {
+uint32_t wk_get_u32(wk_reader *r) {
   uint32_t v = 0;
   if (need(r, 4)) {
     memcpy(&v, r->p, 4);
@@ -276,7 +268,7 @@ static uint32_t get_u32(reader *r) {
   return v;
 }
 
-static uint64_t get_u64(reader *r) {
+uint64_t wk_get_u64(wk_reader *r) {
   uint64_t v = 0;
   if (need(r, 8)) {
     memcpy(&v, r->p, 8);
@@ -285,8 +277,8 @@ static uint64_t get_u64(reader *r) {
   return v;
 }
 
-static wk_bytes get_bytes(reader *r) {
-  size_t n = get_u32(r);
+wk_bytes wk_get_bytes(wk_reader *r) {
+  size_t n = wk_get_u32(r);
   if (!need(r, n))
     return wk_str("");
   uint8_t *s = r->p - 4;
@@ -296,30 +288,28 @@ static wk_bytes get_bytes(reader *r) {
   return (wk_bytes){s, n};
 }
 
-/* count reads a list length, checking that each element's min bytes remain,
- * so a corrupt count cannot ask for a huge array. */
-static size_t get_count(reader *r, size_t min) {
-  size_t n = get_u32(r);
+size_t wk_get_count(wk_reader *r, size_t min) {
+  size_t n = wk_get_u32(r);
   if (!r->bad && n > (size_t)(r->end - r->p) / min)
     r->bad = true;
   return r->bad ? 0 : n;
 }
 
-static bool get_headers(reader *r, const wk_header **hs, size_t *count) {
-  size_t n = get_count(r, 8);
+static bool get_headers(wk_reader *r, const wk_header **hs, size_t *count) {
+  size_t n = wk_get_count(r, 8);
   wk_header *h = NULL;
   if (n > 0 && (h = wk_alloc(n * sizeof *h)) == NULL)
     return false;
   for (size_t i = 0; i < n; i++) {
-    h[i].name = get_bytes(r);
-    h[i].value = get_bytes(r);
+    h[i].name = wk_get_bytes(r);
+    h[i].value = wk_get_bytes(r);
   }
   *hs = h;
   *count = n;
   return true;
 }
 
-static bool malformed(reader *r, const char *what) {
+static bool malformed(wk_reader *r, const char *what) {
   if (!r->bad && r->p == r->end)
     return false;
   set_error(WK_ERR_HOST, 0, wk_str(what));
@@ -327,12 +317,12 @@ static bool malformed(reader *r, const char *what) {
 }
 
 static bool decode_response(uint8_t *p, size_t n, wk_response *res) {
-  reader r = {p, p + n, false};
+  wk_reader r = {p, p + n, false};
   *res = (wk_response){0};
-  res->status = (int)get_u32(&r);
+  res->status = (int)wk_get_u32(&r);
   if (!get_headers(&r, &res->headers, &res->header_count))
     return false;
-  res->body = get_bytes(&r);
+  res->body = wk_get_bytes(&r);
   return !malformed(&r, "malformed response from the host");
 }
 
@@ -467,27 +457,27 @@ const wk_value *wk_at(const wk_rows *rows, size_t r, size_t c) {
 }
 
 static bool encode_args(wk_buf *b, const wk_value *args, size_t n) {
-  if (!put_u32(b, (uint32_t)n))
+  if (!wk_put_u32(b, (uint32_t)n))
     return false;
   for (size_t i = 0; i < n; i++) {
     const wk_value *v = &args[i];
-    if (!put_u8(b, (uint8_t)v->kind))
+    if (!wk_put_u8(b, (uint8_t)v->kind))
       return false;
     switch (v->kind) {
     case WK_INTEGER:
-      if (!put_u64(b, (uint64_t)v->u.i))
+      if (!wk_put_u64(b, (uint64_t)v->u.i))
         return false;
       break;
     case WK_REAL: {
       uint64_t bits;
       memcpy(&bits, &v->u.f, 8);
-      if (!put_u64(b, bits))
+      if (!wk_put_u64(b, bits))
         return false;
       break;
     }
     case WK_TEXT:
     case WK_BLOB:
-      if (!put_bytes(b, v->u.b))
+      if (!wk_put_bytes(b, v->u.b))
         return false;
       break;
     default:
@@ -528,22 +518,22 @@ bool wk_exec_durable(const char *sql, const wk_value *args, size_t nargs, int64_
   return exec(sql, args, nargs, FLAG_DURABLE, changed);
 }
 
-static bool get_value(reader *r, wk_value *v) {
-  v->kind = (wk_kind)get_u8(r);
+static bool get_value(wk_reader *r, wk_value *v) {
+  v->kind = (wk_kind)wk_get_u8(r);
   switch (v->kind) {
   case WK_NULL:
     break;
   case WK_INTEGER:
-    v->u.i = (int64_t)get_u64(r);
+    v->u.i = (int64_t)wk_get_u64(r);
     break;
   case WK_REAL: {
-    uint64_t bits = get_u64(r);
+    uint64_t bits = wk_get_u64(r);
     memcpy(&v->u.f, &bits, 8);
     break;
   }
   case WK_TEXT:
   case WK_BLOB:
-    v->u.b = get_bytes(r);
+    v->u.b = wk_get_bytes(r);
     break;
   default:
     r->bad = true;
@@ -566,14 +556,14 @@ bool wk_query(const char *sql, const wk_value *args, size_t nargs, wk_rows *rows
     host_error(WK_ERR_SQL, p, size);
     return false;
   }
-  reader r = {p, p + size, false};
-  size_t cols = get_count(&r, 4);
+  wk_reader r = {p, p + size, false};
+  size_t cols = wk_get_count(&r, 4);
   wk_bytes *names = cols > 0 ? wk_alloc(cols * sizeof *names) : NULL;
   if (cols > 0 && names == NULL)
     return false;
   for (size_t i = 0; i < cols; i++)
-    names[i] = get_bytes(&r);
-  size_t nrows = get_u32(&r);
+    names[i] = wk_get_bytes(&r);
+  size_t nrows = wk_get_u32(&r);
   /* Each value takes at least its kind byte. */
   if (!r.bad && cols > 0 && nrows > (size_t)(r.end - r.p) / cols)
     r.bad = true;
@@ -638,12 +628,12 @@ int64_t wk_now_ms(void) {
 
 static bool encode_request(wk_buf *b, const wk_request *req) {
   wk_bytes method = req->method.len > 0 ? req->method : wk_str("GET");
-  if (!put_bytes(b, method) || !put_bytes(b, req->path) || !put_u32(b, (uint32_t)req->header_count))
+  if (!wk_put_bytes(b, method) || !wk_put_bytes(b, req->path) || !wk_put_u32(b, (uint32_t)req->header_count))
     return false;
   for (size_t i = 0; i < req->header_count; i++)
-    if (!put_bytes(b, req->headers[i].name) || !put_bytes(b, req->headers[i].value))
+    if (!wk_put_bytes(b, req->headers[i].name) || !wk_put_bytes(b, req->headers[i].value))
       return false;
-  return put_bytes(b, req->body);
+  return wk_put_bytes(b, req->body);
 }
 
 /* answer finishes actor_call and http_fetch: a Response or an error. */
@@ -672,7 +662,7 @@ bool wk_call(const char *address, const wk_request *req, wk_response *res) {
 bool wk_http_fetch(const wk_request *req, uint32_t step_timeout_ms, wk_response *res) {
   *res = (wk_response){0};
   wk_buf b = {0};
-  if (!encode_request(&b, req) || !put_u32(&b, step_timeout_ms))
+  if (!encode_request(&b, req) || !wk_put_u32(&b, step_timeout_ms))
     return false;
   size_t cap;
   uint8_t *out = tail(&cap);
@@ -687,10 +677,10 @@ wk_address wk_self_address(void) {
   uint8_t *p = payload(n, out, cap, &size);
   if (p == NULL)
     return a;
-  reader r = {p, p + size, false};
-  a.tenant = get_bytes(&r);
-  a.class_name = get_bytes(&r);
-  a.name = get_bytes(&r);
+  wk_reader r = {p, p + size, false};
+  a.tenant = wk_get_bytes(&r);
+  a.class_name = wk_get_bytes(&r);
+  a.name = wk_get_bytes(&r);
   malformed(&r, "malformed address from the host");
   return a;
 }
@@ -880,12 +870,12 @@ static bool encode_response(wk_writer *w, wk_buf *b) {
       return false;
     hs = headers_of(w, &n);
   }
-  if (!put_u32(b, (uint32_t)(w->status != 0 ? w->status : 200)) || !put_u32(b, (uint32_t)n))
+  if (!wk_put_u32(b, (uint32_t)(w->status != 0 ? w->status : 200)) || !wk_put_u32(b, (uint32_t)n))
     return false;
   for (size_t i = 0; i < n; i++)
-    if (!put_bytes(b, hs[i].name) || !put_bytes(b, hs[i].value))
+    if (!wk_put_bytes(b, hs[i].name) || !wk_put_bytes(b, hs[i].value))
       return false;
-  return put_bytes(b, wk_buf_bytes(&w->body));
+  return wk_put_bytes(b, wk_buf_bytes(&w->body));
 }
 
 /* ---- Exports (docs/abi.md section 1) ---- */
@@ -935,13 +925,13 @@ EXPORT("wasmkeep_on_request") int32_t wasmkeep_on_request(int32_t n) {
   uint8_t *p = take((size_t)n);
   if (p == NULL)
     return done(1);
-  reader r = {p, p + n, false};
+  wk_reader r = {p, p + n, false};
   wk_request req = {0};
-  req.method = get_bytes(&r);
-  req.path = get_bytes(&r);
+  req.method = wk_get_bytes(&r);
+  req.path = wk_get_bytes(&r);
   if (!get_headers(&r, &req.headers, &req.header_count))
     return done(1);
-  req.body = get_bytes(&r);
+  req.body = wk_get_bytes(&r);
   if (malformed(&r, "malformed request from the host"))
     return done(1);
   writer = (wk_writer){0};

@@ -140,6 +140,33 @@ bool wk_buf_uint(wk_buf *b, uint64_t v);
 /* wk_buf_bytes views the buffer's contents (NUL-terminated). */
 wk_bytes wk_buf_bytes(wk_buf *b);
 
+/* ---- The ABI's encoding (docs/abi.md, section 5) ----
+ * Little-endian fixed-width integers; bytes are a u32 length, then the
+ * bytes; a list is a u32 count, then the elements. The SDK's protocols
+ * between actors (docs/sdk-protocols.md) use it too. Writers return false
+ * only when memory runs out. */
+bool wk_put_u8(wk_buf *b, uint8_t v);
+bool wk_put_u32(wk_buf *b, uint32_t v);
+bool wk_put_u64(wk_buf *b, uint64_t v);
+bool wk_put_bytes(wk_buf *b, wk_bytes v);
+
+/* A wk_reader walks a payload in arena memory (a wk_call answer's body is),
+ * which it changes: bytes are NUL-terminated in place, moved over their own
+ * 4-byte length, which leaves room for the NUL before the next field. The
+ * first failure sticks in bad, and reads after it give zeros. */
+typedef struct {
+  uint8_t *p, *end;
+  bool bad;
+} wk_reader;
+
+uint8_t wk_get_u8(wk_reader *r);
+uint32_t wk_get_u32(wk_reader *r);
+uint64_t wk_get_u64(wk_reader *r);
+wk_bytes wk_get_bytes(wk_reader *r);
+/* wk_get_count reads a list's count, failing when fewer than count * min
+ * bytes remain, so a corrupt count cannot ask for a huge array. */
+size_t wk_get_count(wk_reader *r, size_t min);
+
 /* ---- Errors ---- */
 
 typedef enum {
