@@ -9,7 +9,10 @@
 #                             bench/workerd/package-lock.json with npm ci), then
 #                             the Go and the C counter (sdk/c/wkcc) on wazero and
 #                             wasmtime, 3 runs; writes ...-workerd-run<N>.csv
-#                             and ...-workerd-median.csv
+#                             and ...-workerd-median.csv. BEFORE=COMMIT also
+#                             runs every guest and engine on that commit's
+#                             build (before/ENGINE/LANG) and sets each
+#                             resident row after against before
 #   ./bench/run.sh restart    bench/cmd/wkrestart: restarts with 1,000, 10,000
 #                             and 100,000 actors on disk (built once, in
 #                             $TMPDIR/wkrestart); writes ...-restart.csv
@@ -49,7 +52,14 @@ workerd)
 	npm ci --ignore-scripts --no-audit --no-fund --prefix bench/workerd
 	sdk/c/wkcc -o "$tmp/c-counter.wasm" examples/c/counter/counter.c
 	go build -o "$tmp/compare" ./bench/cmd/compare
-	"$tmp/compare" -workerd bench/workerd -wasmkeep "$tmp/wasmkeep" \
+	before=()
+	if [ -n "${BEFORE-}" ]; then
+		git worktree add --detach "$tmp/before" "$BEFORE"
+		(cd "$tmp/before" && go build -o "$tmp/wasmkeep-before" ./cmd/wasmkeep)
+		git worktree remove --force "$tmp/before"
+		before=(-before "$tmp/wasmkeep-before")
+	fi
+	"$tmp/compare" -workerd bench/workerd -wasmkeep "$tmp/wasmkeep" "${before[@]}" \
 		-guest go="$tmp/counter.wasm" -guest c="$tmp/c-counter.wasm" -out bench/results "$@"
 	;;
 restart)

@@ -6,9 +6,11 @@
 // wasmkeep serve on each engine with each counter guest given (the Go and
 // the C counter). It starts one server at a time, repeats the whole round
 // -runs times, servers interleaved, and reports the median of the runs with
-// each server's ratio to the first (workerd), then the issue's targets met
-// or missed. It writes each run's rows and the medians as CSV files in
-// -out. bench/README.md defines each row.
+// each server's ratio to the first (workerd), then the issues' targets met
+// or missed. With -before, every guest and engine runs on an older build
+// too, so that each row shows before and after in the same run. It writes
+// each run's rows and the medians as CSV files in -out. bench/README.md
+// defines each row.
 package main
 
 import (
@@ -38,12 +40,12 @@ func main() {
 const workerdBinary = "node_modules/@cloudflare/workerd-linux-64/bin/workerd"
 
 type flags struct {
-	wasmkeep, workerd, out string
-	engines, durable       string
-	guests                 []guest
-	serveArgs              []string
-	runs                   int
-	quick                  bool
+	wasmkeep, before, workerd, out string
+	engines, durable               string
+	guests                         []guest
+	serveArgs                      []string
+	runs                           int
+	quick                          bool
 }
 
 // server is one server of a round, and the engine it must say it served
@@ -61,6 +63,7 @@ func run(args []string, stdout io.Writer) error {
 	var f flags
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	fs.StringVar(&f.wasmkeep, "wasmkeep", "", "the wasmkeep binary (required with -guest)")
+	fs.StringVar(&f.before, "before", "", "an older wasmkeep binary to run every guest and engine on as well, labelled before/ENGINE/LANG (empty: none)")
 	fs.Func("guest", "a counter guest, LANG=FILE.wasm such as go=counter.wasm or c=c-counter.wasm (repeatable)", func(v string) error {
 		lang, file, ok := strings.Cut(v, "=")
 		if !ok || lang == "" || file == "" {
@@ -128,8 +131,12 @@ func run(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "\nmedians of %d runs, with each server's ratio to the first:\n", f.runs)
 	measure.PrintTable(stdout, medians...)
 	if medians[0].Engine == "workerd" {
-		fmt.Fprintln(stdout, "\ntargets (issue 6), as ratios to workerd:")
+		fmt.Fprintln(stdout, "\ntargets, as ratios to workerd:")
 		printTargets(stdout, medians[0], medians[1:])
+	}
+	if f.before != "" {
+		fmt.Fprintln(stdout, "\nnothing resident slower (issue 16), after as a ratio to before:")
+		printRegressions(stdout, medians)
 	}
 	path, err := measure.WriteCSV(f.out, commit, "-workerd-median", medians...)
 	if err != nil {
@@ -178,30 +185,40 @@ func (f flags) targets() ([]server, error) {
 		if err != nil {
 			return nil, err
 		}
-		engines := strings.Split(f.engines, ",")
-		for _, g := range f.guests {
-			file, err := absFile("-guest "+g.lang, g.file)
+		builds := []struct{ label, bin string }{{"", bin}}
+		if f.before != "" {
+			before, err := absFile("-before", f.before)
 			if err != nil {
 				return nil, err
 			}
-			for _, spec := range engines {
-				// ENGINE/TIERING sets the engine's tiering (ADR 1034).
-				e, tiering, ok := strings.Cut(spec, "/")
-				env := []string{"WASMKEEP_RUNTIME__USE=" + e}
-				if ok {
-					env = append(env, "WASMKEEP_RUNTIME__"+strings.ToUpper(e)+"__TIERING="+tiering)
+			builds = append(builds, struct{ label, bin string }{beforeLabel, before})
+		}
+		engines := strings.Split(f.engines, ",")
+		for _, b := range builds {
+			for _, g := range f.guests {
+				file, err := absFile("-guest "+g.lang, g.file)
+				if err != nil {
+					return nil, err
 				}
-				srv := measure.Wasmkeep{
-					Binary: bin, Class: "counter", Guest: file, ServeArgs: f.serveArgs, Env: env,
+				for _, spec := range engines {
+					// ENGINE/TIERING sets the engine's tiering (ADR 1034).
+					e, tiering, ok := strings.Cut(spec, "/")
+					env := []string{"WASMKEEP_RUNTIME__USE=" + e}
+					if ok {
+						env = append(env, "WASMKEEP_RUNTIME__"+strings.ToUpper(e)+"__TIERING="+tiering)
+					}
+					srv := measure.Wasmkeep{
+						Binary: b.bin, Class: "counter", Guest: file, ServeArgs: f.serveArgs, Env: env,
+					}
+					t := counter(b.label+spec+"/"+g.lang, e, g.lang+"-counter", srv)
+					if !slices.Contains(durable, g.lang) {
+						t.opts.DurableWrite = measure.Request{}
+					}
+					// Left to the server's log, which names the engine it
+					// served with: run checks that the environment took.
+					t.opts.Engine = ""
+					out = append(out, t)
 				}
-				t := counter(spec+"/"+g.lang, e, g.lang+"-counter", srv)
-				if !slices.Contains(durable, g.lang) {
-					t.opts.DurableWrite = measure.Request{}
-				}
-				// Left to the server's log, which names the engine it
-				// served with: run checks that the environment took.
-				t.opts.Engine = ""
-				out = append(out, t)
 			}
 		}
 	}
@@ -225,40 +242,57 @@ func absFile(flag, path string) (string, error) {
 	return abs, nil
 }
 
-// goal is one of issue 6's targets: for guests in lang, metric at most max
-// times workerd's baseline metric. note, if any, says how to read it.
+// goal is one of an issue's targets: for guests in lang (every guest when
+// empty), metric at most max times workerd's baseline metric. note, if any,
+// says how to read it.
 type goal struct {
-	lang, metric, baseline string
-	max                    float64
-	note                   string
+	issue, lang, metric, baseline string
+	max                           float64
+	note                          string
 }
 
 var goals = []goal{
-	{"c", "server_cpu_per_request", "server_cpu_per_request", 0.4, ""},
-	{"c", "read_resident_p50", "read_resident_p50", 0.3, ""},
+	{"6", "c", "server_cpu_per_request", "server_cpu_per_request", 0.4, ""},
+	{"6", "c", "read_resident_p50", "read_resident_p50", 0.3, ""},
 	// The memory target on both readings (ADR 1010): RSS, the book's row,
 	// counts the pages of the guest's data image that every actor maps
 	// once per actor; PSS divides them among the actors.
-	{"c", "memory_per_resident_actor", "memory_per_resident_actor", 0.8, "RSS, shared pages counted per actor"},
-	{"c", "memory_per_resident_actor_pss", "memory_per_resident_actor_pss", 0.8, "PSS, shared pages divided"},
-	{"c", "first_request_new_actor_p50", "first_request_new_actor_p50", 0.5, ""},
+	{"6", "c", "memory_per_resident_actor", "memory_per_resident_actor", 0.8, "RSS, shared pages counted per actor"},
+	{"6", "c", "memory_per_resident_actor_pss", "memory_per_resident_actor_pss", 0.8, "PSS, shared pages divided"},
+	{"6", "c", "first_request_new_actor_p50", "first_request_new_actor_p50", 0.5, ""},
 	// workerd waits for the disk on every write: our durable write against
 	// its only kind.
-	{"c", "write_durable_resident_p50", "write_resident_p50", 1, "workerd's write_resident_p50"},
-	{"go", "server_cpu_per_request", "server_cpu_per_request", 0.6, ""},
+	{"6", "c", "write_durable_resident_p50", "write_resident_p50", 1, "workerd's write_resident_p50"},
+	{"6", "go", "server_cpu_per_request", "server_cpu_per_request", 0.6, ""},
+
+	{"16", "go", "startup_to_first_response", "startup_to_first_response", 2, "fresh data directory"},
+	{"16", "go", "startup_to_first_response_restart", "startup_to_first_response_restart", 1, ""},
+	{"16", "c", "startup_to_first_response", "startup_to_first_response", 0.8, "fresh data directory"},
+	{"16", "c", "startup_to_first_response_restart", "startup_to_first_response_restart", 0.8, ""},
+	{"16", "go", "first_request_new_actor_p50", "first_request_new_actor_p50", 1, ""},
+	{"16", "", "new_actor_activation_p50", "new_actor_activation_p50", 1, ""},
+	{"16", "", "read_resident_p99", "read_resident_p99", 0.7, ""},
+	{"16", "", "write_resident_p99", "write_resident_p99", 0.7, ""},
+	{"16", "go", "memory_per_resident_actor", "memory_per_resident_actor", 2, "RSS"},
+	{"16", "c", "memory_per_resident_actor", "memory_per_resident_actor", 0.75, "RSS"},
 }
 
 // printTargets prints, for each goal and each server with its guest, the
 // ratio to workerd and whether it meets the goal.
 func printTargets(w io.Writer, workerd measure.Result, others []measure.Result) {
+	issue := ""
 	for _, g := range goals {
 		base, ok := workerd.Value(g.baseline)
 		if !ok {
 			continue
 		}
+		if g.issue != issue {
+			issue = g.issue
+			fmt.Fprintf(w, " issue %s:\n", issue)
+		}
 		for _, r := range others {
 			v, ok := r.Value(g.metric)
-			if !ok || r.Guest != g.lang+"-counter" {
+			if !ok || (g.lang != "" && r.Guest != g.lang+"-counter") {
 				continue
 			}
 			verdict := "missed"
@@ -269,8 +303,52 @@ func printTargets(w io.Writer, workerd measure.Result, others []measure.Result) 
 			if g.note != "" {
 				note = " (" + g.note + ")"
 			}
-			fmt.Fprintf(w, "  %-12s %-29s %6.2fx workerd%s, target <= %.1fx: %s\n",
+			fmt.Fprintf(w, "  %-12s %-29s %6.2fx workerd%s, target <= %gx: %s\n",
 				r.Label, g.metric, v/base, note, g.max, verdict)
+		}
+	}
+}
+
+// beforeLabel prefixes the labels of the servers -before runs.
+const beforeLabel = "before/"
+
+// resident are the rows issue 16 requires no worse after than before, and
+// whether more is better.
+var resident = []struct {
+	metric       string
+	higherBetter bool
+}{
+	{"read_resident_p50", false},
+	{"server_cpu_per_request", false},
+	{"throughput", true},
+}
+
+// printRegressions prints, for each server with a before/ twin among
+// results, each resident row after as a ratio to before, and whether it
+// got worse. One run on a shared machine moves by a few percent: "worse"
+// is past 10%.
+func printRegressions(w io.Writer, results []measure.Result) {
+	byLabel := map[string]measure.Result{}
+	for _, r := range results {
+		byLabel[r.Label] = r
+	}
+	for _, r := range results {
+		before, ok := byLabel[beforeLabel+r.Label]
+		if !ok {
+			continue
+		}
+		for _, m := range resident {
+			a, okA := r.Value(m.metric)
+			b, okB := before.Value(m.metric)
+			if !okA || !okB || b == 0 {
+				continue
+			}
+			ratio := a / b
+			verdict := "no worse"
+			if (m.higherBetter && ratio < 0.9) || (!m.higherBetter && ratio > 1.1) {
+				verdict = "worse"
+			}
+			fmt.Fprintf(w, "  %-16s %-24s %6.2fx before: %s\n", r.Label, m.metric, ratio, verdict)
 		}
 	}
 }
