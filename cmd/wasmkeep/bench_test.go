@@ -14,12 +14,21 @@ import (
 // as a separate process.
 func BenchmarkCounterRead(b *testing.B) { benchCounter(b, "GET", false) }
 
+// The C counter's read, against which the Go guest's own cost shows.
+func BenchmarkCounterReadC(b *testing.B) {
+	benchCounterGuest(b, buildCGuest(b, "examples/c/counter"), "GET", false)
+}
+
 func BenchmarkCounterWrite(b *testing.B) { benchCounter(b, "POST", false) }
 
 func BenchmarkCounterNewActor(b *testing.B) { benchCounter(b, "POST", true) }
 
 func benchCounter(b *testing.B, method string, fresh bool) {
-	n := startNode(b, node.Options{Classes: map[string]string{"counter": counter(b)}, MaxInstances: 100000})
+	benchCounterGuest(b, counter(b), method, fresh)
+}
+
+func benchCounterGuest(b *testing.B, guest, method string, fresh bool) {
+	n := startNode(b, node.Options{Classes: map[string]string{"counter": guest}, MaxInstances: 100000})
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	send := func(path string) {
 		req, _ := http.NewRequest(method, n.url+path, nil)
