@@ -69,6 +69,22 @@ func TestRowsWriter(t *testing.T) {
 }
 
 // A corrupt payload is an error, never a panic or a huge allocation.
+// A request's strings share one copy of its text: decoding allocates that
+// copy and the header list, however many headers there are, and a string
+// kept after the payload changes keeps its value.
+func TestRequestStringsShareOneCopy(t *testing.T) {
+	req := Request{Method: "GET", Path: "/p", Headers: []Header{{"A", "1"}, {"B", "2"}, {"C", "3"}}, Body: []byte("x")}
+	payload := AppendRequest(nil, &req)
+	if n := testing.AllocsPerRun(100, func() { DecodeRequest(payload) }); n != 2 {
+		t.Errorf("DecodeRequest allocated %v times, want 2 (the text, the header list)", n)
+	}
+	got, _ := DecodeRequest(payload)
+	clear(payload)
+	if got.Method != "GET" || got.Path != "/p" || got.Headers[2] != (Header{"C", "3"}) {
+		t.Errorf("after the payload changed: %+v", got)
+	}
+}
+
 func TestCorruptPayloads(t *testing.T) {
 	good := AppendRequest(nil, &Request{Method: "GET", Path: "/", Headers: []Header{{"A", "b"}}, Body: []byte("xyz")})
 	for i := 0; i < len(good); i++ {

@@ -131,7 +131,7 @@ func serveRequest(payload []byte) (resp []byte, failure string) {
 	if err != nil {
 		return nil, "wasmkeep: malformed request from the host: " + err.Error()
 	}
-	w := &response{header: Header{}, body: body[:0]}
+	w := &response{body: body[:0]}
 	if u, err := parseURL(q.Path); err != nil {
 		Error(w, "bad request: "+err.Error(), 400)
 	} else {
@@ -150,14 +150,17 @@ func serveRequest(payload []byte) (resp []byte, failure string) {
 
 // response is the ResponseWriter of serveRequest.
 type response struct {
-	header Header
-	status int // 0 until WriteHeader
+	header Header // made by the first call to Header: most handlers set none
+	status int    // 0 until WriteHeader
 	body   []byte
 }
 
 func (w *response) Header() Header {
 	if w.status != 0 {
 		return Header{} // as in net/http, changes after WriteHeader have no effect
+	}
+	if w.header == nil {
+		w.header = Header{}
 	}
 	return w.header
 }
@@ -189,6 +192,9 @@ func (w *response) encode() []byte {
 		w.status = 200
 	}
 	if len(w.body) > 0 && w.header["Content-Type"] == nil {
+		if w.header == nil {
+			w.header = Header{}
+		}
 		w.header["Content-Type"] = []string{"text/plain; charset=utf-8"}
 	}
 	enc = abi.AppendResponse(enc[:0], &abi.Response{Status: w.status, Headers: flatten(w.header), Body: w.body})
@@ -219,11 +225,19 @@ func decodeResponse(b []byte) (*Response, error) {
 }
 
 // headerOf converts header lines, which keep the case they were sent with,
-// to a Header.
+// to a Header. The values of names seen once share one backing array, so a
+// request costs two allocations here however many headers it has.
 func headerOf(lines []abi.Header) Header {
 	h := make(Header, len(lines))
-	for _, l := range lines {
-		h.Add(l.Name, l.Value)
+	values := make([]string, len(lines))
+	for i, l := range lines {
+		key := CanonicalHeaderKey(l.Name)
+		if vs, ok := h[key]; ok {
+			h[key] = append(vs, l.Value) // capacity 1: a copy, values untouched
+			continue
+		}
+		values[i] = l.Value
+		h[key] = values[i : i+1 : i+1]
 	}
 	return h
 }

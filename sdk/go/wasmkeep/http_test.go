@@ -163,3 +163,32 @@ func TestCallRoundTrip(t *testing.T) {
 		t.Errorf("decodeResponse = %+v, %v", resp, err)
 	}
 }
+
+// A request's header values share one backing array: a name sent twice
+// keeps both values in order, and adding to one name's values leaves the
+// others alone.
+func TestHeaderOfSharedValues(t *testing.T) {
+	h := headerOf([]abi.Header{{Name: "x-a", Value: "1"}, {Name: "B", Value: "2"}, {Name: "X-A", Value: "3"}, {Name: "C", Value: "4"}})
+	want := Header{"X-A": {"1", "3"}, "B": {"2"}, "C": {"4"}}
+	if !reflect.DeepEqual(h, want) {
+		t.Fatalf("headerOf = %v, want %v", h, want)
+	}
+	h.Add("B", "5")
+	h.Add("B", "6")
+	if !reflect.DeepEqual(h["C"], []string{"4"}) || !reflect.DeepEqual(h["B"], []string{"2", "5", "6"}) {
+		t.Errorf("after Add: %v", h)
+	}
+}
+
+// A handler that sets no header still gets its body's default content
+// type, and one that reads Header without setting anything sends none.
+func TestResponseHeaderMadeOnDemand(t *testing.T) {
+	resp, _ := serve(t, abi.Request{Method: "GET", Path: "/"}, func(w ResponseWriter, r *Request) { w.Write([]byte("hi")) })
+	if got := header(resp)["Content-Type"]; !reflect.DeepEqual(got, []string{"text/plain; charset=utf-8"}) {
+		t.Errorf("Content-Type %v", got)
+	}
+	resp, _ = serve(t, abi.Request{Method: "GET", Path: "/"}, func(w ResponseWriter, r *Request) { _ = w.Header().Get("X") })
+	if len(resp.Headers) != 0 {
+		t.Errorf("headers %v, want none", resp.Headers)
+	}
+}
