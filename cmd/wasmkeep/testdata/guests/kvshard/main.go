@@ -1,0 +1,33 @@
+//go:build wasip1
+
+// Kvshard is a key-value shard with code of its own, built from the
+// pieces of sdk/go/kv: GET /rows answers anyone with the number of rows in
+// the shard's table, expired ones included, so that a test can see the
+// alarm delete them; everything else is the shard's protocol.
+package main
+
+import (
+	"strconv"
+
+	"github.com/wasmkeep/wasmkeep/sdk/go/kv"
+	"github.com/wasmkeep/wasmkeep/sdk/go/wasmkeep"
+)
+
+func init() {
+	wasmkeep.OnInit(kv.Init)
+	wasmkeep.OnAlarm(kv.Alarm)
+	wasmkeep.HandleFunc(func(w wasmkeep.ResponseWriter, r *wasmkeep.Request) {
+		if r.Method == "GET" && r.URL.Path == "/rows" {
+			var n int64
+			if err := wasmkeep.QueryRow("SELECT count(*) FROM wasmkeep_kv").Scan(&n); err != nil {
+				wasmkeep.Error(w, err.Error(), 500)
+				return
+			}
+			w.Write([]byte(strconv.FormatInt(n, 10) + "\n"))
+			return
+		}
+		kv.Handle(w, r)
+	})
+}
+
+func main() {}
