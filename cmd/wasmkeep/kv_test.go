@@ -25,6 +25,7 @@ import (
 func kvClientGuests() []sdkGuest {
 	return []sdkGuest{
 		{"go", func(t testing.TB) string { return buildGuest(t, "cmd/wasmkeep/testdata/guests/kvclient", "") }},
+		{"c", func(t testing.TB) string { return buildCGuest(t, "cmd/wasmkeep/testdata/guests-c/kvclient") }},
 	}
 }
 
@@ -279,17 +280,19 @@ func kvExpiryContract(t *testing.T, client string) {
 		t.Fatalf("get of a key with a TTL: %q, want it to expire 300 ms after its put", got)
 	}
 	c.expect("GET", "a", "/list", "", strings.Join(keys, "\n")+"\nt:kept\n", "prefix", "t:")
+	// Each key is in the shard FNV-1a 64 picks, whatever the client's SDK.
+	want := make([]int, 4)
+	for _, k := range append(keys, "t:kept") {
+		want[kv.ShardOf(k, 4)]++
+	}
+	if got := rowsOf(t, n); !slices.Equal(got, want) {
+		t.Fatalf("rows per shard: %v, want %v", got, want)
+	}
 	time.Sleep(time.Until(time.UnixMilli(before + 400)))
 	c.expect("GET", "a", "/get", "", "absent\n", "key", "t:0")
 	c.expect("GET", "a", "/list", "", "t:kept\n", "prefix", "t:")
-	rows := func() int {
-		total := 0
-		for i := range 4 {
-			_, b := n.do("GET", "/actor/kv/shard-"+strconv.Itoa(i)+"/rows", "")
-			r, err := strconv.Atoi(strings.TrimSpace(b))
-			if err != nil {
-				t.Fatalf("rows of shard %d: %q", i, b)
-			}
+	rows := func() (total int) {
+		for _, r := range rowsOf(t, n) {
 			total += r
 		}
 		return total
@@ -298,4 +301,19 @@ func kvExpiryContract(t *testing.T, client string) {
 	if a := c.do("GET", "a", "/get", "", "key", "t:kept"); !strings.HasSuffix(a, " 0 kept\n") {
 		t.Fatalf("the key without a TTL: %q", a)
 	}
+}
+
+// rowsOf is the number of rows in each of the 4 kvshard shards' table.
+func rowsOf(t *testing.T, n *testNode) []int {
+	t.Helper()
+	rows := make([]int, 4)
+	for i := range rows {
+		_, b := n.do("GET", "/actor/kv/shard-"+strconv.Itoa(i)+"/rows", "")
+		r, err := strconv.Atoi(strings.TrimSpace(b))
+		if err != nil {
+			t.Fatalf("rows of shard %d: %q", i, b)
+		}
+		rows[i] = r
+	}
+	return rows
 }
