@@ -83,6 +83,9 @@ func TestEncoding(t *testing.T) {
 	if _, err := decodePut(put[:len(put)-1]); err == nil {
 		t.Error("a short body accepted")
 	}
+	if _, err := decodeDelete(encodeDelete("k", Expect{kind: 3})); err != errBadExpect {
+		t.Errorf("an unknown expectation: %v", err)
+	}
 
 	after := "p:1"
 	l, err := decodeList(encodeList("p:", &after, 10))

@@ -128,13 +128,6 @@ func badRequest(what string, err error) error {
 	return &status{400, "malformed " + what + " request: " + err.Error()}
 }
 
-func checkShardKey(key []byte) error {
-	if len(key) > MaxKeyLen {
-		return &status{400, "the key is " + strconv.Itoa(len(key)) + " bytes, over " + strconv.Itoa(MaxKeyLen)}
-	}
-	return nil
-}
-
 // blob keeps an empty key a BLOB: a nil []byte binds as NULL.
 func blob(b []byte) []byte {
 	if b == nil {
@@ -167,22 +160,47 @@ func get(body []byte) ([]byte, error) {
 	return encodeEntry(&e), nil
 }
 
-// current reads key's live version (0, false if it has none), whether a
-// row exists at all (expired or not), and the shard's last version.
-func current(key []byte, now int64) (version uint64, present, row bool, seq uint64, err error) {
+// state is what a write finds of its key: its live version (present), or
+// an expired row (row but not present), or nothing; and the shard's last
+// version.
+type state struct {
+	version uint64
+	present bool
+	row     bool
+	seq     uint64
+}
+
+// current reads key's state.
+func current(key []byte, now int64) (state, error) {
 	var last int64
 	var v, exp wasmkeep.Value
-	err = wasmkeep.QueryRow(`SELECT (SELECT seq FROM wasmkeep_kv_meta WHERE id = 0), version, expires_at
+	err := wasmkeep.QueryRow(`SELECT (SELECT seq FROM wasmkeep_kv_meta WHERE id = 0), version, expires_at
 		FROM (SELECT 1) LEFT JOIN wasmkeep_kv ON key = ?`, blob(key)).Scan(&last, &v, &exp)
-	seq = uint64(last)
+	s := state{seq: uint64(last)}
 	if err != nil || v.IsNull() {
-		return 0, false, false, seq, err
+		return s, err
 	}
-	present = exp.IsNull() || exp.Int() > now
-	if present {
-		version = uint64(v.Int())
+	s.row = true
+	if s.present = exp.IsNull() || exp.Int() > now; s.present {
+		s.version = uint64(v.Int())
 	}
-	return version, present, true, seq, nil
+	return s, nil
+}
+
+// expected checks a write's key and reads its state, then checks the
+// write's expectation against it: a 400, a 500 or a 409 otherwise.
+func expected(key []byte, e Expect, now int64) (state, error) {
+	if len(key) > MaxKeyLen {
+		return state{}, &status{400, "the key is " + strconv.Itoa(len(key)) + " bytes, over " + strconv.Itoa(MaxKeyLen)}
+	}
+	s, err := current(key, now)
+	if err != nil {
+		return s, err
+	}
+	if !e.holds(s.present, s.version) {
+		return s, conflict(e, s.present, s.version)
+	}
+	return s, nil
 }
 
 func conflict(e Expect, present bool, version uint64) error {
@@ -195,22 +213,13 @@ func conflict(e Expect, present bool, version uint64) error {
 
 func put(body []byte) ([]byte, error) {
 	q, err := decodePut(body)
-	if err == nil && q.expect.kind > expectVersion {
-		err = errBadExpect
-	}
 	if err != nil {
 		return nil, badRequest("put", err)
 	}
-	if err := checkShardKey(q.key); err != nil {
-		return nil, err
-	}
 	now := nowMs()
-	version, present, _, seq, err := current(q.key, now)
+	cur, err := expected(q.key, q.expect, now)
 	if err != nil {
 		return nil, err
-	}
-	if !q.expect.holds(present, version) {
-		return nil, conflict(q.expect, present, version)
 	}
 	var expires any // NULL: never
 	if q.ttlMs > 0 {
@@ -226,7 +235,7 @@ func put(body []byte) ([]byte, error) {
 	if q.flags&flagLocal != 0 {
 		exec = wasmkeep.Exec
 	}
-	next := seq + 1
+	next := cur.seq + 1
 	if _, err := exec(`INSERT INTO wasmkeep_kv (key, value, version, expires_at) VALUES (?, ?, ?, ?)
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value, version = excluded.version, expires_at = excluded.expires_at`,
 		blob(q.key), blob(q.value), next, expires); err != nil {
@@ -237,28 +246,19 @@ func put(body []byte) ([]byte, error) {
 
 func del(body []byte) ([]byte, error) {
 	q, err := decodeDelete(body)
-	if err == nil && q.expect.kind > expectVersion {
-		err = errBadExpect
-	}
 	if err != nil {
 		return nil, badRequest("delete", err)
 	}
-	if err := checkShardKey(q.key); err != nil {
-		return nil, err
-	}
-	version, present, row, _, err := current(q.key, nowMs())
+	cur, err := expected(q.key, q.expect, nowMs())
 	if err != nil {
 		return nil, err
 	}
-	if !q.expect.holds(present, version) {
-		return nil, conflict(q.expect, present, version)
-	}
-	if row {
+	if cur.row {
 		if _, err := wasmkeep.ExecDurable("DELETE FROM wasmkeep_kv WHERE key = ?", blob(q.key)); err != nil {
 			return nil, err
 		}
 	}
-	return encodeBool(present), nil
+	return encodeBool(cur.present), nil
 }
 
 func list(body []byte) ([]byte, error) {

@@ -45,12 +45,14 @@ func appendExpect(b []byte, e Expect) []byte {
 	return abi.AppendU64(append(b, e.kind), e.version)
 }
 
-func readExpect(r *abi.Reader) Expect {
-	e := Expect{kind: r.U8(), version: r.U64()}
-	if e.kind > expectVersion {
-		e.kind = 0xff // caught by the decoder's caller
+func readExpect(r *abi.Reader) Expect { return Expect{kind: r.U8(), version: r.U64()} }
+
+// checkExpect refuses an expectation of an unknown kind.
+func checkExpect(e Expect, err error) error {
+	if err == nil && e.kind > expectVersion {
+		return errBadExpect
 	}
-	return e
+	return err
 }
 
 func encodeGet(key string) []byte { return abi.AppendString(nil, key) }
@@ -76,7 +78,7 @@ func encodePut(key string, value []byte, o PutOptions) []byte {
 func decodePut(b []byte) (putRequest, error) {
 	r := abi.NewReader(b)
 	q := putRequest{key: r.Bytes(), value: r.Bytes(), expect: readExpect(r), ttlMs: r.U64(), flags: r.U8()}
-	return q, r.Done()
+	return q, checkExpect(q.expect, r.Done())
 }
 
 func encodeDelete(key string, e Expect) []byte {
@@ -86,7 +88,7 @@ func encodeDelete(key string, e Expect) []byte {
 func decodeDelete(b []byte) (deleteRequest, error) {
 	r := abi.NewReader(b)
 	q := deleteRequest{key: r.Bytes(), expect: readExpect(r)}
-	return q, r.Done()
+	return q, checkExpect(q.expect, r.Done())
 }
 
 func encodeList(prefix string, after *string, limit uint32) []byte {
