@@ -269,6 +269,8 @@ func kvExpiryContract(t *testing.T, client string) {
 	n.expect("POST", "/actor/kv/shard-0/wasmkeep-kv/v1/get", "", 403, "forbidden: a key-value shard answers only calls from other actors\n")
 	n.expect("GET", "/actor/kv/shard-0/wasmkeep-kv/v1/get", "", 403, "forbidden: a key-value shard answers only calls from other actors\n")
 
+	c.expect("GET", "denied", "/get", "", "error refused 403\n", "key", "k") // kv.HandleAllowing
+
 	// Keys without a TTL, spread over the shards, and keys with one.
 	kept := []string{"t:kept"}
 	for i := range 8 {

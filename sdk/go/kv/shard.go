@@ -79,9 +79,23 @@ func Alarm() error {
 // X-Wasmkeep-Caller header, which the host sets on calls and strips from
 // outside requests, gets 403. A shard with code of its own sends those
 // paths here (IsRequest tells them apart).
-func Handle(w wasmkeep.ResponseWriter, r *wasmkeep.Request) {
-	if r.Header.Get("X-Wasmkeep-Caller") == "" {
+func Handle(w wasmkeep.ResponseWriter, r *wasmkeep.Request) { handle(w, r, nil) }
+
+// HandleAllowing returns Handle for the callers allow accepts, given the
+// X-Wasmkeep-Caller header ("tenant/class/name", the name percent-encoded);
+// other callers get 403 too.
+func HandleAllowing(allow func(caller string) bool) func(wasmkeep.ResponseWriter, *wasmkeep.Request) {
+	return func(w wasmkeep.ResponseWriter, r *wasmkeep.Request) { handle(w, r, allow) }
+}
+
+func handle(w wasmkeep.ResponseWriter, r *wasmkeep.Request, allow func(string) bool) {
+	caller := r.Header.Get("X-Wasmkeep-Caller")
+	if caller == "" {
 		wasmkeep.Error(w, "forbidden: a key-value shard answers only calls from other actors", 403)
+		return
+	}
+	if allow != nil && !allow(caller) {
+		wasmkeep.Error(w, "forbidden: this shard does not answer "+caller, 403)
 		return
 	}
 	if r.Method != "POST" {

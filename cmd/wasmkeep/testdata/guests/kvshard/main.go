@@ -8,12 +8,14 @@ package main
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/wasmkeep/wasmkeep/sdk/go/kv"
 	"github.com/wasmkeep/wasmkeep/sdk/go/wasmkeep"
 )
 
 func init() {
+	handle := kv.HandleAllowing(func(caller string) bool { return !strings.HasSuffix(caller, "/client/denied") })
 	wasmkeep.OnInit(kv.Init)
 	wasmkeep.OnAlarm(kv.Alarm)
 	wasmkeep.HandleFunc(func(w wasmkeep.ResponseWriter, r *wasmkeep.Request) {
@@ -26,7 +28,7 @@ func init() {
 			w.Write([]byte(strconv.FormatInt(n, 10) + "\n"))
 			return
 		}
-		kv.Handle(w, r)
+		handle(w, r)
 	})
 }
 
