@@ -280,17 +280,17 @@ func kvExpiryContract(t *testing.T, client string) {
 		c.put("a", k, "kept")
 	}
 	const ttl = 1000
-	before := time.Now()
+	start := time.Now()
 	keys := []string{"t:0", "t:1", "t:2", "t:3", "t:4", "t:5"}
 	for _, k := range keys {
 		c.put("a", k, "short-lived", "ttl", strconv.Itoa(ttl))
 	}
 	got := strings.Fields(c.do("GET", "a", "/get", "", "key", "t:0"))
-	if exp, _ := strconv.ParseInt(got[1], 10, 64); len(got) != 3 || exp < before.UnixMilli()+ttl || exp > time.Now().UnixMilli()+ttl {
+	if exp, _ := strconv.ParseInt(got[1], 10, 64); len(got) != 3 || exp < start.UnixMilli()+ttl || exp > time.Now().UnixMilli()+ttl {
 		t.Fatalf("get of a key with a TTL: %q, want it to expire %d ms after its put", got, ttl)
 	}
 	list := c.do("GET", "a", "/list", "", "prefix", "t:")
-	if time.Since(before) < ttl*time.Millisecond*8/10 && list != strings.Join(keys, "\n")+"\nt:kept\n" {
+	if time.Since(start) < ttl*time.Millisecond*8/10 && list != strings.Join(keys, "\n")+"\nt:kept\n" {
 		t.Errorf("list before the TTL: %q", list)
 	}
 	time.Sleep((ttl + 100) * time.Millisecond) // past the last key's expiry
@@ -315,6 +315,20 @@ func kvExpiryContract(t *testing.T, client string) {
 	}
 	if a := c.do("GET", "a", "/get", "", "key", "t:kept"); !strings.HasSuffix(a, " 0 kept\n") {
 		t.Fatalf("the key without a TTL: %q", a)
+	}
+
+	// 1,200 expired rows go in three alarms, 500 at a time: each full
+	// batch sets the alarm at once for the next, the last sets none.
+	alarms := func() float64 { return n.metric(`wasmkeep_events_total{class="kv",kind="alarm",outcome="ok"}`) }
+	before := alarms()
+	n.expect("POST", "/actor/kv/batch/fill?n=1200", "", 200, "")
+	waitFor(t, 10*time.Second, "the alarms to delete 1,200 rows", func() bool {
+		_, b := n.do("GET", "/actor/kv/batch/rows", "")
+		return b == "0\n"
+	})
+	time.Sleep(200 * time.Millisecond) // a fourth alarm, if one were set, would fire now
+	if got := alarms() - before; got != 3 {
+		t.Errorf("%v alarms deleted 1,200 expired rows, want 3", got)
 	}
 }
 

@@ -9,6 +9,7 @@ package main
 import (
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/wasmkeep/wasmkeep/sdk/go/kv"
 	"github.com/wasmkeep/wasmkeep/sdk/go/wasmkeep"
@@ -26,6 +27,18 @@ func init() {
 				return
 			}
 			w.Write([]byte(strconv.FormatInt(n, 10) + "\n"))
+			return
+		}
+		if r.Method == "POST" && r.URL.Path == "/fill" {
+			n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+			now := time.Now().UnixMilli()
+			if _, err := wasmkeep.Exec(`WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?)
+				INSERT INTO wasmkeep_kv (key, value, version, expires_at) SELECT CAST('fill:' || i AS BLOB), x'', i, ? FROM s`,
+				n, now-1000); err != nil {
+				wasmkeep.Error(w, err.Error(), 500)
+				return
+			}
+			wasmkeep.SetAlarm(now)
 			return
 		}
 		handle(w, r)
