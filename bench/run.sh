@@ -29,6 +29,9 @@
 #                             latency over mutual TLS and in plain HTTP, and
 #                             actors.call across nodes against one node; writes
 #                             ...-cluster.csv
+#   ./bench/run.sh kv         bench/cmd/wkkv: the key-value shard class (sdk/go/kv)
+#                             on one node: get, local put and durable put through
+#                             one shard, wazero then wasmtime; writes ...-kv.csv
 # The other arguments go to the tool, for example -quick (wkbench, compare),
 # --quick or --engines wasmtime,wazero (engines), -runs 5 (compare),
 # -engine wasmtime (hostile).
@@ -78,6 +81,13 @@ cluster)
 	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$tmp/probe.wasm" ./cmd/wasmkeep/testdata/guests/probe
 	go build -o "$tmp/wkcluster" ./bench/cmd/wkcluster
 	"$tmp/wkcluster" -wasmkeep "$tmp/wasmkeep" -guest "$tmp/probe.wasm" -out bench/results "$@"
+	;;
+kv)
+	shift
+	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$tmp/kv.wasm" ./examples/jobs/kv
+	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$tmp/kvclient.wasm" ./cmd/wasmkeep/testdata/guests/kvclient
+	go build -o "$tmp/wkkv" ./bench/cmd/wkkv
+	"$tmp/wkkv" -wasmkeep "$tmp/wasmkeep" -shard "$tmp/kv.wasm" -client "$tmp/kvclient.wasm" -out bench/results "$@"
 	;;
 hostile)
 	shift
