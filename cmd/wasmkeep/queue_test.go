@@ -19,6 +19,7 @@ import (
 func queueClientGuests() []sdkGuest {
 	return []sdkGuest{
 		{"go", func(t testing.TB) string { return buildGuest(t, "cmd/wasmkeep/testdata/guests/queueclient", "") }},
+		{"c", func(t testing.TB) string { return buildCGuest(t, "cmd/wasmkeep/testdata/guests/cqueueclient") }},
 	}
 }
 
@@ -167,6 +168,8 @@ func TestQueueContract(t *testing.T) {
 			t.Run("only actors are answered", func(t *testing.T) {
 				n.expect("POST", "/actor/app/consumer/wasmkeep-queue/v1/deliver", "", 403,
 					"queue: deliveries come only from queues (x-wasmkeep-caller is missing)\n")
+				// A client's call errors read the same in every SDK.
+				n.expect("GET", "/actor/app/a/stats?q=nosuch/x", "", 200, "error call 0: call invalid-address: no class nosuch is served")
 				code, _ := n.do("POST", "/actor/queue/basic/wasmkeep-queue/v1/stats", "")
 				if code != 403 {
 					t.Fatalf("an outside request to an internal queue class: %d", code)
