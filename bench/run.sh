@@ -26,6 +26,11 @@
 #                             latency over mutual TLS and in plain HTTP, and
 #                             actors.call across nodes against one node; writes
 #                             ...-cluster.csv
+#   ./bench/run.sh queue      bench/cmd/wkqueue: one queue (examples/jobs/queue)
+#                             on one node, wazero and wasmtime: send (durable,
+#                             single and batches of 10) and pull+ack (plain),
+#                             p50/p99 one at a time and messages per second
+#                             with 8 clients; writes ...-queue.csv
 # The other arguments go to the tool, for example -quick (wkbench, compare),
 # --quick or --engines wasmtime,wazero (engines), -runs 5 (compare),
 # -engine wasmtime (hostile).
@@ -68,6 +73,13 @@ cluster)
 	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$tmp/probe.wasm" ./cmd/wasmkeep/testdata/guests/probe
 	go build -o "$tmp/wkcluster" ./bench/cmd/wkcluster
 	"$tmp/wkcluster" -wasmkeep "$tmp/wasmkeep" -guest "$tmp/probe.wasm" -out bench/results "$@"
+	;;
+queue)
+	shift
+	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$tmp/queue.wasm" ./examples/jobs/queue
+	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$tmp/queueclient.wasm" ./cmd/wasmkeep/testdata/guests/queueclient
+	go build -o "$tmp/wkqueue" ./bench/cmd/wkqueue
+	"$tmp/wkqueue" -wasmkeep "$tmp/wasmkeep" -queue "$tmp/queue.wasm" -client "$tmp/queueclient.wasm" -out bench/results "$@"
 	;;
 hostile)
 	shift
