@@ -200,6 +200,25 @@ func TestQueueJobsExample(t *testing.T) {
 	n.until("GET", "/actor/worker/main/deliveries", "", "queue/jobs 1 1 job 1\n")
 	n.until("GET", "/actor/worker/x/stats?q=queue/jobs", "", "ready 0 delayed 0 inflight 0 dead 0")
 	n.expect("GET", "/actor/worker/x/stats?q=queue/inbox", "", 200, "ready 1 delayed 0 inflight 0 dead 0")
+
+	// One alarm delivered the message; a quiet queue has no alarm, and a
+	// pull-only queue never has one.
+	alarms := `wasmkeep_events_total{class="queue",kind="alarm",outcome="ok"}`
+	time.Sleep(300 * time.Millisecond)
+	if got := n.metric(alarms); got != 1 {
+		t.Fatalf("alarm events after one delivery: %v, want 1", got)
+	}
+	// 25 messages in batches of 10: three alarms, one after the other at
+	// once, then none.
+	n.expect("POST", "/actor/worker/x/batch?q=queue/jobs", strings.TrimSuffix(strings.Repeat("m\n", 25), "\n"), 200, ids(2, 26))
+	n.until("GET", "/actor/worker/x/stats?q=queue/jobs", "", "ready 0 delayed 0 inflight 0 dead 0")
+	time.Sleep(300 * time.Millisecond)
+	if got := n.metric(alarms); got != 4 {
+		t.Fatalf("alarm events after 25 more messages: %v, want 4", got)
+	}
+	if got := strings.Count(n.body("GET", "/actor/worker/main/deliveries"), "\n"); got != 26 {
+		t.Fatalf("%d deliveries, want 26", got)
+	}
 }
 
 // ids lists the integers from a to b, space-separated.

@@ -405,6 +405,7 @@ func Alarm(c Config) error {
 	if c.consumer == "" {
 		return nil
 	}
+	fired, _ := wasmkeep.GetAlarm() // the alarm running now
 	ms, err := lease(c, now(), c.BatchSize, c.VisibilityMs)
 	if err != nil {
 		return err
@@ -420,9 +421,15 @@ func Alarm(c Config) error {
 	}
 	if next.IsNull() {
 		wasmkeep.ClearAlarm()
-	} else {
-		wasmkeep.SetAlarm(next.Int())
+		return nil
 	}
+	// The host drops the alarm that ran when the hook ends unless the hook
+	// set another: one at the same millisecond would count as the same.
+	at := max(next.Int(), now())
+	if at == fired {
+		at++
+	}
+	wasmkeep.SetAlarm(at)
 	return nil
 }
 
