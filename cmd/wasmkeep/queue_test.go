@@ -229,3 +229,22 @@ func ids(a, b int) string {
 	}
 	return strings.Join(s, " ")
 }
+
+// Messages, leases and a push queue's pending delivery survive a restart of
+// the node.
+func TestQueueSurvivesRestart(t *testing.T) {
+	opts := node.Options{DataDir: t.TempDir(), Classes: map[string]string{
+		"queue": buildGuest(t, "cmd/wasmkeep/testdata/guests/queueclass", ""),
+		"app":   buildGuest(t, "cmd/wasmkeep/testdata/guests/queueclient", ""),
+	}}
+	n := startNode(t, opts)
+	n.expect("POST", "/actor/app/a/batch?q=queue/kept", "a\nb\nc", 200, "1 2 3")
+	n.expect("GET", "/actor/app/a/lease?q=queue/kept&max=1&vis=60000", "", 200, "1 1 a\n")
+	n.expect("POST", "/actor/app/a/send?q=queue/push.app&delay=500", "later", 200, "1")
+	n.stop()
+
+	n = startNode(t, opts)
+	n.expect("GET", "/actor/app/a/stats?q=queue/kept", "", 200, "ready 2 delayed 0 inflight 1 dead 0")
+	n.expect("GET", "/actor/app/a/ack?q=queue/kept&id=1&attempt=1", "", 200, "current")
+	n.until("GET", "/actor/app/consumer/deliveries", "", "queue/push.app 1 1 later\n")
+}
