@@ -12,7 +12,7 @@ import (
 
 // The queue (sdk/go/queue, issue 17 item 2) against a real server: the test
 // queue class (testdata/guests/queueclass: visibility 300 ms, three
-// attempts, backoff 100 ms doubling to 400 ms, batches of 2, queue/push.app
+// attempts, backoff 250 ms doubling to 1 s, batches of 2, queue/push.app
 // pushing to app/consumer) and a client actor "app" with the same routes in
 // every SDK, so that the C client passes the Go client's contract.
 
@@ -48,6 +48,7 @@ func (tn *testNode) until(method, path, body, want string) {
 func TestQueueContract(t *testing.T) {
 	for _, g := range queueClientGuests() {
 		t.Run(g.sdk, func(t *testing.T) {
+			t.Parallel()
 			n := startQueueNode(t, g.build(t))
 			app := func(route, q string) string { return "/actor/app/a/" + route + "?q=queue/" + q }
 
@@ -78,7 +79,7 @@ func TestQueueContract(t *testing.T) {
 			})
 
 			t.Run("a delayed send is invisible until due", func(t *testing.T) {
-				n.expect("POST", app("send", "delayed")+"&delay=400", "later", 200, "1")
+				n.expect("POST", app("send", "delayed")+"&delay=1000", "later", 200, "1")
 				n.expect("GET", app("lease", "delayed"), "", 200, "")
 				n.expect("GET", app("stats", "delayed"), "", 200, "ready 0 delayed 1 inflight 0 dead 0")
 				n.until("GET", app("lease", "delayed"), "", "1 1 later\n")
@@ -86,7 +87,7 @@ func TestQueueContract(t *testing.T) {
 
 			t.Run("a consumer that never acks gets the message again", func(t *testing.T) {
 				n.expect("POST", app("send", "redeliver"), "x", 200, "1")
-				n.expect("GET", app("lease", "redeliver")+"&vis=200", "", 200, "1 1 x\n")
+				n.expect("GET", app("lease", "redeliver")+"&vis=1000", "", 200, "1 1 x\n")
 				n.expect("GET", app("lease", "redeliver"), "", 200, "")
 				n.until("GET", app("lease", "redeliver")+"&vis=10000", "", "1 2 x\n") // same id, higher attempt
 				// The first lease is stale: its ack and retry do nothing.
@@ -105,10 +106,10 @@ func TestQueueContract(t *testing.T) {
 			t.Run("retries, then the dead letters", func(t *testing.T) {
 				n.expect("POST", app("send", "dead"), "doomed", 200, "1")
 				n.expect("GET", app("lease", "dead"), "", 200, "1 1 doomed\n")
-				n.expect("GET", app("retry", "dead")+"&id=1&attempt=1", "", 200, "current") // backoff: 100 ms
-				n.expect("GET", app("stats", "dead"), "", 200, "ready 0 delayed 1 inflight 0 dead 0")
+				n.expect("GET", app("retry", "dead")+"&id=1&attempt=1", "", 200, "current") // backoff: 250 ms
 				n.until("GET", app("lease", "dead"), "", "1 2 doomed\n")
-				n.expect("GET", app("retry", "dead")+"&id=1&attempt=2&after=50", "", 200, "current")
+				n.expect("GET", app("retry", "dead")+"&id=1&attempt=2&after=1000", "", 200, "current")
+				n.expect("GET", app("stats", "dead"), "", 200, "ready 0 delayed 1 inflight 0 dead 0")
 				n.until("GET", app("lease", "dead"), "", "1 3 doomed\n")
 				// The last attempt's retry dead-letters at once.
 				n.expect("GET", app("retry", "dead")+"&id=1&attempt=3", "", 200, "current")

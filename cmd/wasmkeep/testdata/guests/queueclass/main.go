@@ -1,7 +1,7 @@
 //go:build wasip1
 
 // A queue class with short timings for the tests: visibility 300 ms, three
-// attempts, backoff 100 ms doubling to 400 ms. queue/push.<class> pushes to
+// attempts, backoff 250 ms doubling to 1 s. queue/push.<class> pushes to
 // <class>/consumer in batches of 2; other names are pull-only.
 package main
 
@@ -14,7 +14,7 @@ import (
 
 func init() {
 	queue.Serve(func() queue.Config {
-		c := queue.Config{BatchSize: 2, VisibilityMs: 300, MaxAttempts: 3, BackoffMs: 100, MaxBackoffMs: 400}
+		c := queue.Config{BatchSize: 2, VisibilityMs: 300, MaxAttempts: 3, BackoffMs: 250, MaxBackoffMs: 1_000}
 		if class, ok := strings.CutPrefix(wasmkeep.Self().Name, "push."); ok {
 			return c.Consumer(class + "/consumer")
 		}
