@@ -49,7 +49,7 @@ func main() {
 	if *bin == "" || *queueWasm == "" || *clientWasm == "" {
 		log.Fatal("wkqueue: -wasmkeep, -queue and -client are required")
 	}
-	c := config{ops: 1000, clients: 8, duration: 5 * time.Second, prefill: 40_000}
+	c := config{ops: 1000, clients: 8, duration: 5 * time.Second, prefill: 80_000}
 	if *quick {
 		c = config{ops: 50, clients: 4, duration: 500 * time.Millisecond, prefill: 2_000}
 	}
