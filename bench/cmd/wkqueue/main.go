@@ -18,7 +18,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -36,45 +35,58 @@ type config struct {
 	clients  int           // concurrent clients for throughput
 	duration time.Duration // of each throughput run
 	prefill  int           // messages queued before each pull phase
+	stdout   io.Writer
 }
 
 func main() {
-	bin := flag.String("wasmkeep", "", "the wasmkeep binary (required)")
-	queueWasm := flag.String("queue", "", "the queue class, examples/jobs/queue built for wasip1 (required)")
-	clientWasm := flag.String("client", "", "the client actor, cmd/wasmkeep/testdata/guests/queueclient built for wasip1 (required)")
-	engines := flag.String("engines", "wazero,wasmtime", "runtime plugins to measure, comma-separated")
-	out := flag.String("out", "bench/results", "directory for the CSV")
-	quick := flag.Bool("quick", false, "small counts, to check the harness rather than to measure")
-	flag.Parse()
-	if *bin == "" || *queueWasm == "" || *clientWasm == "" {
-		log.Fatal("wkqueue: -wasmkeep, -queue and -client are required")
+	path, err := run(os.Args[1:], os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wkqueue:", err)
+		os.Exit(1)
 	}
-	c := config{ops: 1000, clients: 8, duration: 5 * time.Second, prefill: 80_000}
+	fmt.Println("wrote", path)
+}
+
+// run parses args, measures and returns the path of the CSV it wrote.
+func run(args []string, stdout io.Writer) (string, error) {
+	fs := flag.NewFlagSet("wkqueue", flag.ContinueOnError)
+	bin := fs.String("wasmkeep", "", "the wasmkeep binary (required)")
+	queueWasm := fs.String("queue", "", "the queue class, examples/jobs/queue built for wasip1 (required)")
+	clientWasm := fs.String("client", "", "the client actor, cmd/wasmkeep/testdata/guests/queueclient built for wasip1 (required)")
+	engines := fs.String("engines", "wazero,wasmtime", "runtime plugins to measure, comma-separated")
+	out := fs.String("out", "bench/results", "directory for the CSV")
+	quick := fs.Bool("quick", false, "small counts, to check the harness rather than to measure")
+	if err := fs.Parse(args); err != nil {
+		return "", err
+	}
+	if fs.NArg() > 0 {
+		return "", fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *bin == "" || *queueWasm == "" || *clientWasm == "" {
+		return "", errors.New("-wasmkeep, -queue and -client are required")
+	}
+	c := config{ops: 1000, clients: 8, duration: 5 * time.Second, prefill: 80_000, stdout: stdout}
 	if *quick {
-		c = config{ops: 50, clients: 4, duration: 500 * time.Millisecond, prefill: 2_000}
+		c = config{ops: 50, clients: 4, duration: 500 * time.Millisecond, prefill: 2_000, stdout: stdout}
 	}
 	commit, err := measure.CheckoutCommit()
 	if err != nil {
-		log.Fatal("wkqueue: ", err)
+		return "", err
 	}
 	var results []measure.Result
 	for _, engine := range strings.Split(*engines, ",") {
 		srv := measure.Wasmkeep{Binary: *bin, Class: "app", Guest: *clientWasm,
 			Env:       []string{"WASMKEEP_RUNTIME__USE=" + engine},
 			ServeArgs: []string{"--actor", "queue=" + *queueWasm, "--access", "queue=internal"}}
-		fmt.Printf("wkqueue: %s at %s on %s (load %s)\n", *bin, commit, engine, measure.LoadAverage())
+		fmt.Fprintf(stdout, "wkqueue: %s at %s on %s (load %s)\n", *bin, commit, engine, measure.LoadAverage())
 		res, err := c.run(srv)
 		if err != nil {
-			log.Fatalf("wkqueue: %s: %v", engine, err)
+			return "", fmt.Errorf("%s: %w", engine, err)
 		}
 		results = append(results, res)
 	}
-	measure.PrintTable(os.Stdout, results...)
-	path, err := measure.WriteCSV(*out, commit, "-queue", results...)
-	if err != nil {
-		log.Fatal("wkqueue: ", err)
-	}
-	fmt.Println("wrote", path)
+	measure.PrintTable(stdout, results...)
+	return measure.WriteCSV(*out, commit, "-queue", results...)
 }
 
 // node is a running server and a client for it.
@@ -253,7 +265,7 @@ func (c config) phase(n *node, p phase) ([]measure.Row, error) {
 	}
 	perSecond := float64(handled.Load()) / elapsed.Seconds()
 	p50, p99 := measure.Percentile(lat, 0.5), measure.Percentile(lat, 0.99)
-	fmt.Printf("  %-18s p50 %7.2f ms  p99 %7.2f ms  %8.0f messages/s with %d clients for %.1f s\n",
+	fmt.Fprintf(c.stdout, "  %-18s p50 %7.2f ms  p99 %7.2f ms  %8.0f messages/s with %d clients for %.1f s\n",
 		p.name, measure.Ms(p50), measure.Ms(p99), perSecond, c.clients, elapsed.Seconds())
 	return []measure.Row{
 		{Metric: "queue_" + p.name + "_p50", Value: measure.Ms(p50), Unit: "ms"},
