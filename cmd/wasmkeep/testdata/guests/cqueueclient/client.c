@@ -2,8 +2,9 @@
  * same routes and answers as the Go one (testdata/guests/queueclient): a
  * producer and pull consumer of the queue ?q=class/name, and a push consumer
  * that records each delivery and acts on the body ("retry", "after:<ms>",
- * "crash": trap on the first attempt, "fail": trap always, anything else
- * ack). A client error is "error <kind> <status>: <message>". */
+ * "crash": trap on the first attempt, "fail": fail the batch always, by
+ * returning false where the Go actor panics, anything else ack). A client
+ * error is "error <kind> <status>: <message>". */
 #include "wasmkeep.h"
 #include "wasmkeep_queue.h"
 
@@ -67,8 +68,10 @@ static bool consume(const char *queue, const wk_queue_message *m, wk_queue_outco
   if (!wk_exec("INSERT INTO deliveries (queue, id, attempt, body) VALUES (?, ?, ?, ?)",
                WK_ARGS(wk_text(queue), wk_int((int64_t)m->id), wk_int(m->attempt), wk_text_n(m->body)), NULL))
     __builtin_trap();
-  if (wk_eq(m->body, "fail") || (wk_eq(m->body, "crash") && m->attempt == 1))
+  if (wk_eq(m->body, "crash") && m->attempt == 1)
     __builtin_trap(); /* the consumer crashes */
+  if (wk_eq(m->body, "fail"))
+    return false; /* fails the batch, as C's handlers do where Go's panic */
   *o = outcome(m->body);
   return true;
 }
