@@ -32,6 +32,11 @@
 #   ./bench/run.sh kv         bench/cmd/wkkv: the key-value shard class (sdk/go/kv)
 #                             on one node: get, local put and durable put through
 #                             one shard, wazero then wasmtime; writes ...-kv.csv
+#   ./bench/run.sh queue      bench/cmd/wkqueue: one queue (examples/jobs/queue)
+#                             on one node, wazero and wasmtime: send (durable,
+#                             single and batches of 10) and pull+ack (plain),
+#                             p50/p99 one at a time and messages per second
+#                             with 8 clients; writes ...-queue.csv
 # The other arguments go to the tool, for example -quick (wkbench, compare),
 # --quick or --engines wasmtime,wazero (engines), -runs 5 (compare),
 # -engine wasmtime (hostile).
@@ -88,6 +93,13 @@ kv)
 	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$tmp/kvclient.wasm" ./cmd/wasmkeep/testdata/guests/kvclient
 	go build -o "$tmp/wkkv" ./bench/cmd/wkkv
 	"$tmp/wkkv" -wasmkeep "$tmp/wasmkeep" -shard "$tmp/kv.wasm" -client "$tmp/kvclient.wasm" -out bench/results "$@"
+	;;
+queue)
+	shift
+	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$tmp/queue.wasm" ./examples/jobs/queue
+	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$tmp/queueclient.wasm" ./cmd/wasmkeep/testdata/guests/queueclient
+	go build -o "$tmp/wkqueue" ./bench/cmd/wkqueue
+	"$tmp/wkqueue" -wasmkeep "$tmp/wasmkeep" -queue "$tmp/queue.wasm" -client "$tmp/queueclient.wasm" -out bench/results "$@"
 	;;
 hostile)
 	shift

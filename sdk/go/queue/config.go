@@ -1,0 +1,59 @@
+package queue
+
+// Config is a queue's settings. The zero value of each field is its
+// default, so Config{} is a pull-only queue with the book's settings:
+//
+//	queue.Config{MaxAttempts: 3, BackoffMs: 200}.Consumer("worker/main")
+type Config struct {
+	BatchSize    int   // messages per push delivery, and per lease that asks for 0: 10 (at most MaxBatch)
+	VisibilityMs int64 // how long a push delivery, or a lease that asks for 0, hides its messages: 30 s
+	MaxAttempts  int   // leases before a message is dead-lettered: 5
+	BackoffMs    int64 // the first retry's delay: 1 s, doubling with each attempt...
+	MaxBackoffMs int64 // ...up to this: 5 min
+
+	consumer string
+}
+
+// Consumer returns c with push delivery to the actor at address
+// ("class/name"): the queue's alarm delivers batches to its
+// /wasmkeep-queue/v1/deliver path (see HandleDelivery).
+func (c Config) Consumer(address string) Config {
+	c.consumer = address
+	return c
+}
+
+// ConsumerAddress is the consumer set with Consumer, or "" for a pull-only
+// queue.
+func (c Config) ConsumerAddress() string { return c.consumer }
+
+// withDefaults fills the zero fields and bounds the others.
+func (c Config) withDefaults() Config {
+	if c.BatchSize <= 0 {
+		c.BatchSize = 10
+	}
+	c.BatchSize = min(c.BatchSize, MaxBatch)
+	if c.VisibilityMs <= 0 {
+		c.VisibilityMs = 30_000
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 5
+	}
+	if c.BackoffMs <= 0 {
+		c.BackoffMs = 1_000
+	}
+	if c.MaxBackoffMs <= 0 {
+		c.MaxBackoffMs = 300_000
+	}
+	c.MaxBackoffMs = max(c.MaxBackoffMs, c.BackoffMs)
+	return c
+}
+
+// backoff is the delay before attempt+1 after attempt failed: BackoffMs,
+// doubling with each attempt, at most MaxBackoffMs.
+func (c Config) backoff(attempt uint32) int64 {
+	d := c.BackoffMs
+	for i := uint32(1); i < attempt && d < c.MaxBackoffMs; i++ {
+		d *= 2
+	}
+	return min(d, c.MaxBackoffMs)
+}
