@@ -24,6 +24,7 @@ import (
 func wfDrivers() []sdkGuest {
 	return []sdkGuest{
 		{"go", func(t testing.TB) string { return buildGuest(t, "cmd/wasmkeep/testdata/guests/wfdriver", "") }},
+		{"c", func(t testing.TB) string { return buildCGuest(t, "cmd/wasmkeep/testdata/guests-c/wfdriver") }},
 	}
 }
 
@@ -108,11 +109,11 @@ func TestWorkflowClientContract(t *testing.T) {
 			}
 			n.expect("POST", wfPath("cancel", "orders", "o-42"), "", 200, status) // a finished instance stays as it is
 
-			n.expect("POST", wfPath("start", "orders", "o-43"), "pen", 200, "running wake=no waiting= positions=0 output=- error=\n")
-			awaitBody(t, n.url, wfPath("status", "orders", "o-43"), "waiting wake=yes waiting=approved")
-			n.expect("POST", wfPath("cancel", "orders", "o-43"), "", 200, "cancelled wake=no waiting= positions=3 output=- error=\n")
-			n.expect("GET", wfPath("result", "orders", "o-43"), "", 502, "cancelled: cancelled\n")
-			code, body = n.do("POST", wfPath("event", "orders", "o-43", "name=approved"), "")
+			n.expect("POST", wfPath("start", "orders", "o 43%"), "pen", 200, "running wake=no waiting= positions=0 output=- error=\n")
+			awaitBody(t, n.url, wfPath("status", "orders", "o 43%"), "waiting wake=yes waiting=approved")
+			n.expect("POST", wfPath("cancel", "orders", "o 43%"), "", 200, "cancelled wake=no waiting= positions=3 output=- error=\n")
+			n.expect("GET", wfPath("result", "orders", "o 43%"), "", 502, "cancelled: cancelled\n")
+			code, body = n.do("POST", wfPath("event", "orders", "o 43%", "name=approved"), "")
 			if code != 502 || !strings.HasPrefix(body, "finished: ") {
 				t.Errorf("an event to a cancelled instance: %d %q", code, body)
 			}
