@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"errors"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -116,24 +117,32 @@ func load() *instance {
 	return in
 }
 
-// loadSteps reads every recorded position, with the events waits consumed,
-// in one query.
+// loadSteps reads every recorded position. Each value a query returns has a
+// cost (bench/README.md, "Workflow replay"), so a done position is two
+// values, its key and its result, and only the positions without a result
+// (a step being retried, a sleep or a wait not passed) read the rest.
 func loadSteps() []record {
-	rows := host.query(`SELECT s.name, s.kind, s.result, s.error, s.attempts, s.next_attempt_at, s.wake_at, e.payload
-		FROM wasmkeep_wf_step s LEFT JOIN wasmkeep_wf_event e ON e.consumed_at_pos = s.pos ORDER BY s.pos`)
+	rows := host.query("SELECT kind || ' ' || name, result FROM wasmkeep_wf_step ORDER BY pos")
 	recs := make([]record, rows.Len())
 	for i := range recs {
 		v := rows.Row(i)
-		r := &recs[i]
-		r.name, r.kind, r.attempts = v[0].Text(), v[1].Text(), int(v[4].Int())
-		if !v[2].IsNull() {
-			r.result = append([]byte{}, v[2].Blob()...)
+		recs[i].key = v[0].Blob()
+		if !v[1].IsNull() {
+			if recs[i].result = v[1].Blob(); recs[i].result == nil {
+				recs[i].result = []byte{}
+			}
 		}
-		r.err, r.hasErr = v[3].Text(), !v[3].IsNull()
-		r.nextAttemptAt, r.wakeAt = v[5].Int(), v[6].Int()
-		if !v[7].IsNull() {
-			r.event, r.gotEvent = append([]byte{}, v[7].Blob()...), true
+	}
+	open := host.query("SELECT pos, error, attempts, next_attempt_at, wake_at FROM wasmkeep_wf_step WHERE result IS NULL")
+	for i := range open.Len() {
+		v := open.Row(i)
+		pos := v[0].Int()
+		if pos < 0 || pos >= int64(len(recs)) {
+			panic(dbError{errors.New("workflow: the recorded positions are not 0 to " + strconv.Itoa(len(recs)-1) + ": " + strconv.FormatInt(pos, 10))})
 		}
+		r := &recs[pos]
+		r.err, r.hasErr = v[1].Text(), !v[1].IsNull()
+		r.attempts, r.nextAttemptAt, r.wakeAt = int(v[2].Int()), v[3].Int(), v[4].Int()
 	}
 	return recs
 }
@@ -157,9 +166,8 @@ func (in *instance) report() *Status {
 	if in.hasOutput {
 		s.Output = in.output
 	}
-	rows := host.query(`SELECT (SELECT COUNT(*) FROM wasmkeep_wf_step), s.name, s.kind, s.result, s.next_attempt_at, s.wake_at,
-		(SELECT COUNT(*) FROM wasmkeep_wf_event e WHERE e.consumed_at_pos = s.pos), s.error
-		FROM wasmkeep_wf_step s ORDER BY s.pos DESC LIMIT 1`)
+	rows := host.query(`SELECT (SELECT COUNT(*) FROM wasmkeep_wf_step), name, kind, result, next_attempt_at, wake_at, error
+		FROM wasmkeep_wf_step ORDER BY pos DESC LIMIT 1`)
 	if rows.Len() == 0 {
 		return s
 	}
@@ -168,17 +176,18 @@ func (in *instance) report() *Status {
 	if s.State != Waiting {
 		return s
 	}
+	if !v[3].IsNull() { // done: the instance waits on nothing recorded yet
+		return s
+	}
 	switch v[2].Text() {
 	case kindSleep:
 		s.WakeAt = v[5].Int()
 	case kindWait:
-		if v[6].Int() == 0 && v[7].IsNull() {
+		if v[6].IsNull() {
 			s.WakeAt, s.WaitingFor = v[5].Int(), []string{v[1].Text()}
 		}
 	case kindStep:
-		if v[3].IsNull() {
-			s.WakeAt = v[4].Int()
-		}
+		s.WakeAt = v[4].Int()
 	}
 	return s
 }

@@ -40,6 +40,7 @@ package workflow
 import (
 	"errors"
 	"strconv"
+	"strings"
 )
 
 // Func is a workflow: it returns the output, or an error to fail the
@@ -142,19 +143,28 @@ type Run struct {
 	dueAt    int64 // the alarm that started this event, never set again (the host would clear it)
 }
 
-// record is one recorded position, a row of wasmkeep_wf_step (and, for a
-// wait, the event it consumed).
+// record is one recorded position, a row of wasmkeep_wf_step. Its key is
+// the row's kind, a space and its name, and its result is non-nil once the
+// position is done: a step's result, a wait's event payload, an empty one
+// for a sleep that has passed. Both alias the query's memory.
 type record struct {
-	name, kind    string
-	result        []byte // nil: none
+	key           []byte
+	result        []byte
 	err           string
 	hasErr        bool
 	attempts      int
 	nextAttemptAt int64 // 0: none
 	wakeAt        int64 // 0: none
-	event         []byte
-	gotEvent      bool
 }
+
+// is reports whether the record is the kind and name given, without
+// allocating.
+func (r *record) is(kind, name string) bool {
+	k := r.key
+	return len(k) == len(kind)+1+len(name) && string(k[:len(kind)]) == kind && k[len(kind)] == ' ' && string(k[len(kind)+1:]) == name
+}
+
+func newRecord(kind, name string) record { return record{key: []byte(kind + " " + name)} }
 
 const (
 	kindStep  = "step"
@@ -221,9 +231,10 @@ func (wf *Run) at(name, kind string) (*record, int, error) {
 		return nil, pos, nil
 	}
 	r := &wf.steps[pos]
-	if r.name != name || r.kind != kind {
+	if !r.is(kind, name) {
+		rk, rn, _ := strings.Cut(string(r.key), " ")
 		return nil, pos, wf.stop(&Stop{fail: true, msg: "the code changed the order of its steps: position " + strconv.Itoa(pos) +
-			" is the " + r.kind + " " + strconv.Quote(r.name) + " in the record, the " + kind + " " + strconv.Quote(name) + " in the code"})
+			" is the " + rk + " " + strconv.Quote(rn) + " in the record, the " + kind + " " + strconv.Quote(name) + " in the code"})
 	}
 	return r, pos, nil
 }
@@ -251,20 +262,20 @@ func (wf *Run) step(name string, f func(string) ([]byte, error), try bool, opts 
 		}
 	}
 	if r == nil {
-		wf.steps = append(wf.steps, record{name: name, kind: kindStep})
+		wf.steps = append(wf.steps, newRecord(kindStep, name))
 		r = &wf.steps[pos]
 	}
 	switch {
 	case r.result != nil:
 		return r.result, nil
 	case r.hasErr && r.nextAttemptAt == 0 && r.attempts > 0: // ran out of attempts
-		return nil, wf.exhausted(r, try)
+		return nil, wf.exhausted(name, r, try)
 	case r.nextAttemptAt > now():
 		return nil, wf.stop(&Stop{wakeAt: r.nextAttemptAt})
 	case r.attempts >= max: // cut after its last attempt
 		r.nextAttemptAt = 0
 		host.exec(true, "UPDATE wasmkeep_wf_step SET next_attempt_at = NULL WHERE pos = ?", pos)
-		return nil, wf.exhausted(r, try)
+		return nil, wf.exhausted(name, r, try)
 	}
 	t := now()
 	if wf.fresh > 0 && t >= wf.deadline {
@@ -295,7 +306,7 @@ func (wf *Run) step(name string, f func(string) ([]byte, error), try bool, opts 
 	if r.attempts >= max {
 		host.exec(true, "UPDATE wasmkeep_wf_step SET error = ?, next_attempt_at = NULL WHERE pos = ?", r.err, pos)
 		r.nextAttemptAt = 0
-		return nil, wf.exhausted(r, try)
+		return nil, wf.exhausted(name, r, try)
 	}
 	wait = now() + backoff(first, most, r.attempts)
 	host.exec(true, "UPDATE wasmkeep_wf_step SET error = ?, next_attempt_at = ? WHERE pos = ?", r.err, wait, pos)
@@ -310,8 +321,8 @@ func asStop(err error) *Stop {
 }
 
 // exhausted is a step's outcome once its attempts ran out.
-func (wf *Run) exhausted(r *record, try bool) error {
-	e := &StepError{Step: r.name, Attempts: r.attempts, Message: r.err}
+func (wf *Run) exhausted(name string, r *record, try bool) error {
+	e := &StepError{Step: name, Attempts: r.attempts, Message: r.err}
 	if !r.hasErr {
 		e.Message = errCut
 	}
@@ -354,12 +365,20 @@ func (wf *Run) sleep(name string, v int64, until bool) error {
 		// Durable, so a lost write cannot restart the sleep from a
 		// later "now".
 		host.exec(true, "INSERT INTO wasmkeep_wf_step (pos, name, kind, wake_at) VALUES (?, ?, ?, ?)", pos, name, kindSleep, at)
-		wf.steps = append(wf.steps, record{name: name, kind: kindSleep, wakeAt: at})
+		wf.steps = append(wf.steps, newRecord(kindSleep, name))
 		r = &wf.steps[pos]
+		r.wakeAt = at
 	}
-	if r.wakeAt > now() {
+	switch {
+	case r.result != nil:
+		return nil
+	case r.wakeAt > now():
 		return wf.stop(&Stop{wakeAt: r.wakeAt})
 	}
+	// Passed: later loads need not read its wake time (a plain write: if
+	// it is lost, the time has passed all the same).
+	host.exec(false, "UPDATE wasmkeep_wf_step SET result = ? WHERE pos = ?", []byte{}, pos)
+	r.result = []byte{}
 	return nil
 }
 
@@ -371,21 +390,29 @@ func (wf *Run) waitForEvent(name string, timeoutMs int64) ([]byte, bool, error) 
 	if r == nil {
 		at := now() + timeoutMs
 		host.exec(true, "INSERT INTO wasmkeep_wf_step (pos, name, kind, wake_at) VALUES (?, ?, ?, ?)", pos, name, kindWait, at)
-		wf.steps = append(wf.steps, record{name: name, kind: kindWait, wakeAt: at})
+		wf.steps = append(wf.steps, newRecord(kindWait, name))
 		r = &wf.steps[pos]
+		r.wakeAt = at
 	}
 	switch {
-	case r.gotEvent:
-		return r.event, true, nil
+	case r.result != nil:
+		return r.result, true, nil
 	case r.hasErr: // timed out
 		return nil, false, nil
 	}
 	rows := host.query("SELECT seq, payload FROM wasmkeep_wf_event WHERE name = ? AND consumed_at_pos IS NULL ORDER BY seq LIMIT 1", name)
 	if rows.Len() == 1 {
 		row := rows.Row(0)
-		host.exec(true, "UPDATE wasmkeep_wf_event SET consumed_at_pos = ? WHERE seq = ?", pos, row[0].Int())
-		r.event, r.gotEvent = append([]byte{}, row[1].Blob()...), true
-		return r.event, true, nil
+		payload := row[1].Blob()
+		if payload == nil {
+			payload = []byte{}
+		}
+		// The event is taken, and its payload is the wait's result; the
+		// durable write makes the plain one before it durable too.
+		host.exec(false, "UPDATE wasmkeep_wf_event SET consumed_at_pos = ? WHERE seq = ?", pos, row[0].Int())
+		host.exec(true, "UPDATE wasmkeep_wf_step SET result = ? WHERE pos = ?", payload, pos)
+		r.result = payload
+		return payload, true, nil
 	}
 	if now() >= r.wakeAt {
 		// Recorded, so an event arriving later does not change this
