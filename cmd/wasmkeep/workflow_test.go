@@ -212,17 +212,41 @@ func TestWorkflowRetriesThenFails(t *testing.T) {
 }
 
 // A finished instance deletes itself after its retention: its id is then
-// unknown, and a start is a new run.
+// unknown, and a start is a new run, with new idempotency keys.
 func TestWorkflowRetention(t *testing.T) {
 	n := wfNode(t, wfDrivers()[0].build(t), "", map[string]string{"RETENTION_MS": "300"})
-	n.expect("POST", wfPath("start", "wf", "k"), "step a", 200, "running wake=no waiting= positions=0 output=- error=\n")
-	awaitBody(t, n.url, wfPath("result", "wf", "k"), "done a\n")
+	n.expect("POST", wfPath("start", "wf", "k"), "step a; key b", 200, "running wake=no waiting= positions=0 output=- error=\n")
+	first := awaitBody(t, n.url, wfPath("result", "wf", "k"), "done a,")
 	awaitBody(t, n.url, wfPath("status", "wf", "k"), "unknown: ")
-	n.expect("POST", wfPath("start", "wf", "k"), "step a", 200, "running wake=no waiting= positions=0 output=- error=\n")
-	awaitBody(t, n.url, wfPath("result", "wf", "k"), "done a\n")
+	n.expect("POST", wfPath("start", "wf", "k"), "step a; key b", 200, "running wake=no waiting= positions=0 output=- error=\n")
+	second := awaitBody(t, n.url, wfPath("result", "wf", "k"), "done a,")
 	if got := wfCount(t, n, "k-a"); got != "2" {
 		t.Errorf("step a ran %s times over two runs, want 2", got)
 	}
+	// The key is the run's id and the position.
+	if !strings.HasSuffix(first, "-1\n") || !strings.HasSuffix(second, "-1\n") || first == second {
+		t.Errorf("the keys of two runs: %q, %q", first, second)
+	}
+}
+
+// An event spends the run budget on new steps, then continues in a new
+// event, running at least one step in each.
+func TestWorkflowRunBudget(t *testing.T) {
+	script := "event a; event b; event c"
+	n := wfNode(t, wfDrivers()[0].build(t), "", map[string]string{"RUN_BUDGET_MS": "1"})
+	n.expect("POST", wfPath("start", "wf", "short"), script, 200, "running wake=no waiting= positions=0 output=- error=\n")
+	out := strings.Split(strings.TrimSpace(strings.TrimPrefix(awaitBody(t, n.url, wfPath("result", "wf", "short"), "done "), "done ")), ",")
+	runs := map[string]bool{}
+	for _, o := range out {
+		_, run, _ := strings.Cut(o, "@")
+		runs[run] = true
+	}
+	if len(out) != 3 || len(runs) != 3 {
+		t.Errorf("with a 1 ms budget the steps ran in the events %v, want one each", out)
+	}
+	n = wfNode(t, wfDrivers()[0].build(t), "", nil)
+	n.expect("POST", wfPath("start", "wf", "long"), script, 200, "running wake=no waiting= positions=0 output=- error=\n")
+	awaitBody(t, n.url, wfPath("result", "wf", "long"), "done a@1,b@1,c@1\n")
 }
 
 // wfDo sends a request to a node at base and returns the status and body.

@@ -8,6 +8,9 @@
 //	flaky NAME N       a step whose first N attempts fail
 //	try NAME N         flaky as a TryStep: its failure is caught
 //	slow NAME MS       a step that counts, then takes MS milliseconds
+//	event NAME         a step that returns NAME@N, N counting the instance's
+//	                   alarm events (runs)
+//	key NAME           a keyed step that returns its idempotency key
 //	sleep NAME MS      Sleep
 //	wait NAME MS       WaitForEvent with a timeout
 //	fail MSG           fails the workflow
@@ -30,9 +33,15 @@ import (
 	"github.com/wasmkeep/wasmkeep/sdk/go/workflow"
 )
 
+// alarms counts the alarm events of this instance of the module.
+var alarms int
+
 func init() {
 	wasmkeep.OnInit(workflow.Init)
-	wasmkeep.OnAlarm(func() error { return workflow.Alarm(run, config()) })
+	wasmkeep.OnAlarm(func() error {
+		alarms++
+		return workflow.Alarm(run, config())
+	})
 	wasmkeep.HandleFunc(func(w wasmkeep.ResponseWriter, r *wasmkeep.Request) { workflow.HandleRequest(config(), w, r) })
 }
 
@@ -118,6 +127,17 @@ func run(wf *workflow.Run, input []byte) ([]byte, error) {
 				out = append(out, "caught "+se.Error())
 				continue
 			}
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, string(res))
+		case "event", "key":
+			res, err := wf.StepKeyed(name, func(key string) ([]byte, error) {
+				if f[0] == "key" {
+					return []byte(key), nil
+				}
+				return []byte(name + "@" + strconv.Itoa(alarms)), nil
+			})
 			if err != nil {
 				return nil, err
 			}
