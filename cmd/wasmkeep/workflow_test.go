@@ -196,6 +196,7 @@ func TestWorkflowRetriesThenFails(t *testing.T) {
 	n.expect("POST", wfPath("start", "wf", "broken"), "step a; flaky g 5", 200, "running wake=no waiting= positions=0 output=- error=\n")
 	n.expect("POST", wfPath("start", "wf", "caught"), "try h 5; step z", 200, "running wake=no waiting= positions=0 output=- error=\n")
 	n.expect("POST", wfPath("start", "wf", "trap"), "step a; trap", 200, "running wake=no waiting= positions=0 output=- error=\n")
+	n.expect("POST", wfPath("start", "wf", "panicky"), "panicky p 1; panicky q 5", 200, "running wake=no waiting= positions=0 output=- error=\n")
 	awaitBody(t, n.url, wfPath("result", "wf", "flaky"), "done f\n")
 	if d := time.Since(began); d < 300*time.Millisecond {
 		t.Errorf("two failed attempts then a success took %v: less than their backoff (100 ms, then 200 ms)", d)
@@ -203,7 +204,10 @@ func TestWorkflowRetriesThenFails(t *testing.T) {
 	awaitBody(t, n.url, wfPath("result", "wf", "broken"), `failed: step "g" failed after 3 attempts: attempt 3 fails`)
 	awaitBody(t, n.url, wfPath("result", "wf", "caught"), `done caught step "h" failed after 3 attempts: attempt 3 fails,z`)
 	awaitBody(t, n.url, wfPath("result", "wf", "trap"), "failed: the workflow's runs ended 6 times in a row without it returning or waiting")
-	for key, want := range map[string]string{"flaky-f": "3", "broken-g": "3", "caught-h": "3", "trap-a": "1"} {
+	// A panic in a step ends its event: the attempt counts, retried from
+	// the watchdog alarm.
+	awaitBody(t, n.url, wfPath("result", "wf", "panicky"), `failed: step "q" failed after 3 attempts: the attempt ended before its result was recorded`)
+	for key, want := range map[string]string{"flaky-f": "3", "broken-g": "3", "caught-h": "3", "trap-a": "1", "panicky-p": "2", "panicky-q": "3"} {
 		if got := wfCount(t, n, key); got != want {
 			t.Errorf("%s ran %s times, want %s", key, got, want)
 		}
@@ -249,25 +253,6 @@ func TestWorkflowRunBudget(t *testing.T) {
 	awaitBody(t, n.url, wfPath("result", "wf", "long"), "done a@1,b@1,c@1\n")
 }
 
-// wfDo sends a request to a node at base and returns the status and body.
-func wfDo(t *testing.T, method, base, path, body string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
-}
-
 // A workflow survives a server killed (SIGKILL) in the middle of a sleep
 // and in the middle of a step, then served again on the same data
 // directory: the sleep ends at its recorded time, the cut step runs again
@@ -282,14 +267,10 @@ func TestWorkflowSurvivesAKill(t *testing.T) {
 	args := []string{"--data-dir", data, "--actor", "wfdriver=" + wfDrivers()[0].build(t), "--actor", "wf=" + wfScript(t),
 		"--access", "wf=internal", "--env", "wf=" + env}
 	base, cmd, logs := serveBinary(t, bin, nil, args...)
-	count := func(key string) string {
-		_, body := wfDo(t, "GET", base, "/actor/wfdriver/counter/count?key="+key, "")
-		return strings.TrimSpace(body)
-	}
+	n := &testNode{t: t, url: base}
+	count := func(key string) string { return wfCount(t, n, key) }
 	for id, script := range map[string]string{"sleeping": "step a; sleep s 2000; step b", "busy": "step a; slow m 5000; step b"} {
-		if code, body := wfDo(t, "POST", base, wfPath("start", "wf", id), script); code != 200 || !strings.HasPrefix(body, "running ") {
-			t.Fatalf("start %s: %d %q", id, code, body)
-		}
+		n.expect("POST", wfPath("start", "wf", id), script, 200, "running wake=no waiting= positions=0 output=- error=\n")
 	}
 	awaitBody(t, base, wfPath("status", "wf", "sleeping"), "waiting wake=yes waiting= positions=2 ")
 	waitFor(t, 20*time.Second, "the slow step to begin", func() bool { return count("busy-m") == "1" })
@@ -298,6 +279,7 @@ func TestWorkflowSurvivesAKill(t *testing.T) {
 	}
 	cmd.Wait()
 	base, _, _ = serveBinary(t, bin, nil, args...)
+	n.url = base
 	awaitBody(t, base, wfPath("result", "wf", "sleeping"), "done a,b\n")
 	awaitBody(t, base, wfPath("result", "wf", "busy"), "done a,m,b\n")
 	for key, want := range map[string]string{"sleeping-a": "1", "sleeping-b": "1", "busy-a": "1", "busy-m": "2", "busy-b": "1"} {

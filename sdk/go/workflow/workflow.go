@@ -181,8 +181,9 @@ const (
 func (wf *Run) StepKey() string { return wf.runID + "-" + strconv.Itoa(wf.pos) }
 
 // Step runs f once at its position and records its result; later runs get
-// the recorded result without calling f. An error from f (or a panic) is
-// retried with backoff; when the attempts run out the workflow fails.
+// the recorded result without calling f. An error from f is retried with
+// backoff (a panic too: it ends the event, and the attempt counts); when
+// the attempts run out the workflow fails.
 func (wf *Run) Step(name string, f func() ([]byte, error), opts ...StepOptions) ([]byte, error) {
 	return wf.step(name, func(string) ([]byte, error) { return f() }, false, opts)
 }
@@ -290,7 +291,9 @@ func (wf *Run) step(name string, f func(string) ([]byte, error), try bool, opts 
 	host.exec(false, "INSERT INTO wasmkeep_wf_step (pos, name, kind, error, attempts, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?) "+
 		"ON CONFLICT (pos) DO UPDATE SET error = excluded.error, attempts = excluded.attempts, next_attempt_at = excluded.next_attempt_at",
 		pos, name, kindStep, errCut, r.attempts, wait)
-	res, ferr := call(f, wf.runID+"-"+strconv.Itoa(pos))
+	// A panic in f ends the event like a trap: the attempt counts, and the
+	// watchdog alarm brings the next one.
+	res, ferr := f(wf.runID + "-" + strconv.Itoa(pos))
 	if ferr == nil {
 		if res == nil {
 			res = []byte{}
@@ -332,24 +335,15 @@ func (wf *Run) exhausted(name string, r *record, try bool) error {
 	return wf.stop(&Stop{fail: true, msg: e.Error()})
 }
 
-// call runs a step's function; a panic is its error.
-func call(f func(string) ([]byte, error), key string) (res []byte, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			res, err = nil, errors.New("panic: "+panicText(p))
-		}
-	}()
-	return f(key)
-}
-
-func panicText(p any) string {
-	switch p := p.(type) {
-	case error:
-		return p.Error()
-	case string:
-		return p
-	}
-	return "a value that is neither an error nor a string"
+// record adds a new position that waits until at (a sleep's wake time, a
+// wait's timeout), written durably so that a lost write cannot restart it
+// from a later "now".
+func (wf *Run) record(pos int, kind, name string, at int64) *record {
+	host.exec(true, "INSERT INTO wasmkeep_wf_step (pos, name, kind, wake_at) VALUES (?, ?, ?, ?)", pos, name, kind, at)
+	wf.steps = append(wf.steps, newRecord(kind, name))
+	r := &wf.steps[pos]
+	r.wakeAt = at
+	return r
 }
 
 func (wf *Run) sleep(name string, v int64, until bool) error {
@@ -358,16 +352,10 @@ func (wf *Run) sleep(name string, v int64, until bool) error {
 		return err
 	}
 	if r == nil {
-		at := v
 		if !until {
-			at = now() + v
+			v += now()
 		}
-		// Durable, so a lost write cannot restart the sleep from a
-		// later "now".
-		host.exec(true, "INSERT INTO wasmkeep_wf_step (pos, name, kind, wake_at) VALUES (?, ?, ?, ?)", pos, name, kindSleep, at)
-		wf.steps = append(wf.steps, newRecord(kindSleep, name))
-		r = &wf.steps[pos]
-		r.wakeAt = at
+		r = wf.record(pos, kindSleep, name, v)
 	}
 	switch {
 	case r.result != nil:
@@ -388,11 +376,7 @@ func (wf *Run) waitForEvent(name string, timeoutMs int64) ([]byte, bool, error) 
 		return nil, false, err
 	}
 	if r == nil {
-		at := now() + timeoutMs
-		host.exec(true, "INSERT INTO wasmkeep_wf_step (pos, name, kind, wake_at) VALUES (?, ?, ?, ?)", pos, name, kindWait, at)
-		wf.steps = append(wf.steps, newRecord(kindWait, name))
-		r = &wf.steps[pos]
-		r.wakeAt = at
+		r = wf.record(pos, kindWait, name, now()+timeoutMs)
 	}
 	switch {
 	case r.result != nil:

@@ -7,6 +7,7 @@
 //	                   key INSTANCE-NAME) and returns NAME
 //	flaky NAME N       a step whose first N attempts fail
 //	try NAME N         flaky as a TryStep: its failure is caught
+//	panicky NAME N     a step whose first N attempts panic
 //	slow NAME MS       a step that counts, then takes MS milliseconds
 //	event NAME         a step that returns NAME@N, N counting the instance's
 //	                   alarm events (runs)
@@ -107,7 +108,7 @@ func run(wf *workflow.Run, input []byte) ([]byte, error) {
 				return nil, err
 			}
 			out = append(out, string(res))
-		case "flaky", "try":
+		case "flaky", "try", "panicky":
 			step := wf.StepKeyed
 			if f[0] == "try" {
 				step = wf.TryStep
@@ -116,6 +117,9 @@ func run(wf *workflow.Run, input []byte) ([]byte, error) {
 				c, err := count(name)
 				if err != nil {
 					return nil, err
+				}
+				if int64(c) <= n && f[0] == "panicky" {
+					panic("attempt " + strconv.Itoa(c) + " panics")
 				}
 				if int64(c) <= n {
 					return nil, errors.New("attempt " + strconv.Itoa(c) + " fails")
