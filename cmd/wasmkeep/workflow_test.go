@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -157,6 +158,13 @@ func TestWorkflowReplayKeepsRecordedSteps(t *testing.T) {
 				if got := wfCount(t, n, key); got != want {
 					t.Errorf("step %s ran %s times, want %s", key, got, want)
 				}
+			}
+			until := time.Now().Add(400 * time.Millisecond)
+			n.expect("POST", wfPath("start", "wf", "u"), "until u "+strconv.FormatInt(until.UnixMilli(), 10)+"; step z", 200,
+				"running wake=no waiting= positions=0 output=- error=\n")
+			awaitBody(t, n.url, wfPath("result", "wf", "u"), "done z\n")
+			if time.Now().Before(until) {
+				t.Errorf("the sleep until %v ended early", until)
 			}
 			n.expect("POST", wfPath("start", "wf", "t"), "wait go 300", 200, "running wake=no waiting= positions=0 output=- error=\n")
 			awaitBody(t, n.url, wfPath("result", "wf", "t"), "done go timed out\n")

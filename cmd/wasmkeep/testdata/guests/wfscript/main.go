@@ -13,6 +13,7 @@
 //	                   alarm events (runs)
 //	key NAME           a keyed step that returns its idempotency key
 //	sleep NAME MS      Sleep
+//	until NAME AT      SleepUntil (AT in ms since the Unix epoch)
 //	wait NAME MS       WaitForEvent with a timeout
 //	fail MSG           fails the workflow
 //	trap               panics outside any step
@@ -148,6 +149,10 @@ func run(wf *workflow.Run, input []byte) ([]byte, error) {
 			out = append(out, string(res))
 		case "sleep":
 			if err := wf.Sleep(name, n); err != nil {
+				return nil, err
+			}
+		case "until":
+			if err := wf.SleepUntil(name, n); err != nil {
 				return nil, err
 			}
 		case "wait":
