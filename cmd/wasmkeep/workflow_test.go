@@ -147,13 +147,13 @@ func TestWorkflowReplayKeepsRecordedSteps(t *testing.T) {
 		t.Run(g.sdk, func(t *testing.T) {
 			t.Parallel()
 			n := wfNode(t, g.build(t), "", nil)
-			n.expect("POST", wfPath("start", "wf", "r"), "step a; step b; sleep s 200; step c; wait go 60000; wait go 60000; wait late 300", 200,
+			n.expect("POST", wfPath("start", "wf", "r"), "step a; step b; sleep s 200; step c; wait go 60000; wait go 60000; wait late 5000", 200,
 				"running wake=no waiting= positions=0 output=- error=\n")
 			awaitBody(t, n.url, wfPath("status", "wf", "r"), "waiting wake=yes waiting=go positions=5 ")
 			n.expect("POST", wfPath("event", "wf", "r", "name=go"), "one", 200, "ok\n")
 			n.expect("POST", wfPath("event", "wf", "r", "name=go"), "two", 200, "ok\n")
-			n.expect("POST", wfPath("event", "wf", "r", "name=late"), "ignored: a wait takes only its own name", 200, "ok\n")
-			awaitBody(t, n.url, wfPath("result", "wf", "r"), "done a,b,c,one,two,ignored")
+			n.expect("POST", wfPath("event", "wf", "r", "name=late"), "late", 200, "ok\n")
+			awaitBody(t, n.url, wfPath("result", "wf", "r"), "done a,b,c,one,two,late\n")
 			for key, want := range map[string]string{"r-a": "1", "r-b": "1", "r-c": "1"} {
 				if got := wfCount(t, n, key); got != want {
 					t.Errorf("step %s ran %s times, want %s", key, got, want)
