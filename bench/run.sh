@@ -37,6 +37,9 @@
 #                             single and batches of 10) and pull+ack (plain),
 #                             p50/p99 one at a time and messages per second
 #                             with 8 clients; writes ...-queue.csv
+#   ./bench/run.sh workflow   bench/cmd/wkworkflow: one run of a workflow over 0,
+#                             100, 1,000 and 5,000 recorded steps, on wazero and
+#                             wasmtime; writes ...-workflow.csv
 # The other arguments go to the tool, for example -quick (wkbench, compare),
 # --quick or --engines wasmtime,wazero (engines), -runs 5 (compare),
 # -engine wasmtime (hostile).
@@ -106,6 +109,12 @@ hostile)
 	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$tmp/hostile.wasm" ./cmd/wasmkeep/testdata/guests/hostile
 	go build -o "$tmp/wkhostile" ./bench/cmd/wkhostile
 	"$tmp/wkhostile" -wasmkeep "$tmp/wasmkeep" -counter "$tmp/counter.wasm" -hostile "$tmp/hostile.wasm" -out bench/results "$@"
+	;;
+workflow)
+	shift
+	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$tmp/wkworkflow.wasm" ./bench/cmd/wkworkflow/guest
+	go build -o "$tmp/wkworkflow" ./bench/cmd/wkworkflow
+	"$tmp/wkworkflow" -wasmkeep "$tmp/wasmkeep" -guest "$tmp/wkworkflow.wasm" -out bench/results "$@"
 	;;
 *)
 	go build -o "$tmp/wkbench" ./bench/cmd/wkbench
