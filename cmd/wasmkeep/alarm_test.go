@@ -52,6 +52,24 @@ func TestAlarmSetGetClearAndFire(t *testing.T) {
 	}
 }
 
+// An on-alarm that sets the alarm again to the millisecond that fired gets
+// it again: the host clears only an alarm the handler left alone.
+func TestAlarmSetAgainToTheSameTime(t *testing.T) {
+	n, m := newManualNode(t, node.Options{})
+	n.expect("POST", "/actor/probe/a/exec", "CREATE TABLE alarm_again (n INTEGER)", 200, "ok 0")
+	n.expect("POST", "/actor/probe/a/exec", "INSERT INTO alarm_again VALUES (2)", 200, "ok 1")
+	n.expect("GET", "/actor/probe/a/alarm-set?in=-1000", "", 200, "set")
+	waitFor(t, 10*time.Second, "three firings", func() bool { return attempts(n, "a") == 3 })
+	waitFor(t, 5*time.Second, "the alarm to clear", func() bool {
+		_, body := n.do("GET", "/actor/probe/a/alarm-get", "")
+		return body == "none"
+	})
+	m.Advance(time.Hour)
+	if got := attempts(n, "a"); got != 3 {
+		t.Errorf("on-alarm ran %d times, want 3", got)
+	}
+}
+
 // An alarm due while the node is down fires after a restart, even for an
 // actor that is not woken otherwise; a hibernated actor's alarm wakes it.
 func TestAlarmSurvivesRestartAndHibernation(t *testing.T) {

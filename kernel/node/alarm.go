@@ -88,7 +88,8 @@ func alarmClear(ctx context.Context, st *eventState, _ runtime.Memory, _ []uint6
 }
 
 // runAlarm handles a due alarm: on-alarm runs if the alarm is still due (the
-// schedule may be stale); success clears it, unless the handler set another;
+// schedule may be stale); success clears it, unless the handler set or
+// cleared the alarm itself;
 // failure schedules a retry (alarm.RetryDelay), the count kept in the
 // database.
 func (a *actor) runAlarm(ctx context.Context) error {
@@ -109,10 +110,16 @@ func (a *actor) runAlarm(ctx context.Context) error {
 	if err := a.db.EndEvent(context.Background()); err != nil {
 		return &failure{public: "internal error", cause: err}
 	}
-	if hookErr == nil {
-		err = alarm.Done(context.Background(), a.db, at, failures)
-	} else {
+	// A handler that succeeded after setting or clearing the alarm decided
+	// what comes next, even one that set the same time again (a queue whose
+	// backlog shares one due time). A failure is retried with the backoff
+	// unless the handler moved the alarm, so that a handler failing at once
+	// cannot fire itself in a loop.
+	switch {
+	case hookErr != nil:
 		err = alarm.Retry(context.Background(), a.db, at, failures, a.node.clock.Now())
+	case !a.state.alarmTouched:
+		err = alarm.Done(context.Background(), a.db, at, failures)
 	}
 	a.state.alarmTouched = true
 	if err != nil {

@@ -407,7 +407,6 @@ func Alarm(c Config) error {
 	if c.consumer == "" {
 		return nil
 	}
-	fired, _ := wasmkeep.GetAlarm() // the alarm running now
 	ms, err := lease(c, now(), c.BatchSize, c.VisibilityMs)
 	if err != nil {
 		return err
@@ -425,13 +424,7 @@ func Alarm(c Config) error {
 		wasmkeep.ClearAlarm()
 		return nil
 	}
-	// The host drops the alarm that ran when the hook ends unless the hook
-	// set another: one at the same millisecond would count as the same.
-	at := max(next.Int(), now())
-	if at == fired {
-		at++
-	}
-	wasmkeep.SetAlarm(at)
+	wasmkeep.SetAlarm(max(next.Int(), now()))
 	return nil
 }
 

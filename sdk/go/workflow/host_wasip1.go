@@ -29,8 +29,7 @@ func (wasiHost) query(sql string, args ...any) *wasmkeep.Rows {
 	return rows
 }
 
-func (wasiHost) setAlarm(at int64)       { wasmkeep.SetAlarm(at) }
-func (wasiHost) getAlarm() (int64, bool) { return wasmkeep.GetAlarm() }
+func (wasiHost) setAlarm(at int64) { wasmkeep.SetAlarm(at) }
 
 func (wasiHost) deleteSelf() {
 	if err := wasmkeep.DeleteSelf(); err != nil {

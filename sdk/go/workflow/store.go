@@ -19,7 +19,6 @@ type backend interface {
 	exec(durable bool, sql string, args ...any)
 	query(sql string, args ...any) *wasmkeep.Rows
 	setAlarm(at int64)
-	getAlarm() (int64, bool)
 	deleteSelf()
 }
 
@@ -291,7 +290,6 @@ func Alarm(fn Func, cfg Config) (err error) {
 	defer recoverDB(&err)
 	cfg = cfg.withDefaults()
 	start := now()
-	dueAt, _ := host.getAlarm()
 	in := load()
 	if in == nil { // a stray alarm: nothing to keep
 		host.deleteSelf()
@@ -305,7 +303,7 @@ func Alarm(fn Func, cfg Config) (err error) {
 		}
 		return nil
 	}
-	wf := &Run{cfg: cfg, runID: in.runID, deadline: start + cfg.RunBudgetMs, dueAt: dueAt}
+	wf := &Run{cfg: cfg, runID: in.runID, deadline: start + cfg.RunBudgetMs}
 	// Runs that keep ending without the workflow returning or parking (a
 	// trap outside any step, a replay over its budget) back off, and fail
 	// the instance after twice its attempts.
@@ -313,7 +311,7 @@ func Alarm(fn Func, cfg Config) (err error) {
 		finish(wf, cfg, stFailed, nil, "the workflow's runs ended "+strconv.Itoa(in.cutRuns)+" times in a row without it returning or waiting")
 		return nil
 	}
-	wf.setAlarm(start + backoff(cfg.BackoffMs, cfg.MaxBackoffMs, in.cutRuns+1)) // the watchdog, before anything runs
+	host.setAlarm(start + backoff(cfg.BackoffMs, cfg.MaxBackoffMs, in.cutRuns+1)) // the watchdog, before anything runs
 	host.exec(false, "UPDATE wasmkeep_wf SET cut_runs = cut_runs + 1 WHERE id = 1")
 	wf.steps = loadSteps()
 	out, ferr := fn(wf, in.input)
@@ -333,7 +331,7 @@ func Alarm(fn Func, cfg Config) (err error) {
 		if s.wakeAt == 0 {
 			status = stRunning
 		}
-		wf.setAlarm(max(s.wakeAt, now()))
+		host.setAlarm(max(s.wakeAt, now()))
 		host.exec(true, "UPDATE wasmkeep_wf SET status = ?, cut_runs = 0, updated_at = ? WHERE id = 1", status, now())
 	default:
 		finish(wf, cfg, stFailed, nil, ferr.Error())
@@ -344,7 +342,7 @@ func Alarm(fn Func, cfg Config) (err error) {
 // finish records the instance's end and sets its retention alarm.
 func finish(wf *Run, cfg Config, status string, out []byte, msg string) {
 	t := now()
-	wf.setAlarm(t + cfg.RetentionMs)
+	host.setAlarm(t + cfg.RetentionMs)
 	var errArg any
 	if status == stFailed {
 		errArg = msg

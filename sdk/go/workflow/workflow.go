@@ -140,7 +140,6 @@ type Run struct {
 	stopped  *Stop
 	deadline int64 // after it, no new step starts in this event
 	fresh    int   // new steps run in this event
-	dueAt    int64 // the alarm that started this event, never set again (the host would clear it)
 }
 
 // record is one recorded position, a row of wasmkeep_wf_step. Its key is
@@ -287,7 +286,7 @@ func (wf *Run) step(name string, f func(string) ([]byte, error), try bool, opts 
 	// then counts), with the watchdog alarm at its backoff.
 	r.attempts++
 	wait := t + backoff(first, most, r.attempts)
-	wf.setAlarm(wait)
+	host.setAlarm(wait)
 	host.exec(false, "INSERT INTO wasmkeep_wf_step (pos, name, kind, error, attempts, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?) "+
 		"ON CONFLICT (pos) DO UPDATE SET error = excluded.error, attempts = excluded.attempts, next_attempt_at = excluded.next_attempt_at",
 		pos, name, kindStep, errCut, r.attempts, wait)
@@ -406,13 +405,4 @@ func (wf *Run) waitForEvent(name string, timeoutMs int64) ([]byte, bool, error) 
 		return nil, false, nil
 	}
 	return nil, false, wf.stop(&Stop{wakeAt: r.wakeAt, event: name})
-}
-
-// setAlarm sets the actor's alarm, never to the time of the alarm that
-// started this event: the host clears that one when the event succeeds.
-func (wf *Run) setAlarm(at int64) {
-	if at == wf.dueAt {
-		at++
-	}
-	host.setAlarm(at)
 }
