@@ -32,6 +32,10 @@ type Wasmkeep struct {
 	Binary, Class, Guest string
 	Env                  []string // added to the environment, such as WASMKEEP_RUNTIME__USE=wasmtime
 	ServeArgs            []string // added to `wasmkeep serve`'s arguments
+	// BucketFS makes the node a cluster of one on a bucket-fs directory
+	// beside its data directory (<data dir>-bucket, new with it), so that
+	// an exec-durable write answers once the bucket holds it.
+	BucketFS bool
 }
 
 func (w Wasmkeep) Command(addr, dataDir string) *exec.Cmd {
@@ -42,6 +46,9 @@ func (w Wasmkeep) Command(addr, dataDir string) *exec.Cmd {
 		"--max-instances", strconv.Itoa(maxInstances),
 		"--idle-timeout", "10m", // nothing hibernates during a run
 	}, w.ServeArgs...)
+	if w.BucketFS {
+		args = append(args, "--bucket", "file://"+dataDir+"-bucket", "--node-id", "bench", "--cluster-listen", "127.0.0.1:0")
+	}
 	cmd := exec.Command(w.Binary, args...)
 	cmd.Env = append(os.Environ(), w.Env...)
 	return cmd

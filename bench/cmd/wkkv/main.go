@@ -5,10 +5,11 @@
 // (local) and durable puts, on each engine. Clients send outside requests to
 // caller actors (cmd/wasmkeep/testdata/guests/kvclient), each of which calls
 // the shard with the Go client; every key lives in shard 0 of 4, so the
-// throughput is one shard's. It prints a table and writes
-// <out>/<date>-<commit>-kv.csv.
+// throughput is one shard's. With -bucket each node is a cluster of one on
+// bucket-fs, so that a durable put waits for the bucket. It prints a table
+// and writes <out>/<date>-<commit>-kv.csv (-kv-bucket.csv).
 //
-//	wkkv -wasmkeep BIN -shard kv.wasm -client kvclient.wasm [-engines wazero,wasmtime] [-clients 8] [-duration 5s]
+//	wkkv -wasmkeep BIN -shard kv.wasm -client kvclient.wasm [-engines wazero,wasmtime] [-clients 8] [-duration 5s] [-bucket]
 package main
 
 import (
@@ -52,6 +53,7 @@ func main() {
 	clients := flag.Int("clients", 8, "concurrent clients, each with a caller actor of its own")
 	duration := flag.Duration("duration", 5*time.Second, "how long each operation is measured")
 	out := flag.String("out", "bench/results", "directory for the CSV")
+	bucket := flag.Bool("bucket", false, "serve each node on a new bucket-fs directory, so that a durable put answers once the bucket holds it; the CSV's name ends in -kv-bucket")
 	flag.Parse()
 	if *bin == "" || *shard == "" || *client == "" {
 		log.Fatal("wkkv: -wasmkeep, -shard and -client are required (bench/README.md, wkkv)")
@@ -68,14 +70,18 @@ func main() {
 	for _, engine := range strings.Split(*engines, ",") {
 		srv := measure.Wasmkeep{Binary: *bin, Class: "client", Guest: *client,
 			ServeArgs: []string{"--actor", "kv=" + *shard, "--access", "kv=internal"},
-			Env:       []string{"WASMKEEP_RUNTIME__USE=" + engine}}
+			Env:       []string{"WASMKEEP_RUNTIME__USE=" + engine}, BucketFS: *bucket}
 		res, err := run(srv, engine, keys, *duration)
 		if err != nil {
 			log.Fatalf("wkkv: %s: %v", engine, err)
 		}
 		results = append(results, res)
 	}
-	path, err := measure.WriteCSV(*out, commit, "-kv", results...)
+	suffix := "-kv"
+	if *bucket {
+		suffix += "-bucket"
+	}
+	path, err := measure.WriteCSV(*out, commit, suffix, results...)
 	if err != nil {
 		log.Fatal("wkkv: ", err)
 	}

@@ -7,10 +7,12 @@
 // one operation at a time (p50, p99) and as throughput with -clients
 // concurrent client actors on the one queue. The client actor is
 // cmd/wasmkeep/testdata/guests/queueclient, driven over loopback HTTP, so a
-// latency includes the outside request to it and its call to the queue. It
-// prints a table and writes <out>/<date>-<commit>-queue.csv.
+// latency includes the outside request to it and its call to the queue.
+// With -bucket each node is a cluster of one on bucket-fs, so that a send
+// waits for the bucket. It prints a table and writes
+// <out>/<date>-<commit>-queue.csv (-queue-bucket.csv).
 //
-//	wkqueue -wasmkeep BIN -queue queue.wasm -client queueclient.wasm [-engines wazero,wasmtime] [-quick]
+//	wkqueue -wasmkeep BIN -queue queue.wasm -client queueclient.wasm [-engines wazero,wasmtime] [-quick] [-bucket]
 package main
 
 import (
@@ -56,6 +58,7 @@ func run(args []string, stdout io.Writer) (string, error) {
 	engines := fs.String("engines", "wazero,wasmtime", "runtime plugins to measure, comma-separated")
 	out := fs.String("out", "bench/results", "directory for the CSV")
 	quick := fs.Bool("quick", false, "small counts, to check the harness rather than to measure")
+	bucket := fs.Bool("bucket", false, "serve each node on a new bucket-fs directory, so that a durable send answers once the bucket holds it; the CSV's name ends in -queue-bucket")
 	if err := fs.Parse(args); err != nil {
 		return "", err
 	}
@@ -77,7 +80,7 @@ func run(args []string, stdout io.Writer) (string, error) {
 	for _, engine := range strings.Split(*engines, ",") {
 		srv := measure.Wasmkeep{Binary: *bin, Class: "app", Guest: *clientWasm,
 			Env:       []string{"WASMKEEP_RUNTIME__USE=" + engine},
-			ServeArgs: []string{"--actor", "queue=" + *queueWasm, "--access", "queue=internal"}}
+			ServeArgs: []string{"--actor", "queue=" + *queueWasm, "--access", "queue=internal"}, BucketFS: *bucket}
 		fmt.Fprintf(stdout, "wkqueue: %s at %s on %s (load %s)\n", *bin, commit, engine, measure.LoadAverage())
 		res, err := c.run(srv)
 		if err != nil {
@@ -86,7 +89,11 @@ func run(args []string, stdout io.Writer) (string, error) {
 		results = append(results, res)
 	}
 	measure.PrintTable(stdout, results...)
-	return measure.WriteCSV(*out, commit, "-queue", results...)
+	suffix := "-queue"
+	if *bucket {
+		suffix += "-bucket"
+	}
+	return measure.WriteCSV(*out, commit, suffix, results...)
 }
 
 // node is a running server and a client for it.
