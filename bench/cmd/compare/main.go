@@ -113,6 +113,10 @@ func run(args []string, stdout io.Writer) error {
 			if res.Engine != t.engine {
 				return fmt.Errorf("%s: the server served with %s", t.opts.Label, res.Engine)
 			}
+			// The CSV's engine column tells the older build's rows apart.
+			if strings.HasPrefix(t.opts.Label, beforeLabel) {
+				res.Engine = beforeLabel + res.Engine
+			}
 			runs[i] = append(runs[i], res)
 			round = append(round, res)
 		}
