@@ -19,13 +19,13 @@ import (
 
 // The key-value contract (issue 17, items 1 and 4): the same requests and
 // answers from the Go client (testdata/guests/kvclient) and the C client
-// (testdata/guests-c/kvclient), against the real shard class of
+// (testdata/guests/ckvclient), against the real shard class of
 // examples/jobs/kv, on a real node.
 
 func kvClientGuests() []sdkGuest {
 	return []sdkGuest{
 		{"go", func(t testing.TB) string { return buildGuest(t, "cmd/wasmkeep/testdata/guests/kvclient", "") }},
-		{"c", func(t testing.TB) string { return buildCGuest(t, "cmd/wasmkeep/testdata/guests-c/kvclient") }},
+		{"c", func(t testing.TB) string { return buildCGuest(t, "cmd/wasmkeep/testdata/guests/ckvclient") }},
 	}
 }
 

@@ -18,14 +18,14 @@ import (
 // Workflows (sdk/go/workflow, the book's ADR 0019) against a real server:
 // the runner is a Go class (examples/jobs/orders, or the scripted class of
 // testdata/guests/wfscript), driven through its client by a driver actor
-// written in each SDK (testdata/guests/wfdriver, testdata/guests-c/wfdriver)
+// written in each SDK (testdata/guests/wfdriver, testdata/guests/cwfdriver)
 // that exposes the same routes. The class's waits and backoffs are set to
 // 100s of ms by its configuration.
 
 func wfDrivers() []sdkGuest {
 	return []sdkGuest{
 		{"go", func(t testing.TB) string { return buildGuest(t, "cmd/wasmkeep/testdata/guests/wfdriver", "") }},
-		{"c", func(t testing.TB) string { return buildCGuest(t, "cmd/wasmkeep/testdata/guests-c/wfdriver") }},
+		{"c", func(t testing.TB) string { return buildCGuest(t, "cmd/wasmkeep/testdata/guests/cwfdriver") }},
 	}
 }
 

@@ -3,10 +3,9 @@ package kv
 import (
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/wasmkeep/wasmkeep/sdk/go/wasmkeep"
+	"github.com/wasmkeep/wasmkeep/sdk/go/internal/actorcall"
 )
 
 // Client reaches the shards of one class. It holds no connection: each
@@ -21,8 +20,8 @@ type Client struct {
 	maxAge int64 // the read cache's, in milliseconds; 0: no cache
 	cache  map[string]cached
 
-	call func(address string, r *wasmkeep.Request) (*wasmkeep.Response, error) // wasmkeep.Call; tests substitute a fake
-	now  func() int64                                                          // milliseconds since the Unix epoch
+	call actorcall.Func // actorcall.Host; tests substitute a fake
+	now  func() int64   // milliseconds since the Unix epoch
 }
 
 // cached is a read cache line: the entry (nil: absent) and when it was read.
@@ -41,7 +40,7 @@ func New(class string, shards int) *Client {
 	if shards < 1 {
 		panic("kv: New needs at least one shard")
 	}
-	return &Client{class: class, shards: shards, call: defaultCall, now: nowMs}
+	return &Client{class: class, shards: shards, call: actorcall.Host, now: nowMs}
 }
 
 func nowMs() int64 { return time.Now().UnixMilli() }
@@ -235,30 +234,18 @@ func malformed(err error) *Error {
 // do sends one operation to a shard and returns the reply's body, or the
 // error its status means.
 func (c *Client) do(address, path string, body []byte) ([]byte, error) {
-	req, err := wasmkeep.NewRequest("POST", path, body)
-	if err != nil {
-		return nil, &Error{Kind: Call, Message: err.Error()}
+	b, f := actorcall.Post(c.call, address, path, body)
+	switch {
+	case f == nil:
+		return b, nil
+	case f.Err != nil:
+		return nil, &Error{Kind: Call, Message: address + ": " + f.Err.Error()}
+	case f.Status == 409:
+		return nil, &Error{Kind: Conflict, Message: f.Message}
+	case f.Status == 500:
+		return nil, &Error{Kind: Storage, Message: f.Message}
 	}
-	req.Header.Set("Content-Type", "application/octet-stream")
-	resp, err := c.call(address, req)
-	if err != nil {
-		return nil, &Error{Kind: Call, Message: address + ": " + err.Error()}
-	}
-	if resp.StatusCode == 200 {
-		return resp.Body, nil
-	}
-	msg := resp.Body
-	if len(msg) > 400 {
-		msg = msg[:400]
-	}
-	e := &Error{Kind: Refused, Status: resp.StatusCode, Message: strings.TrimSuffix(string(msg), "\n")}
-	switch resp.StatusCode {
-	case 409:
-		e.Kind, e.Status = Conflict, 0
-	case 500:
-		e.Kind, e.Status = Storage, 0
-	}
-	return nil, e
+	return nil, &Error{Kind: Refused, Status: f.Status, Message: f.Message}
 }
 
 func (c *Client) remember(key string, e *Entry) {

@@ -2,10 +2,9 @@ package queue
 
 import (
 	"strconv"
-	"strings"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
-	"github.com/wasmkeep/wasmkeep/sdk/go/wasmkeep"
+	"github.com/wasmkeep/wasmkeep/sdk/go/internal/actorcall"
 )
 
 // Client reaches one queue, an actor of a queue class. Each method is one
@@ -13,12 +12,12 @@ import (
 // *Error.
 type Client struct {
 	address string
-	call    func(address string, r *wasmkeep.Request) (*wasmkeep.Response, error)
+	call    actorcall.Func // actorcall.Host; tests substitute a fake
 }
 
 // New returns a client of the queue at address, "class/name" (the name
 // percent-encoded if it holds "/" or "%").
-func New(address string) *Client { return &Client{address: address, call: call} }
+func New(address string) *Client { return &Client{address: address, call: actorcall.Host} }
 
 // Address is the queue's address.
 func (c *Client) Address() string { return c.address }
@@ -148,22 +147,16 @@ func (c *Client) DeadLetters(limit int) ([]DeadLetter, error) {
 // body. Another status is an *Error: 500 Storage, anything else Refused,
 // with the first 400 bytes of the answer.
 func (c *Client) do(op string, body []byte) (*abi.Reader, error) {
-	req, err := wasmkeep.NewRequest("POST", PathPrefix+op, body)
-	if err != nil {
-		return nil, &Error{Kind: Call, Message: err.Error()}
+	b, f := actorcall.Post(c.call, c.address, PathPrefix+op, body)
+	switch {
+	case f == nil:
+		return abi.NewReader(b), nil
+	case f.Err != nil:
+		return nil, &Error{Kind: Call, Message: f.Err.Error()}
+	case f.Status == 500:
+		return nil, &Error{Kind: Storage, Message: f.Message}
 	}
-	resp, err := c.call(c.address, req)
-	if err != nil {
-		return nil, &Error{Kind: Call, Message: err.Error()}
-	}
-	if resp.StatusCode == 200 {
-		return abi.NewReader(resp.Body), nil
-	}
-	msg := strings.TrimRight(string(resp.Body[:min(len(resp.Body), 400)]), "\n")
-	if resp.StatusCode == 500 {
-		return nil, &Error{Kind: Storage, Message: msg}
-	}
-	return nil, &Error{Kind: Refused, Status: resp.StatusCode, Message: msg}
+	return nil, &Error{Kind: Refused, Status: f.Status, Message: f.Message}
 }
 
 // done checks that a reply was read to its end.

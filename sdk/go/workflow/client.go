@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
-	"github.com/wasmkeep/wasmkeep/sdk/go/wasmkeep"
+	"github.com/wasmkeep/wasmkeep/sdk/go/internal/actorcall"
 )
 
 // The wire protocol between Client and the runner (docs/sdk-protocols.md,
@@ -104,22 +104,16 @@ var (
 	ErrCancelled = &Error{Kind: KindCancelled}
 )
 
-// caller sends a request to an actor: wasmkeep.Call in a guest.
-type caller func(address string, r *wasmkeep.Request) (*wasmkeep.Response, error)
-
-// hostCall is wasmkeep.Call in a guest (host_wasip1.go), nil elsewhere.
-var hostCall caller
-
 // Client starts and follows the instances of a workflow class. Every call
 // is a wasmkeep.Call to the instance's actor, class/id, that only reads or
 // records: the workflow runs in its own events.
 type Client struct {
 	class string
-	call  caller // nil: wasmkeep.Call (tests substitute a fake)
+	call  actorcall.Func // actorcall.Host; tests substitute a fake
 }
 
 // New returns a client of the workflow class.
-func New(class string) *Client { return &Client{class: class} }
+func New(class string) *Client { return &Client{class: class, call: actorcall.Host} }
 
 // Start records a new instance with its input and returns its status; it
 // runs in its own event right after. If the instance exists (until its
@@ -180,31 +174,18 @@ func (c *Client) Result(id string) (output []byte, done bool, err error) {
 
 // do sends op to the instance and returns the body of its 200.
 func (c *Client) do(id, op string, body []byte) ([]byte, error) {
-	req, err := wasmkeep.NewRequest("POST", prefix+op, body)
-	if err != nil {
-		return nil, &Error{Kind: KindCall, Message: err.Error()}
+	b, f := actorcall.Post(c.call, c.class+"/"+escapeName(id), prefix+op, body)
+	switch {
+	case f == nil:
+		return b, nil
+	case f.Err != nil:
+		return nil, &Error{Kind: KindCall, Message: f.Err.Error()}
+	case f.Status == 404:
+		return nil, &Error{Kind: KindUnknown, Message: f.Message}
+	case f.Status == 409:
+		return nil, &Error{Kind: KindFinished, Message: f.Message}
 	}
-	call := c.call
-	if call == nil {
-		call = hostCall
-	}
-	if call == nil {
-		return nil, &Error{Kind: KindCall, Message: "no host: calls need GOOS=wasip1"}
-	}
-	resp, err := call(c.class+"/"+escapeName(id), req)
-	if err != nil {
-		return nil, &Error{Kind: KindCall, Message: err.Error()}
-	}
-	msg := string(resp.Body[:min(len(resp.Body), 400)])
-	switch resp.StatusCode {
-	case 200:
-		return resp.Body, nil
-	case 404:
-		return nil, &Error{Kind: KindUnknown, Message: strings.TrimSpace(msg)}
-	case 409:
-		return nil, &Error{Kind: KindFinished, Message: strings.TrimSpace(msg)}
-	}
-	return nil, &Error{Kind: KindRefused, Status: resp.StatusCode, Message: strings.TrimSpace(msg)}
+	return nil, &Error{Kind: KindRefused, Status: f.Status, Message: f.Message}
 }
 
 // escapeName percent-encodes the two bytes an actor name cannot carry

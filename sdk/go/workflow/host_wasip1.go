@@ -4,7 +4,7 @@ package workflow
 
 import "github.com/wasmkeep/wasmkeep/sdk/go/wasmkeep"
 
-func init() { host, hostCall = wasiHost{}, wasmkeep.Call }
+func init() { host = wasiHost{} }
 
 // wasiHost is the backend of a guest: the actor's own database and alarm.
 type wasiHost struct{}

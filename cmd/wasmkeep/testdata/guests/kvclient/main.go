@@ -1,7 +1,7 @@
 //go:build wasip1
 
 // Kvclient drives sdk/go/kv's Client over HTTP, for the key-value contract
-// test; guests-c/kvclient is the same actor in C, with the same routes and
+// test; guests/ckvclient is the same actor in C, with the same routes and
 // answers. It uses the shards kv/shard-0 .. kv/shard-3; the routes under
 // /cached/ go through a client with a read cache of 500 ms.
 //

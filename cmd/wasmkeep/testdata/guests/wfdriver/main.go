@@ -1,7 +1,7 @@
 //go:build wasip1
 
 // Wfdriver drives workflow instances with the Go client, for the workflow
-// tests; testdata/guests-c/wfdriver has the same routes in C. Every route
+// tests; testdata/guests/cwfdriver has the same routes in C. Every route
 // takes ?class=C&id=X:
 //
 //	POST /start   (body: the input)   the status
