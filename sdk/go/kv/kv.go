@@ -26,7 +26,11 @@
 // protocol is in docs/sdk-protocols.md.
 package kv
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/wasmkeep/wasmkeep/sdk/go/internal/actorcall"
+)
 
 // MaxKeyLen is the longest key, in bytes.
 const MaxKeyLen = 1024
@@ -74,14 +78,11 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	s := "kv " + e.Kind.String()
-	if e.Kind == Refused && e.Status != 0 {
-		s += " (" + strconv.Itoa(e.Status) + ")"
+	status := 0
+	if e.Kind == Refused {
+		status = e.Status
 	}
-	if e.Message != "" {
-		s += ": " + e.Message
-	}
-	return s
+	return actorcall.Describe("kv", e.Kind.String(), status, e.Message)
 }
 
 // Is matches any *Error of the same kind, so errors.Is(err, kv.ErrConflict)

@@ -31,6 +31,7 @@ import (
 	"strconv"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/sdk/go/internal/actorcall"
 )
 
 // PathPrefix starts every path of the protocol; a queue class with code of
@@ -138,11 +139,11 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	s := "queue " + e.Kind.String()
+	status := 0
 	if e.Kind == Refused {
-		s += " (" + strconv.Itoa(e.Status) + ")"
+		status = e.Status
 	}
-	return s + ": " + e.Message
+	return actorcall.Describe("queue", e.Kind.String(), status, e.Message)
 }
 
 // Is matches an *Error of the same kind, so errors.Is(err, ErrStorage)

@@ -78,14 +78,11 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	msg := "workflow: " + e.Kind.String()
+	status := 0
 	if e.Kind == KindRefused {
-		msg += " (status " + strconv.Itoa(e.Status) + ")"
+		status = e.Status
 	}
-	if e.Message != "" {
-		msg += ": " + e.Message
-	}
-	return msg
+	return actorcall.Describe("workflow", e.Kind.String(), status, e.Message)
 }
 
 // Is matches errors of the same Kind.

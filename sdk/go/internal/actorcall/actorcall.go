@@ -5,6 +5,7 @@
 package actorcall
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/wasmkeep/wasmkeep/sdk/go/wasmkeep"
@@ -45,4 +46,18 @@ func Post(call Func, address, path string, body []byte) ([]byte, *Failure) {
 	}
 	msg := resp.Body[:min(len(resp.Body), MaxMessage)]
 	return nil, &Failure{Status: resp.StatusCode, Message: strings.TrimSuffix(string(msg), "\n")}
+}
+
+// Describe is the message of a pattern client's error, the same shape in
+// every package: "kv refused (403): forbidden", "queue call: <why>". A zero
+// status and an empty message are left out.
+func Describe(pattern, kind string, status int, message string) string {
+	s := pattern + " " + kind
+	if status != 0 {
+		s += " (" + strconv.Itoa(status) + ")"
+	}
+	if message != "" {
+		s += ": " + message
+	}
+	return s
 }

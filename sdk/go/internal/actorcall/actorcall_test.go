@@ -38,3 +38,19 @@ func TestPost(t *testing.T) {
 		t.Errorf("a failed call: %+v", f)
 	}
 }
+
+func TestDescribe(t *testing.T) {
+	for _, c := range []struct {
+		status  int
+		message string
+		want    string
+	}{
+		{403, "forbidden", "kv refused (403): forbidden"},
+		{0, "forbidden", "kv refused: forbidden"},
+		{0, "", "kv refused"},
+	} {
+		if got := Describe("kv", "refused", c.status, c.message); got != c.want {
+			t.Errorf("Describe(%d, %q) = %q, want %q", c.status, c.message, got, c.want)
+		}
+	}
+}
