@@ -175,6 +175,9 @@ func TestQueueContract(t *testing.T) {
 				if code != 403 {
 					t.Fatalf("an outside request to an internal queue class: %d", code)
 				}
+				// Config.Allow narrows the callers.
+				n.expect("GET", "/actor/app/allowed/stats?q=queue/private.a", "", 200, "ready 0 delayed 0 inflight 0 dead 0")
+				n.expect("GET", "/actor/app/a/stats?q=queue/private.a", "", 200, "error refused 403: queue: this queue does not answer default/app/a")
 			})
 		})
 	}

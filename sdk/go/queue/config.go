@@ -10,6 +10,11 @@ type Config struct {
 	MaxAttempts  int   // leases before a message is dead-lettered: 5
 	BackoffMs    int64 // the first retry's delay: 1 s, doubling with each attempt...
 	MaxBackoffMs int64 // ...up to this: 5 min
+	// Allow, if set, narrows who may call the queue (the book's
+	// handle_allowing): it is given the caller's X-Wasmkeep-Caller,
+	// "tenant/class/name" with the name percent-encoded, and a caller it
+	// refuses gets 403. Without it every actor may (outside requests never).
+	Allow func(caller string) bool
 
 	consumer string
 }

@@ -52,11 +52,16 @@ const maxDelay = 1 << 40
 
 // Handle answers a request of the protocol (a path under PathPrefix) with
 // the queue's settings c. Only callers with x-wasmkeep-caller (other actors)
-// are answered; anything else gets 403.
+// that c.Allow accepts, if set, are answered; anything else gets 403.
 func Handle(c Config, w wasmkeep.ResponseWriter, r *wasmkeep.Request) {
 	c = c.withDefaults()
-	if r.Header.Get("X-Wasmkeep-Caller") == "" {
+	caller := r.Header.Get("X-Wasmkeep-Caller")
+	if caller == "" {
 		wasmkeep.Error(w, "queue: only other actors may call a queue (x-wasmkeep-caller is missing)", 403)
+		return
+	}
+	if c.Allow != nil && !c.Allow(caller) {
+		wasmkeep.Error(w, "queue: this queue does not answer "+caller, 403)
 		return
 	}
 	op, ok := strings.CutPrefix(r.URL.Path, PathPrefix)
