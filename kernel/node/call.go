@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/callsign"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/peers"
 	"github.com/wasmkeep/wasmkeep/kernel/node/address"
 	"github.com/wasmkeep/wasmkeep/kernel/node/fetch"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
@@ -19,6 +21,23 @@ import (
 // from outside requests, so a callee can trust it. A call between nodes
 // carries it signed (callsign).
 const callerHeader = callsign.CallerHeader
+
+// eachGuestHeader calls add with the request's Host, then each header a
+// guest may see: never a host-owned one and, with dropHopByHop, no
+// hop-by-hop one either (a request another node relays).
+func eachGuestHeader(r *http.Request, dropHopByHop bool, add func(name, value string)) {
+	if r.Host != "" {
+		add("Host", r.Host)
+	}
+	for k, vs := range r.Header {
+		if callsign.HostOwned(k) || dropHopByHop && peers.HopByHop(k) {
+			continue
+		}
+		for _, v := range vs {
+			add(k, v)
+		}
+	}
+}
 
 // actorCall serves actors.call: an HTTP-shaped request to class/name in the
 // caller's tenant, delivered through the callee's mailbox while the caller's
@@ -57,9 +76,7 @@ func actorCall(ctx context.Context, st *eventState, mem runtime.Memory, s []uint
 	}
 	chain := append(slices.Clip(st.chain), st.actor.key)
 	// The callee sees who calls, as the host says, never as the caller says.
-	req.Headers = slices.DeleteFunc(req.Headers, func(h abi.Header) bool {
-		return strings.HasPrefix(strings.ToLower(h.Name), "x-wasmkeep-")
-	})
+	req.Headers = slices.DeleteFunc(req.Headers, func(h abi.Header) bool { return callsign.HostOwned(h.Name) })
 	a := st.actor.addr
 	caller := a.Tenant + "/" + a.Class + "/" + address.EscapeName(a.Name)
 	req.Headers = append(req.Headers, abi.Header{Name: callerHeader, Value: caller})

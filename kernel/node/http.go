@@ -221,21 +221,10 @@ func (n *Node) encodeRequest(r *http.Request, path string) ([]byte, error) {
 	b = abi.AppendString(b, path)
 	count, countAt := uint32(0), len(b)
 	b = abi.AppendU32(b, 0)
-	if r.Host != "" {
-		b = abi.AppendString(b, "Host")
-		b = abi.AppendString(b, r.Host)
+	eachGuestHeader(r, false, func(name, value string) {
+		b = abi.AppendString(abi.AppendString(b, name), value)
 		count++
-	}
-	for k, vs := range r.Header {
-		if strings.HasPrefix(strings.ToLower(k), "x-wasmkeep-") {
-			continue // only the host says who is calling
-		}
-		for _, v := range vs {
-			b = abi.AppendString(b, k)
-			b = abi.AppendString(b, v)
-			count++
-		}
-	}
+	})
 	binary.LittleEndian.PutUint32(b[countAt:], count)
 	bodyAt := len(b)
 	b = abi.AppendU32(b, 0)

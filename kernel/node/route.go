@@ -122,17 +122,9 @@ func (n *Node) serveCall(w http.ResponseWriter, r *http.Request, c *class, route
 	if r.URL.RawQuery != "" {
 		req.Path += "?" + r.URL.RawQuery
 	}
-	if r.Host != "" {
-		req.Headers = append(req.Headers, abi.Header{Name: "Host", Value: r.Host})
-	}
-	for k, vs := range r.Header {
-		if strings.HasPrefix(strings.ToLower(k), "x-wasmkeep-") || peers.HopByHop(k) {
-			continue
-		}
-		for _, v := range vs {
-			req.Headers = append(req.Headers, abi.Header{Name: k, Value: v})
-		}
-	}
+	eachGuestHeader(r, true, func(name, value string) {
+		req.Headers = append(req.Headers, abi.Header{Name: name, Value: value})
+	})
 	req.Headers = append(req.Headers, abi.Header{Name: callerHeader, Value: caller})
 	res := n.callActor(r.Context(), c, route.Name, req, caller, chain, false)
 	if res.failed {
@@ -220,7 +212,7 @@ func (n *Node) callPeer(ctx context.Context, peer string, c *class, name string,
 			hr.Host = h.Value
 			continue
 		}
-		if !strings.HasPrefix(strings.ToLower(h.Name), "x-wasmkeep-") && !peers.HopByHop(h.Name) {
+		if !callsign.HostOwned(h.Name) && !peers.HopByHop(h.Name) {
 			hr.Header.Add(h.Name, h.Value)
 		}
 	}
@@ -257,7 +249,7 @@ func (n *Node) callPeer(ctx context.Context, peer string, c *class, name string,
 	}
 	out := abi.Response{Status: resp.StatusCode, Body: body}
 	for k, vs := range resp.Header {
-		if peers.HopByHop(k) || strings.HasPrefix(strings.ToLower(k), "x-wasmkeep-") {
+		if peers.HopByHop(k) || callsign.HostOwned(k) {
 			continue
 		}
 		for _, v := range vs {

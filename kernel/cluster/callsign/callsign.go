@@ -201,11 +201,20 @@ func (v *Verifier) Spend(method, path string, body []byte, h http.Header) error 
 // by now not counted.
 func (v *Verifier) Remembered() int { return v.rec.size() }
 
-// Strip removes every x-wasmkeep- header from h: an outside client's are
+// HostOwned says whether a header is one of the x-wasmkeep-* headers,
+// which only a node sets (the caller, the node that answered, a call's
+// signature): wherever a request or an answer crosses between a guest, a
+// client and another node, those that arrive are dropped, so that nobody
+// can pass for a caller.
+func HostOwned(name string) bool {
+	return len(name) >= len("x-wasmkeep-") && strings.EqualFold(name[:len("x-wasmkeep-")], "x-wasmkeep-")
+}
+
+// Strip removes every host-owned header from h: an outside client's are
 // never believed, and a call's are believed only through Verify's result.
 func Strip(h http.Header) {
 	for k := range h {
-		if len(k) >= len("x-wasmkeep-") && strings.EqualFold(k[:len("x-wasmkeep-")], "x-wasmkeep-") {
+		if HostOwned(k) {
 			delete(h, k)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/callsign"
 )
 
 // Headers between nodes. Forwarded marks a request a node sent on to an
@@ -39,7 +41,7 @@ func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string) *
 	out.RequestURI = ""
 	out.URL = &url.URL{Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
 	out.Close = false
-	StripPrivate(out.Header)
+	callsign.Strip(out.Header) // a client's are never believed, only what a node sets or signs
 	removeHopByHop(out.Header, upgrade)
 	out.Header.Set(ForwardedHeader, n.cfg.Self)
 	if r.ContentLength == 0 {
@@ -109,16 +111,6 @@ func (n *Network) join(w http.ResponseWriter, resp *http.Response) {
 	}()
 	<-done
 	<-done
-}
-
-// StripPrivate removes every x-wasmkeep-* header: what a client sets is
-// never believed, only what a node sets or signs.
-func StripPrivate(h http.Header) {
-	for k := range h {
-		if strings.HasPrefix(strings.ToLower(k), "x-wasmkeep-") {
-			delete(h, k)
-		}
-	}
 }
 
 // isUpgrade reports whether h asks for a protocol upgrade.
