@@ -252,3 +252,37 @@ func TestQueueSurvivesRestart(t *testing.T) {
 	n.expect("GET", "/actor/app/a/ack?q=queue/kept&id=1&attempt=1", "", 200, "current")
 	n.until("GET", "/actor/app/consumer/deliveries", "", "queue/push.app 1 1 later\n")
 }
+
+// A lease and a dead-letter sweep stay within what one query and one event
+// may carry: a lease takes messages while their bodies stay under 8 MiB
+// (the first always), and a sweep moves at most 100 messages, the rest at
+// the next one, which leases skip meanwhile and stats count as dead.
+func TestQueueBoundsLeasesAndSweeps(t *testing.T) {
+	n := startQueueNode(t, buildGuest(t, "cmd/wasmkeep/testdata/guests/queueclient", ""))
+	big := strings.Repeat("b", 5<<20)
+	for i := range 3 {
+		n.expect("POST", "/actor/app/a/send?q=queue/big", big, 200, strconv.Itoa(i+1))
+	}
+	leased := n.body("GET", "/actor/app/a/lease?q=queue/big&max=10&vis=60000")
+	if got := strings.Count(leased, "\n"); got != 2 {
+		t.Errorf("a lease of 10 over three 5 MiB messages took %d, want 2 (8 MiB)", got)
+	}
+
+	// 250 messages through their three attempts, each lease running out at
+	// once. Every stats, dead and lease call sweeps first: one page each.
+	n.expect("POST", "/actor/app/a/batch?q=queue/sweep", strings.TrimSuffix(strings.Repeat("m\n", 250), "\n"), 200, ids(1, 250))
+	for range 3 {
+		if got := strings.Count(n.body("GET", "/actor/app/a/lease?q=queue/sweep&max=1000&vis=1"), "\n"); got != 250 {
+			t.Fatalf("a lease took %d of 250", got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	n.expect("GET", "/actor/app/a/stats?q=queue/sweep", "", 200, "ready 0 delayed 0 inflight 0 dead 250")
+	if got := strings.Count(n.body("GET", "/actor/app/a/dead?q=queue/sweep&limit=1000"), "\n"); got != 200 {
+		t.Errorf("two sweeps moved %d messages, want 200", got)
+	}
+	n.expect("GET", "/actor/app/a/lease?q=queue/sweep&max=1000&vis=1", "", 200, "")
+	if got := strings.Count(n.body("GET", "/actor/app/a/dead?q=queue/sweep&limit=1000"), "\n"); got != 250 {
+		t.Errorf("three sweeps moved %d messages, want 250", got)
+	}
+}

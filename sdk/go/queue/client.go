@@ -72,7 +72,7 @@ func (c *Client) send(bodies [][]byte, delayMs int64) ([]uint64, error) {
 // is delivered again with a higher Attempt.
 func (c *Client) Lease(max int, visibilityMs int64) ([]Message, error) {
 	b := abi.AppendU32(nil, uint32(clamp(int64(max), MaxBatch+1)))
-	in, err := c.do("lease", abi.AppendU64(b, uint64(clamp(visibilityMs, 1<<62))))
+	in, err := c.do("lease", abi.AppendU64(b, uint64(clamp(visibilityMs, maxDelay))))
 	if err != nil {
 		return nil, err
 	}

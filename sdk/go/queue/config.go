@@ -49,7 +49,11 @@ func (c Config) withDefaults() Config {
 	if c.MaxBackoffMs <= 0 {
 		c.MaxBackoffMs = 300_000
 	}
-	c.MaxBackoffMs = max(c.MaxBackoffMs, c.BackoffMs)
+	// Bounded like the wire's delays, so that times and doublings of them
+	// cannot overflow.
+	c.VisibilityMs = min(c.VisibilityMs, maxDelay)
+	c.BackoffMs = min(c.BackoffMs, maxDelay)
+	c.MaxBackoffMs = min(max(c.MaxBackoffMs, c.BackoffMs), maxDelay)
 	return c
 }
 

@@ -72,8 +72,16 @@ func Ack() Outcome { return Outcome{} }
 // Retry makes the message visible again after the queue's backoff.
 func Retry() Outcome { return Outcome{kind: outcomeRetry} }
 
-// RetryAfter makes the message visible again after ms milliseconds.
-func RetryAfter(ms int64) Outcome { return Outcome{kind: outcomeRetryAfter, delayMs: max(ms, 0)} }
+// maxDelay bounds delays, visibility timeouts and backoffs (2^40 ms, about
+// 34 years), on the wire and in a Config, so that sums of times cannot
+// overflow.
+const maxDelay = 1 << 40
+
+// RetryAfter makes the message visible again after ms milliseconds (at
+// most 2^40).
+func RetryAfter(ms int64) Outcome {
+	return Outcome{kind: outcomeRetryAfter, delayMs: min(max(ms, 0), maxDelay)}
+}
 
 // Settlement is one item of Client.Settle: a lease and its outcome.
 type Settlement struct {
@@ -200,7 +208,7 @@ func appendSettlements(b []byte, ss []Settlement) []byte {
 }
 
 // readSettlements decodes a list of settlements; an unknown outcome or a
-// delay past int64 is malformed.
+// delay past maxDelay is malformed.
 func readSettlements(r *abi.Reader) ([]Settlement, error) {
 	ss := make([]Settlement, r.Count(settlementMin))
 	for i := range ss {
@@ -209,7 +217,7 @@ func readSettlements(r *abi.Reader) ([]Settlement, error) {
 		if r.Err() != nil {
 			break
 		}
-		if kind > outcomeRetryAfter || delay > 1<<62 {
+		if kind > outcomeRetryAfter || delay > maxDelay {
 			return nil, errors.New("outcome " + strconv.Itoa(i) + ": unknown kind or delay out of range")
 		}
 		s.Outcome = Outcome{kind: kind, delayMs: int64(delay)}

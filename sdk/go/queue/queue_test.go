@@ -2,6 +2,7 @@ package queue
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"testing"
 
@@ -204,5 +205,23 @@ func TestHandleDelivery(t *testing.T) {
 		if w.status != c.status {
 			t.Errorf("caller %q body %x: %d, want %d", c.caller, c.body, w.status, c.status)
 		}
+	}
+}
+
+// Huge settings and delays are bounded, so that no time or backoff
+// overflows: a retry never comes at once because a doubling wrapped.
+func TestDelaysBounded(t *testing.T) {
+	c := Config{VisibilityMs: math.MaxInt64, BackoffMs: math.MaxInt64 / 2, MaxBackoffMs: math.MaxInt64}.withDefaults()
+	if c.VisibilityMs != maxDelay || c.BackoffMs != maxDelay || c.MaxBackoffMs != maxDelay {
+		t.Errorf("bounded config: %+v", c)
+	}
+	c = Config{BackoffMs: 1000, MaxBackoffMs: math.MaxInt64}.withDefaults()
+	for attempt := uint32(1); attempt < 100; attempt++ {
+		if d := c.backoff(attempt); d <= 0 || d > maxDelay {
+			t.Fatalf("backoff(%d) = %d", attempt, d)
+		}
+	}
+	if o := RetryAfter(math.MaxInt64); o.delayMs != maxDelay {
+		t.Errorf("RetryAfter(MaxInt64) waits %d ms", o.delayMs)
 	}
 }

@@ -46,9 +46,6 @@ func Init() error {
 
 func now() int64 { return time.Now().UnixMilli() }
 
-// maxDelay bounds delays and visibility timeouts (about 34 years), so sums
-// of times cannot overflow.
-const maxDelay = 1 << 40
 
 // Handle answers a request of the protocol (a path under PathPrefix) with
 // the queue's settings c. Only callers with x-wasmkeep-caller (other actors)
@@ -115,19 +112,25 @@ func malformed(in *abi.Reader, what string) error {
 // send: u64 delay_ms, list of bodies (1 to MaxBatch) -> list of u64 ids.
 func handleSend(c Config, in *abi.Reader) ([]byte, error) {
 	delay := in.U64()
-	bodies := make([][]byte, in.Count(4))
+	n := in.Count(4)
+	if in.Err() == nil && (n == 0 || n > MaxBatch) { // before allocating for a count a body claims
+		return nil, badRequest{"a send carries 1 to " + strconv.Itoa(MaxBatch) + " messages, not " + strconv.Itoa(n)}
+	}
+	bodies := make([][]byte, n)
 	for i := range bodies {
 		bodies[i] = in.Bytes()
 	}
 	if err := in.Done(); err != nil {
 		return nil, malformed(in, "")
 	}
-	if len(bodies) == 0 || len(bodies) > MaxBatch {
-		return nil, badRequest{"a send carries 1 to " + strconv.Itoa(MaxBatch) + " messages, not " + strconv.Itoa(len(bodies))}
-	}
 	if delay > maxDelay {
 		return nil, badRequest{"delay out of range"}
 	}
+	// The alarm first: it is part of the event's writes, so the durable
+	// insert makes it durable too, and a node lost after the answer cannot
+	// leave a push queue holding a message with no alarm to deliver it. An
+	// alarm for a send that then fails only finds nothing to do.
+	schedule(c, now()+int64(delay))
 	first, err := enqueue(bodies, int64(delay))
 	if err != nil {
 		return nil, err
@@ -136,7 +139,6 @@ func handleSend(c Config, in *abi.Reader) ([]byte, error) {
 	for i := range bodies {
 		out = abi.AppendU64(out, uint64(first+int64(i)))
 	}
-	schedule(c, now()+int64(delay))
 	return out, nil
 }
 
@@ -195,15 +197,21 @@ func handleLease(c Config, in *abi.Reader) ([]byte, error) {
 	return appendMessages(nil, ms), nil
 }
 
-// lease takes up to n visible messages, oldest visible first, adds one to
-// their attempts and hides them for vis ms. The last error says the lease
+// lease takes up to n visible messages with attempts left, oldest visible
+// first and 8 MiB of bodies at most, adds one to their attempts and hides
+// them for vis ms. The last error says the lease
 // ran out until an ack or retry replaces it.
 func lease(c Config, t int64, n int, vis int64) ([]Message, error) {
 	if err := sweep(c, t); err != nil {
 		return nil, err
 	}
-	rows, err := wasmkeep.Query(`SELECT id, attempts, enqueued_at, body FROM wasmkeep_queue
-		WHERE visible_at <= ? ORDER BY visible_at, id LIMIT ?`, t, n)
+	// Up to n, while their bodies stay under 8 MiB (the first always goes):
+	// a query's result and a delivery's call are bounded at 16 MB.
+	rows, err := wasmkeep.Query(`SELECT id, attempts, enqueued_at, body FROM wasmkeep_queue WHERE id IN
+		(SELECT id FROM (SELECT id, sum(length(body)) OVER (ORDER BY visible_at, id) - length(body) AS before
+			FROM wasmkeep_queue WHERE visible_at <= ? AND attempts < ? ORDER BY visible_at, id LIMIT ?)
+		WHERE before < 8388608)
+		ORDER BY visible_at, id`, t, c.MaxAttempts, n)
 	if err != nil {
 		return nil, err
 	}
@@ -241,13 +249,21 @@ func lease(c Config, t int64, n int, vis int64) ([]Message, error) {
 func sweep(c Config, t int64) error {
 	n, err := wasmkeep.Exec(`INSERT OR REPLACE INTO wasmkeep_queue_dead (id, body, enqueued_at, attempts, failed_at, reason)
 		SELECT id, body, enqueued_at, attempts, ?, coalesce(last_error, 'no attempt left')
-		FROM wasmkeep_queue WHERE attempts >= ? AND visible_at <= ?`, t, c.MaxAttempts, t)
+		FROM wasmkeep_queue WHERE id IN (`+sweepPage+`)`, t, c.MaxAttempts, t)
 	if err != nil || n == 0 {
 		return err
 	}
-	_, err = wasmkeep.Exec(`DELETE FROM wasmkeep_queue WHERE attempts >= ? AND visible_at <= ?`, c.MaxAttempts, t)
+	_, err = wasmkeep.Exec(`DELETE FROM wasmkeep_queue WHERE id IN (`+sweepPage+`)`, c.MaxAttempts, t)
 	return err
 }
+
+// sweepPage picks the messages one sweep moves (its parameters: the
+// attempts allowed, now): up to 100, oldest id first, while their bodies
+// stay under 8 MiB (the first always goes), so that one statement never
+// copies more than an event may write. What is left goes at the next
+// sweep, and leases skip it meanwhile.
+const sweepPage = `SELECT id FROM (SELECT id, sum(length(body)) OVER (ORDER BY id) - length(body) AS before
+	FROM wasmkeep_queue WHERE attempts >= ? AND visible_at <= ? ORDER BY id LIMIT 100) WHERE before < 8388608`
 
 // settle: list of settlements -> list of u8, 1 where the lease was current
 // and the outcome applied, 0 where it was stale.
@@ -342,10 +358,12 @@ func handleStats(c Config, in *abi.Reader) ([]byte, error) {
 	}
 	var s [4]int64
 	err := wasmkeep.QueryRow(`SELECT
-		(SELECT count(*) FROM wasmkeep_queue WHERE visible_at <= ?),
+		(SELECT count(*) FROM wasmkeep_queue WHERE visible_at <= ? AND attempts < ?),
 		(SELECT count(*) FROM wasmkeep_queue WHERE visible_at > ? AND in_flight = 0),
 		(SELECT count(*) FROM wasmkeep_queue WHERE visible_at > ? AND in_flight = 1),
-		(SELECT count(*) FROM wasmkeep_queue_dead)`, t, t, t).Scan(&s[0], &s[1], &s[2], &s[3])
+		(SELECT count(*) FROM wasmkeep_queue_dead) +
+		(SELECT count(*) FROM wasmkeep_queue WHERE visible_at <= ? AND attempts >= ?)`,
+		t, c.MaxAttempts, t, t, t, c.MaxAttempts).Scan(&s[0], &s[1], &s[2], &s[3])
 	if err != nil {
 		return nil, err
 	}
