@@ -301,3 +301,32 @@ func TestWorkflowSurvivesAKill(t *testing.T) {
 		}
 	}
 }
+
+// Runs that record a step before the host cuts them make progress: their
+// count of runs cut short starts again, so a workflow whose every event is
+// cut after one step still completes, past twice its attempts.
+func TestWorkflowCutRunsThatProgress(t *testing.T) {
+	internal := mustAccess(t, "internal")
+	n := startNode(t, node.Options{
+		Classes:   map[string]string{"wfdriver": wfDrivers()[0].build(t), "wf": wfScript(t)},
+		Access:    map[string]access.Access{"wf": internal},
+		Env:       map[string]map[string]string{"wf": {"ATTEMPTS": "3", "BACKOFF_MS": "50"}},
+		WallClock: 250 * time.Millisecond,
+	})
+	var script []string
+	for i := range 8 {
+		script = append(script, "slow s"+strconv.Itoa(i)+" 150")
+	}
+	n.expect("POST", wfPath("start", "wf", "cut"), strings.Join(script, "; "), 200, "running wake=no waiting= positions=0 output=- error=\n")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, body := n.do("POST", wfPath("status", "wf", "cut"), "")
+		if strings.HasPrefix(body, "completed") {
+			break
+		}
+		if strings.HasPrefix(body, "failed") || time.Now().After(deadline) {
+			t.Fatalf("the workflow: %q", body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

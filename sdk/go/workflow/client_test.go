@@ -3,6 +3,7 @@ package workflow
 import (
 	"bytes"
 	"errors"
+	"math"
 	"reflect"
 	"testing"
 
@@ -98,5 +99,25 @@ func TestBackoff(t *testing.T) {
 		if got := backoff(1000, 300_000, n); got != want {
 			t.Errorf("backoff(%d) = %d, want %d", n, got, want)
 		}
+	}
+}
+
+// Durations are bounded, so that no time overflows into the past: a
+// retention of math.MaxInt64 keeps an instance, it does not delete it.
+func TestDurationsBounded(t *testing.T) {
+	c := Config{BackoffMs: math.MaxInt64, MaxBackoffMs: math.MaxInt64, RetentionMs: math.MaxInt64, RunBudgetMs: math.MaxInt64}.withDefaults()
+	if c.BackoffMs != maxMs || c.MaxBackoffMs != maxMs || c.RetentionMs != maxMs || c.RunBudgetMs != maxMs {
+		t.Errorf("bounded config: %+v", c)
+	}
+	for n := 1; n < 100; n++ {
+		if d := backoff(1000, math.MaxInt64, n); d <= 0 || d > maxMs {
+			t.Fatalf("backoff(%d) = %d", n, d)
+		}
+	}
+	if got := after(1000, math.MaxInt64); got != 1000+maxMs {
+		t.Errorf("after(1000, MaxInt64) = %d", got)
+	}
+	if got := after(1000, -5); got != 1000 {
+		t.Errorf("after(1000, -5) = %d", got)
 	}
 }

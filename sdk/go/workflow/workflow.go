@@ -70,8 +70,18 @@ func (c Config) withDefaults() Config {
 	def(&c.MaxBackoffMs, 300_000)
 	def(&c.RetentionMs, 7*86_400_000)
 	def(&c.RunBudgetMs, 20_000)
+	c.BackoffMs, c.MaxBackoffMs = min(c.BackoffMs, maxMs), min(c.MaxBackoffMs, maxMs)
+	c.RetentionMs, c.RunBudgetMs = min(c.RetentionMs, maxMs), min(c.RunBudgetMs, maxMs)
 	return c
 }
+
+// maxMs bounds every duration the runner adds to a time (2^40 ms, about 34
+// years, "for ever" enough), so that no sum overflows into the past: a
+// retention of math.MaxInt64 must not delete an instance at once.
+const maxMs = 1 << 40
+
+// after is the time d milliseconds after t, d bounded to [0, maxMs].
+func after(t, d int64) int64 { return t + min(max(d, 0), maxMs) }
 
 // StepOptions overrides Config's retries for one step; zero fields take
 // Config's.
@@ -84,7 +94,7 @@ type StepOptions struct {
 // backoff is the wait after the nth failed attempt (n >= 1): BackoffMs,
 // doubling, at most MaxBackoffMs.
 func backoff(first, most int64, n int) int64 {
-	d := first
+	d, most := min(first, maxMs), min(most, maxMs)
 	for i := 1; i < n && d < most; i++ {
 		d *= 2
 	}
@@ -297,6 +307,9 @@ func (wf *Run) step(name string, f func(string) ([]byte, error), try bool, opts 
 		if res == nil {
 			res = []byte{}
 		}
+		// A run that records a result makes progress: its count of runs cut
+		// short starts again (a plain write, made durable by the next).
+		host.exec(false, "UPDATE wasmkeep_wf SET cut_runs = 0 WHERE id = 1")
 		host.exec(true, "UPDATE wasmkeep_wf_step SET result = ?, error = NULL, next_attempt_at = NULL WHERE pos = ?", res, pos)
 		r.result = res
 		return res, nil
@@ -352,7 +365,7 @@ func (wf *Run) sleep(name string, v int64, until bool) error {
 	}
 	if r == nil {
 		if !until {
-			v += now()
+			v = after(now(), v)
 		}
 		r = wf.record(pos, kindSleep, name, v)
 	}
@@ -375,7 +388,7 @@ func (wf *Run) waitForEvent(name string, timeoutMs int64) ([]byte, bool, error) 
 		return nil, false, err
 	}
 	if r == nil {
-		r = wf.record(pos, kindWait, name, now()+timeoutMs)
+		r = wf.record(pos, kindWait, name, after(now(), timeoutMs))
 	}
 	switch {
 	case r.result != nil:
@@ -383,7 +396,10 @@ func (wf *Run) waitForEvent(name string, timeoutMs int64) ([]byte, bool, error) 
 	case r.hasErr: // timed out
 		return nil, false, nil
 	}
-	rows := host.query("SELECT seq, payload FROM wasmkeep_wf_event WHERE name = ? AND consumed_at_pos IS NULL ORDER BY seq LIMIT 1", name)
+	// The event this position already took, if a run marked it and did not
+	// record the payload, else the oldest not taken.
+	rows := host.query(`SELECT seq, payload FROM wasmkeep_wf_event WHERE name = ? AND (consumed_at_pos IS NULL OR consumed_at_pos = ?)
+		ORDER BY consumed_at_pos IS NULL, seq LIMIT 1`, name, pos)
 	if rows.Len() == 1 {
 		row := rows.Row(0)
 		payload := row[1].Blob()
