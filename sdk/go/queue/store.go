@@ -46,7 +46,6 @@ func Init() error {
 
 func now() int64 { return time.Now().UnixMilli() }
 
-
 // Handle answers a request of the protocol (a path under PathPrefix) with
 // the queue's settings c. Only callers with x-wasmkeep-caller (other actors)
 // that c.Allow accepts, if set, are answered; anything else gets 403.
