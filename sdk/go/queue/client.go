@@ -5,6 +5,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/sdk/go/internal/actorcall"
+	"github.com/wasmkeep/wasmkeep/sdk/go/internal/delay"
 )
 
 // Client reaches one queue, an actor of a queue class. Each method is one
@@ -72,7 +73,7 @@ func (c *Client) send(bodies [][]byte, delayMs int64) ([]uint64, error) {
 // is delivered again with a higher Attempt.
 func (c *Client) Lease(max int, visibilityMs int64) ([]Message, error) {
 	b := abi.AppendU32(nil, uint32(clamp(int64(max), MaxBatch+1)))
-	in, err := c.do("lease", abi.AppendU64(b, uint64(clamp(visibilityMs, maxDelay))))
+	in, err := c.do("lease", abi.AppendU64(b, uint64(clamp(visibilityMs, delay.Max))))
 	if err != nil {
 		return nil, err
 	}

@@ -1,5 +1,7 @@
 package queue
 
+import "github.com/wasmkeep/wasmkeep/sdk/go/internal/delay"
+
 // Config is a queue's settings. The zero value of each field is its
 // default, so Config{} is a pull-only queue with the book's settings:
 //
@@ -51,18 +53,14 @@ func (c Config) withDefaults() Config {
 	}
 	// Bounded like the wire's delays, so that times and doublings of them
 	// cannot overflow.
-	c.VisibilityMs = min(c.VisibilityMs, maxDelay)
-	c.BackoffMs = min(c.BackoffMs, maxDelay)
-	c.MaxBackoffMs = min(max(c.MaxBackoffMs, c.BackoffMs), maxDelay)
+	c.VisibilityMs = delay.Bound(c.VisibilityMs)
+	c.BackoffMs = delay.Bound(c.BackoffMs)
+	c.MaxBackoffMs = delay.Bound(max(c.MaxBackoffMs, c.BackoffMs))
 	return c
 }
 
 // backoff is the delay before attempt+1 after attempt failed: BackoffMs,
 // doubling with each attempt, at most MaxBackoffMs.
 func (c Config) backoff(attempt uint32) int64 {
-	d := c.BackoffMs
-	for i := uint32(1); i < attempt && d < c.MaxBackoffMs; i++ {
-		d *= 2
-	}
-	return min(d, c.MaxBackoffMs)
+	return delay.Backoff(c.BackoffMs, c.MaxBackoffMs, int(attempt))
 }

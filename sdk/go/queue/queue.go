@@ -32,6 +32,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/sdk/go/internal/actorcall"
+	"github.com/wasmkeep/wasmkeep/sdk/go/internal/delay"
 )
 
 // PathPrefix starts every path of the protocol; a queue class with code of
@@ -72,15 +73,10 @@ func Ack() Outcome { return Outcome{} }
 // Retry makes the message visible again after the queue's backoff.
 func Retry() Outcome { return Outcome{kind: outcomeRetry} }
 
-// maxDelay bounds delays, visibility timeouts and backoffs (2^40 ms, about
-// 34 years), on the wire and in a Config, so that sums of times cannot
-// overflow.
-const maxDelay = 1 << 40
-
 // RetryAfter makes the message visible again after ms milliseconds (at
 // most 2^40).
 func RetryAfter(ms int64) Outcome {
-	return Outcome{kind: outcomeRetryAfter, delayMs: min(max(ms, 0), maxDelay)}
+	return Outcome{kind: outcomeRetryAfter, delayMs: delay.Bound(ms)}
 }
 
 // Settlement is one item of Client.Settle: a lease and its outcome.
@@ -208,19 +204,19 @@ func appendSettlements(b []byte, ss []Settlement) []byte {
 }
 
 // readSettlements decodes a list of settlements; an unknown outcome or a
-// delay past maxDelay is malformed.
+// delay past delay.Max is malformed.
 func readSettlements(r *abi.Reader) ([]Settlement, error) {
 	ss := make([]Settlement, r.Count(settlementMin))
 	for i := range ss {
 		s := Settlement{ID: r.U64(), Attempt: r.U32()}
-		kind, delay := r.U8(), r.U64()
+		kind, wait := r.U8(), r.U64()
 		if r.Err() != nil {
 			break
 		}
-		if kind > outcomeRetryAfter || delay > maxDelay {
+		if kind > outcomeRetryAfter || wait > delay.Max {
 			return nil, errors.New("outcome " + strconv.Itoa(i) + ": unknown kind or delay out of range")
 		}
-		s.Outcome = Outcome{kind: kind, delayMs: int64(delay)}
+		s.Outcome = Outcome{kind: kind, delayMs: int64(wait)}
 		ss[i] = s
 	}
 	return ss, r.Err()

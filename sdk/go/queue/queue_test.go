@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/sdk/go/internal/delay"
 	"github.com/wasmkeep/wasmkeep/sdk/go/wasmkeep"
 )
 
@@ -212,16 +213,16 @@ func TestHandleDelivery(t *testing.T) {
 // overflows: a retry never comes at once because a doubling wrapped.
 func TestDelaysBounded(t *testing.T) {
 	c := Config{VisibilityMs: math.MaxInt64, BackoffMs: math.MaxInt64 / 2, MaxBackoffMs: math.MaxInt64}.withDefaults()
-	if c.VisibilityMs != maxDelay || c.BackoffMs != maxDelay || c.MaxBackoffMs != maxDelay {
+	if c.VisibilityMs != delay.Max || c.BackoffMs != delay.Max || c.MaxBackoffMs != delay.Max {
 		t.Errorf("bounded config: %+v", c)
 	}
 	c = Config{BackoffMs: 1000, MaxBackoffMs: math.MaxInt64}.withDefaults()
 	for attempt := uint32(1); attempt < 100; attempt++ {
-		if d := c.backoff(attempt); d <= 0 || d > maxDelay {
+		if d := c.backoff(attempt); d <= 0 || d > delay.Max {
 			t.Fatalf("backoff(%d) = %d", attempt, d)
 		}
 	}
-	if o := RetryAfter(math.MaxInt64); o.delayMs != maxDelay {
+	if o := RetryAfter(math.MaxInt64); o.delayMs != delay.Max {
 		t.Errorf("RetryAfter(MaxInt64) waits %d ms", o.delayMs)
 	}
 }

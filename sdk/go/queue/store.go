@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/sdk/go/internal/delay"
 	"github.com/wasmkeep/wasmkeep/sdk/go/wasmkeep"
 )
 
@@ -110,7 +111,7 @@ func malformed(in *abi.Reader, what string) error {
 
 // send: u64 delay_ms, list of bodies (1 to MaxBatch) -> list of u64 ids.
 func handleSend(c Config, in *abi.Reader) ([]byte, error) {
-	delay := in.U64()
+	wait := in.U64()
 	n := in.Count(4)
 	if in.Err() == nil && (n == 0 || n > MaxBatch) { // before allocating for a count a body claims
 		return nil, badRequest{"a send carries 1 to " + strconv.Itoa(MaxBatch) + " messages, not " + strconv.Itoa(n)}
@@ -122,15 +123,15 @@ func handleSend(c Config, in *abi.Reader) ([]byte, error) {
 	if err := in.Done(); err != nil {
 		return nil, malformed(in, "")
 	}
-	if delay > maxDelay {
+	if wait > delay.Max {
 		return nil, badRequest{"delay out of range"}
 	}
 	// The alarm first: it is part of the event's writes, so the durable
 	// insert makes it durable too, and a node lost after the answer cannot
 	// leave a push queue holding a message with no alarm to deliver it. An
 	// alarm for a send that then fails only finds nothing to do.
-	schedule(c, now()+int64(delay))
-	first, err := enqueue(bodies, int64(delay))
+	schedule(c, now()+int64(wait))
+	first, err := enqueue(bodies, int64(wait))
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +184,7 @@ func handleLease(c Config, in *abi.Reader) ([]byte, error) {
 	if n == 0 {
 		n = c.BatchSize
 	}
-	if n > MaxBatch || vis > maxDelay {
+	if n > MaxBatch || vis > delay.Max {
 		return nil, badRequest{"max or visibility out of range"}
 	}
 	if vis == 0 {

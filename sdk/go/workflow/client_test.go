@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/sdk/go/internal/delay"
 	"github.com/wasmkeep/wasmkeep/sdk/go/wasmkeep"
 )
 
@@ -94,30 +95,12 @@ func TestClientRequestsAndErrors(t *testing.T) {
 	}
 }
 
-func TestBackoff(t *testing.T) {
-	for n, want := range map[int]int64{1: 1000, 2: 2000, 3: 4000, 9: 256_000, 10: 300_000, 50: 300_000} {
-		if got := backoff(1000, 300_000, n); got != want {
-			t.Errorf("backoff(%d) = %d, want %d", n, got, want)
-		}
-	}
-}
-
 // Durations are bounded, so that no time overflows into the past: a
-// retention of math.MaxInt64 keeps an instance, it does not delete it.
+// retention of math.MaxInt64 keeps an instance, it does not delete it
+// (the backoff and the sums: package delay's tests).
 func TestDurationsBounded(t *testing.T) {
 	c := Config{BackoffMs: math.MaxInt64, MaxBackoffMs: math.MaxInt64, RetentionMs: math.MaxInt64, RunBudgetMs: math.MaxInt64}.withDefaults()
-	if c.BackoffMs != maxMs || c.MaxBackoffMs != maxMs || c.RetentionMs != maxMs || c.RunBudgetMs != maxMs {
+	if c.BackoffMs != delay.Max || c.MaxBackoffMs != delay.Max || c.RetentionMs != delay.Max || c.RunBudgetMs != delay.Max {
 		t.Errorf("bounded config: %+v", c)
-	}
-	for n := 1; n < 100; n++ {
-		if d := backoff(1000, math.MaxInt64, n); d <= 0 || d > maxMs {
-			t.Fatalf("backoff(%d) = %d", n, d)
-		}
-	}
-	if got := after(1000, math.MaxInt64); got != 1000+maxMs {
-		t.Errorf("after(1000, MaxInt64) = %d", got)
-	}
-	if got := after(1000, -5); got != 1000 {
-		t.Errorf("after(1000, -5) = %d", got)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/sdk/go/internal/delay"
 	"github.com/wasmkeep/wasmkeep/sdk/go/wasmkeep"
 )
 
@@ -311,7 +312,7 @@ func Alarm(fn Func, cfg Config) (err error) {
 		finish(wf, cfg, stFailed, nil, "the workflow's runs ended "+strconv.Itoa(in.cutRuns)+" times in a row without it returning or waiting")
 		return nil
 	}
-	host.setAlarm(start + backoff(cfg.BackoffMs, cfg.MaxBackoffMs, in.cutRuns+1)) // the watchdog, before anything runs
+	host.setAlarm(start + delay.Backoff(cfg.BackoffMs, cfg.MaxBackoffMs, in.cutRuns+1)) // the watchdog, before anything runs
 	host.exec(false, "UPDATE wasmkeep_wf SET cut_runs = cut_runs + 1 WHERE id = 1")
 	wf.steps = loadSteps()
 	out, ferr := fn(wf, in.input)

@@ -41,6 +41,8 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+
+	"github.com/wasmkeep/wasmkeep/sdk/go/internal/delay"
 )
 
 // Func is a workflow: it returns the output, or an error to fail the
@@ -70,18 +72,10 @@ func (c Config) withDefaults() Config {
 	def(&c.MaxBackoffMs, 300_000)
 	def(&c.RetentionMs, 7*86_400_000)
 	def(&c.RunBudgetMs, 20_000)
-	c.BackoffMs, c.MaxBackoffMs = min(c.BackoffMs, maxMs), min(c.MaxBackoffMs, maxMs)
-	c.RetentionMs, c.RunBudgetMs = min(c.RetentionMs, maxMs), min(c.RunBudgetMs, maxMs)
+	c.BackoffMs, c.MaxBackoffMs = delay.Bound(c.BackoffMs), delay.Bound(c.MaxBackoffMs)
+	c.RetentionMs, c.RunBudgetMs = delay.Bound(c.RetentionMs), delay.Bound(c.RunBudgetMs)
 	return c
 }
-
-// maxMs bounds every duration the runner adds to a time (2^40 ms, about 34
-// years, "for ever" enough), so that no sum overflows into the past: a
-// retention of math.MaxInt64 must not delete an instance at once.
-const maxMs = 1 << 40
-
-// after is the time d milliseconds after t, d bounded to [0, maxMs].
-func after(t, d int64) int64 { return t + min(max(d, 0), maxMs) }
 
 // StepOptions overrides Config's retries for one step; zero fields take
 // Config's.
@@ -89,16 +83,6 @@ type StepOptions struct {
 	MaxAttempts  int
 	BackoffMs    int64
 	MaxBackoffMs int64
-}
-
-// backoff is the wait after the nth failed attempt (n >= 1): BackoffMs,
-// doubling, at most MaxBackoffMs.
-func backoff(first, most int64, n int) int64 {
-	d, most := min(first, maxMs), min(most, maxMs)
-	for i := 1; i < n && d < most; i++ {
-		d *= 2
-	}
-	return min(d, most)
 }
 
 // Stop is the runner's own error: the instance waits (until a time, for an
@@ -295,7 +279,7 @@ func (wf *Run) step(name string, f func(string) ([]byte, error), try bool, opts 
 	// Count the attempt before f runs (a plain write: a trap inside f
 	// then counts), with the watchdog alarm at its backoff.
 	r.attempts++
-	wait := t + backoff(first, most, r.attempts)
+	wait := t + delay.Backoff(first, most, r.attempts)
 	host.setAlarm(wait)
 	host.exec(false, "INSERT INTO wasmkeep_wf_step (pos, name, kind, error, attempts, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?) "+
 		"ON CONFLICT (pos) DO UPDATE SET error = excluded.error, attempts = excluded.attempts, next_attempt_at = excluded.next_attempt_at",
@@ -323,7 +307,7 @@ func (wf *Run) step(name string, f func(string) ([]byte, error), try bool, opts 
 		r.nextAttemptAt = 0
 		return nil, wf.exhausted(name, r, try)
 	}
-	wait = now() + backoff(first, most, r.attempts)
+	wait = now() + delay.Backoff(first, most, r.attempts)
 	host.exec(true, "UPDATE wasmkeep_wf_step SET error = ?, next_attempt_at = ? WHERE pos = ?", r.err, wait, pos)
 	r.nextAttemptAt = wait
 	return nil, wf.stop(&Stop{wakeAt: wait})
@@ -365,7 +349,7 @@ func (wf *Run) sleep(name string, v int64, until bool) error {
 	}
 	if r == nil {
 		if !until {
-			v = after(now(), v)
+			v = delay.After(now(), v)
 		}
 		r = wf.record(pos, kindSleep, name, v)
 	}
@@ -388,7 +372,7 @@ func (wf *Run) waitForEvent(name string, timeoutMs int64) ([]byte, bool, error) 
 		return nil, false, err
 	}
 	if r == nil {
-		r = wf.record(pos, kindWait, name, after(now(), timeoutMs))
+		r = wf.record(pos, kindWait, name, delay.After(now(), timeoutMs))
 	}
 	switch {
 	case r.result != nil:
