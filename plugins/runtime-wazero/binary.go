@@ -130,17 +130,17 @@ func prepare(wasm []byte) (*prepared, error) {
 		defined := r.U32()
 		counter = importedGlobals + defined
 		rest := r.Rest
-		globals = appendU32(nil, defined+1)
+		globals = wasmbin.AppendU32(nil, defined+1)
 		globals = append(globals, rest...)
 		globals = append(globals, 0x7f, 0x01, 0x41) // mutable i32, i32.const
-		globals = append(appendI32(globals, checkPeriod), 0x0b)
+		globals = append(wasmbin.AppendS64(globals, checkPeriod), 0x0b)
 	}
 
 	out := append(make([]byte, 0, len(wasm)+len(wasm)/8), wasmbin.Header...)
 	placedGlobals := globals == nil
 	for _, s := range secs {
 		if !placedGlobals && (s.id == wasmbin.GlobalSection || afterGlobals(s.id)) {
-			out = appendSection(out, wasmbin.GlobalSection, globals)
+			out = wasmbin.AppendSection(out, wasmbin.GlobalSection, globals)
 			placedGlobals = true
 		}
 		switch s.id {
@@ -150,13 +150,13 @@ func prepare(wasm []byte) (*prepared, error) {
 				out = append(out, s.raw...)
 			}
 		case wasmbin.TableSection:
-			out = appendSection(out, wasmbin.TableSection, tables)
+			out = wasmbin.AppendSection(out, wasmbin.TableSection, tables)
 		case wasmbin.CodeSection:
 			code, err := instrumentCode(s.payload, prologue(counter))
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", wasmbin.SectionName(s.id), err)
 			}
-			out = appendSection(out, wasmbin.CodeSection, code)
+			out = wasmbin.AppendSection(out, wasmbin.CodeSection, code)
 		default:
 			out = append(out, s.raw...)
 		}
@@ -294,7 +294,7 @@ func capTables(payload []byte, imported uint32) ([]byte, error) {
 	if imported+n > wasmbounds.MaxTables {
 		return nil, fmt.Errorf("%d tables, at most %d allowed", imported+n, wasmbounds.MaxTables)
 	}
-	out := appendU32(nil, n)
+	out := wasmbin.AppendU32(nil, n)
 	for ; n > 0 && r.Err == nil; n-- {
 		start := r.Rest
 		init := r.tableRef()
@@ -306,7 +306,7 @@ func capTables(payload []byte, imported uint32) ([]byte, error) {
 		if flags&1 == 0 || max > wasmbounds.MaxTableElements {
 			max = wasmbounds.MaxTableElements
 		}
-		out = appendU32(appendU32(append(out, flags|1), min), max)
+		out = wasmbin.AppendU32(wasmbin.AppendU32(append(out, flags|1), min), max)
 		if init {
 			start = r.Rest
 			r.constExpr()
@@ -319,13 +319,13 @@ func capTables(payload []byte, imported uint32) ([]byte, error) {
 // prologue counts global g down and, when it is spent, runs the check and
 // resets it.
 func prologue(g uint32) []byte {
-	get := appendU32([]byte{0x23}, g)                           // global.get g
-	set := appendU32([]byte{0x24}, g)                           // global.set g
-	p := append(append([]byte(nil), get...), 0x45, 0x04, 0x40)  // i32.eqz; if
-	p = append(p, 0x03, 0x40, 0x0b)                             // loop end: the check
-	p = append(appendI32(append(p, 0x41), checkPeriod), set...) // i32.const checkPeriod; global.set
-	p = append(append(p, 0x05), get...)                         // else
-	p = append(p, 0x41, 0x01, 0x6b)                             // i32.const 1; i32.sub
+	get := wasmbin.AppendU32([]byte{0x23}, g)                           // global.get g
+	set := wasmbin.AppendU32([]byte{0x24}, g)                           // global.set g
+	p := append(append([]byte(nil), get...), 0x45, 0x04, 0x40)          // i32.eqz; if
+	p = append(p, 0x03, 0x40, 0x0b)                                     // loop end: the check
+	p = append(wasmbin.AppendS64(append(p, 0x41), checkPeriod), set...) // i32.const checkPeriod; global.set
+	p = append(append(p, 0x05), get...)                                 // else
+	p = append(p, 0x41, 0x01, 0x6b)                                     // i32.const 1; i32.sub
 	p = append(p, set...)
 	return append(p, 0x0b) // end
 }
@@ -336,7 +336,7 @@ func prologue(g uint32) []byte {
 func instrumentCode(payload, prologue []byte) ([]byte, error) {
 	r := reader{wasmbin.Reader{Rest: payload}}
 	n := r.Count()
-	out := appendU32(make([]byte, 0, len(payload)+int(n)*(len(prologue)+1)), n)
+	out := wasmbin.AppendU32(make([]byte, 0, len(payload)+int(n)*(len(prologue)+1)), n)
 	for i := uint32(0); i < n && r.Err == nil; i++ {
 		size := r.U32()
 		body := r.Bytes(size)
@@ -349,37 +349,12 @@ func instrumentCode(payload, prologue []byte) ([]byte, error) {
 			return nil, fmt.Errorf("function %d: %w", i, locals.Err)
 		}
 		decl := len(body) - len(locals.Rest)
-		out = appendU32(out, size+uint32(len(prologue)))
+		out = wasmbin.AppendU32(out, size+uint32(len(prologue)))
 		out = append(out, body[:decl]...)
 		out = append(out, prologue...)
 		out = append(out, body[decl:]...)
 	}
 	return out, r.end()
-}
-
-func appendSection(b []byte, id byte, payload []byte) []byte {
-	return append(appendU32(append(b, id), uint32(len(payload))), payload...)
-}
-
-// appendU32 appends v in unsigned LEB128.
-func appendU32(b []byte, v uint32) []byte {
-	for v >= 0x80 {
-		b = append(b, byte(v)|0x80)
-		v >>= 7
-	}
-	return append(b, byte(v))
-}
-
-// appendI32 appends v in signed LEB128, as i32.const takes it.
-func appendI32(b []byte, v int32) []byte {
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
-	}
 }
 
 // reader reads what sections hold beyond wasmbin's numbers and vectors.

@@ -25,12 +25,12 @@ func dataModule(minPages byte, data []byte, extra ...[]byte) []byte {
 
 // activeSegment is an active data segment at offset in memory 0.
 func activeSegment(offset int32, b []byte) []byte {
-	s := appendI32([]byte{0, 0x41}, offset)
-	return append(appendU32(append(s, 0x0b), uint32(len(b))), b...)
+	s := wasmbin.AppendS64([]byte{0, 0x41}, int64(offset))
+	return append(wasmbin.AppendU32(append(s, 0x0b), uint32(len(b))), b...)
 }
 
 func vector(entries ...[]byte) []byte {
-	out := appendU32(nil, uint32(len(entries)))
+	out := wasmbin.AppendU32(nil, uint32(len(entries)))
 	for _, e := range entries {
 		out = append(out, e...)
 	}
@@ -75,7 +75,7 @@ func TestMemoryImage(t *testing.T) {
 	rt := wazero.NewRuntimeWithConfig(t.Context(), wazero.NewRuntimeConfigInterpreter())
 	defer rt.Close(t.Context())
 
-	passive := append(appendU32([]byte{1}, 3), 'a', 'b', 'c')
+	passive := append(wasmbin.AppendU32([]byte{1}, 3), 'a', 'b', 'c')
 	globalOffset := append([]byte{0, 0x23, 0, 0x0b, 3}, 'a', 'b', 'c') // offset: global.get 0
 	for _, tc := range []struct {
 		name  string

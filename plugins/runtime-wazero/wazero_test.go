@@ -130,29 +130,29 @@ func binaryModule(sections ...[]byte) []byte {
 	return out
 }
 
-func sec(id byte, payload ...byte) []byte { return appendSection(nil, id, payload) }
+func sec(id byte, payload ...byte) []byte { return wasmbin.AppendSection(nil, id, payload) }
 
 // voidFunc is the sections of a module with one function, () -> (), which
 // declares locals (count, type) and does nothing.
 func voidFunc(locals ...uint32) [][]byte {
-	code := appendU32(nil, uint32(len(locals)/2))
+	code := wasmbin.AppendU32(nil, uint32(len(locals)/2))
 	for _, l := range locals {
-		code = appendU32(code, l)
+		code = wasmbin.AppendU32(code, l)
 	}
 	code = append(code, 0x0b)
 	return [][]byte{
 		sec(wasmbin.TypeSection, 1, 0x60, 0, 0),
 		sec(wasmbin.FunctionSection, 1, 0),
-		sec(wasmbin.CodeSection, append(appendU32([]byte{1}, uint32(len(code))), code...)...),
+		sec(wasmbin.CodeSection, append(wasmbin.AppendU32([]byte{1}, uint32(len(code))), code...)...),
 	}
 }
 
 // tableGuest is the sections of a module with a funcref table of min
 // elements and max (none if < 0), exporting grow(n) -> table.grow(null, n).
 func tableGuest(min uint32, max int64) [][]byte {
-	limits := appendU32([]byte{0}, min)
+	limits := wasmbin.AppendU32([]byte{0}, min)
 	if max >= 0 {
-		limits = appendU32(appendU32([]byte{1}, min), uint32(max))
+		limits = wasmbin.AppendU32(wasmbin.AppendU32([]byte{1}, min), uint32(max))
 	}
 	body := []byte{0, 0xd0, 0x70, 0x20, 0, 0xfc, 0x0f, 0, 0x0b} // ref.null func; local.get 0; table.grow 0
 	return [][]byte{
