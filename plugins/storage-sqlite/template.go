@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/wasmkeep/wasmkeep/internal/atomicfile"
+
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
 
@@ -250,30 +252,13 @@ func (d *db) runPreparation(stmts []string) error {
 	return nil
 }
 
-// storeTemplate writes the template file at path: a temporary file,
-// fsynced, renamed into place, the directory fsynced.
+// storeTemplate writes the template file at path, whole or not at all.
 func storeTemplate(path, key string, data []byte) error {
 	sum := sha256.Sum256(data)
 	var b bytes.Buffer
 	b.WriteString(templateMagic + key + "\n" + hex.EncodeToString(sum[:]) + "\n")
 	b.Write(data)
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(b.Bytes())
-	if err == nil {
-		err = f.Sync()
-	}
-	if err = errors.Join(err, f.Close()); err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return syncDir(filepath.Dir(path))
+	return atomicfile.Write(path, b.Bytes())
 }
 
 // create starts the database at path, which is claimed, as a copy of
