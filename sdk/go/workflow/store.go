@@ -1,8 +1,9 @@
 package workflow
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -280,8 +281,12 @@ func unknownOr400(w wasmkeep.ResponseWriter, empty bool, msg string) {
 	wasmkeep.Error(w, msg, 400)
 }
 
+// newRunID reads crypto/rand, which asks the host each time: math/rand's
+// state would be the same in every instance of a pre-initialised module.
 func newRunID() string {
-	return strconv.FormatUint(rand.Uint64(), 36) + strconv.FormatUint(rand.Uint64(), 36)
+	var b [16]byte
+	rand.Read(b[:])
+	return strconv.FormatUint(binary.LittleEndian.Uint64(b[:8]), 36) + strconv.FormatUint(binary.LittleEndian.Uint64(b[8:]), 36)
 }
 
 // Alarm runs the instance as far as it can, for a class with an OnAlarm
