@@ -122,6 +122,7 @@ type testNode struct {
 	log     *syncBuffer
 	dataDir string         // opts.DataDir
 	storage storage.Driver // the node's storage plugin: what has a database
+	actors  int            // names handed out by tests that want new actors
 }
 
 // startNode starts a node on the configured engine; opts.DataDir defaults

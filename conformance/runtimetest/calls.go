@@ -286,3 +286,29 @@ func testConcurrency(t *testing.T, h *harness) {
 	}
 	wg.Wait()
 }
+
+// An instance runs on after its module is closed (the kernel closes a
+// class's module when a pre-initialised one replaces it, ADR 1040, while
+// actors still hold instances of it); the closed module makes no more.
+func testInstanceOutlivesModule(t *testing.T, h *harness) {
+	ctx := t.Context()
+	m, err := h.engine(t, runtime.Config{}).Compile(ctx, addGuest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := m.Instantiate(ctx, runtime.InstanceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close(ctx)
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := int32(call(t, in, "add32", i32(2), i32(3))[0]); got != 5 {
+		t.Errorf("add32(2, 3) after the module closed = %d, want 5", got)
+	}
+	if in2, err := m.Instantiate(ctx, runtime.InstanceConfig{}); err == nil {
+		in2.Close(ctx)
+		t.Error("a closed module made an instance")
+	}
+}

@@ -49,6 +49,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) runtime.Driver) {
 		{"WASIPreview1", testWASIPreview1},
 		{"ImportsExports", testImportsExports},
 		{"InstancesIsolated", testInstancesIsolated},
+		{"InstanceOutlivesModule", testInstanceOutlivesModule},
 		{"HostFunctionRoundTrip", testHostFunctionRoundTrip},
 		{"HostFunctionPanic", testHostFunctionPanic},
 		{"Traps", testTraps},

@@ -108,6 +108,7 @@ type Node struct {
 	GuestLogRate *int `koanf:"guest_log_rate" help:"lines a second each actor instance may print to the log, bursts of twice that; 0 discards them"`
 
 	LogFormat string `koanf:"log_format" oneof:"text,json" help:"the node's log lines: text (key=value) or json, one object a line"`
+	Preinit   string `koanf:"preinit" oneof:"on,off" help:"on: run once the start of a module that asks (docs/abi.md) and start its instances from what it left; off: never"`
 	LogLevel  string `koanf:"log_level" oneof:"debug,info,warn,error" help:"the least severe log lines written: debug, info, warn or error"`
 
 	// The limits of the README's table, in its order.

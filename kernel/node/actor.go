@@ -342,7 +342,7 @@ func (a *actor) retireFastTier() {
 	if a.inst == nil || a.instTier != runtime.TierFast {
 		return
 	}
-	if t, ok := a.class.module.(runtime.Tiered); ok && t.Tier() == runtime.TierOptimised {
+	if t, ok := a.class.current().(runtime.Tiered); ok && t.Tier() == runtime.TierOptimised {
 		a.discardInstance()
 	}
 }
@@ -356,12 +356,8 @@ func (a *actor) wake(ctx context.Context) error {
 	// call the host): it gets the budget and host state of an event.
 	start := a.node.clock.Now()
 	err := a.guest(ctx, abi.ExportInitialize, func(ctx context.Context) error {
-		a.instTier = runtime.TierOptimised
-		if t, ok := a.class.module.(runtime.Tiered); ok {
-			a.instTier = t.Tier() // before Instantiate: the tier may change meanwhile
-		}
-		inst, err := a.class.module.Instantiate(ctx, runtime.InstanceConfig{Stdout: &a.stdout, Stderr: &a.stderr})
-		a.inst = inst
+		var err error
+		a.inst, a.instTier, err = a.class.instantiate(ctx, runtime.InstanceConfig{Stdout: &a.stdout, Stderr: &a.stderr})
 		return err
 	})
 	if err != nil {

@@ -41,7 +41,12 @@ type eventState struct {
 
 type stateKey struct{}
 
-func stateOf(ctx context.Context) *eventState { return ctx.Value(stateKey{}).(*eventState) }
+// stateOf is the event ctx belongs to; nil outside events (a module's start
+// run to pre-initialise it: preinit.go).
+func stateOf(ctx context.Context) *eventState {
+	st, _ := ctx.Value(stateKey{}).(*eventState)
+	return st
+}
 
 // guestFault is a host function refusing a bad argument: the guest call
 // fails (the engine turns the panic into the call's error).
@@ -93,6 +98,9 @@ func types(ts ...runtime.ValueType) []runtime.ValueType { return ts }
 func hostFunc(name string, s runtime.Signature, f func(ctx context.Context, st *eventState, mem runtime.Memory, stack []uint64)) runtime.HostFunction {
 	return runtime.HostFunction{Name: name, Signature: s, Func: func(ctx context.Context, mem runtime.Memory, stack []uint64) {
 		st := stateOf(ctx)
+		if st == nil {
+			faultf("%s.%s called while the module was pre-initialised: a module whose start calls the host cannot be", abi.HostModule, name)
+		}
 		defer st.watch.LeaveHost(st.watch.EnterHost())
 		f(ctx, st, mem, stack)
 	}}

@@ -8,7 +8,9 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 
+	"github.com/wasmkeep/wasmkeep/internal/preinit"
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
@@ -18,8 +20,16 @@ import (
 type class struct {
 	name    string
 	version string // hex SHA-256 of the module: on-init reruns when it changes
-	module  runtime.Module
 	hooks   hooks
+	// mu guards module, which a pre-initialised module replaces once made
+	// (preinit.go), and closed; it is held shared while an instance is
+	// made, so that no module closes under its Instantiate.
+	mu     sync.RWMutex
+	module runtime.Module
+	closed bool
+	// preinit is the module to pre-initialise in the background, nil for
+	// none; module is its instrumented form meanwhile.
+	preinit *preinit.Module
 	access  access.Access // for requests from outside
 	// stateless: the stateless component, which has no database, address
 	// or alarms, and gets a fresh instance per request.
@@ -42,23 +52,78 @@ var (
 )
 
 // loadClass reads, compiles and checks a module file; the caller names it.
-func loadClass(ctx context.Context, eng runtime.Engine, host map[string]runtime.HostFunction, path string) (*class, error) {
+// A module that asks to be pre-initialised is, unless pre says not to
+// (preinit.go).
+func loadClass(ctx context.Context, eng runtime.Engine, host map[string]runtime.HostFunction, path string, pre preinitOptions) (*class, error) {
 	wasm, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
+	sum := sha256.Sum256(wasm)
+	c := &class{version: hex.EncodeToString(sum[:])}
+	if pre.on && preinit.Asks(wasm) {
+		c.module, c.hooks, c.preinit, err = pre.load(ctx, eng, host, wasm, c.version, path)
+	} else {
+		c.module, c.hooks, err = compileModule(ctx, eng, host, wasm, path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// current is the module new instances of the class are made of.
+func (c *class) current() runtime.Module {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.module
+}
+
+// instantiate makes an instance of the class's module and says which tier
+// of code it runs (runtime.Tiered).
+func (c *class) instantiate(ctx context.Context, cfg runtime.InstanceConfig) (runtime.Instance, runtime.Tier, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	tier := runtime.TierOptimised
+	if t, ok := c.module.(runtime.Tiered); ok {
+		tier = t.Tier() // before Instantiate: the tier may change meanwhile
+	}
+	inst, err := c.module.Instantiate(ctx, cfg)
+	return inst, tier, err
+}
+
+// replace makes mod the class's module and closes the one it replaces
+// (whose instances run on: both engines allow it); it closes mod instead
+// if the class was closed meanwhile.
+func (c *class) replace(ctx context.Context, mod runtime.Module) {
+	c.mu.Lock()
+	old := mod
+	if !c.closed {
+		old, c.module = c.module, mod
+	}
+	c.mu.Unlock()
+	old.Close(ctx)
+}
+
+func (c *class) close(ctx context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	c.module.Close(ctx)
+}
+
+// compileModule compiles and checks the module read from path.
+func compileModule(ctx context.Context, eng runtime.Engine, host map[string]runtime.HostFunction, wasm []byte, path string) (runtime.Module, hooks, error) {
 	mod, err := eng.Compile(ctx, wasm)
 	if err != nil {
-		return nil, fmt.Errorf("compiling %s: %w", path, err)
+		return nil, hooks{}, fmt.Errorf("compiling %s: %w", path, err)
 	}
-	c := &class{module: mod}
-	if c.hooks, err = checkModule(mod, host); err != nil {
+	h, err := checkModule(mod, host)
+	if err != nil {
 		mod.Close(ctx)
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, hooks{}, fmt.Errorf("%s: %w", path, err)
 	}
-	sum := sha256.Sum256(wasm)
-	c.version = hex.EncodeToString(sum[:])
-	return c, nil
+	return mod, h, nil
 }
 
 // checkModule refuses a module that imports what the host does not provide

@@ -59,6 +59,7 @@ type Options struct {
 	MaxBodyBytes  int64                    // [16 MB] request body
 	AdmissionWait time.Duration            // [250ms] for an idle actor to make room
 	GuestLogRate  int                      // [50] lines a second each actor instance may print, bursts of twice that; guestlog.Discard for none
+	NoPreinit     bool                     // pre-initialise no module, not even one that asks (preinit.go)
 	Storage       storage.Options
 	Env           map[string]map[string]string // by class: its configuration (--env), name to value
 	Stateless     string                       // module file of the stateless component ("" for none)
@@ -183,6 +184,7 @@ type Node struct {
 	engine  runtime.Engine
 	storage storage.Driver
 	classes map[string]*class
+	host    map[string]runtime.HostFunction // what guests may import from the wasmkeep module
 
 	stateless *class // answers paths outside /actor/ and /_wasmkeep/; nil for none
 
@@ -194,6 +196,9 @@ type Node struct {
 	closing map[string]*actor // incarnations still closing their resources
 	slots   chan struct{}     // one token per instance: resident actor or stateless request
 	wg      sync.WaitGroup    // actor goroutines and stateless requests
+	// background: modules being pre-initialised (preinit.go)
+	background sync.WaitGroup
+	preinitMu  sync.Mutex // held by the one pre-initialisation running
 
 	replicas *replication.Replicas // with a bucket: the actors' replication (replica.go); nil on a node alone
 
@@ -249,7 +254,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		return nil, fmt.Errorf("runtime engine: %w", err)
 	}
 	n := &Node{
-		opts: opts, log: opts.Logger, clock: opts.Clock, engine: eng, storage: st,
+		opts: opts, log: opts.Logger, clock: opts.Clock, engine: eng, host: host, storage: st,
 		classes: map[string]*class{},
 		actors:  map[string]*actor{}, closing: map[string]*actor{},
 		slots:     make(chan struct{}, opts.MaxInstances),
@@ -292,7 +297,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 			n.Close()
 			return nil, fmt.Errorf("class name %q must match [a-z][a-z0-9-]{0,63}", name)
 		}
-		c, err := loadClass(ctx, eng, host, opts.Classes[name])
+		c, err := loadClass(ctx, eng, host, opts.Classes[name], n.preinitOptions())
 		if err != nil {
 			n.Close()
 			return nil, fmt.Errorf("class %s: %w", name, err)
@@ -302,9 +307,10 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		c.access = opts.Access[name]
 		n.classes[name] = c
 		n.log.Info("class loaded", "class", name, "module", opts.Classes[name], "version", c.version[:12], "access", c.access.String())
+		n.preinitialise(c, opts.Classes[name])
 	}
 	if opts.Stateless != "" {
-		c, err := loadClass(ctx, eng, host, opts.Stateless)
+		c, err := loadClass(ctx, eng, host, opts.Stateless, n.preinitOptions())
 		if err != nil {
 			n.Close()
 			return nil, fmt.Errorf("stateless component: %w", err)
@@ -312,6 +318,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		c.stateless = true
 		n.stateless = c
 		n.log.Info("stateless component loaded", "module", opts.Stateless, "version", c.version[:12])
+		n.preinitialise(c, opts.Stateless)
 	}
 	if err := n.loadAlarms(ctx); err != nil {
 		n.Close()
@@ -396,11 +403,12 @@ func (n *Node) Close() {
 	if n.cancel != nil {
 		n.cancel()
 	}
+	n.background.Wait() // pre-initialisations: no compile may outlive the engine
 	for _, c := range n.classes {
-		c.module.Close(context.Background())
+		c.close(context.Background())
 	}
 	if n.stateless != nil {
-		n.stateless.module.Close(context.Background())
+		n.stateless.close(context.Background())
 	}
 	n.engine.Close(context.Background())
 }

@@ -109,6 +109,8 @@ type Module interface {
 	// ErrInterrupted. Instances of one module share nothing but the compiled
 	// code.
 	Instantiate(ctx context.Context, cfg InstanceConfig) (Instance, error)
+	// Close frees the module. Its instances run on until each is closed;
+	// the closed module makes no more (Instantiate fails).
 	Close(ctx context.Context) error
 }
 

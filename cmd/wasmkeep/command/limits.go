@@ -18,6 +18,7 @@ func limits(ns config.Node) node.Options {
 		HostCPUBudget: ms(ns.HostCPUMS),
 		MaxInstances:  ns.MaxInstances,
 		GuestLogRate:  guestLogRate(ns.GuestLogRate),
+		NoPreinit:     ns.Preinit == "off",
 
 		QueueLimit:      ns.MaxQueuedEvents,
 		MaxBodyBytes:    ns.MaxBodyBytes,

@@ -1,0 +1,163 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/internal/atomicfile"
+	"github.com/wasmkeep/wasmkeep/internal/preinit"
+	"github.com/wasmkeep/wasmkeep/kernel/runtime"
+)
+
+// Pre-initialisation (ADR 1040, docs/abi.md): a module that exports
+// preinit.Marker has its start (_initialize: a Go guest's runtime and
+// package init) run once when its class loads, and every instance starts
+// from the memory and globals it left, as a module of their own whose data
+// segments hold them. An actor's first request then skips the start, and
+// the pages the start wrote are shared by every instance (copy-on-write,
+// both engines) until one writes them.
+//
+// The snapshot is kept under the cache directory, named after the module's
+// SHA-256, so a restart compiles it from the engine's cache and runs no
+// start at all. A module whose snapshot cannot be made (its start calls the
+// host, fails, or the module is of a kind preinit refuses) is served as if
+// it had not asked, and the log says why.
+
+// preinitVersion names the snapshots of this build's rules: a change in
+// what a snapshot holds takes a new name, so old files are never read.
+const preinitVersion = "v1"
+
+type preinitOptions struct {
+	on       bool
+	cacheDir string        // "" keeps no snapshot across restarts
+	wall     time.Duration // the start's time, as an event's
+	log      *slog.Logger
+}
+
+func (n *Node) preinitOptions() preinitOptions {
+	return preinitOptions{on: !n.opts.NoPreinit, cacheDir: n.opts.CacheDir, wall: n.opts.WallClock, log: n.log}
+}
+
+// cachePath is where the snapshot of the module whose hex SHA-256 is
+// version is kept.
+func (p preinitOptions) cachePath(version string) string {
+	return filepath.Join(p.cacheDir, "preinit", preinitVersion+"-"+version+".wasm")
+}
+
+// load returns the module to serve wasm (whose hex SHA-256 is version) with: the
+// kept pre-initialised module if there is one; else wasm instrumented, with
+// the preinit.Module that n.preinitialise then snapshots in the background
+// (so a fresh start waits for one compile, not two); or, for a module preinit
+// refuses, wasm as it is. Only the errors wasm itself would give fail it.
+func (p preinitOptions) load(ctx context.Context, eng runtime.Engine, host map[string]runtime.HostFunction, wasm []byte, version, path string) (runtime.Module, hooks, *preinit.Module, error) {
+	if p.cacheDir != "" {
+		if snap, err := os.ReadFile(p.cachePath(version)); err == nil {
+			mod, h, err := compileModule(ctx, eng, host, snap, path)
+			if err == nil {
+				p.log.Info("module pre-initialised at an earlier start", "module", path)
+				return mod, h, nil, nil
+			}
+			p.log.Warn("a kept pre-initialised module is not usable; making it again", "module", path, "err", err)
+			os.Remove(p.cachePath(version))
+		}
+	}
+	m, err := preinit.Parse(wasm)
+	if err != nil {
+		p.log.Warn("module not pre-initialised", "module", path, "why", err)
+		mod, h, err := compileModule(ctx, eng, host, wasm, path)
+		return mod, h, nil, err
+	}
+	// The instrumented module behaves as wasm does (it has one export
+	// more): the class serves it until the snapshot replaces it, or for
+	// good if that fails.
+	mod, h, err := compileModule(ctx, eng, host, m.Instrumented(), path)
+	if err != nil {
+		return nil, hooks{}, nil, err
+	}
+	return mod, h, m, nil
+}
+
+// preinitialise makes c's pre-initialised module in the background, if
+// load left it to do, and gives it to the class's new instances.
+func (n *Node) preinitialise(c *class, path string) {
+	m := c.preinit
+	if m == nil {
+		return
+	}
+	c.preinit = nil // the wasm it holds goes once it is done
+	p := n.preinitOptions()
+	n.background.Add(1)
+	go func() {
+		defer n.background.Done()
+		// One at a time: a compile holds hundreds of MB, and the cores are
+		// the requests' meanwhile.
+		n.preinitMu.Lock()
+		defer n.preinitMu.Unlock()
+		start := time.Now()
+		snap, err := p.snapshot(n.ctx, c.current(), m)
+		var mod runtime.Module
+		if err == nil {
+			mod, _, err = compileModule(n.ctx, n.engine, n.host, snap, path)
+		}
+		switch {
+		case n.ctx.Err() != nil: // the node stopped
+			if mod != nil {
+				mod.Close(context.Background())
+			}
+			return
+		case err != nil:
+			p.log.Warn("module not pre-initialised", "module", path, "why", err)
+			return
+		}
+		c.replace(n.ctx, mod)
+		p.log.Info("module pre-initialised", "module", path, "bytes", len(snap), "took", time.Since(start).Round(time.Millisecond))
+		if p.cacheDir != "" {
+			os.MkdirAll(filepath.Dir(p.cachePath(c.version)), 0o700) // else the write says why
+			if err := atomicfile.Write(p.cachePath(c.version), snap); err != nil {
+				p.log.Warn("keeping the pre-initialised module failed: it is made again at the next start", "module", path, "err", err)
+			}
+		}
+	}()
+}
+
+// snapshot runs the start of an instance of mod (m instrumented) and
+// returns the module as the start left it.
+func (p preinitOptions) snapshot(ctx context.Context, mod runtime.Module, m *preinit.Module) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.wall)
+	defer cancel()
+	var out capped
+	inst, err := mod.Instantiate(ctx, runtime.InstanceConfig{Stdout: &out, Stderr: &out})
+	if err != nil {
+		if out.Len() > 0 {
+			return nil, fmt.Errorf("its start failed: %w (it printed %q)", err, out.String())
+		}
+		return nil, fmt.Errorf("its start failed: %w", err)
+	}
+	defer inst.Close(ctx)
+	globals := make([]uint64, m.Globals())
+	if err := inst.Function(preinit.GlobalsExport).Call(ctx, globals); err != nil {
+		return nil, fmt.Errorf("reading its globals: %w", err)
+	}
+	mem := inst.Memory()
+	b, ok := mem.Read(0, mem.Size())
+	if !ok {
+		return nil, fmt.Errorf("reading its memory of %d bytes failed", mem.Size())
+	}
+	return m.Snapshot(b, globals)
+}
+
+// capped keeps the first 4 KiB written to it: what a failing start printed,
+// for the log.
+type capped struct{ bytes.Buffer }
+
+func (c *capped) Write(b []byte) (int, error) {
+	if room := 4096 - c.Len(); room > 0 {
+		c.Buffer.Write(b[:min(len(b), room)])
+	}
+	return len(b), nil
+}
