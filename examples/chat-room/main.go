@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	_ "github.com/wasmkeep/wasmkeep/sdk/go/preinit"
 	"github.com/wasmkeep/wasmkeep/sdk/go/wasmkeep"
 )
 

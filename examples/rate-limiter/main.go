@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	_ "github.com/wasmkeep/wasmkeep/sdk/go/preinit"
 	"github.com/wasmkeep/wasmkeep/sdk/go/wasmkeep"
 )
 

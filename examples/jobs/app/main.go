@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/sdk/go/kv"
+	_ "github.com/wasmkeep/wasmkeep/sdk/go/preinit"
 	"github.com/wasmkeep/wasmkeep/sdk/go/queue"
 	"github.com/wasmkeep/wasmkeep/sdk/go/wasmkeep"
 	"github.com/wasmkeep/wasmkeep/sdk/go/workflow"

@@ -5,7 +5,10 @@
 // reach its shards, kv/shard-0 .. kv/shard-<n-1>, through kv.New("kv", n).
 package main
 
-import "github.com/wasmkeep/wasmkeep/sdk/go/kv"
+import (
+	"github.com/wasmkeep/wasmkeep/sdk/go/kv"
+	_ "github.com/wasmkeep/wasmkeep/sdk/go/preinit"
+)
 
 func init() { kv.Serve() }
 

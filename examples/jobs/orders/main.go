@@ -11,6 +11,7 @@ package main
 import (
 	"strconv"
 
+	_ "github.com/wasmkeep/wasmkeep/sdk/go/preinit"
 	"github.com/wasmkeep/wasmkeep/sdk/go/wasmkeep"
 	"github.com/wasmkeep/wasmkeep/sdk/go/workflow"
 )

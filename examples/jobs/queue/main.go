@@ -7,6 +7,7 @@
 package main
 
 import (
+	_ "github.com/wasmkeep/wasmkeep/sdk/go/preinit"
 	"github.com/wasmkeep/wasmkeep/sdk/go/queue"
 	"github.com/wasmkeep/wasmkeep/sdk/go/wasmkeep"
 )

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/wasmkeep/wasmkeep/sdk/go/kv"
+	_ "github.com/wasmkeep/wasmkeep/sdk/go/preinit"
 	"github.com/wasmkeep/wasmkeep/sdk/go/queue"
 	"github.com/wasmkeep/wasmkeep/sdk/go/wasmkeep"
 )

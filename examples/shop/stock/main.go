@@ -12,6 +12,7 @@ import (
 	"errors"
 	"strconv"
 
+	_ "github.com/wasmkeep/wasmkeep/sdk/go/preinit"
 	"github.com/wasmkeep/wasmkeep/sdk/go/wasmkeep"
 )
 

@@ -1,0 +1,21 @@
+// Package preinit asks WasmKeep to pre-initialise the actor's module (ADR
+// 1040, docs/abi.md): a node runs the module's start once, the Go runtime's
+// and every package's init, and starts each instance from the memory it
+// left, so that an actor's first event skips them and the pages they wrote
+// are shared between actors. Import it for its effect:
+//
+//	import _ "github.com/wasmkeep/wasmkeep/sdk/go/preinit"
+//
+// Only for a module whose init may be shared: every instance then starts
+// with the same state, random state included. math/rand's and
+// math/rand/v2's top-level functions give every actor of the class the same
+// sequence (crypto/rand does not: it asks the host each time), time.Now read
+// in init is the time of the snapshot, and an init that calls the host
+// (wasmkeep's functions; WASI is fine) makes the node serve the module
+// without pre-initialising it, saying why in its log.
+package preinit
+
+// marker is never called: the node looks for the export.
+//
+//go:wasmexport wasmkeep_preinit
+func marker() {}
