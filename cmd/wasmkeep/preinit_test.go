@@ -47,8 +47,13 @@ func TestPreinitSharesTheStartAndKeepsIt(t *testing.T) {
 	opts := node.Options{Classes: map[string]string{"p": wasm}, CacheDir: cache}
 	tn := startNode(t, opts)
 	// The class serves at once, and its new instances start from the
-	// snapshot once it is made, in the background.
+	// snapshot once it is made, in the background; an actor woken before
+	// (most likely) keeps its instance of the module the snapshot replaced.
+	early, _ := tokens(tn)
 	waitLog(t, tn, `msg="module pre-initialised"`)
+	if code, body := tn.do("GET", "/actor/p/a1", ""); code != 200 || !strings.HasPrefix(body, early+" ") {
+		t.Errorf("the actor woken first, after the snapshot replaced its module: %d %q, want its token %s", code, body, early)
+	}
 	a, b := tokens(tn)
 	if a != b {
 		t.Errorf("actors of a pre-initialised module got init tokens %s and %s: init ran in each", a, b)
@@ -67,6 +72,17 @@ func TestPreinitSharesTheStartAndKeepsIt(t *testing.T) {
 		t.Error("the restart pre-initialised the module again instead of using the kept snapshot")
 	}
 	again.stop()
+
+	// Another build of the module has a snapshot of its own.
+	variant := startNode(t, node.Options{Classes: map[string]string{"p": preinitGuest(t, "-X main.variant=2")}, CacheDir: cache})
+	waitLog(t, variant, `msg="module pre-initialised"`)
+	if v, _ := tokens(variant); v == a {
+		t.Errorf("another build of the module started from the first one's snapshot (token %s)", v)
+	}
+	variant.stop()
+	if kept, _ := filepath.Glob(filepath.Join(cache, "preinit", "v1-*.wasm")); len(kept) != 2 {
+		t.Errorf("kept snapshots after a second build: %v, want two", kept)
+	}
 
 	// A kept file that is not a module is made again.
 	os.WriteFile(kept[0], []byte("not wasm"), 0o600)

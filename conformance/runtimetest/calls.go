@@ -289,10 +289,11 @@ func testConcurrency(t *testing.T, h *harness) {
 
 // An instance runs on after its module is closed (the kernel closes a
 // class's module when a pre-initialised one replaces it, ADR 1040, while
-// actors still hold instances of it); the closed module makes no more.
+// actors still hold instances of it), its memory's initial contents
+// included; the closed module makes no more.
 func testInstanceOutlivesModule(t *testing.T, h *harness) {
 	ctx := t.Context()
-	m, err := h.engine(t, runtime.Config{}).Compile(ctx, addGuest())
+	m, err := h.engine(t, runtime.Config{}).Compile(ctx, cellGuest())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,8 +305,12 @@ func testInstanceOutlivesModule(t *testing.T, h *harness) {
 	if err := m.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := int32(call(t, in, "add32", i32(2), i32(3))[0]); got != 5 {
-		t.Errorf("add32(2, 3) after the module closed = %d, want 5", got)
+	if got := call(t, in, "get")[0]; got != 42 {
+		t.Errorf("get() after the module closed = %d, want its data segment's 42", got)
+	}
+	call(t, in, "set", 7)
+	if got := call(t, in, "get")[0]; got != 7 {
+		t.Errorf("get() after set(7) = %d", got)
 	}
 	if in2, err := m.Instantiate(ctx, runtime.InstanceConfig{}); err == nil {
 		in2.Close(ctx)

@@ -44,8 +44,9 @@ func testStdio(t *testing.T, h *harness) {
 	}
 }
 
-// The realtime clock reads the time of day, and the monotonic clock advances
-// across a poll_oneoff sleep that really sleeps.
+// The realtime clock reads the time of day, the monotonic clock counts from
+// it at the process's start and advances across a poll_oneoff sleep that
+// really sleeps; the CPU-time clocks are refused.
 func testClocks(t *testing.T, h *harness) {
 	in := h.start(t, runtime.Config{}, wasiGuest())
 	clock := func(id uint64) time.Duration {
@@ -56,6 +57,15 @@ func testClocks(t *testing.T, h *harness) {
 	}
 	if diff := time.Since(time.Unix(0, int64(clock(0)))); diff.Abs() > time.Minute {
 		t.Errorf("realtime clock is %v off the host's", diff)
+	}
+	// The monotonic clock counts from the realtime clock at the process's
+	// start (runtime.Monotonic), not from the system's boot or the
+	// instance's creation: a test process is younger than an hour.
+	if diff := clock(0) - clock(1); diff < -time.Minute || diff > time.Hour {
+		t.Errorf("the monotonic clock reads %v behind the realtime clock, want less than an hour (runtime.Monotonic)", diff)
+	}
+	if e := errno(t, in, "clock_time_get", 2, 1, 2048); e != 28 {
+		t.Errorf("clock_time_get(process CPU time) errno %d, want 28 (EINVAL)", e)
 	}
 
 	const nap = 20 * time.Millisecond

@@ -25,13 +25,28 @@ const GlobalsExport = "wasmkeep.preinit.globals"
 // startExport is the reactor's start function, which a snapshot has run.
 const startExport = "_initialize"
 
-// mergeGap is the longest run of zeros kept inside a data segment rather
-// than ending it: a segment costs about 10 bytes to declare, and an engine
-// a little per segment.
-const mergeGap = 64
+// What a snapshot may hold. Wasmtime refuses a function of more than 1,000
+// results and a module of more than 100,000 data segments; the memory cap
+// keeps what the host holds while it writes and compiles a snapshot (about
+// twice the memory, then the engine's copy) small, where a Go guest's start
+// leaves about 4 MiB.
+const (
+	MaxGlobals   = 1000
+	MaxMemory    = 64 << 20
+	maxSegments  = 10000
+	segmentBytes = 11 // the most a segment's header takes: flags, i32.const offset, end, length
+)
+
+// mergeGaps are the runs of zeros kept inside a data segment rather than
+// ending it, the shortest first: a segment costs up to segmentBytes to
+// declare and an engine a little per segment, so a snapshot takes the
+// shortest gap that keeps it within maxSegments (the last gives at most
+// MaxMemory/64 KiB).
+var mergeGaps = []int{64, 4 << 10, 64 << 10}
 
 // Module is a module read for pre-initialisation.
 type Module struct {
+	size     int // of the module's bytes
 	sections []section
 	// Imported functions and globals, and defined functions: the added
 	// function's index follows them.
@@ -97,7 +112,7 @@ func Parse(wasm []byte) (*Module, error) {
 	if !bytes.HasPrefix(wasm, wasmbin.Header) {
 		return nil, errors.New("not a WebAssembly module")
 	}
-	m := &Module{}
+	m := &Module{size: len(wasm)}
 	memories := 0
 	r := wasmbin.Reader{Rest: wasm[len(wasmbin.Header):]}
 	for !r.Done() {
@@ -131,8 +146,11 @@ func Parse(wasm []byte) (*Module, error) {
 			err = m.readGlobals(&s)
 		case wasmbin.ExportSection:
 			for n := s.StrictU32(); n > 0 && s.Err == nil; n-- {
-				if name := string(s.Bytes(s.StrictU32())); name == "_start" {
+				switch name := string(s.Bytes(s.StrictU32())); name {
+				case "_start":
 					err = errors.New("it is a command (it exports _start), not a reactor")
+				case GlobalsExport:
+					err = fmt.Errorf("it exports %s, the name pre-initialisation adds", name)
 				}
 				s.Byte()
 				s.StrictU32()
@@ -152,6 +170,9 @@ func Parse(wasm []byte) (*Module, error) {
 	}
 	if memories != 1 {
 		return nil, fmt.Errorf("it defines %d memories, not one", memories)
+	}
+	if n := m.Globals(); n > MaxGlobals {
+		return nil, fmt.Errorf("it has %d mutable globals, more than %d", n, MaxGlobals)
 	}
 	for _, id := range []byte{wasmbin.TypeSection, wasmbin.FunctionSection, wasmbin.ExportSection, wasmbin.CodeSection} {
 		if !m.has(id) {
@@ -287,6 +308,9 @@ func (m *Module) Snapshot(mem []byte, globals []uint64) ([]byte, error) {
 	if len(mem)%(1<<16) != 0 {
 		return nil, fmt.Errorf("memory of %d bytes is not a whole number of pages", len(mem))
 	}
+	if len(mem) > MaxMemory {
+		return nil, fmt.Errorf("its start left %d MiB of memory, more than the %d MiB a snapshot may hold", len(mem)>>20, MaxMemory>>20)
+	}
 	pages := uint32(len(mem) >> 16)
 	if pages < m.memMin || m.memFlags&1 != 0 && pages > m.memMax {
 		return nil, fmt.Errorf("memory of %d pages is outside the module's limits (%d to %d)", pages, m.memMin, m.memMax)
@@ -294,7 +318,8 @@ func (m *Module) Snapshot(mem []byte, globals []uint64) ([]byte, error) {
 	if len(globals) != m.Globals() {
 		return nil, fmt.Errorf("%d global values for %d mutable globals", len(globals), m.Globals())
 	}
-	out := append([]byte(nil), wasmbin.Header...)
+	data := dataSegments(mem)
+	out := append(make([]byte, 0, m.size+len(data)+16), wasmbin.Header...)
 	placedData := false
 	for _, s := range m.sections {
 		switch s.id {
@@ -310,14 +335,14 @@ func (m *Module) Snapshot(mem []byte, globals []uint64) ([]byte, error) {
 			out = wasmbin.AppendSection(out, s.id, withoutExport(s.payload, startExport))
 		case wasmbin.StartSection:
 		case wasmbin.DataSection:
-			out = wasmbin.AppendSection(out, s.id, dataSegments(mem))
+			out = wasmbin.AppendSection(out, s.id, data)
 			placedData = true
 		default:
 			out = append(out, s.raw...)
 		}
 	}
 	if !placedData { // the data section comes last but for custom sections
-		out = wasmbin.AppendSection(out, wasmbin.DataSection, dataSegments(mem))
+		out = wasmbin.AppendSection(out, wasmbin.DataSection, data)
 	}
 	return out, nil
 }
@@ -369,26 +394,49 @@ func withoutExport(payload []byte, name string) []byte {
 }
 
 // dataSegments is a data section's payload writing mem's non-zero bytes,
-// one active segment per run (runs fewer than mergeGap zeros apart merged).
+// one active segment per run: runs fewer zeros apart than the shortest of
+// mergeGaps that keeps them within maxSegments are merged.
 func dataSegments(mem []byte) []byte {
-	var segs []byte
-	count := uint32(0)
+	var runs [][2]int
+	for _, gap := range mergeGaps {
+		if runs = nonZeroRuns(mem, gap, maxSegments); runs != nil {
+			break
+		}
+	}
+	size := 5
+	for _, r := range runs {
+		size += segmentBytes + r[1] - r[0]
+	}
+	p := wasmbin.AppendU32(make([]byte, 0, size), uint32(len(runs)))
+	for _, r := range runs {
+		p = wasmbin.AppendS64(append(p, 0, 0x41), int64(int32(uint32(r[0])))) // active, memory 0, i32.const
+		p = wasmbin.AppendU32(append(p, 0x0b), uint32(r[1]-r[0]))
+		p = append(p, mem[r[0]:r[1]]...)
+	}
+	return p
+}
+
+// nonZeroRuns returns the runs [start, end) of mem's non-zero bytes, runs
+// fewer than gap zeros apart merged; nil if there are more than limit (and
+// an empty, non-nil slice for a memory of zeros).
+func nonZeroRuns(mem []byte, gap, limit int) [][2]int {
+	runs := [][2]int{}
 	for i := 0; i < len(mem); {
 		if mem[i] == 0 {
 			i++
 			continue
 		}
 		start, end := i, i+1 // end: after the last non-zero byte seen
-		for j := end; j < len(mem) && j-end < mergeGap; j++ {
+		for j := end; j < len(mem) && j-end < gap; j++ {
 			if mem[j] != 0 {
 				end = j + 1
 			}
 		}
-		segs = wasmbin.AppendS64(append(segs, 0, 0x41), int64(int32(uint32(start))))
-		segs = wasmbin.AppendU32(append(segs, 0x0b), uint32(end-start))
-		segs = append(segs, mem[start:end]...)
-		count++
+		if len(runs) == limit && gap < mergeGaps[len(mergeGaps)-1] {
+			return nil
+		}
+		runs = append(runs, [2]int{start, end})
 		i = end
 	}
-	return append(wasmbin.AppendU32(nil, count), segs...)
+	return runs
 }

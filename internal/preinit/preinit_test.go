@@ -33,8 +33,8 @@ func cat(parts ...[]byte) []byte {
 }
 
 // startModule is a reactor whose _initialize grows its memory to two pages,
-// stores in both and sets its mutable globals (an i32, an i64 and an f64;
-// an immutable i32 of 7 is exported as "seven"). Its data segment writes
+// stores in both and sets its mutable globals (an i32, an i64, an f64 and
+// an f32; an immutable i32 of 7 between them is exported as "seven"). Its data segment writes
 // "hello" at 0. extra sections are appended (a data count, say).
 func startModule(exports [][]byte, extra ...[]byte) []byte {
 	i32 := func(v int32) []byte { return wasmbin.AppendS64([]byte{0x41}, int64(v)) }
@@ -47,6 +47,7 @@ func startModule(exports [][]byte, extra ...[]byte) []byte {
 		i32(-5), []byte{0x24, 0}, // global.set 0
 		wasmbin.AppendS64([]byte{0x42}, 1<<40), []byte{0x24, 1},
 		[]byte{0x44}, f64, []byte{0x24, 2},
+		[]byte{0x43}, binary.LittleEndian.AppendUint32(nil, math.Float32bits(-1.5)), []byte{0x24, 4},
 		[]byte{0x0b})
 	m := cat(wasmbin.Header,
 		wasmbin.AppendSection(nil, wasmbin.TypeSection, vec([]byte{0x60, 0, 0})),
@@ -57,6 +58,7 @@ func startModule(exports [][]byte, extra ...[]byte) []byte {
 			cat([]byte{0x7e, 1, 0x42, 0, 0x0b}),
 			cat([]byte{0x7c, 1, 0x44}, make([]byte, 8), []byte{0x0b}),
 			cat([]byte{0x7f, 0}, i32(7), []byte{0x0b}),
+			cat([]byte{0x7d, 1, 0x43}, make([]byte, 4), []byte{0x0b}),
 		)),
 		wasmbin.AppendSection(nil, wasmbin.ExportSection, vec(exports...)),
 	)
@@ -66,6 +68,22 @@ func startModule(exports [][]byte, extra ...[]byte) []byte {
 	return cat(m,
 		wasmbin.AppendSection(nil, wasmbin.CodeSection, vec(append(wasmbin.AppendU32(nil, uint32(len(body))), body...))),
 		wasmbin.AppendSection(nil, wasmbin.DataSection, vec(cat([]byte{0}, i32(0), []byte{0x0b}, name("hello")))),
+	)
+}
+
+// manyGlobals is a module of n mutable i32 globals.
+func manyGlobals(n int) []byte {
+	var gs [][]byte
+	for range n {
+		gs = append(gs, []byte{0x7f, 1, 0x41, 0, 0x0b})
+	}
+	return cat(wasmbin.Header,
+		wasmbin.AppendSection(nil, wasmbin.TypeSection, vec([]byte{0x60, 0, 0})),
+		wasmbin.AppendSection(nil, wasmbin.FunctionSection, vec([]byte{0})),
+		wasmbin.AppendSection(nil, wasmbin.MemorySection, vec([]byte{0, 1})),
+		wasmbin.AppendSection(nil, wasmbin.GlobalSection, vec(gs...)),
+		wasmbin.AppendSection(nil, wasmbin.ExportSection, vec(standardExports[0])),
+		wasmbin.AppendSection(nil, wasmbin.CodeSection, vec([]byte{2, 0, 0x0b})),
 	)
 }
 
@@ -114,8 +132,8 @@ func TestSnapshotStartsWhereTheStartLeftOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Globals() != 3 {
-		t.Fatalf("Globals() = %d, want 3", m.Globals())
+	if m.Globals() != 4 {
+		t.Fatalf("Globals() = %d, want 4", m.Globals())
 	}
 	globals, mem, _ := globalsOf(t, rt, wasm, true)
 	snap, err := m.Snapshot(mem, globals)
@@ -126,7 +144,7 @@ func TestSnapshotStartsWhereTheStartLeftOff(t *testing.T) {
 	// The snapshot, instantiated without running anything, holds what the
 	// start left: memory, mutable globals, and the immutable one as it was.
 	got, snapMem, inst := globalsOf(t, rt, snap, false)
-	want := []uint64{uint64(uint32(0xfffffffb)), 1 << 40, math.Float64bits(2.5)}
+	want := []uint64{uint64(uint32(0xfffffffb)), 1 << 40, math.Float64bits(2.5), uint64(math.Float32bits(-1.5))}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("global %d is %#x after the snapshot, want %#x", i, got[i], want[i])
@@ -148,21 +166,48 @@ func TestSnapshotStartsWhereTheStartLeftOff(t *testing.T) {
 	}
 }
 
-func TestDataSegmentsSkipZerosAndMergeShortGaps(t *testing.T) {
-	mem := make([]byte, 1<<16)
-	copy(mem[100:], "ab")
-	mem[100+2+mergeGap-1] = 'c' // mergeGap-1 zeros after "ab": one segment
-	mem[5000] = 'd'             // further: a segment of its own
-	r := wasmbin.Reader{Rest: dataSegments(mem)}
+// segments reads a data section's payload as "offset+length" strings.
+func segments(t *testing.T, payload []byte) []string {
+	t.Helper()
+	r := wasmbin.Reader{Rest: payload}
 	var got []string
 	for n := r.U32(); n > 0 && r.Err == nil; n-- {
 		r.Bytes(2) // active, memory 0; i32.const
-		off := r.S32()
+		off := uint32(r.S32())
 		r.Byte() // end
 		got = append(got, fmt.Sprint(off, "+", len(r.Bytes(r.U32()))))
 	}
-	if want := fmt.Sprint(100, "+", 2+mergeGap, " 5000+1"); strings.Join(got, " ") != want || r.Err != nil {
-		t.Errorf("segments %q (%v), want %s", got, r.Err, want)
+	if r.Err != nil || len(r.Rest) > 0 {
+		t.Fatalf("data section: %v, %d bytes left", r.Err, len(r.Rest))
+	}
+	return got
+}
+
+func TestDataSegmentsSkipZerosAndMergeShortGaps(t *testing.T) {
+	gap := mergeGaps[0]
+	mem := make([]byte, 1<<16)
+	copy(mem[100:], "ab")
+	mem[100+2+gap-1] = 'c' // gap-1 zeros after "ab": one segment
+	mem[5000] = 'd'        // further: a segment of its own
+	got := strings.Join(segments(t, dataSegments(mem)), " ")
+	if want := fmt.Sprint(100, "+", 2+gap, " 5000+1"); got != want {
+		t.Errorf("segments %s, want %s", got, want)
+	}
+	if got := segments(t, dataSegments(make([]byte, 1<<16))); len(got) != 0 {
+		t.Errorf("a memory of zeros gives segments %v", got)
+	}
+}
+
+// A memory whose bytes are scattered makes wider gaps, so that no snapshot
+// has more than maxSegments segments (Wasmtime refuses 100,000).
+func TestDataSegmentsStayFew(t *testing.T) {
+	mem := make([]byte, 16<<20)
+	for i := 0; i < len(mem); i += 100 {
+		mem[i] = 1
+	}
+	got := segments(t, dataSegments(mem))
+	if len(got) > maxSegments || len(got) == 0 {
+		t.Fatalf("%d segments, want 1 to %d", len(got), maxSegments)
 	}
 }
 
@@ -175,6 +220,8 @@ func TestParseRefusesWhatItCannotSnapshot(t *testing.T) {
 		{"command", startModule(append(standardExports[:3:3], cat(name("_start"), []byte{0, 0}))), "command"},
 		{"data count", startModule(standardExports, wasmbin.AppendSection(nil, wasmbin.DataCountSection, []byte{1})), "passive data"},
 		{"not wasm", []byte("hello"), "not a WebAssembly module"},
+		{"too many globals", manyGlobals(MaxGlobals + 1), "1001 mutable globals"},
+		{"name taken", startModule(append(standardExports[:3:3], cat(name(GlobalsExport), []byte{0, 0}))), "the name pre-initialisation adds"},
 	} {
 		if _, err := Parse(tc.wasm); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: Parse gives %v, want an error containing %q", tc.name, err, tc.want)
@@ -183,4 +230,18 @@ func TestParseRefusesWhatItCannotSnapshot(t *testing.T) {
 	if Asks(startModule(standardExports[:2])) {
 		t.Error("a module without the marker asks")
 	}
+	if _, err := Parse(manyGlobals(MaxGlobals)); err != nil {
+		t.Errorf("%d globals: %v", MaxGlobals, err)
+	}
+	m, err := Parse(startModule(standardExports))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Snapshot(make([]byte, MaxMemory+1<<16), make([]uint64, 4)); err == nil || !strings.Contains(err.Error(), "more than the 64 MiB") {
+		t.Errorf("a memory over MaxMemory: %v", err)
+	}
+	if _, err := m.Snapshot(make([]byte, 1<<16), make([]uint64, 3)); err == nil {
+		t.Error("a snapshot with a global value missing succeeded")
+	}
+
 }

@@ -22,10 +22,9 @@ type class struct {
 	version string // hex SHA-256 of the module: on-init reruns when it changes
 	hooks   hooks
 	// mu guards module, which a pre-initialised module replaces once made
-	// (preinit.go), and closed; it is held shared while an instance is
-	// made, so that no module closes under its Instantiate.
-	mu     sync.RWMutex
-	module runtime.Module
+	// (preinit.go), closed, and the counts of what module served.
+	mu     sync.Mutex
+	module *served
 	closed bool
 	// preinit is the module to pre-initialise in the background, nil for
 	// none; module is its instrumented form meanwhile.
@@ -61,55 +60,94 @@ func loadClass(ctx context.Context, eng runtime.Engine, host map[string]runtime.
 	}
 	sum := sha256.Sum256(wasm)
 	c := &class{version: hex.EncodeToString(sum[:])}
+	var mod runtime.Module
 	if pre.on && preinit.Asks(wasm) {
-		c.module, c.hooks, c.preinit, err = pre.load(ctx, eng, host, wasm, c.version, path)
+		mod, c.hooks, c.preinit, err = pre.load(ctx, eng, host, wasm, c.version, path)
 	} else {
-		c.module, c.hooks, err = compileModule(ctx, eng, host, wasm, path)
+		mod, c.hooks, err = compileModule(ctx, eng, host, wasm, path)
 	}
+	c.module = &served{Module: mod}
 	if err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
+// served is a module a class makes instances of, with the count of its
+// Instantiates running: one that is replaced, or whose class closes,
+// closes when the last returns, so that no module closes under an
+// Instantiate (which may run a guest's start for as long as an event).
+type served struct {
+	runtime.Module
+	making  int
+	retired bool // replaced, or the class closed
+	done    bool // closed
+}
+
+// closable marks s retired and reports whether the caller, holding the
+// class's mu, is to close it now.
+func (s *served) closable() bool {
+	s.retired = true
+	if s.making > 0 || s.done {
+		return false
+	}
+	s.done = true
+	return true
+}
+
 // current is the module new instances of the class are made of.
 func (c *class) current() runtime.Module {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.module
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.module.Module
 }
 
 // instantiate makes an instance of the class's module and says which tier
 // of code it runs (runtime.Tiered).
 func (c *class) instantiate(ctx context.Context, cfg runtime.InstanceConfig) (runtime.Instance, runtime.Tier, error) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
+	c.mu.Lock()
+	s := c.module
+	s.making++
+	c.mu.Unlock()
 	tier := runtime.TierOptimised
-	if t, ok := c.module.(runtime.Tiered); ok {
+	if t, ok := s.Module.(runtime.Tiered); ok {
 		tier = t.Tier() // before Instantiate: the tier may change meanwhile
 	}
-	inst, err := c.module.Instantiate(ctx, cfg)
+	inst, err := s.Instantiate(ctx, cfg)
+	c.mu.Lock()
+	s.making--
+	closeNow := s.retired && s.closable()
+	c.mu.Unlock()
+	if closeNow {
+		s.Close(context.Background())
+	}
 	return inst, tier, err
 }
 
-// replace makes mod the class's module and closes the one it replaces
-// (whose instances run on: both engines allow it); it closes mod instead
-// if the class was closed meanwhile.
-func (c *class) replace(ctx context.Context, mod runtime.Module) {
+// replace makes mod the class's module; the one it replaces closes once no
+// Instantiate runs on it (its instances run on: both engines allow it). If
+// the class was closed meanwhile, mod closes instead.
+func (c *class) replace(mod runtime.Module) {
 	c.mu.Lock()
-	old := mod
+	old := &served{Module: mod}
 	if !c.closed {
-		old, c.module = c.module, mod
+		old, c.module = c.module, old
 	}
+	closeNow := old.closable()
 	c.mu.Unlock()
-	old.Close(ctx)
+	if closeNow {
+		old.Close(context.Background())
+	}
 }
 
 func (c *class) close(ctx context.Context) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.closed = true
-	c.module.Close(ctx)
+	closeNow := c.module.closable()
+	c.mu.Unlock()
+	if closeNow {
+		c.module.Close(ctx)
+	}
 }
 
 // compileModule compiles and checks the module read from path.

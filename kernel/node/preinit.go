@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/internal/atomicfile"
 	"github.com/wasmkeep/wasmkeep/internal/preinit"
+	"github.com/wasmkeep/wasmkeep/kernel/cputime"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
@@ -33,14 +35,15 @@ import (
 const preinitVersion = "v1"
 
 type preinitOptions struct {
-	on       bool
-	cacheDir string        // "" keeps no snapshot across restarts
-	wall     time.Duration // the start's time, as an event's
-	log      *slog.Logger
+	on        bool
+	cacheDir  string        // "" keeps no snapshot across restarts
+	wall, cpu time.Duration // the start's limits
+	log       *slog.Logger
 }
 
 func (n *Node) preinitOptions() preinitOptions {
-	return preinitOptions{on: !n.opts.NoPreinit, cacheDir: n.opts.CacheDir, wall: n.opts.WallClock, log: n.log}
+	return preinitOptions{on: !n.opts.NoPreinit, cacheDir: n.opts.CacheDir, wall: n.opts.WallClock,
+		cpu: n.opts.CPUBudget + n.opts.HostCPUBudget, log: n.log}
 }
 
 // cachePath is where the snapshot of the module whose hex SHA-256 is
@@ -77,7 +80,9 @@ func (p preinitOptions) load(ctx context.Context, eng runtime.Engine, host map[s
 	// good if that fails.
 	mod, h, err := compileModule(ctx, eng, host, m.Instrumented(), path)
 	if err != nil {
-		return nil, hooks{}, nil, err
+		p.log.Warn("module not pre-initialised", "module", path, "why", err)
+		mod, h, err := compileModule(ctx, eng, host, wasm, path)
+		return mod, h, nil, err
 	}
 	return mod, h, m, nil
 }
@@ -102,19 +107,15 @@ func (n *Node) preinitialise(c *class, path string) {
 		snap, err := p.snapshot(n.ctx, c.current(), m)
 		var mod runtime.Module
 		if err == nil {
-			mod, _, err = compileModule(n.ctx, n.engine, n.host, snap, path)
+			mod, _, err = compileModule(context.Background(), n.engine, n.host, snap, path)
 		}
-		switch {
-		case n.ctx.Err() != nil: // the node stopped
-			if mod != nil {
-				mod.Close(context.Background())
+		if err != nil {
+			if n.ctx.Err() == nil { // else the node stopped it
+				p.log.Warn("module not pre-initialised", "module", path, "why", err)
 			}
 			return
-		case err != nil:
-			p.log.Warn("module not pre-initialised", "module", path, "why", err)
-			return
 		}
-		c.replace(n.ctx, mod)
+		c.replace(mod) // closed at once if the node stopped meanwhile
 		p.log.Info("module pre-initialised", "module", path, "bytes", len(snap), "took", time.Since(start).Round(time.Millisecond))
 		if p.cacheDir != "" {
 			os.MkdirAll(filepath.Dir(p.cachePath(c.version)), 0o700) // else the write says why
@@ -126,13 +127,24 @@ func (n *Node) preinitialise(c *class, path string) {
 }
 
 // snapshot runs the start of an instance of mod (m instrumented) and
-// returns the module as the start left it.
+// returns the module as the start left it. The start has an event's wall
+// clock and its whole CPU cap (its budget and the host's, since it runs
+// once for every instance to come, maybe on a fast tier).
 func (p preinitOptions) snapshot(ctx context.Context, mod runtime.Module, m *preinit.Module) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.wall)
+	ctx, cancel := context.WithTimeoutCause(ctx, p.wall, errWallClock)
 	defer cancel()
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	goruntime.LockOSThread() // the CPU watch reads this thread's clock
+	defer goruntime.UnlockOSThread()
+	watch := cputime.Start(p.cpu, func() { stop(errCPUBudget) })
+	defer watch.Stop()
 	var out capped
 	inst, err := mod.Instantiate(ctx, runtime.InstanceConfig{Stdout: &out, Stderr: &out})
 	if err != nil {
+		if cause := context.Cause(ctx); cause != nil {
+			err = fmt.Errorf("%w: %w", err, cause)
+		}
 		if out.Len() > 0 {
 			return nil, fmt.Errorf("its start failed: %w (it printed %q)", err, out.String())
 		}
@@ -144,6 +156,9 @@ func (p preinitOptions) snapshot(ctx context.Context, mod runtime.Module, m *pre
 		return nil, fmt.Errorf("reading its globals: %w", err)
 	}
 	mem := inst.Memory()
+	if mem.Size() > preinit.MaxMemory {
+		return nil, fmt.Errorf("its start left %d MiB of memory, more than the %d MiB a snapshot may hold", mem.Size()>>20, preinit.MaxMemory>>20)
+	}
 	b, ok := mem.Read(0, mem.Size())
 	if !ok {
 		return nil, fmt.Errorf("reading its memory of %d bytes failed", mem.Size())

@@ -1,5 +1,21 @@
 package runtime
 
+import "time"
+
+// Monotonic is what the WASI monotonic clock reads in every engine: the
+// realtime clock's nanoseconds at the process's start plus the time elapsed
+// since, by the system's monotonic clock. Within a process it never goes
+// back; a later process starts it higher unless the system's clock was set
+// back meanwhile, so readings a pre-initialised module recorded in an earlier
+// process (ADR 1040) stay in its past, where a clock counting from the
+// system's boot or the instance's creation would put them in the future.
+func Monotonic() int64 { return processEpoch + int64(time.Since(processStart)) }
+
+var (
+	processStart = time.Now()
+	processEpoch = processStart.UnixNano()
+)
+
 // WASIModule is the import module name of WASI preview 1.
 const WASIModule = "wasi_snapshot_preview1"
 

@@ -15,6 +15,7 @@ import (
 // wasiOverrides are the WASI preview 1 functions the engine defines in place
 // of Wasmtime's.
 var wasiOverrides = []hostFunc{
+	wasiOverride("clock_time_get", clockTimeGet),
 	wasiOverride("fd_write", fdWrite),
 	wasiOverride("path_open", pathOpen),
 	wasiOverride("poll_oneoff", pollOneoff),
@@ -113,7 +114,28 @@ func pathOpen(_ *instance, stack []uint64) bool {
 	return false
 }
 
-// WASI preview 1 values used by poll_oneoff.
+// clockTimeGet is WASI's clock_time_get(id, precision, time_ptr) -> errno:
+// Wasmtime's monotonic clock counts from the instance's creation, the
+// kernel's from the process's start (runtime.Monotonic).
+func clockTimeGet(in *instance, stack []uint64) bool {
+	var now int64
+	switch id := uint32(stack[0]); id {
+	case clockRealtime:
+		now = time.Now().UnixNano()
+	case clockMonotonic:
+		now = runtime.Monotonic()
+	default:
+		stack[0] = errnoInval
+		return false
+	}
+	stack[0] = errnoSuccess
+	if !in.hostMemory().Write(uint32(stack[2]), binary.LittleEndian.AppendUint64(nil, uint64(now))) {
+		stack[0] = errnoFault
+	}
+	return false
+}
+
+// WASI preview 1 values used by clock_time_get and poll_oneoff.
 const (
 	errnoSuccess = 0
 	errnoBadf    = 8
@@ -128,6 +150,7 @@ const (
 	eventFdWrite = 2
 
 	clockRealtime          = 0
+	clockMonotonic         = 1
 	clockThreadCputime     = 3
 	subscriptionAbstime    = 1
 	eventFdReadWriteHangup = 1
@@ -142,8 +165,8 @@ const (
 // done; this one wakes when the ctx is done and interrupts the call.
 //
 // Clock subscriptions: relative timeouts on any clock are waited for in real
-// time; an absolute timeout is supported on the realtime clock and refused
-// (ENOTSUP in the event) on the others, whose origin is Wasmtime's. File
+// time; an absolute timeout is supported on the realtime and monotonic
+// clocks and refused (ENOTSUP in the event) on the CPU-time ones. File
 // descriptor subscriptions are ready at once, as they are here: stdin is
 // empty (readable, at its end), stdout and stderr are always writable, and
 // no other descriptor exists (EBADF in the event).
@@ -254,6 +277,8 @@ func subscribe(sub []byte, now time.Time) (ev event, ok bool) {
 			ev.wait = time.Duration(min(timeout, math.MaxInt64))
 		case id == clockRealtime:
 			ev.wait = time.Unix(0, int64(min(timeout, math.MaxInt64))).Sub(now)
+		case id == clockMonotonic:
+			ev.wait = time.Duration(int64(min(timeout, math.MaxInt64)) - runtime.Monotonic())
 		default:
 			ev.errno = errnoNotsup
 		}

@@ -63,7 +63,7 @@ func (d *driver) NewEngine(ctx context.Context, cfg runtime.Config) (runtime.Eng
 	}
 	e := &engine{
 		instance: wazero.NewModuleConfig().WithName("").WithStartFunctions().
-			WithSysWalltime().WithSysNanotime().WithRandSource(rand.Reader),
+			WithSysWalltime().WithNanotime(runtime.Monotonic, 1).WithRandSource(rand.Reader),
 		tier: runtime.TierFast,
 	}
 	rc := wazero.NewRuntimeConfigInterpreter()

@@ -7,12 +7,14 @@
 //	import _ "github.com/wasmkeep/wasmkeep/sdk/go/preinit"
 //
 // Only for a module whose init may be shared: every instance then starts
-// with the same state, random state included. math/rand's and
-// math/rand/v2's top-level functions give every actor of the class the same
-// sequence (crypto/rand does not: it asks the host each time), time.Now read
-// in init is the time of the snapshot, and an init that calls the host
-// (wasmkeep's functions; WASI is fine) makes the node serve the module
-// without pre-initialising it, saying why in its log.
+// with the same state, random state included, and the node keeps that state
+// in its cache directory for its next starts. math/rand's and math/rand/v2's
+// top-level functions give every actor of the class the same sequence, and
+// anything init read once (bytes from crypto/rand, a key, time.Now) is the
+// same in every actor and stays on disk; crypto/rand called in a handler
+// asks the host each time, so read keys and ids there. An init that calls
+// the host (wasmkeep's functions; WASI is fine) makes the node serve the
+// module without pre-initialising it, saying why in its log.
 package preinit
 
 // marker is never called: the node looks for the export.

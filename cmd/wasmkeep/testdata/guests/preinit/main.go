@@ -17,6 +17,8 @@ import (
 
 var hostInInit string
 
+var variant string // -X main.variant=2: another build of the same code
+
 var token string
 
 func random() string {
@@ -31,7 +33,7 @@ func init() {
 		wasmkeep.Env("X")
 	}
 	wasmkeep.HandleFunc(func(w wasmkeep.ResponseWriter, r *wasmkeep.Request) {
-		w.Write([]byte(token + " " + random()))
+		w.Write([]byte(token + " " + random() + variant))
 	})
 }
 
