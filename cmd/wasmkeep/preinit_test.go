@@ -64,7 +64,22 @@ func TestPreinitSharesTheStartAndKeepsIt(t *testing.T) {
 	}
 	tn.stop()
 
+	// A start removes kept files no start used for a week, and only those.
+	stale, recent := filepath.Join(cache, "preinit", "v1-stale.wasm"), filepath.Join(cache, "preinit", "v1-recent.wasm")
+	for _, f := range []string{stale, recent} {
+		os.WriteFile(f, []byte("x"), 0o600)
+	}
+	weekAgo := time.Now().Add(-8 * 24 * time.Hour)
+	os.Chtimes(stale, weekAgo, weekAgo)
+	os.Chtimes(kept[0], weekAgo, weekAgo) // used at the start below: kept
 	again := startNode(t, opts)
+	if _, err := os.Stat(stale); err == nil {
+		t.Error("a kept file unused for a week is still there")
+	}
+	if _, err := os.Stat(recent); err != nil {
+		t.Errorf("a recent kept file was removed: %v", err)
+	}
+	os.Remove(recent)
 	if a2, _ := tokens(again); a2 != a {
 		t.Errorf("after a restart the init token is %s, want the kept snapshot's %s", a2, a)
 	}

@@ -19,6 +19,7 @@ import (
 // class is one compiled module served under a name.
 type class struct {
 	name    string
+	path    string // the module's file
 	version string // hex SHA-256 of the module: on-init reruns when it changes
 	hooks   hooks
 	// mu guards module, which a pre-initialised module replaces once made
@@ -59,7 +60,7 @@ func loadClass(ctx context.Context, eng runtime.Engine, host map[string]runtime.
 		return nil, err
 	}
 	sum := sha256.Sum256(wasm)
-	c := &class{version: hex.EncodeToString(sum[:])}
+	c := &class{path: path, version: hex.EncodeToString(sum[:])}
 	var mod runtime.Module
 	if pre.on && preinit.Asks(wasm) {
 		mod, c.hooks, c.preinit, err = pre.load(ctx, eng, host, wasm, c.version, path)

@@ -307,7 +307,6 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		c.access = opts.Access[name]
 		n.classes[name] = c
 		n.log.Info("class loaded", "class", name, "module", opts.Classes[name], "version", c.version[:12], "access", c.access.String())
-		n.preinitialise(c, opts.Classes[name])
 	}
 	if opts.Stateless != "" {
 		c, err := loadClass(ctx, eng, host, opts.Stateless, n.preinitOptions())
@@ -318,8 +317,8 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		c.stateless = true
 		n.stateless = c
 		n.log.Info("stateless component loaded", "module", opts.Stateless, "version", c.version[:12])
-		n.preinitialise(c, opts.Stateless)
 	}
+	n.preinitialiseAll()
 	if err := n.loadAlarms(ctx); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("reading pending alarms from %s: %w", opts.DataDir, err)

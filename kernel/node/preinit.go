@@ -62,6 +62,8 @@ func (p preinitOptions) load(ctx context.Context, eng runtime.Engine, host map[s
 		if snap, err := os.ReadFile(p.cachePath(version)); err == nil {
 			mod, h, err := compileModule(ctx, eng, host, snap, path)
 			if err == nil {
+				now := time.Now()
+				os.Chtimes(p.cachePath(version), now, now) // in use: see unusedFor
 				p.log.Info("module pre-initialised at an earlier start", "module", path)
 				return mod, h, nil, nil
 			}
@@ -87,9 +89,37 @@ func (p preinitOptions) load(ctx context.Context, eng runtime.Engine, host map[s
 	return mod, h, m, nil
 }
 
+// unusedFor is how long a kept snapshot stays unused before a start
+// removes it: a deploy leaves one per class of each build it replaces, but
+// a cache may be shared, or a node started on older builds again.
+const unusedFor = 7 * 24 * time.Hour
+
+// preinitialiseAll removes the kept snapshots no start has used for
+// unusedFor (a start that uses one marks it, by its modification time) and
+// the files a write cut short, then starts the background work load left.
+func (n *Node) preinitialiseAll() {
+	p := n.preinitOptions()
+	if p.cacheDir != "" {
+		dir := filepath.Dir(p.cachePath(""))
+		entries, _ := os.ReadDir(dir) // none yet: nothing to remove
+		for _, e := range entries {
+			if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > unusedFor {
+				os.Remove(filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	for _, c := range n.classes {
+		n.preinitialise(c)
+	}
+	if n.stateless != nil {
+		n.preinitialise(n.stateless)
+	}
+}
+
 // preinitialise makes c's pre-initialised module in the background, if
 // load left it to do, and gives it to the class's new instances.
-func (n *Node) preinitialise(c *class, path string) {
+func (n *Node) preinitialise(c *class) {
+	path := c.path
 	m := c.preinit
 	if m == nil {
 		return
