@@ -3,6 +3,8 @@ package runtimetest
 import (
 	"fmt"
 
+	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
+
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
@@ -58,7 +60,7 @@ func (m *wasmModule) importFunc(module, name string, s runtime.Signature) uint32
 	if len(m.funcs) > 0 {
 		panic("imports must come before functions")
 	}
-	m.imports = append(m.imports, cat(str(module), str(name), []byte{0x00}, uleb(uint64(m.typeIndex(s)))))
+	m.imports = append(m.imports, cat(str(module), str(name), []byte{0x00}, uleb(uint32(m.typeIndex(s)))))
 	m.nFuncs++
 	return m.nFuncs - 1
 }
@@ -75,14 +77,14 @@ func (m *wasmModule) function(export string, s runtime.Signature, locals []runti
 	idx := m.nFuncs
 	m.nFuncs++
 	m.funcs = append(m.funcs, m.typeIndex(s))
-	code := uleb(uint64(len(locals)))
+	code := uleb(uint32(len(locals)))
 	for _, l := range locals {
 		code = append(code, 1, byte(l)) // one local of type l
 	}
 	code = append(append(code, cat(body...)...), opEnd)
 	m.code = append(m.code, code)
 	if export != "" {
-		m.exports = append(m.exports, cat(str(export), []byte{0x00}, uleb(uint64(idx))))
+		m.exports = append(m.exports, cat(str(export), []byte{0x00}, uleb(uint32(idx))))
 	}
 	return idx
 }
@@ -115,7 +117,7 @@ func (m *wasmModule) global(init int32) uint32 {
 
 // dataAt initializes memory at offset with b.
 func (m *wasmModule) dataAt(offset uint32, b []byte) {
-	m.data = append(m.data, cat([]byte{0x00}, i32Const(int32(offset)), []byte{opEnd}, uleb(uint64(len(b))), b))
+	m.data = append(m.data, cat([]byte{0x00}, i32Const(int32(offset)), []byte{opEnd}, uleb(uint32(len(b))), b))
 }
 
 func (m *wasmModule) bytes() []byte {
@@ -130,7 +132,7 @@ func (m *wasmModule) bytes() []byte {
 	}
 	var funcs [][]byte
 	for _, t := range m.funcs {
-		funcs = append(funcs, uleb(uint64(t)))
+		funcs = append(funcs, uleb(uint32(t)))
 	}
 	out = append(out, section(3, vec(funcs))...)
 	if m.memory != nil {
@@ -142,7 +144,7 @@ func (m *wasmModule) bytes() []byte {
 	out = append(out, section(7, vec(m.exports))...)
 	var code [][]byte
 	for _, c := range m.code {
-		code = append(code, cat(uleb(uint64(len(c))), c))
+		code = append(code, cat(uleb(uint32(len(c))), c))
 	}
 	out = append(out, section(10, vec(code))...)
 	if len(m.data) > 0 {
@@ -152,15 +154,15 @@ func (m *wasmModule) bytes() []byte {
 }
 
 func section(id byte, payload []byte) []byte {
-	return cat([]byte{id}, uleb(uint64(len(payload))), payload)
+	return cat([]byte{id}, uleb(uint32(len(payload))), payload)
 }
 
-func vec(items [][]byte) []byte { return cat(append([][]byte{uleb(uint64(len(items)))}, items...)...) }
+func vec(items [][]byte) []byte { return cat(append([][]byte{uleb(uint32(len(items)))}, items...)...) }
 
-func str(s string) []byte { return cat(uleb(uint64(len(s))), []byte(s)) }
+func str(s string) []byte { return cat(uleb(uint32(len(s))), []byte(s)) }
 
 func valTypes(ts []runtime.ValueType) []byte {
-	out := uleb(uint64(len(ts)))
+	out := uleb(uint32(len(ts)))
 	for _, t := range ts {
 		out = append(out, byte(t))
 	}
@@ -170,9 +172,9 @@ func valTypes(ts []runtime.ValueType) []byte {
 // limits encodes memory or table limits; max < 0 means none.
 func limits(min uint32, max int64) []byte {
 	if max < 0 {
-		return cat([]byte{0x00}, uleb(uint64(min)))
+		return cat([]byte{0x00}, uleb(uint32(min)))
 	}
-	return cat([]byte{0x01}, uleb(uint64(min)), uleb(uint64(max)))
+	return cat([]byte{0x01}, uleb(uint32(min)), uleb(uint32(max)))
 }
 
 func cat(parts ...[]byte) []byte {
@@ -183,30 +185,7 @@ func cat(parts ...[]byte) []byte {
 	return out
 }
 
-func uleb(v uint64) []byte {
-	var out []byte
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if v != 0 {
-			out = append(out, c|0x80)
-			continue
-		}
-		return append(out, c)
-	}
-}
-
-func sleb(v int64) []byte {
-	var out []byte
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
-			return append(out, c)
-		}
-		out = append(out, c|0x80)
-	}
-}
+func uleb(v uint32) []byte { return wasmbin.AppendU32(nil, v) }
 
 // Opcodes used as single bytes.
 const (
@@ -223,17 +202,17 @@ const (
 )
 
 func op(codes ...byte) []byte       { return codes }
-func i32Const(v int32) []byte       { return cat([]byte{0x41}, sleb(int64(v))) }
-func i64Const(v int64) []byte       { return cat([]byte{0x42}, sleb(v)) }
-func localGet(i uint32) []byte      { return cat([]byte{0x20}, uleb(uint64(i))) }
-func localSet(i uint32) []byte      { return cat([]byte{0x21}, uleb(uint64(i))) }
-func globalGet(i uint32) []byte     { return cat([]byte{0x23}, uleb(uint64(i))) }
-func globalSet(i uint32) []byte     { return cat([]byte{0x24}, uleb(uint64(i))) }
-func callFunc(f uint32) []byte      { return cat([]byte{0x10}, uleb(uint64(f))) }
-func br(depth uint32) []byte        { return cat([]byte{0x0c}, uleb(uint64(depth))) }
-func brIf(depth uint32) []byte      { return cat([]byte{0x0d}, uleb(uint64(depth))) }
-func i32Load(offset uint32) []byte  { return cat([]byte{0x28, 2}, uleb(uint64(offset))) }
-func i32Store(offset uint32) []byte { return cat([]byte{0x36, 2}, uleb(uint64(offset))) }
+func i32Const(v int32) []byte       { return wasmbin.AppendS64([]byte{0x41}, int64(v)) }
+func i64Const(v int64) []byte       { return wasmbin.AppendS64([]byte{0x42}, v) }
+func localGet(i uint32) []byte      { return cat([]byte{0x20}, uleb(uint32(i))) }
+func localSet(i uint32) []byte      { return cat([]byte{0x21}, uleb(uint32(i))) }
+func globalGet(i uint32) []byte     { return cat([]byte{0x23}, uleb(uint32(i))) }
+func globalSet(i uint32) []byte     { return cat([]byte{0x24}, uleb(uint32(i))) }
+func callFunc(f uint32) []byte      { return cat([]byte{0x10}, uleb(uint32(f))) }
+func br(depth uint32) []byte        { return cat([]byte{0x0c}, uleb(uint32(depth))) }
+func brIf(depth uint32) []byte      { return cat([]byte{0x0d}, uleb(uint32(depth))) }
+func i32Load(offset uint32) []byte  { return cat([]byte{0x28, 2}, uleb(uint32(offset))) }
+func i32Store(offset uint32) []byte { return cat([]byte{0x36, 2}, uleb(uint32(offset))) }
 func memoryGrow() []byte            { return []byte{0x40, 0x00} }
 func memorySize() []byte            { return []byte{0x3f, 0x00} }
 

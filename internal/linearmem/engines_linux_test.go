@@ -6,23 +6,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	wasmtimeruntime "github.com/wasmkeep/wasmkeep/plugins/runtime-wasmtime"
 	wazeroruntime "github.com/wasmkeep/wasmkeep/plugins/runtime-wazero"
 )
-
-func sleb(v int32) []byte {
-	var b []byte
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
-	}
-}
 
 func sec(id byte, payload ...byte) []byte { return append([]byte{id, byte(len(payload))}, payload...) }
 
@@ -30,11 +19,11 @@ func sec(id byte, payload ...byte) []byte { return append([]byte{id, byte(len(pa
 // zeroes pages 1 and 2 (touching them, as the Go runtime does) and writes 7
 // at 200,000, in page 3.
 func zeroingGuest() []byte {
-	body := []byte{0}                                                       // no locals
-	body = append(append(append(body, 0x41), sleb(65536)...), 0x41, 0)      // dst, value
-	body = append(append(append(body, 0x41), sleb(131072)...), 0xfc, 11, 0) // size; memory.fill
-	body = append(append(append(body, 0x41), sleb(200000)...), 0x41, 7)     // address, value
-	body = append(body, 0x3a, 0, 0, 0x0b)                                   // i32.store8; end
+	body := []byte{0}                                                                         // no locals
+	body = append(append(append(body, 0x41), wasmbin.AppendS64(nil, 65536)...), 0x41, 0)      // dst, value
+	body = append(append(append(body, 0x41), wasmbin.AppendS64(nil, 131072)...), 0xfc, 11, 0) // size; memory.fill
+	body = append(append(append(body, 0x41), wasmbin.AppendS64(nil, 200000)...), 0x41, 7)     // address, value
+	body = append(body, 0x3a, 0, 0, 0x0b)                                                     // i32.store8; end
 	wasm := []byte{0, 'a', 's', 'm', 1, 0, 0, 0}
 	for _, s := range [][]byte{
 		sec(1, 1, 0x60, 0, 0),
