@@ -395,6 +395,7 @@ func (n *Node) hibernateAll() {
 // Close releases the engine and stops running guests. Actors still resident
 // are closed first.
 func (n *Node) Close() {
+	n.stopping.Store(true) // no new events (Shutdown set it already; other callers may not have)
 	n.hibernateAll()
 	if n.index != nil {
 		n.index.Close()

@@ -60,12 +60,15 @@ func (p preinitOptions) cachePath(version string) string {
 func (p preinitOptions) load(ctx context.Context, eng runtime.Engine, host map[string]runtime.HostFunction, wasm []byte, version, path string) (runtime.Module, hooks, *preinit.Module, error) {
 	if p.cacheDir != "" {
 		if snap, err := os.ReadFile(p.cachePath(version)); err == nil {
+			now := time.Now()
+			os.Chtimes(p.cachePath(version), now, now) // in use: see unusedFor
 			mod, h, err := compileModule(ctx, eng, host, snap, path)
 			if err == nil {
-				now := time.Now()
-				os.Chtimes(p.cachePath(version), now, now) // in use: see unusedFor
 				p.log.Info("module pre-initialised at an earlier start", "module", path)
 				return mod, h, nil, nil
+			}
+			if ctx.Err() != nil {
+				return nil, hooks{}, nil, err
 			}
 			p.log.Warn("a kept pre-initialised module is not usable; making it again", "module", path, "err", err)
 			os.Remove(p.cachePath(version))
@@ -133,6 +136,9 @@ func (n *Node) preinitialise(c *class) {
 		// the requests' meanwhile.
 		n.preinitMu.Lock()
 		defer n.preinitMu.Unlock()
+		if n.ctx.Err() != nil { // the node stopped while this one waited
+			return
+		}
 		start := time.Now()
 		snap, err := p.snapshot(n.ctx, c.current(), m)
 		var mod runtime.Module

@@ -165,8 +165,8 @@ const (
 // done; this one wakes when the ctx is done and interrupts the call.
 //
 // Clock subscriptions: relative timeouts on any clock are waited for in real
-// time; an absolute timeout is supported on the realtime and monotonic
-// clocks and refused (ENOTSUP in the event) on the CPU-time ones. File
+// time; an absolute timeout is supported on the realtime clock and refused
+// (ENOTSUP in the event) on the others. File
 // descriptor subscriptions are ready at once, as they are here: stdin is
 // empty (readable, at its end), stdout and stderr are always writable, and
 // no other descriptor exists (EBADF in the event).
@@ -277,8 +277,6 @@ func subscribe(sub []byte, now time.Time) (ev event, ok bool) {
 			ev.wait = time.Duration(min(timeout, math.MaxInt64))
 		case id == clockRealtime:
 			ev.wait = time.Unix(0, int64(min(timeout, math.MaxInt64))).Sub(now)
-		case id == clockMonotonic:
-			ev.wait = time.Duration(int64(min(timeout, math.MaxInt64)) - runtime.Monotonic())
 		default:
 			ev.errno = errnoNotsup
 		}
