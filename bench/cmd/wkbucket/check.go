@@ -29,16 +29,18 @@ func (c *config) durability(stdout io.Writer, st *store) ([]measure.Row, error) 
 	name := func(i int) string { return fmt.Sprintf("k-%d", i) }
 
 	// writes sends durable writes from every client until stop is set or,
-	// with limit > 0, limit writes were sent in all, and returns how many
-	// were acknowledged. A client stops at its first failure (the server was
-	// killed), which is returned.
+	// with limit > 0, each client sent its share of limit (rounded up: every
+	// actor gets one when limit is at least the actors, however the clients
+	// are scheduled), and returns how many were acknowledged. A client
+	// stops at its first failure (the server was killed), which is returned.
 	writes := func(n *node, limit int64, stop *atomic.Bool) (int64, error) {
-		var issued, ok atomic.Int64
+		var ok atomic.Int64
 		var failure atomic.Pointer[error]
 		var wg sync.WaitGroup
+		share := int((limit + checkClients - 1) / checkClients)
 		for cl := range checkClients {
 			wg.Go(func() {
-				for j := 0; !stop.Load() && (limit <= 0 || issued.Add(1) <= limit); j++ {
+				for j := 0; !stop.Load() && (limit <= 0 || j < share); j++ {
 					a := cl*checkActorsPerClient + j%checkActorsPerClient
 					v, err := n.durableWrite(name(a))
 					if err != nil {
