@@ -74,20 +74,21 @@ func (p preinitOptions) load(ctx context.Context, eng runtime.Engine, host map[s
 			os.Remove(p.cachePath(version))
 		}
 	}
-	m, err := preinit.Parse(wasm)
-	if err != nil {
-		p.log.Warn("module not pre-initialised", "module", path, "why", err)
+	asIs := func(why error) (runtime.Module, hooks, *preinit.Module, error) {
+		p.log.Warn("module not pre-initialised", "module", path, "why", why)
 		mod, h, err := compileModule(ctx, eng, host, wasm, path)
 		return mod, h, nil, err
+	}
+	m, err := preinit.Parse(wasm)
+	if err != nil {
+		return asIs(err)
 	}
 	// The instrumented module behaves as wasm does (it has one export
 	// more): the class serves it until the snapshot replaces it, or for
 	// good if that fails.
 	mod, h, err := compileModule(ctx, eng, host, m.Instrumented(), path)
 	if err != nil {
-		p.log.Warn("module not pre-initialised", "module", path, "why", err)
-		mod, h, err := compileModule(ctx, eng, host, wasm, path)
-		return mod, h, nil, err
+		return asIs(err)
 	}
 	return mod, h, m, nil
 }
@@ -98,8 +99,9 @@ func (p preinitOptions) load(ctx context.Context, eng runtime.Engine, host map[s
 const unusedFor = 7 * 24 * time.Hour
 
 // preinitialiseAll removes the kept snapshots no start has used for
-// unusedFor (a start that uses one marks it, by its modification time) and
-// the files a write cut short, then starts the background work load left.
+// unusedFor (a start that uses one marks it, by its modification time),
+// and by the same rule the files a write cut short, then starts the
+// background work load left.
 func (n *Node) preinitialiseAll() {
 	p := n.preinitOptions()
 	if p.cacheDir != "" {
