@@ -153,14 +153,15 @@ func (n *Node) preinitialise(c *class) {
 			}
 			return
 		}
-		c.replace(mod) // closed at once if the node stopped meanwhile
-		p.log.Info("module pre-initialised", "module", path, "bytes", len(snap), "took", time.Since(start).Round(time.Millisecond))
 		if p.cacheDir != "" {
 			os.MkdirAll(filepath.Dir(p.cachePath(c.version)), 0o700) // else the write says why
 			if err := atomicfile.Write(p.cachePath(c.version), snap); err != nil {
 				p.log.Warn("keeping the pre-initialised module failed: it is made again at the next start", "module", path, "err", err)
 			}
 		}
+		c.replace(mod) // closed at once if the node stopped meanwhile
+		// Logged last: once it is, the snapshot serves and is kept.
+		p.log.Info("module pre-initialised", "module", path, "bytes", len(snap), "took", time.Since(start).Round(time.Millisecond))
 	}()
 }
 
