@@ -52,9 +52,9 @@ var (
 )
 
 // loadClass reads, compiles and checks a module file; the caller names it.
-// A module that asks to be pre-initialised is, unless pre says not to
+// A module that asks to be pre-initialised is, unless the node says not to
 // (preinit.go).
-func loadClass(ctx context.Context, eng runtime.Engine, host map[string]runtime.HostFunction, path string, pre preinitOptions) (*class, error) {
+func (n *Node) loadClass(ctx context.Context, path string) (*class, error) {
 	wasm, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -62,15 +62,15 @@ func loadClass(ctx context.Context, eng runtime.Engine, host map[string]runtime.
 	sum := sha256.Sum256(wasm)
 	c := &class{path: path, version: hex.EncodeToString(sum[:])}
 	var mod runtime.Module
-	if pre.on && preinit.Asks(wasm) {
-		mod, c.hooks, c.preinit, err = pre.load(ctx, eng, host, wasm, c.version, path)
+	if !n.opts.NoPreinit && preinit.Asks(wasm) {
+		mod, c.hooks, c.preinit, err = n.loadPreinitialised(ctx, wasm, c.version, path)
 	} else {
-		mod, c.hooks, err = compileModule(ctx, eng, host, wasm, path)
+		mod, c.hooks, err = n.compileModule(ctx, wasm, path)
 	}
-	c.module = &served{Module: mod}
 	if err != nil {
 		return nil, err
 	}
+	c.module = &served{Module: mod}
 	return c, nil
 }
 
@@ -152,12 +152,12 @@ func (c *class) close(ctx context.Context) {
 }
 
 // compileModule compiles and checks the module read from path.
-func compileModule(ctx context.Context, eng runtime.Engine, host map[string]runtime.HostFunction, wasm []byte, path string) (runtime.Module, hooks, error) {
-	mod, err := eng.Compile(ctx, wasm)
+func (n *Node) compileModule(ctx context.Context, wasm []byte, path string) (runtime.Module, hooks, error) {
+	mod, err := n.engine.Compile(ctx, wasm)
 	if err != nil {
 		return nil, hooks{}, fmt.Errorf("compiling %s: %w", path, err)
 	}
-	h, err := checkModule(mod, host)
+	h, err := checkModule(mod, n.host)
 	if err != nil {
 		mod.Close(ctx)
 		return nil, hooks{}, fmt.Errorf("%s: %w", path, err)

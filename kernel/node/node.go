@@ -297,7 +297,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 			n.Close()
 			return nil, fmt.Errorf("class name %q must match [a-z][a-z0-9-]{0,63}", name)
 		}
-		c, err := loadClass(ctx, eng, host, opts.Classes[name], n.preinitOptions())
+		c, err := n.loadClass(ctx, opts.Classes[name])
 		if err != nil {
 			n.Close()
 			return nil, fmt.Errorf("class %s: %w", name, err)
@@ -309,7 +309,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		n.log.Info("class loaded", "class", name, "module", opts.Classes[name], "version", c.version[:12], "access", c.access.String())
 	}
 	if opts.Stateless != "" {
-		c, err := loadClass(ctx, eng, host, opts.Stateless, n.preinitOptions())
+		c, err := n.loadClass(ctx, opts.Stateless)
 		if err != nil {
 			n.Close()
 			return nil, fmt.Errorf("stateless component: %w", err)

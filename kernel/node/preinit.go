@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -18,7 +17,8 @@ import (
 
 // Pre-initialisation (ADR 1040, docs/abi.md): a module that exports
 // preinit.Marker has its start (_initialize: a Go guest's runtime and
-// package init) run once when its class loads, and every instance starts
+// package init) run once, in the background after its class loads (the
+// class serves the module meanwhile), and every new instance starts
 // from the memory and globals it left, as a module of their own whose data
 // segments hold them. An actor's first request then skips the start, and
 // the pages the start wrote are shared by every instance (copy-on-write,
@@ -34,49 +34,38 @@ import (
 // what a snapshot holds takes a new name, so old files are never read.
 const preinitVersion = "v1"
 
-type preinitOptions struct {
-	on        bool
-	cacheDir  string        // "" keeps no snapshot across restarts
-	wall, cpu time.Duration // the start's limits
-	log       *slog.Logger
-}
-
-func (n *Node) preinitOptions() preinitOptions {
-	return preinitOptions{on: !n.opts.NoPreinit, cacheDir: n.opts.CacheDir, wall: n.opts.WallClock,
-		cpu: n.opts.CPUBudget + n.opts.HostCPUBudget, log: n.log}
-}
-
-// cachePath is where the snapshot of the module whose hex SHA-256 is
+// preinitPath is where the snapshot of the module whose hex SHA-256 is
 // version is kept.
-func (p preinitOptions) cachePath(version string) string {
-	return filepath.Join(p.cacheDir, "preinit", preinitVersion+"-"+version+".wasm")
+func (n *Node) preinitPath(version string) string {
+	return filepath.Join(n.opts.CacheDir, "preinit", preinitVersion+"-"+version+".wasm")
 }
 
-// load returns the module to serve wasm (whose hex SHA-256 is version) with: the
-// kept pre-initialised module if there is one; else wasm instrumented, with
-// the preinit.Module that n.preinitialise then snapshots in the background
-// (so a fresh start waits for one compile, not two); or, for a module preinit
-// refuses, wasm as it is. Only the errors wasm itself would give fail it.
-func (p preinitOptions) load(ctx context.Context, eng runtime.Engine, host map[string]runtime.HostFunction, wasm []byte, version, path string) (runtime.Module, hooks, *preinit.Module, error) {
-	if p.cacheDir != "" {
-		if snap, err := os.ReadFile(p.cachePath(version)); err == nil {
+// loadPreinitialised returns the module to serve wasm (whose hex SHA-256 is
+// version) with: the kept pre-initialised module if there is one; else wasm
+// instrumented, with the preinit.Module that n.preinitialise then snapshots
+// in the background (so a fresh start waits for one compile, not two); or,
+// for a module preinit refuses, wasm as it is. Only the errors wasm itself would give fail it.
+func (n *Node) loadPreinitialised(ctx context.Context, wasm []byte, version, path string) (runtime.Module, hooks, *preinit.Module, error) {
+	if n.opts.CacheDir != "" {
+		kept := n.preinitPath(version)
+		if snap, err := os.ReadFile(kept); err == nil {
 			now := time.Now()
-			os.Chtimes(p.cachePath(version), now, now) // in use: see unusedFor
-			mod, h, err := compileModule(ctx, eng, host, snap, path)
+			os.Chtimes(kept, now, now) // in use: see unusedFor
+			mod, h, err := n.compileModule(ctx, snap, path)
 			if err == nil {
-				p.log.Info("module pre-initialised at an earlier start", "module", path)
+				n.log.Info("module pre-initialised at an earlier start", "module", path)
 				return mod, h, nil, nil
 			}
 			if ctx.Err() != nil {
 				return nil, hooks{}, nil, err
 			}
-			p.log.Warn("a kept pre-initialised module is not usable; making it again", "module", path, "err", err)
-			os.Remove(p.cachePath(version))
+			n.log.Warn("a kept pre-initialised module is not usable; making it again", "module", path, "err", err)
+			os.Remove(kept)
 		}
 	}
 	asIs := func(why error) (runtime.Module, hooks, *preinit.Module, error) {
-		p.log.Warn("module not pre-initialised", "module", path, "why", why)
-		mod, h, err := compileModule(ctx, eng, host, wasm, path)
+		n.log.Warn("module not pre-initialised", "module", path, "why", why)
+		mod, h, err := n.compileModule(ctx, wasm, path)
 		return mod, h, nil, err
 	}
 	m, err := preinit.Parse(wasm)
@@ -86,7 +75,7 @@ func (p preinitOptions) load(ctx context.Context, eng runtime.Engine, host map[s
 	// The instrumented module behaves as wasm does (it has one export
 	// more): the class serves it until the snapshot replaces it, or for
 	// good if that fails.
-	mod, h, err := compileModule(ctx, eng, host, m.Instrumented(), path)
+	mod, h, err := n.compileModule(ctx, m.Instrumented(), path)
 	if err != nil {
 		return asIs(err)
 	}
@@ -103,9 +92,8 @@ const unusedFor = 7 * 24 * time.Hour
 // and by the same rule the files a write cut short, then starts the
 // background work load left.
 func (n *Node) preinitialiseAll() {
-	p := n.preinitOptions()
-	if p.cacheDir != "" {
-		dir := filepath.Dir(p.cachePath(""))
+	if n.opts.CacheDir != "" {
+		dir := filepath.Dir(n.preinitPath(""))
 		entries, _ := os.ReadDir(dir) // none yet: nothing to remove
 		for _, e := range entries {
 			if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > unusedFor {
@@ -130,7 +118,6 @@ func (n *Node) preinitialise(c *class) {
 		return
 	}
 	c.preinit = nil // the wasm it holds goes once it is done
-	p := n.preinitOptions()
 	n.background.Add(1)
 	go func() {
 		defer n.background.Done()
@@ -142,26 +129,26 @@ func (n *Node) preinitialise(c *class) {
 			return
 		}
 		start := time.Now()
-		snap, err := p.snapshot(n.ctx, c.current(), m)
+		snap, err := n.snapshot(n.ctx, c.current(), m)
 		var mod runtime.Module
 		if err == nil {
-			mod, _, err = compileModule(context.Background(), n.engine, n.host, snap, path)
+			mod, _, err = n.compileModule(context.Background(), snap, path)
 		}
 		if err != nil {
 			if n.ctx.Err() == nil { // else the node stopped it
-				p.log.Warn("module not pre-initialised", "module", path, "why", err)
+				n.log.Warn("module not pre-initialised", "module", path, "why", err)
 			}
 			return
 		}
-		if p.cacheDir != "" {
-			os.MkdirAll(filepath.Dir(p.cachePath(c.version)), 0o700) // else the write says why
-			if err := atomicfile.Write(p.cachePath(c.version), snap); err != nil {
-				p.log.Warn("keeping the pre-initialised module failed: it is made again at the next start", "module", path, "err", err)
+		if kept := n.preinitPath(c.version); n.opts.CacheDir != "" {
+			os.MkdirAll(filepath.Dir(kept), 0o700) // else the write says why
+			if err := atomicfile.Write(kept, snap); err != nil {
+				n.log.Warn("keeping the pre-initialised module failed: it is made again at the next start", "module", path, "err", err)
 			}
 		}
 		c.replace(mod) // closed at once if the node stopped meanwhile
 		// Logged last: once it is, the snapshot serves and is kept.
-		p.log.Info("module pre-initialised", "module", path, "bytes", len(snap), "took", time.Since(start).Round(time.Millisecond))
+		n.log.Info("module pre-initialised", "module", path, "bytes", len(snap), "took", time.Since(start).Round(time.Millisecond))
 	}()
 }
 
@@ -169,14 +156,14 @@ func (n *Node) preinitialise(c *class) {
 // returns the module as the start left it. The start has an event's wall
 // clock and its whole CPU cap (its budget and the host's, since it runs
 // once for every instance to come, maybe on a fast tier).
-func (p preinitOptions) snapshot(ctx context.Context, mod runtime.Module, m *preinit.Module) ([]byte, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, p.wall, errWallClock)
+func (n *Node) snapshot(ctx context.Context, mod runtime.Module, m *preinit.Module) ([]byte, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, n.opts.WallClock, errWallClock)
 	defer cancel()
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	goruntime.LockOSThread() // the CPU watch reads this thread's clock
 	defer goruntime.UnlockOSThread()
-	watch := cputime.Start(p.cpu, func() { stop(errCPUBudget) })
+	watch := cputime.Start(n.opts.CPUBudget+n.opts.HostCPUBudget, func() { stop(errCPUBudget) })
 	defer watch.Stop()
 	var out capped
 	inst, err := mod.Instantiate(ctx, runtime.InstanceConfig{Stdout: &out, Stderr: &out})
