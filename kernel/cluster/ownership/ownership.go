@@ -368,6 +368,35 @@ func (o *Owners) Owns(a Actor) (Hold, bool) {
 	return h, ok && o.lease.Valid()
 }
 
+// ErrNotHeld is Check's refusal: the hold ended here (released, dropped
+// by a lapse of the node lease, lost), or the node lease is not valid now.
+var ErrNotHeld = errors.New("ownership: this process no longer holds the actor")
+
+// Holding reports whether h is still this process's hold, the very one
+// (same generation and version), while the node lease is valid on its
+// clock now. A lapse drops every hold (DropAll), so a hold acquired before
+// a lapse is never held again, even once the lease is renewed.
+func (o *Owners) Holding(h Hold) bool {
+	o.mu.Lock()
+	cur, ok := o.holds[h.Actor]
+	o.mu.Unlock()
+	return ok && cur.Generation == h.Generation && cur.Version == h.Version && o.lease.Valid()
+}
+
+// Check is the rule every event of a held actor passes where it executes
+// (the node's actor before each event, the simulation's session alike):
+// nil while Holding(h), ErrNotHeld once the hold ended. An event refused
+// here never runs on that copy of the actor: it is placed again.
+func (o *Owners) Check(h Hold) error {
+	if bugs.SkipHoldCheck { // false unless a simulation test plants the bug
+		return nil
+	}
+	if !o.Holding(h) {
+		return fmt.Errorf("%w: %s at generation %d", ErrNotHeld, h.Actor, h.Generation)
+	}
+	return nil
+}
+
 // Release ends the hold (hibernation, a clean stop, a drain, a move, an
 // abandoned hold): this process stops acting as owner at once, then
 // writes the record naming nobody, If-Match on the hold's version,

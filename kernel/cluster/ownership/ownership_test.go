@@ -476,3 +476,40 @@ func TestForegroundReleaseBounded(t *testing.T) {
 		}
 	})
 }
+
+// The hold check every event passes (issue 24, item 1): a hold passes it
+// only while it is this process's very hold and the lease is valid; a
+// lapse ends it for good, even once the lease is valid again and the
+// actor acquired anew, and so does a release.
+func TestCheckFollowsTheHold(t *testing.T) {
+	w := newWorld(t)
+	a, l := w.node("a", "ia")
+	x := Actor{"t", "c", "x"}
+	h := w.acquire(a, x)
+	if err := a.Check(h); err != nil {
+		t.Fatalf("a hold just acquired: %v", err)
+	}
+	l.set(false)
+	if err := a.Check(h); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("with the lease invalid: %v, want ErrNotHeld", err)
+	}
+	a.DropAll()
+	l.set(true)
+	if err := a.Check(h); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("after a lapse, the lease valid again: %v, want ErrNotHeld", err)
+	}
+	a.Resolve(ctx)
+	h2 := w.acquireAt(a, x, 2)
+	if err := a.Check(h); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("the hold before the lapse, the actor held again at generation 2: %v, want ErrNotHeld", err)
+	}
+	if err := a.Check(h2); err != nil {
+		t.Fatalf("the new hold: %v", err)
+	}
+	if err := a.Release(ctx, h2); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Check(h2); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("a released hold: %v, want ErrNotHeld", err)
+	}
+}

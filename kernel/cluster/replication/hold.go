@@ -6,8 +6,5 @@ import "github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
 // still owns the actor in that very hold (not a later one of another
 // generation) and the node lease is valid, read on the clock when called.
 func HoldValid(o *ownership.Owners, h ownership.Hold) Valid {
-	return func() bool {
-		cur, ok := o.Owns(h.Actor)
-		return ok && cur.Generation == h.Generation
-	}
+	return func() bool { return o.Holding(h) }
 }

@@ -179,6 +179,23 @@ func (w *world) note(p *process, format string, args ...any) {
 	w.notes = append(w.notes, note{p.index, p.String() + " " + fmt.Sprintf(format, args...)})
 }
 
+// ranEvent is an actor event that passed the hold check on a process.
+type ranEvent struct {
+	p   *process
+	a   ownership.Actor
+	gen uint64
+}
+
+// ran records an event about to run under p's hold of x at generation
+// gen, unless p crashed or lost its lease (as note).
+func (w *world) ran(p *process, x ownership.Actor, gen uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !p.dead && p.lost == nil {
+		w.ranEvents = append(w.ranEvents, ranEvent{p, x, gen})
+	}
+}
+
 // session is an actor woken on p by a request: its hold and stream kept
 // from an earlier session, or a new hold acquired and restored; a few
 // events, each a write shipped while owning it; then hibernation (the
@@ -195,11 +212,12 @@ func (p *process) session(x ownership.Actor, seed uint64) {
 	w.mu.Lock()
 	r := p.resident[x]
 	w.mu.Unlock()
-	if r != nil {
-		if h, ok := m.Owners.Owns(x); !ok || h.Generation != r.hold.Generation || r.st.Err() != nil {
-			p.retire(x, r)
-			r = nil
-		}
+	// The hold check comes before each event, as on a node (the actor's
+	// event gate): a resident whose hold ended is retired and the actor
+	// taken afresh.
+	if r != nil && (m.Owners.Check(r.hold) != nil || r.st.Err() != nil) {
+		p.retire(x, r)
+		r = nil
 	}
 	if r == nil {
 		h, err := m.Owners.Acquire(p.ctx, x)
@@ -232,11 +250,12 @@ func (p *process) session(x ownership.Actor, seed uint64) {
 		if clock.Sleep(p.ctx, p.clk, time.Duration(10+rng.IntN(150))*time.Millisecond) != nil {
 			return
 		}
-		if h, ok := m.Owners.Owns(x); !ok || h.Generation != r.hold.Generation {
+		if m.Owners.Check(r.hold) != nil {
 			w.note(p, "%s: no longer owned at generation %d", x, r.hold.Generation)
 			owned = false
 			break
 		}
+		w.ran(p, x, r.hold.Generation)
 		if !p.write(x, r) {
 			owned = false // the stream ended: stop acting as owner
 			break
@@ -395,8 +414,8 @@ func (p *process) end() {
 // lease or a refused start: a supervisor restarts the process).
 func (w *world) reap() (spawned bool) {
 	w.mu.Lock()
-	notes, holds := w.notes, w.newHolds
-	w.notes, w.newHolds = nil, nil
+	notes, holds, ran := w.notes, w.newHolds, w.ranEvents
+	w.notes, w.newHolds, w.ranEvents = nil, nil, nil
 	w.mu.Unlock()
 	slices.SortStableFunc(notes, func(a, b note) int {
 		return cmp.Or(cmp.Compare(a.proc, b.proc), strings.Compare(a.text, b.text))
@@ -414,11 +433,23 @@ func (w *world) reap() (spawned bool) {
 		switch {
 		case !seen:
 			w.holds[k] = id
+			w.top[k.actor] = max(w.top[k.actor], k.gen)
 			w.res.Holds++
 			w.tracef("%s holds %s at generation %d", nh.p, nh.h.Actor, nh.h.Generation)
 		case prev != id:
 			w.violation("generation %d of %s made two holds: %s (version %s), then %s (version %s)",
 				nh.h.Generation, nh.h.Actor, prev.proc, prev.version, id.proc, id.version)
+		}
+	}
+	// One actor on one process at each event: an event runs only under
+	// the actor's newest hold, never on an older copy once another
+	// process took it at a higher generation.
+	slices.SortStableFunc(ran, func(a, b ranEvent) int {
+		return cmp.Or(cmp.Compare(a.p.index, b.p.index), strings.Compare(a.a.Key(), b.a.Key()))
+	})
+	for _, e := range ran {
+		if top := w.top[e.a]; top > e.gen {
+			w.violation("%s ran an event of %s under generation %d after generation %d was held", e.p, e.a, e.gen, top)
 		}
 	}
 	for _, p := range w.procs {

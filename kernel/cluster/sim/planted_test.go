@@ -56,3 +56,13 @@ func TestCatchesCollectionOfNeededHistory(t *testing.T) {
 	defer func() { bugs.CollectSnapshot = false }()
 	caught(t, 200, []string{"broken chain", "lacks write"}, func(seed uint64) Config { return Config{Seed: seed} })
 }
+
+// Planted bug 5: an event of a resident actor runs without the hold check
+// (issue 24, item 1), so a process whose hold ended with a lapse of its
+// lease goes on running the actor's events on its old copy after another
+// process took it.
+func TestCatchesEventWithoutHoldCheck(t *testing.T) {
+	bugs.SkipHoldCheck = true
+	defer func() { bugs.SkipHoldCheck = false }()
+	caught(t, 200, []string{"ran an event"}, func(seed uint64) Config { return Config{Seed: seed} })
+}

@@ -6,8 +6,10 @@
 // requests, lost replies, writes held and landing late, partitions,
 // crashes and restarts under the same node id, a process left running cut
 // off while its successor starts, and clocks skewed up to max_skew. It
-// checks at every step that no two processes own one actor and that no
-// generation makes two holds.
+// checks at every step that no two processes own one actor, that no
+// generation makes two holds, and that an actor event runs (past the hold
+// check a node makes before each event, ownership.Owners.Check) only
+// under the actor's newest hold.
 //
 // Replication runs in it too (repl.go): every hold restores with the real
 // replication.Open, every event ships a write with the real Stream, with
@@ -154,20 +156,22 @@ type world struct {
 	nodes    []*node
 	procs    []*process
 	holds    map[holdKey]holdID
+	top      map[ownership.Actor]uint64 // the highest generation held of each actor
 	stopping bool
 	// What replication acknowledged and restored, by actor.
 	acked      map[ownership.Actor][]ack
 	restoredBy map[ownership.Actor][]restored
 
-	mu       sync.Mutex // inbox, and what process goroutines record
-	inbox    []*request
-	notes    []note
-	newHolds []newHold
-	acks     []ack
-	restores []restored
-	broken   []string
-	live     int // goroutines of the harness still running
-	waiting  int // requests sent whose caller waits for an answer
+	mu        sync.Mutex // inbox, and what process goroutines record
+	inbox     []*request
+	notes     []note
+	newHolds  []newHold
+	ranEvents []ranEvent
+	acks      []ack
+	restores  []restored
+	broken    []string
+	live      int // goroutines of the harness still running
+	waiting   int // requests sent whose caller waits for an answer
 }
 
 // Run runs one seed; call it inside a synctest bubble.
@@ -183,7 +187,7 @@ func Run(cfg Config) Result {
 	}
 	w := &world{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5851f42d4c957f2d)),
 		clk: clock.NewManual(Epoch), trace: fnv.New64a(), store: buckettest.NewMemory(buckettest.Flaws{}),
-		mod: map[string]time.Time{}, holds: map[holdKey]holdID{},
+		mod: map[string]time.Time{}, holds: map[holdKey]holdID{}, top: map[ownership.Actor]uint64{},
 		acked: map[ownership.Actor][]ack{}, restoredBy: map[ownership.Actor][]restored{}}
 	w.settings = w.drawSettings()
 	w.res.Settings = fmt.Sprintf("ttl %v grace %v safety %v max skew %v", w.settings.TTL, w.settings.Grace, w.settings.Safety, w.settings.MaxSkew)

@@ -16,6 +16,12 @@ var ReuseGeneration bool
 // base and the next restore finds the chain broken (book ADR 0012).
 var CollectSnapshot bool
 
+// SkipHoldCheck: an event of a held actor runs without the hold check
+// (ownership.Owners.Check always passes), so a process whose hold ended
+// (a lapse, a release) goes on running events on its old copy while
+// another process holds the actor (issue 24, item 1).
+var SkipHoldCheck bool
+
 // Reused is what Acquire takes off the next generation: 1 for a wake
 // while ReuseGeneration is planted, else 0.
 func Reused(wake bool) uint64 {
