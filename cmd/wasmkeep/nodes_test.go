@@ -145,3 +145,50 @@ func TestLeaseLapseClosesSockets(t *testing.T) {
 		return true
 	})
 }
+
+// A node whose lease lapsed (its lease writes held by its bucket's relay,
+// its reads passing) runs no event of an actor it held: once a peer fenced
+// it, took the actor and acknowledged a durable write, no answer through
+// the lapsed node lacks that write: it is forwarded to the holder or
+// refused with 503, never served from the old copy (issue 24, item 1).
+// The peer starts after the lapse, so that it is in no view the lapsed
+// node took before it.
+func TestLapsedNodeRunsNoEvent(t *testing.T) {
+	t.Parallel()
+	srv := startS3(t)
+	bucketName := srv.NewBucket(t)
+	relay := startRelay(t, srv.Endpoint)
+	a := newPeerNode(t, "s3://"+bucketName, append(srv.Environ(), "AWS_ENDPOINT="+relay.URL), "a")
+	a.start()
+	durable := func(n *bucketNode) reply { return ask(t, "POST", n.url+"/actor/counter/x/durable") }
+	if r := durable(a); r.code != 200 || r.body != "1" || r.node != "a" {
+		t.Fatalf("the first durable write, on a: %+v", r)
+	}
+	relay.Hold(func(req *http.Request) bool {
+		return req.Method == "PUT" && strings.HasPrefix(req.URL.Path, "/"+bucketName+"/nodes/")
+	})
+	waitFor(t, 30*time.Second, "a's lease to lapse", func() bool { return strings.Contains(a.logs.String(), "node lease lapsed") })
+	b := newPeerNode(t, "s3://"+bucketName, srv.Environ(), "b")
+	b.start()
+	deadline := time.Now().Add(60 * time.Second)
+	for r := durable(b); r.code != 200 || r.node != "b"; r = durable(b) {
+		if r.code != 503 || time.Now().After(deadline) {
+			t.Fatalf("b taking x from a, fenced: %+v, want 503 until b fenced a\nb:\n%s", r, b.logs)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	served := 0
+	for range 20 {
+		r := ask(t, "GET", a.url+"/actor/counter/x")
+		switch {
+		case r.code == 200 && r.body != "2":
+			t.Fatalf("a read through a, after b acknowledged the second write: %+v, want 2 or a 503\na:\n%s", r, a.logs)
+		case r.code == 200:
+			served++
+		case r.code != 503:
+			t.Fatalf("a read through a: %+v, want 2 from b or a 503", r)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("%d of 20 reads through a were forwarded to b, the rest refused with 503", served)
+}

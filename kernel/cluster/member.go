@@ -145,7 +145,7 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 }
 
 // WatchPeers is the heartbeat listing (book ADR 0020 section 2), until
-// ctx ends: every lease period, while the lease is valid, it lists nodes/
+// ctx ends: every lease period it lists nodes/
 // and reads each peer's object, puts them in the View, calls
 // Config.Listed, shows each object to the Fencer, and fences each peer
 // whose watch is complete (Config.Fenced), so a node that stopped renewing
@@ -162,9 +162,10 @@ func (m *Member) WatchPeers(ctx context.Context) {
 		return op(ctx)
 	}
 	for clock.Sleep(ctx, cfg.Clock, s.Period()) == nil {
-		if !m.Lease.Valid() {
-			continue
-		}
+		// The view is kept while the lease is not valid too: a node whose
+		// lease lapsed, valid again, must find an actor's new holder
+		// among its peers (a stale view would leave the actor here, to be
+		// refused). Fencing waits for a valid lease (Fencer.Due).
 		start := cfg.Clock.Now()
 		peers, err := membership.List(ctx, cfg.Bucket, bounded)
 		if err == nil {

@@ -245,7 +245,7 @@ func (a *actor) runEvent(ev *event) outcome {
 	// for a large database), which the wall clock must not cut, or such an
 	// actor could never be restored: every event would start the restore
 	// again and cut it again.
-	if err := a.openDB(a.node.ctx); err != nil {
+	if err := a.openHeld(a.node.ctx, ev); err != nil {
 		return notRun(err)
 	}
 	// The wall-clock limit stays on the wall clock: calls and fetches read
@@ -328,6 +328,12 @@ func (a *actor) openDB(ctx context.Context) error {
 	a.deleted.Store(false)
 	if err := a.ensureHostTables(ctx); err != nil {
 		return &failure{public: "internal error", cause: err}
+	}
+	if a.stream != nil {
+		// A hold starts here: the actor's pending alarm, restored with its
+		// database or kept by another node until now, is armed on this
+		// node's timer (a node alone armed it from its index at start).
+		a.scheduleFrom(ctx)
 	}
 	return nil
 }

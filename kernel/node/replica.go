@@ -18,6 +18,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/replication"
 	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
 	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
+	"github.com/wasmkeep/wasmkeep/kernel/node/websocket"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
 
@@ -135,6 +136,49 @@ func (a *actor) openDatabase(ctx context.Context) (storage.DB, error) {
 	}
 	a.hold, a.stream = hold, stream
 	return db, nil
+}
+
+// openHeld is the rule every event of an actor passes where it executes
+// (requests, calls, alarms, WebSocket opens, messages and closes: book,
+// Running a cluster; issue 24, item 1): with a bucket, an event runs only
+// under a hold this process still has, at the generation its database was
+// opened under, while the node lease is valid and has not lapsed since
+// (ownership.Owners.Check). A resident actor whose hold ended is given up
+// first (its instance and database dropped: that copy never runs again)
+// and taken afresh: acquired again and restored, or the event is refused
+// as the holder's (forwarded there) or as unavailable (503), never run.
+// Then the database is opened if it is not (openDB).
+func (a *actor) openHeld(ctx context.Context, ev *event) error {
+	a.giveUpEnded(ctx)
+	err := a.openDB(ctx)
+	if err == nil && a.giveUpEnded(ctx) { // the lease lapsed during the restore
+		err = unavailable("the node cannot hold the actor now, retry", ownership.ErrNotHeld)
+	}
+	if err != nil && ev.ws != nil && ev.ws.hook == abi.ExportOnWebSocketMessage {
+		// The message cannot run here now: its client reconnects to
+		// wherever the actor runs (a close needs nothing more; an open's
+		// refusal is answered by the upgrade).
+		if s := a.node.ws.Lookup(a.key, ev.ws.conn); s != nil {
+			a.node.metrics.OwnerClosed(metrics.OwnerCloseEvent, 1)
+			a.node.ws.CloseWith(s, websocket.ServiceRestart, "the actor moved, reconnect")
+		}
+	}
+	return err
+}
+
+// giveUpEnded gives the actor up when it is held and its hold ended
+// (ownership's Check), and reports whether it did.
+func (a *actor) giveUpEnded(ctx context.Context) bool {
+	if a.stream == nil {
+		return false
+	}
+	err := a.node.opts.Cluster.Member.Owners.Check(a.hold)
+	if err == nil {
+		return false
+	}
+	a.node.log.Info("the actor's hold ended: its copy here is given up", "actor", a.key, "generation", a.hold.Generation, "err", err)
+	a.giveUp(ctx)
+	return true
 }
 
 // unavailable is a failure the client may retry: 503 with Retry-After.

@@ -178,6 +178,9 @@ func (n *Node) callHere(ctx context.Context, c *class, name string, req abi.Requ
 		switch {
 		case out.skipped:
 			return callFailed(abi.CallTimeout, "the caller's time ran out before the callee started"), nil
+		case placement.NotHere(out.err): // not run: the actor went to another node meanwhile
+			n.countRefusal(out.err)
+			return callFailed(callErrorOf(ctx, out.err)), out.err
 		case out.err != nil:
 			var f *failure
 			msg := "the callee failed"
