@@ -568,18 +568,36 @@ func TestDeletedObjectLosesLease(t *testing.T) {
 	})
 }
 
-// gated holds every Put of one key until open (or its context ends): a
-// write in flight whose reply comes when the test says.
+// gated holds every Put of one key, once closed, until it is opened (or
+// the Put's context ends): a write in flight whose reply comes when the
+// test says.
 type gated struct {
 	bucket.Bucket
 	key  string
-	gate chan struct{}
+	mu   sync.Mutex
+	gate chan struct{} // nil: open
+}
+
+func (g *gated) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.gate = make(chan struct{})
+}
+
+func (g *gated) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	close(g.gate)
+	g.gate = nil
 }
 
 func (g *gated) Put(ctx context.Context, key string, body io.Reader, size int64, cond bucket.Condition) (bucket.Version, error) {
-	if key == g.key {
+	g.mu.Lock()
+	gate := g.gate
+	g.mu.Unlock()
+	if gate != nil && key == g.key {
 		select {
-		case <-g.gate:
+		case <-gate:
 		case <-ctx.Done():
 			return "", ctx.Err()
 		}
@@ -598,20 +616,19 @@ func (g *gated) Put(ctx context.Context, key string, body io.Reader, size int64,
 // good, its lease valid.
 func TestRenewedNeverOvertakesLapsed(t *testing.T) {
 	sim(t, func(t *testing.T, w *world) {
-		g := &gated{Bucket: w.fb, key: Key("a"), gate: make(chan struct{})}
+		g := &gated{Bucket: w.fb, key: Key("a")}
 		a := w.leaseOn(g, "a", "i1", nil)
 		validWhileLapsing := false
 		a.beforeLapsed = func() {
 			a.beforeLapsed = nil
-			close(g.gate)   // the write in flight is acknowledged
+			g.open()        // the write in flight is acknowledged
 			synctest.Wait() // and the writer has taken it
 			validWhileLapsing = a.Valid()
 		}
-		close(g.gate)
 		if err := w.start(a, time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		g.gate = make(chan struct{}) // the writer is waiting for its next write
+		g.close()
 		if !w.clk.Until(20*time.Second, func() bool { return a.saw("lapsed") }) {
 			t.Fatal("no lapse while every write was held")
 		}
