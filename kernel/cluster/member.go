@@ -56,10 +56,10 @@ type Member struct {
 	Owners *ownership.Owners
 	View   *membership.View // the peers, from WatchPeers's listings
 
-	ready  atomic.Bool // the lease is valid: not before Join ends, not while lapsed
-	cfg    Config
-	cancel context.CancelFunc // ends the ownership pass
-	done   chan struct{}      // the ownership pass has ended
+	leaving atomic.Bool // a clean stop began: not ready, whatever the lease says
+	cfg     Config
+	cancel  context.CancelFunc // ends the ownership pass
+	done    chan struct{}      // the ownership pass has ended
 }
 
 // probeRetry bounds the wait between two probes of a bucket that did not
@@ -98,19 +98,14 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 		NodeID: cfg.NodeID, Instance: cfg.Instance, Info: cfg.Info,
 		Events: nodelease.Events{
 			Lapsed: func() {
-				m.ready.Store(false)
 				m.Owners.DropAll()
 				log.Warn("node lease lapsed: no lease write landed in time; every actor is given up until one does")
 				if cfg.Lapsed != nil {
 					cfg.Lapsed()
 				}
 			},
-			Renewed: func() {
-				m.ready.Store(true)
-				log.Info("node lease renewed")
-			},
+			Renewed: func() { log.Info("node lease renewed") },
 			Lost: func(err error) {
-				m.ready.Store(false)
 				m.Owners.Abandon()
 				m.cancel()
 				if cfg.Lost != nil {
@@ -135,7 +130,6 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 		cancel()
 		return nil, err
 	}
-	m.ready.Store(lease.Valid())
 	m.cfg = cfg
 	go func() {
 		defer close(m.done)
@@ -195,14 +189,17 @@ func (m *Member) WatchPeers(ctx context.Context) {
 	}
 }
 
-// Ready reports whether the node may take actors: its lease is valid.
-func (m *Member) Ready() bool { return m.ready.Load() && m.Lease.Valid() }
+// Ready reports whether the node may take actors: its lease is valid
+// (which it is not after a lapse until every hold was dropped, nor once
+// lost) and no clean stop began. It reads the lease itself, not a flag
+// its events set, so it cannot fall behind the lease's state.
+func (m *Member) Ready() bool { return !m.leaving.Load() && m.Lease.Valid() }
 
 // Leave is a clean stop's end, once no event runs: every hold released
 // (those that do not land are left to expire), then the lease written
 // released, so peers may take what is left at once.
 func (m *Member) Leave(ctx context.Context) error {
-	m.ready.Store(false)
+	m.leaving.Store(true)
 	pending := m.Owners.ReleaseAll(ctx)
 	m.cancel()
 	<-m.done

@@ -143,6 +143,49 @@ func TestLost(t *testing.T) {
 	})
 }
 
+// A member whose lease writes do not land lapses: its holds are dropped
+// and it is not ready, already when Lapsed is called; once a write lands
+// it is ready again, its readiness read from the lease.
+func TestLapseAndRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		mem, clk := buckettest.NewMemory(buckettest.Flaws{}), simtest.New()
+		fb := faulty.New(mem)
+		cfg := config(fb, clk, "p1", nil)
+		var m *Member
+		lapsed := 0
+		readyInLapsed := true
+		cfg.Lapsed = func() {
+			lapsed++
+			readyInLapsed = m.Ready() || len(m.Owners.Holds()) != 0
+		}
+		m, err := join(t, clk, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Owners.Acquire(ctx, ownership.Actor{Tenant: "default", Class: "counter", Name: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		fb.Cut(true)
+		if !clk.Until(20*time.Second, func() bool { return lapsed == 1 }) {
+			t.Fatal("no lapse while the bucket was cut off")
+		}
+		if readyInLapsed || m.Ready() {
+			t.Errorf("ready (or holding) in Lapsed: %v; ready after: %v", readyInLapsed, m.Ready())
+		}
+		fb.Cut(false)
+		if !clk.Until(10*time.Second, m.Ready) {
+			t.Fatal("not ready again after the bucket came back")
+		}
+		if !clk.Until(time.Minute, func() bool { return m.Owners.Pending() == 0 }) {
+			t.Fatal("the dropped hold's release never landed")
+		}
+		if err := m.Leave(ctx); err != nil || m.Ready() {
+			t.Fatalf("Leave: %v, ready %v", err, m.Ready())
+		}
+	})
+}
+
 // A member fences a peer that stopped renewing its lease, once the full
 // watch and ttl + grace have passed, and the peer, back on the bucket,
 // finds its lease lost; a live peer is never fenced.

@@ -11,9 +11,16 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 )
 
-// Events are how the lease tells the server what happened. Each is called
-// on the lease's own goroutine (or, with a clock.Manual, the one moving the
-// clock), never under a lock of the lease's; none may block.
+// Events are how the lease tells the server what happened. Lapsed, Renewed
+// and Lost are called in the order the lease decided them, one at a time:
+// each decision queues its event under the lease's lock, and the goroutine
+// that decided it (the lapse timer's, the writer's; with a clock.Manual,
+// the one moving the clock) then calls what is queued, unless another is
+// calling them already, which then calls this one too. So a Renewed never
+// overtakes the Lapsed before it. None is called under a lock of the
+// lease's; none may block. The lease is not valid again after a lapse
+// until Lapsed has returned, so the holds it drops are gone before a
+// renewal counts.
 type Events struct {
 	// Lapsed: the lease ran out with no conflict seen (the bucket did not
 	// answer for ttl - safety). Drop every hold into the pending releases
@@ -71,17 +78,30 @@ type Lease struct {
 	inf Info
 	ev  Events
 
-	mu         sync.Mutex
-	started    bool
-	version    bucket.Version // of the last acknowledged (or adopted) write
-	writtenAt  time.Time      // the send time that write stores
-	seq        uint64         // the last live write's seq
+	mu      sync.Mutex
+	started bool
+	version bucket.Version // of the last acknowledged (or adopted) write
+	// writtenAt is the latest written_at (wall clock, in ms) of the writes
+	// acknowledged or adopted: what peers date this node by, kept by the
+	// released write.
+	writtenAt time.Time
+	// validUntil is this process's own deadline: the latest send time of
+	// those writes, as read from the clock, plus Validity. The clock's
+	// monotonic reading (clock.Real's) is kept, so a step of the wall
+	// clock moves neither validity nor the lapse timer.
+	validUntil time.Time
+	sent       map[uint64]time.Time // each write's send time by seq, until its validity ended: an adopted write's validity counts from it
+	seq        uint64               // the last live write's seq
 	lastSend   time.Time
 	watchFrom  time.Time // the first acknowledged write after the last lapse
 	lapsed     bool
 	lost       error
 	stopped    bool // locally invalid: a clean stop began
 	lapseTimer clock.Timer
+
+	queue      []event // decided, not yet called, in order
+	delivering bool    // a goroutine is calling the queued events
+	dropping   int     // lapses whose Lapsed has not returned: not valid until 0
 
 	quit chan struct{} // closed by Stop
 	done chan struct{} // closed when the writer task returns
@@ -102,7 +122,7 @@ func New(cfg Config) (*Lease, error) {
 		return nil, errors.New("node lease: a bucket and a clock are needed")
 	}
 	return &Lease{b: cfg.Bucket, clk: cfg.Clock, s: cfg.Settings, id: cfg.NodeID, ins: cfg.Instance,
-		inf: cfg.Info, ev: cfg.Events, quit: make(chan struct{}), done: make(chan struct{})}, nil
+		inf: cfg.Info, ev: cfg.Events, sent: map[uint64]time.Time{}, quit: make(chan struct{}), done: make(chan struct{})}, nil
 }
 
 // NodeID is this node's id.
@@ -116,7 +136,9 @@ func (l *Lease) Settings() Settings { return l.s }
 
 // Valid reports whether the node may act as owner now: a write was
 // acknowledged (or adopted) less than ttl - safety ago by its send time on
-// this clock, the lease is not lost, and no clean stop began.
+// this clock (its monotonic reading, where it has one), every lapse since
+// was reported (Lapsed returned), the lease is not lost, and no clean stop
+// began.
 func (l *Lease) Valid() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -124,8 +146,8 @@ func (l *Lease) Valid() bool {
 }
 
 func (l *Lease) validLocked(now time.Time) bool {
-	return l.version != "" && !l.lapsed && l.lost == nil && !l.stopped &&
-		now.Before(l.writtenAt.Add(l.s.Validity()))
+	return l.version != "" && !l.lapsed && l.dropping == 0 && l.lost == nil && !l.stopped &&
+		now.Before(l.validUntil)
 }
 
 // Lost is the error that ended the lease, or nil.
@@ -168,11 +190,40 @@ func (l *Lease) put(ctx context.Context, o Object, cond bucket.Condition) (v buc
 // ours reports whether r is this process's own live write.
 func (l *Lease) ours(r Read) bool { return r.live() && r.Object.Instance == l.ins }
 
-// adopt takes r (this process's own live write) as the last acknowledged
-// one; l.mu is held.
+// adoptLocked takes r (this process's own live write) as the last
+// acknowledged one; l.mu is held. Its validity counts from its send as
+// recorded then, never from a later time: a write whose send is no longer
+// recorded (its validity ended) gives none.
 func (l *Lease) adoptLocked(r Read) {
-	l.version, l.writtenAt = r.Version, r.Object.WrittenAt
 	l.seq = max(l.seq, r.Object.Seq)
+	l.tookLocked(r.Version, r.Object.WrittenAt, l.sent[r.Object.Seq])
+}
+
+// tookLocked records an acknowledged or adopted write: its version, the
+// written_at it stores and its send time as read from the clock (zero:
+// unknown, no validity); l.mu is held.
+func (l *Lease) tookLocked(v bucket.Version, writtenAt, sent time.Time) {
+	l.version = v
+	if writtenAt.After(l.writtenAt) {
+		l.writtenAt = writtenAt
+	}
+	if !sent.IsZero() && sent.Add(l.s.Validity()).After(l.validUntil) {
+		l.validUntil = sent.Add(l.s.Validity())
+	}
+}
+
+// sendLocked numbers a live write sent now and records its send time,
+// forgetting those whose validity ended; l.mu is held.
+func (l *Lease) sendLocked(now time.Time) Object {
+	for seq, t := range l.sent {
+		if !now.Before(t.Add(l.s.Validity())) {
+			delete(l.sent, seq)
+		}
+	}
+	l.seq++
+	l.sent[l.seq] = now
+	l.lastSend = now
+	return Object{State: Live, Instance: l.ins, Seq: l.seq, WrittenAt: truncMS(now), Info: l.inf}
 }
 
 // Start runs the start check, then the first write, again until both pass,
@@ -252,13 +303,14 @@ func (l *Lease) first(ctx context.Context, last Read) bool {
 	if last.Found {
 		cond = bucket.Condition{IfVersion: last.Version}
 	}
+	l.mu.Lock()
 	now := l.clk.Now()
-	o := Object{State: Live, Instance: l.ins, Seq: 1, WrittenAt: now, Info: l.inf}
+	o := l.sendLocked(now)
+	l.mu.Unlock()
 	v, err := l.put(ctx, o, cond)
 	if err == nil {
 		l.mu.Lock()
-		l.lastSend, l.seq = now, 1
-		l.version, l.writtenAt = v, truncMS(now)
+		l.tookLocked(v, o.WrittenAt, now)
 		l.mu.Unlock()
 		return true
 	}
@@ -267,7 +319,6 @@ func (l *Lease) first(ctx context.Context, last Read) bool {
 		return false
 	}
 	l.mu.Lock()
-	l.lastSend = now
 	l.adoptLocked(r)
 	l.mu.Unlock()
 	return true
@@ -278,7 +329,7 @@ func truncMS(t time.Time) time.Time { return time.UnixMilli(t.UnixMilli()) }
 // armLapseLocked arms the timer that reports a lapse at the end of the
 // current validity; l.mu is held.
 func (l *Lease) armLapseLocked() {
-	d := l.writtenAt.Add(l.s.Validity()).Sub(l.clk.Now())
+	d := l.validUntil.Sub(l.clk.Now())
 	if l.lapseTimer != nil {
 		l.lapseTimer.Reset(d)
 		return
@@ -288,15 +339,53 @@ func (l *Lease) armLapseLocked() {
 
 func (l *Lease) checkLapse() {
 	l.mu.Lock()
-	report := !l.lapsed && l.lost == nil && !l.stopped && l.version != "" &&
-		!l.clk.Now().Before(l.writtenAt.Add(l.s.Validity()))
-	if report {
+	if !l.lapsed && l.lost == nil && !l.stopped && l.version != "" && !l.clk.Now().Before(l.validUntil) {
 		l.lapsed = true
+		l.dropping++
+		l.emitLocked(event{lapse: true})
 	}
 	l.mu.Unlock()
-	if report && l.ev.Lapsed != nil {
-		l.ev.Lapsed()
+	l.deliver()
+}
+
+// event is one of Lapsed (lapse), Renewed (renew) and Lost (lost != nil).
+type event struct {
+	lapse, renew bool
+	lost         error
+}
+
+// emitLocked queues e; l.mu is held. The caller calls deliver once it let
+// go of l.mu.
+func (l *Lease) emitLocked(e event) { l.queue = append(l.queue, e) }
+
+// deliver calls the queued events in order, unless another goroutine is
+// calling them (it then calls these too).
+func (l *Lease) deliver() {
+	l.mu.Lock()
+	if l.delivering {
+		l.mu.Unlock()
+		return
 	}
+	l.delivering = true
+	for len(l.queue) > 0 {
+		e := l.queue[0]
+		l.queue = l.queue[1:]
+		l.mu.Unlock()
+		switch {
+		case e.lapse && l.ev.Lapsed != nil:
+			l.ev.Lapsed()
+		case e.renew && l.ev.Renewed != nil:
+			l.ev.Renewed()
+		case e.lost != nil && l.ev.Lost != nil:
+			l.ev.Lost(e.lost)
+		}
+		l.mu.Lock()
+		if e.lapse {
+			l.dropping--
+		}
+	}
+	l.delivering = false
+	l.mu.Unlock()
 }
 
 // run is the writer task: a write every period from the previous send, a
@@ -336,15 +425,13 @@ func (l *Lease) renew() (ok, stop bool) {
 		return false, true
 	}
 	now := l.clk.Now()
-	l.seq++
-	o := Object{State: Live, Instance: l.ins, Seq: l.seq, WrittenAt: now, Info: l.inf}
+	o := l.sendLocked(now)
 	cond := bucket.Condition{IfVersion: l.version}
-	l.lastSend = now
 	l.mu.Unlock()
 
 	v, err := l.put(context.Background(), o, cond)
 	if err == nil {
-		l.acknowledged(v, truncMS(now))
+		l.acknowledged(func() { l.tookLocked(v, o.WrittenAt, now) })
 		return true, false
 	}
 	if !errors.Is(err, bucket.ErrPrecondition) {
@@ -355,39 +442,33 @@ func (l *Lease) renew() (ok, stop bool) {
 		return false, false // undecided: the next write asks again
 	}
 	if l.ours(r) {
-		l.mu.Lock()
-		l.adoptLocked(r)
-		l.mu.Unlock()
-		l.acknowledged(r.Version, r.Object.WrittenAt)
+		l.acknowledged(func() { l.adoptLocked(r) })
 		return true, false
 	}
 	l.lose(r)
 	return false, true
 }
 
-// acknowledged records an acknowledged (or adopted) write sent at sent.
-func (l *Lease) acknowledged(v bucket.Version, sent time.Time) {
+// acknowledged records an acknowledged (or adopted) write with take,
+// under l.mu, unless the lease was lost: a renewal after a lapse, and the
+// lapse timer armed again.
+func (l *Lease) acknowledged(take func()) {
 	l.mu.Lock()
 	if l.lost != nil {
 		l.mu.Unlock()
 		return
 	}
-	l.version = v
-	if sent.After(l.writtenAt) {
-		l.writtenAt = sent
-	}
-	renewed := false
-	if l.lapsed && l.clk.Now().Before(l.writtenAt.Add(l.s.Validity())) {
-		l.lapsed, renewed = false, true
-		l.watchFrom = l.clk.Now()
+	take()
+	if now := l.clk.Now(); l.lapsed && now.Before(l.validUntil) {
+		l.lapsed = false
+		l.watchFrom = now
+		l.emitLocked(event{renew: true})
 	}
 	if !l.stopped {
 		l.armLapseLocked()
 	}
 	l.mu.Unlock()
-	if renewed && l.ev.Renewed != nil {
-		l.ev.Renewed()
-	}
+	l.deliver()
 }
 
 func (l *Lease) lose(r Read) {
@@ -406,17 +487,15 @@ func (l *Lease) lose(r Read) {
 	}
 	err := fmt.Errorf("%w: %s", ErrLost, what)
 	l.mu.Lock()
-	first := l.lost == nil
-	if first {
+	if l.lost == nil {
 		l.lost = err
 		if l.lapseTimer != nil {
 			l.lapseTimer.Stop()
 		}
+		l.emitLocked(event{lost: err})
 	}
 	l.mu.Unlock()
-	if first && l.ev.Lost != nil {
-		l.ev.Lost(err)
-	}
+	l.deliver()
 }
 
 // Stop is a clean stop's end (book ADR 0020 section 4), once every hold

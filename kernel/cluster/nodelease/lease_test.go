@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
@@ -61,6 +65,9 @@ type node struct {
 	*Lease
 	mu     sync.Mutex
 	events []string
+	// beforeLapsed, set before Start, runs in Lapsed before it is logged:
+	// what happens while the lapse is being reported.
+	beforeLapsed func()
 }
 
 func (n *node) log(s string) {
@@ -80,15 +87,41 @@ func (n *node) saw(s string) bool {
 	return false
 }
 
+// ready is what a server that is not ready after Lapsed and ready again
+// after Renewed makes of the events: no lapse, or a renewal after the last.
+func (n *node) ready() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, e := range slices.Backward(n.events) {
+		switch e {
+		case "lapsed":
+			return false
+		case "renewed":
+			return true
+		}
+	}
+	return true
+}
+
 func (w *world) lease(id, instance string, c clock.Clock) *node {
+	return w.leaseOn(w.fb, id, instance, c)
+}
+
+// leaseOn is a lease on b (w's bucket, wrapped) rather than w's bucket.
+func (w *world) leaseOn(b bucket.Bucket, id, instance string, c clock.Clock) *node {
 	if c == nil {
 		c = w.clk
 	}
 	n := &node{}
-	l, err := New(Config{Bucket: w.fb, Clock: c, Settings: DefaultSettings(), NodeID: id, Instance: instance,
+	l, err := New(Config{Bucket: b, Clock: c, Settings: DefaultSettings(), NodeID: id, Instance: instance,
 		Info: Info{Version: "test", Advertise: "http://" + instance + ".test:8080"},
 		Events: Events{
-			Lapsed:  func() { n.log("lapsed") },
+			Lapsed: func() {
+				if n.beforeLapsed != nil {
+					n.beforeLapsed()
+				}
+				n.log("lapsed")
+			},
 			Renewed: func() { n.log("renewed") },
 			Lost:    func(err error) { n.log("lost: " + err.Error()) },
 		}})
@@ -533,4 +566,175 @@ func TestDeletedObjectLosesLease(t *testing.T) {
 		}
 		w.stop(a)
 	})
+}
+
+// gated holds every Put of one key, once closed, until it is opened (or
+// the Put's context ends): a write in flight whose reply comes when the
+// test says.
+type gated struct {
+	bucket.Bucket
+	key  string
+	mu   sync.Mutex
+	gate chan struct{} // nil: open
+}
+
+func (g *gated) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.gate = make(chan struct{})
+}
+
+func (g *gated) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	close(g.gate)
+	g.gate = nil
+}
+
+func (g *gated) Put(ctx context.Context, key string, body io.Reader, size int64, cond bucket.Condition) (bucket.Version, error) {
+	g.mu.Lock()
+	gate := g.gate
+	g.mu.Unlock()
+	if gate != nil && key == g.key {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	return g.Bucket.Put(ctx, key, body, size, cond)
+}
+
+// A write sent before the lapse is acknowledged while the lapse is being
+// reported (here inside Lapsed; in a server, the lapse timer's goroutine
+// descheduled between its decision and its call). Renewed must come after
+// Lapsed, so that a server not ready after Lapsed and ready again after
+// Renewed ends ready while its lease is valid; and the lease must not be
+// valid again before Lapsed returned (the holds it drops are still held).
+// Before events were delivered in order, Renewed ran on the writer's
+// goroutine meanwhile and Lapsed after it: the node stayed not ready for
+// good, its lease valid.
+func TestRenewedNeverOvertakesLapsed(t *testing.T) {
+	sim(t, func(t *testing.T, w *world) {
+		g := &gated{Bucket: w.fb, key: Key("a")}
+		a := w.leaseOn(g, "a", "i1", nil)
+		validWhileLapsing := false
+		a.beforeLapsed = func() {
+			a.beforeLapsed = nil
+			g.open()        // the write in flight is acknowledged
+			synctest.Wait() // and the writer has taken it
+			validWhileLapsing = a.Valid()
+		}
+		if err := w.start(a, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		g.close()
+		if !w.clk.Until(20*time.Second, func() bool { return a.saw("lapsed") }) {
+			t.Fatal("no lapse while every write was held")
+		}
+		if validWhileLapsing {
+			t.Error("the lease was valid again before Lapsed returned")
+		}
+		w.clk.Step(time.Second)
+		if !a.Valid() || !a.ready() {
+			t.Fatalf("after the renewal: valid %v, ready %v (events %v)", a.Valid(), a.ready(), a.events)
+		}
+		if err := w.stop(a); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// steppedClock is w.clk as a server's clock reads: each reading carries
+// a monotonic reading (from a time.Now taken outside the bubble: inside,
+// time.Now has none), and its wall reading can be stepped apart from it,
+// as an operator or NTP steps a machine's clock.
+type steppedClock struct {
+	*simtest.Clock
+	base time.Time    // at simtest.Epoch
+	step atomic.Int64 // the wall reading's step, in ns
+}
+
+func newSteppedClock(t *testing.T, c *simtest.Clock, base time.Time) *steppedClock {
+	s := &steppedClock{Clock: c, base: base}
+	// A check that withWall does what it says on this Go's time.Time.
+	moved := withWall(s.base, -time.Minute)
+	if moved.Sub(s.base) != 0 || moved.Round(0).Sub(s.base.Round(0)) != -time.Minute {
+		t.Fatalf("withWall does not step the wall reading alone (%v from %v): time.Time's layout changed", moved, s.base)
+	}
+	return s
+}
+
+func (s *steppedClock) Now() time.Time {
+	return withWall(s.base.Add(s.Clock.Now().Sub(simtest.Epoch)), time.Duration(s.step.Load()))
+}
+
+// sentAt is how long after simtest.Epoch a written_at this clock wrote
+// was read (to the millisecond).
+func (s *steppedClock) sentAt(writtenAt time.Time) time.Duration {
+	return writtenAt.Sub(s.base.Round(0).Add(time.Duration(s.step.Load())))
+}
+
+// withWall is t with its wall reading moved by d (whole seconds) and its
+// monotonic reading kept, which no function of package time does: a
+// time.Time is {wall uint64, ext int64, loc}, and with a monotonic reading
+// wall holds the seconds since 1885 from bit 30 and ext the monotonic
+// reading.
+func withWall(t time.Time, d time.Duration) time.Time {
+	p := (*struct {
+		wall uint64
+		ext  int64
+		loc  *time.Location
+	})(unsafe.Pointer(&t))
+	p.wall += uint64(int64(d/time.Second)) << 30
+	return t
+}
+
+// The machine's wall clock is stepped back a minute: the node's own
+// validity, and its lapse timer, count on the monotonic clock from each
+// write's send, as peers' reckoning from its written_at does, rather than
+// a minute longer. So too for a write adopted after its reply was lost:
+// its validity counts from its own send, as recorded then, not from the
+// written_at read back (a wall reading) nor from the later write whose
+// conflict found it. Before, validity was written_at (the wall reading,
+// truncated, with no monotonic reading) + ttl - safety: the lease stayed
+// valid a minute past what peers assume.
+func TestWallClockStepDoesNotExtendValidity(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		lostReply bool
+	}{{"acknowledged", false}, {"adopted", true}} {
+		base := time.Now()
+		t.Run(tc.name, func(t *testing.T) {
+			sim(t, func(t *testing.T, w *world) {
+				c := newSteppedClock(t, w.clk, base)
+				a := w.lease("a", "i1", c)
+				if err := w.start(a, time.Minute); err != nil {
+					t.Fatal(err)
+				}
+				if tc.lostReply {
+					w.fb.Next(faulty.Put, "nodes/a", faulty.LostReply)
+				}
+				w.clk.Step(3500 * time.Millisecond) // one write, sent at 3 s
+				if tc.lostReply && w.fb.Counts[faulty.LostReply] != 1 {
+					t.Fatal("no reply was lost")
+				}
+				sent := c.sentAt(w.object("a").Object.WrittenAt)
+				c.step.Store(int64(-time.Minute))
+				if tc.lostReply {
+					w.clk.Step(time.Second) // the next write's conflict finds it: adopted
+				}
+				for range 20 {
+					w.fb.Next(faulty.Put, "nodes/a", faulty.Hang)
+				}
+				if !w.clk.Until(20*time.Second, func() bool { return a.saw("lapsed") }) || a.Valid() {
+					t.Fatal("no lapse within 20 s of the last write after the wall clock went back a minute")
+				}
+				if d := w.clk.Since() - sent; d < 8*time.Second || d > 8*time.Second+simtest.Tick {
+					t.Fatalf("lapsed %v after the last write's send, want ttl - safety (8 s)", d)
+				}
+				w.stop(a)
+			})
+		})
+	}
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // Header is the first line of a node lease object (format 3; there is no
-// older format to read, ADR 1020).
+// older format to read, ADR 1023).
 const Header = "wasmkeep-node 3"
 
 // State is a node lease object's state.

@@ -1,11 +1,20 @@
 // Package nodelease is a node's lease (book ADR 0020, sections 1, 2, 4 and
 // 5): the object nodes/<id>, written only by conditional Puts on a task of
-// its own, valid written_at + ttl - safety on the node's own clock; the
-// start check that refuses a second process with the same id; the fence a
-// peer writes over a node that stopped renewing; and the released write of
-// a clean stop. It is logic over a bucket.Bucket and a clock.Clock, with no
-// network and no wall-clock call of its own, so a test or a simulation
-// decides when everything happens. ADR 1020 records what the book left open.
+// its own; the start check that refuses a second process with the same id;
+// the fence a peer writes over a node that stopped renewing; and the
+// released write of a clean stop. It is logic over a bucket.Bucket and a
+// clock.Clock, with no network and no wall-clock call of its own, so a test
+// or a simulation decides when everything happens. ADR 1023 records what
+// the book left open.
+//
+// A write stores its send time on the wall clock (written_at, in ms), which
+// is what peers date the node by. The node's own validity, ttl - safety
+// after the send of its latest acknowledged write, is kept on the clock's
+// monotonic reading (clock.Real's time.Now carries one), so a step of the
+// machine's wall clock never lengthens it; a write adopted after its reply
+// was lost counts from its own send, as recorded when it was sent. The
+// lease's events (Lapsed, Renewed, Lost) are delivered in the order they
+// were decided, one at a time (Events).
 package nodelease
 
 import (
