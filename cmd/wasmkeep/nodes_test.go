@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,12 +149,14 @@ func TestLeaseLapseClosesSockets(t *testing.T) {
 }
 
 // A node whose lease lapsed (its lease writes held by its bucket's relay,
-// its reads passing) runs no event of an actor it held: once a peer fenced
-// it, took the actor and acknowledged a durable write, no answer through
-// the lapsed node lacks that write: it is forwarded to the holder or
-// refused with 503, never served from the old copy (issue 24, item 1).
-// The peer starts after the lapse, so that it is in no view the lapsed
-// node took before it.
+// its reads passing) runs no event of an actor it held, even under a load
+// of reads that keeps the actor's mailbox from ever emptying there (a
+// write would end its stream and give it up): once a peer fenced it, took
+// the actor and acknowledged a durable write, no read sent through the
+// lapsed node after that lacks the write: it is forwarded to the holder or
+// refused with 503, never served from the old copy (issue 24, item 1). The
+// peer starts after the lapse, so that it is in no view the lapsed node
+// took before it.
 func TestLapsedNodeRunsNoEvent(t *testing.T) {
 	t.Parallel()
 	srv := startS3(t)
@@ -160,9 +164,48 @@ func TestLapsedNodeRunsNoEvent(t *testing.T) {
 	relay := startRelay(t, srv.Endpoint)
 	a := newPeerNode(t, "s3://"+bucketName, append(srv.Environ(), "AWS_ENDPOINT="+relay.URL), "a")
 	a.start()
-	durable := func(n *bucketNode) reply { return ask(t, "POST", n.url+"/actor/counter/x/durable") }
-	if r := durable(a); r.code != 200 || r.body != "1" || r.node != "a" {
+	token := func(n *bucketNode, tok string) reply { return ask(t, "POST", n.url+"/actor/probe/x/token?t="+tok) }
+	if r := token(a, "first"); r.code != 200 || r.body != "1" || r.node != "a" {
 		t.Fatalf("the first durable write, on a: %+v", r)
+	}
+	// Through a, from before the lapse to after b's write: slow reads
+	// that keep x's mailbox full, and reads of its tokens.
+	type read struct {
+		sent time.Time
+		r    reply
+	}
+	var (
+		mu    sync.Mutex
+		reads []read
+		stop  atomic.Bool
+		wg    sync.WaitGroup
+	)
+	client := func(path string, record bool) {
+		defer wg.Done()
+		for !stop.Load() {
+			sent := time.Now()
+			resp, err := http.Get(a.url + "/actor/probe/x" + path)
+			if err != nil {
+				continue
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if record {
+				mu.Lock()
+				reads = append(reads, read{sent, reply{resp.StatusCode, strings.TrimSpace(string(b)), resp.Header.Get(peers.NodeHeader)}})
+				mu.Unlock()
+			}
+			if resp.StatusCode != 200 {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
+	wg.Add(5)
+	for range 3 {
+		go client("/nap?ms=150", false)
+	}
+	for range 2 {
+		go client("/tokens", true)
 	}
 	relay.Hold(func(req *http.Request) bool {
 		return req.Method == "PUT" && strings.HasPrefix(req.URL.Path, "/"+bucketName+"/nodes/")
@@ -171,24 +214,35 @@ func TestLapsedNodeRunsNoEvent(t *testing.T) {
 	b := newPeerNode(t, "s3://"+bucketName, srv.Environ(), "b")
 	b.start()
 	deadline := time.Now().Add(60 * time.Second)
-	for r := durable(b); r.code != 200 || r.node != "b"; r = durable(b) {
+	r := token(b, "second")
+	for ; r.code != 200 || r.node != "b"; r = token(b, "second") {
 		if r.code != 503 || time.Now().After(deadline) {
+			stop.Store(true)
 			t.Fatalf("b taking x from a, fenced: %+v, want 503 until b fenced a\nb:\n%s", r, b.logs)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	served := 0
-	for range 20 {
-		r := ask(t, "GET", a.url+"/actor/counter/x")
-		switch {
-		case r.code == 200 && r.body != "2":
-			t.Fatalf("a read through a, after b acknowledged the second write: %+v, want 2 or a 503\na:\n%s", r, a.logs)
-		case r.code == 200:
-			served++
-		case r.code != 503:
-			t.Fatalf("a read through a: %+v, want 2 from b or a 503", r)
+	acked := time.Now()
+	time.Sleep(2 * time.Second)
+	stop.Store(true)
+	wg.Wait()
+	after, served := 0, 0
+	for _, rd := range reads {
+		if !rd.sent.After(acked) {
+			continue
 		}
-		time.Sleep(100 * time.Millisecond)
+		after++
+		switch {
+		case rd.r.code == 200 && rd.r.body != "first\nsecond":
+			t.Fatalf("a read through a sent after b acknowledged the second token: %+v, want both tokens from b, or a 503\na:\n%s", rd.r, a.logs)
+		case rd.r.code == 200:
+			served++
+		case rd.r.code != 503:
+			t.Fatalf("a read through a: %+v, want both tokens from b, or a 503", rd.r)
+		}
 	}
-	t.Logf("%d of 20 reads through a were forwarded to b, the rest refused with 503", served)
+	if after == 0 {
+		t.Fatal("no read was sent through a after b's write")
+	}
+	t.Logf("%d reads through a after b's write: %d forwarded to b, the rest refused with 503", after, served)
 }
