@@ -154,8 +154,8 @@ func TestWritesRaceDeletes(t *testing.T) {
 
 // TestOpensRace: several opens of one directory in one process (as two
 // nodes in one test binary would be) race on one create per round; the
-// flock, which belongs to each open's own file description, lets exactly
-// one win.
+// shards' directories, not the mutual exclusion within one open, let
+// exactly one win.
 func TestOpensRace(t *testing.T) {
 	const opens, rounds = 4, 50
 	dir := t.TempDir()
@@ -203,7 +203,7 @@ func TestClosed(t *testing.T) {
 }
 
 // TestRefusedFileSystems: network file systems, and file systems that
-// ignore case (seen through the lock directory's name in capitals).
+// ignore case (seen through the shards directory's name in capitals).
 func TestRefusedFileSystems(t *testing.T) {
 	if err := refuseFileSystem(unix.NFS_SUPER_MAGIC); err == nil || !strings.Contains(err.Error(), "NFS") {
 		t.Errorf("NFS: %v", err)
@@ -212,11 +212,11 @@ func TestRefusedFileSystems(t *testing.T) {
 		t.Errorf("ext4: %v", err)
 	}
 	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, metaDir, "LOCKS"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, metaDir, "SHARDS"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "ignores case") {
-		t.Errorf("a directory whose locks answer to LOCKS: %v", err)
+		t.Errorf("a directory whose shards answer to SHARDS: %v", err)
 	}
 }
 
