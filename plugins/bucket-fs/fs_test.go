@@ -249,8 +249,9 @@ func TestPlugin(t *testing.T) {
 	}
 }
 
-// TestTempFileAge: Open leaves an unlocked temporary file alone while it is
-// young (its writer may not have locked it yet), and removes it once old.
+// TestTempFileAge: Open leaves an unlocked temporary file, and a writer's
+// staging directory, alone while young (its writer may not have locked it
+// yet, or waits for a shard), and removes them once old.
 func TestTempFileAge(t *testing.T) {
 	dir := t.TempDir()
 	openT(t, dir)
@@ -258,17 +259,27 @@ func TestTempFileAge(t *testing.T) {
 	if err := os.WriteFile(tmp, []byte(magic), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	openT(t, dir)
-	if _, err := os.Stat(tmp); err != nil {
-		t.Fatalf("Open removed a temporary file created a moment ago: %v", err)
-	}
-	old := time.Now().Add(-2 * staleAfter)
-	if err := os.Chtimes(tmp, old, old); err != nil {
+	staging := filepath.Join(dir, metaDir, "tmp", "lock-1-young")
+	if err := os.MkdirAll(filepath.Join(staging, "1-young"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	openT(t, dir)
-	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("Open left an old, unlocked temporary file: %v", err)
+	for _, p := range []string{tmp, staging} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("Open removed %s, made a moment ago: %v", p, err)
+		}
+	}
+	old := time.Now().Add(-2 * staleAfter)
+	for _, p := range []string{tmp, staging} {
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	openT(t, dir)
+	for _, p := range []string{tmp, staging} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("Open left the old %s: %v", p, err)
+		}
 	}
 }
 

@@ -201,7 +201,16 @@ func cleanTemps(dir string) error {
 		}
 		path := filepath.Join(dir, de.Name())
 		if de.IsDir() {
-			os.RemoveAll(path)
+			// A staging (or probe) directory: its entries are files or
+			// empty directories. Removed by path, not recursively: if a
+			// frozen writer resumes and takes a shard with it meanwhile,
+			// the removal finds nothing, or takes its entry, which is a
+			// broken lock.
+			names, _ := os.ReadDir(path)
+			for _, n := range names {
+				os.Remove(filepath.Join(path, n.Name()))
+			}
+			os.Remove(path)
 			continue
 		}
 		f, err := os.Open(path)
@@ -238,8 +247,8 @@ func checkExchange(tmp string) error {
 	return nil
 }
 
-// checkFileSystem refuses network file systems: bucket-fs relies on flock
-// and rename being exact for every process that opens the directory, which
+// checkFileSystem refuses network file systems: bucket-fs relies on flock,
+// rename and exchange being exact for every process that opens the directory, which
 // is only true of one machine's local file system.
 func checkFileSystem(dir string) error {
 	var st unix.Statfs_t
