@@ -428,8 +428,10 @@ func TestFrozenHolder(t *testing.T) {
 		if got := kid.read(t); got != "holding" {
 			t.Fatalf("freeze %s: %s", cmd, got)
 		}
-		for !stopped(t, pid) {
-			time.Sleep(5 * time.Millisecond)
+		for deadline := time.Now().Add(10 * time.Second); !stopped(t, pid); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("freeze %s: the child did not stop in 10 s", cmd)
+			}
 		}
 	}
 	// within runs a write while the child is frozen; a wait for the
