@@ -24,10 +24,11 @@ import (
 // Its first headerLen bytes are the magic and 16 random bytes, the object's
 // version; the object's bytes follow. Files are never changed in place: a
 // write fills a temporary file, fsyncs it and renames it over the key, so an
-// open file keeps the version and bytes it was opened with. The bucket's own
-// files are under metaDir, a name no key can have ('@' is outside the key
-// rule). Files and directories are the owner's alone (0600, 0700): every
-// node sharing the directory runs as one user.
+// open file keeps the version and bytes it was opened with. An empty
+// directory at a key is no object (a delete leaves one for a moment). The
+// bucket's own files are under metaDir, a name no key can have ('@' is
+// outside the key rule). Files and directories are the owner's alone (0600,
+// 0700): every node sharing the directory runs as one user.
 const (
 	magic     = "wkbucket"
 	headerLen = int64(len(magic) + 16)
@@ -60,8 +61,8 @@ func Open(dir string) (bucket.Bucket, error) {
 		return nil, fmt.Errorf("bucket-fs: dir %q: %w", dir, err)
 	}
 	b := &fsBucket{root: root, tmp: filepath.Join(root, metaDir, "tmp")}
-	lockDir := filepath.Join(root, metaDir, "locks")
-	for _, d := range []string{b.tmp, lockDir} {
+	shardDir := filepath.Join(root, metaDir, "shards")
+	for _, d := range []string{b.tmp, shardDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("bucket-fs: %w", err)
 		}
@@ -69,16 +70,16 @@ func Open(dir string) (bucket.Bucket, error) {
 	if err := checkFileSystem(root); err != nil {
 		return nil, fmt.Errorf("bucket-fs: dir %s: %w", root, err)
 	}
-	if _, err := os.Stat(filepath.Join(root, metaDir, "LOCKS")); err == nil {
+	if _, err := os.Stat(filepath.Join(root, metaDir, "SHARDS")); err == nil {
 		return nil, fmt.Errorf("bucket-fs: dir %s: the file system ignores case in names, so keys that differ only in case would be one file; use a case-sensitive one", root)
 	}
-	if b.locks, err = openShards(lockDir); err != nil {
-		return nil, fmt.Errorf("bucket-fs: %w", err)
+	if err := checkExchange(b.tmp); err != nil {
+		return nil, fmt.Errorf("bucket-fs: dir %s: %w", root, err)
 	}
 	if err := cleanTemps(b.tmp); err != nil {
-		b.locks.close()
 		return nil, fmt.Errorf("bucket-fs: %w", err)
 	}
+	b.locks = openShards(shardDir, b.tmp)
 	return b, nil
 }
 
@@ -151,25 +152,49 @@ func (b *fsBucket) put(ctx context.Context, key string, body io.Reader, size int
 	if err != nil {
 		return "", err
 	}
-	installed := false
 	defer func() {
-		if !installed {
-			os.Remove(tmp.Name())
-		}
-		tmp.Close() // releases the temporary file's flock
+		os.Remove(tmp.Name()) // an installed object keeps its other name
+		tmp.Close()           // releases the temporary file's flock
 	}()
-	unlock, err := b.locks.lock(key)
+	err = b.locked(ctx, key,
+		func(path string) error { return os.Link(tmp.Name(), path) },
+		func() error { return b.holds(key, cond) },
+		func(entry string) error { return b.install(entry, key) })
 	if err != nil {
 		return "", err
 	}
-	defer unlock()
-	if err := b.holds(key, cond); err != nil {
-		return "", err
-	}
-	if installed, err = b.install(tmp.Name(), key); err != nil {
+	// A delete of the key since may have removed the directory, and made
+	// that durable itself.
+	if err := syncDir(filepath.Dir(b.path(key))); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return "", err
 	}
 	return v, nil
+}
+
+// testHookChecked, when set (by tests only), runs once a write's condition
+// held under the lock, before the write: the worst moment to freeze.
+var testHookChecked func()
+
+// locked runs a write under key's lock: check, then change through the
+// entry that stage made. When another process broke the lock before the
+// change (errStolen), the write starts over, its condition checked again.
+func (b *fsBucket) locked(ctx context.Context, key string, stage func(path string) error, check func() error, change func(entry string) error) error {
+	for {
+		entry, release, err := b.locks.lock(ctx, key, stage)
+		if err == nil {
+			err = check()
+			if err == nil && testHookChecked != nil {
+				testHookChecked()
+			}
+			if err == nil {
+				err = change(entry)
+			}
+			release()
+		}
+		if !errors.Is(err, errStolen) {
+			return err
+		}
+	}
 }
 
 // holds checks a Put's condition against the object as it is now.
@@ -241,23 +266,29 @@ func (c ctxReader) Read(p []byte) (int, error) {
 	return c.r.Read(p)
 }
 
-// install renames a written temporary file over key (under key's lock) and
-// makes the rename durable; renamed says whether the file left its
-// temporary name.
-func (b *fsBucket) install(tmp, key string) (renamed bool, err error) {
+// install renames the staged entry, a hard link to a written temporary
+// file, over key, which also releases the lock. It fails with errStolen if
+// the lock was broken first.
+func (b *fsBucket) install(entry, key string) error {
 	path := b.path(key)
 	for attempt := 0; ; attempt++ {
 		err := b.mkdirs(key)
 		if err == nil {
-			err = os.Rename(tmp, path)
+			err = rename(entry, path)
 		}
 		switch {
 		case err == nil:
-			return true, syncDir(filepath.Dir(path))
+			return nil
+		case errors.Is(err, syscall.EISDIR) && attempt < pruneRetries:
+			// An empty directory is what a delete leaves for a moment
+			// (any other, the parent of other keys, stays).
+			syscall.Rmdir(path)
 		case errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST):
-			return false, fmt.Errorf("%w: bucket-fs cannot hold a key both as an object and as the parent of others (%s)", bucket.ErrInvalidKey, err)
+			return fmt.Errorf("%w: bucket-fs cannot hold a key both as an object and as the parent of others (%s)", bucket.ErrInvalidKey, err)
 		case !errors.Is(err, fs.ErrNotExist) || attempt == pruneRetries:
-			return false, err
+			return err
+		case gone(entry):
+			return errStolen
 		}
 		// A delete removed a parent directory as empty: make it again.
 	}
@@ -306,25 +337,37 @@ func (b *fsBucket) delete(ctx context.Context, key string, cond bucket.Condition
 	if cond.IfAbsent {
 		return errors.New("a delete cannot be conditional on the object being absent")
 	}
-	unlock, err := b.locks.lock(key)
+	// Under the lock, exchange the object with the staged empty directory:
+	// a removal that, like a rename, fails once the lock is broken (an
+	// unlink would not).
+	err := b.locked(ctx, key,
+		func(path string) error { return os.Mkdir(path, 0o700) },
+		func() error {
+			v, err := b.version(key)
+			if err == nil && cond.IfVersion != "" && v != cond.IfVersion {
+				err = fmt.Errorf("%w: the object is at version %s, not %s", bucket.ErrPrecondition, v, cond.IfVersion)
+			}
+			return err
+		},
+		func(entry string) error {
+			err := unix.Renameat2(unix.AT_FDCWD, entry, unix.AT_FDCWD, b.path(key), unix.RENAME_EXCHANGE)
+			switch {
+			case err == nil:
+				return nil
+			case gone(entry):
+				return errStolen
+			}
+			return fmt.Errorf("exchange %s with %s: %w", entry, b.path(key), err)
+		})
 	if err != nil {
 		return err
 	}
-	defer unlock()
-	v, err := b.version(key)
-	if err != nil {
-		return err
-	}
-	if cond.IfVersion != "" && v != cond.IfVersion {
-		return fmt.Errorf("%w: the object is at version %s, not %s", bucket.ErrPrecondition, v, cond.IfVersion)
-	}
-	if err := os.Remove(b.path(key)); err != nil {
-		return err
-	}
-	// Remove the parents the delete left empty, then make the removal
-	// durable in the deepest directory that remains. Other deletes may
-	// remove the same parents meanwhile, and a write that needs a removed
-	// parent makes it again (install).
+	// Remove the empty directory now at the key (unless a write replaced
+	// it meanwhile) and the parents the delete left empty, then make the
+	// removal durable in the deepest directory that remains. Other deletes
+	// may remove the same parents meanwhile, and a write that needs a
+	// removed parent makes it again (install).
+	syscall.Rmdir(b.path(key))
 	for dir := filepath.Dir(b.path(key)); ; dir = filepath.Dir(dir) {
 		if dir == b.root {
 			return syncDir(dir)

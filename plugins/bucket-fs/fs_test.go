@@ -154,8 +154,8 @@ func TestWritesRaceDeletes(t *testing.T) {
 
 // TestOpensRace: several opens of one directory in one process (as two
 // nodes in one test binary would be) race on one create per round; the
-// flock, which belongs to each open's own file description, lets exactly
-// one win.
+// shards' directories, not the mutual exclusion within one open, let
+// exactly one win.
 func TestOpensRace(t *testing.T) {
 	const opens, rounds = 4, 50
 	dir := t.TempDir()
@@ -203,7 +203,7 @@ func TestClosed(t *testing.T) {
 }
 
 // TestRefusedFileSystems: network file systems, and file systems that
-// ignore case (seen through the lock directory's name in capitals).
+// ignore case (seen through the shards directory's name in capitals).
 func TestRefusedFileSystems(t *testing.T) {
 	if err := refuseFileSystem(unix.NFS_SUPER_MAGIC); err == nil || !strings.Contains(err.Error(), "NFS") {
 		t.Errorf("NFS: %v", err)
@@ -212,11 +212,11 @@ func TestRefusedFileSystems(t *testing.T) {
 		t.Errorf("ext4: %v", err)
 	}
 	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, metaDir, "LOCKS"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, metaDir, "SHARDS"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "ignores case") {
-		t.Errorf("a directory whose locks answer to LOCKS: %v", err)
+		t.Errorf("a directory whose shards answer to SHARDS: %v", err)
 	}
 }
 
@@ -249,8 +249,9 @@ func TestPlugin(t *testing.T) {
 	}
 }
 
-// TestTempFileAge: Open leaves an unlocked temporary file alone while it is
-// young (its writer may not have locked it yet), and removes it once old.
+// TestTempFileAge: Open leaves an unlocked temporary file, and a writer's
+// staging directory, alone while young (its writer may not have locked it
+// yet, or waits for a shard), and removes them once old.
 func TestTempFileAge(t *testing.T) {
 	dir := t.TempDir()
 	openT(t, dir)
@@ -258,17 +259,27 @@ func TestTempFileAge(t *testing.T) {
 	if err := os.WriteFile(tmp, []byte(magic), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	openT(t, dir)
-	if _, err := os.Stat(tmp); err != nil {
-		t.Fatalf("Open removed a temporary file created a moment ago: %v", err)
-	}
-	old := time.Now().Add(-2 * staleAfter)
-	if err := os.Chtimes(tmp, old, old); err != nil {
+	staging := filepath.Join(dir, metaDir, "tmp", "lock-1-young")
+	if err := os.MkdirAll(filepath.Join(staging, "1-young"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	openT(t, dir)
-	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("Open left an old, unlocked temporary file: %v", err)
+	for _, p := range []string{tmp, staging} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("Open removed %s, made a moment ago: %v", p, err)
+		}
+	}
+	old := time.Now().Add(-2 * staleAfter)
+	for _, p := range []string{tmp, staging} {
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	openT(t, dir)
+	for _, p := range []string{tmp, staging} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("Open left the old %s: %v", p, err)
+		}
 	}
 }
 

@@ -1,11 +1,14 @@
 package fsbucket
 
 import (
+	"context"
+	"crypto/rand"
+	"errors"
 	"fmt"
 	"hash/fnv"
+	"io/fs"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -13,69 +16,157 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// lockShards is how many lock files the keys are spread over: writes of
-// keys in different shards never wait for each other.
+// lockShards is how many locks the keys are spread over: writes of keys in
+// different shards never wait for each other.
 const lockShards = 64
 
-// shards are the bucket's write locks. A conditional write holds its key's
-// shard from the check of the condition to the durable rename, which makes
-// the pair atomic for every process that opened the directory.
+// breakAfter is how long a waiter lets one holder keep a shard before it
+// breaks the lock. A holder's turn is a stat, a 24-byte read and a rename,
+// so a holder still there after a second is stopped (SIGSTOP, a debugger, a
+// paused container, swapping) or dead. It is well under a lease attempt
+// (2.7 s by default): no process holds up another's write for longer.
+const breakAfter = time.Second
+
+// errStolen: the holder's lock was broken before its write; nothing was
+// written, and the write starts over, its condition checked again.
+var errStolen = errors.New("bucket-fs: the lock was broken")
+
+// shards are the bucket's write locks (ADR 1042). A shard's lock is the
+// directory <dir>/NN, held while it has an entry: the holder's staged
+// change, named by a token no other turn uses (a hard link to the object
+// to write, or an empty directory for a delete). A writer stages its entry
+// in a directory of its own, then renames that directory to <dir>/NN,
+// which succeeds only while NN is absent or empty. The write itself moves
+// the entry out (rename or exchange onto the key), which releases the lock
+// in the same step. A waiter that sees one entry stay for breakAfter
+// removes it: the holder's write then finds no entry and fails, changing
+// nothing, however late it comes, since both look the entry up by its
+// name in one directory and the kernel orders the two.
 type shards struct {
-	mu    [lockShards]sync.Mutex
-	files [lockShards]*os.File // nil once closed
-	done  atomic.Bool
+	dir  string                    // the shards' directories
+	tmp  string                    // where writers stage theirs
+	sem  [lockShards]chan struct{} // one waiter per shard in this process polls
+	done atomic.Bool
 }
 
-func openShards(dir string) (*shards, error) {
-	s := &shards{}
-	for i := range s.files {
-		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("%02x", i)), os.O_RDWR|os.O_CREATE, 0o600)
-		if err != nil {
-			s.close()
-			return nil, err
-		}
-		s.files[i] = f
+func openShards(dir, tmp string) *shards {
+	s := &shards{dir: dir, tmp: tmp}
+	for i := range s.sem {
+		s.sem[i] = make(chan struct{}, 1)
 	}
-	return s, nil
+	return s
 }
 
-// lock takes key's shard: the mutex among this bucket's goroutines, then
-// flock among processes. A flock belongs to an open file description, so it
-// also excludes another Open of the same directory in this process.
-func (s *shards) lock(key string) (unlock func(), err error) {
+func shardOf(key string) uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(key))
-	i := h.Sum32() % lockShards
-	s.mu[i].Lock()
-	f := s.files[i]
-	if f == nil {
-		s.mu[i].Unlock()
-		return nil, errClosed
+	return h.Sum32() % lockShards
+}
+
+// lock takes key's shard with an entry made by stage, and returns the
+// entry's path, through which the holder's write goes, and release. It
+// waits while another process holds the shard, breaking a lock held
+// breakAfter, and ends with ctx. errStolen means the staged entry was
+// removed before the shard was taken (a frozen writer's, by cleanTemps).
+func (s *shards) lock(ctx context.Context, key string, stage func(path string) error) (entry string, release func(), err error) {
+	i := shardOf(key)
+	select {
+	case s.sem[i] <- struct{}{}:
+	case <-ctx.Done():
+		return "", nil, ctx.Err()
 	}
-	if err := flock(f, syscall.LOCK_EX); err != nil {
-		s.mu[i].Unlock()
-		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+	unlock := func() { <-s.sem[i] }
+	token := make([]byte, 8)
+	rand.Read(token)
+	id := fmt.Sprintf("%d-%x", os.Getpid(), token)
+	own := filepath.Join(s.tmp, "lock-"+id)
+	shard := filepath.Join(s.dir, fmt.Sprintf("%02x", i))
+	err = os.Mkdir(own, 0o700)
+	if err == nil {
+		err = stage(filepath.Join(own, id))
 	}
-	return func() {
-		flock(f, syscall.LOCK_UN) // closing the file would release it too
-		s.mu[i].Unlock()
+	if err == nil {
+		err = take(ctx, own, shard)
+	}
+	if err != nil {
+		os.RemoveAll(own)
+		unlock()
+		return "", nil, err
+	}
+	entry = filepath.Join(shard, id)
+	return entry, func() {
+		os.Remove(entry) // gone already if written, or if the lock was broken
+		unlock()
 	}, nil
 }
 
-// close waits for each shard's holder, then closes its file.
-func (s *shards) close() {
-	if s.done.Swap(true) {
-		return
-	}
-	for i := range s.files {
-		s.mu[i].Lock()
-		if s.files[i] != nil {
-			s.files[i].Close()
-			s.files[i] = nil
+// take renames own, a directory holding one staged entry, to shard.
+func take(ctx context.Context, own, shard string) error {
+	var holder string // the entry seen in shard, and since when
+	var since time.Time
+	for pause := 50 * time.Microsecond; ; pause = min(2*pause, 5*time.Millisecond) {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
-		s.mu[i].Unlock()
+		err := rename(own, shard)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, fs.ErrNotExist) && gone(own):
+			return errStolen
+		case !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST):
+			return err
+		}
+		switch h := entryOf(shard); {
+		case h == "": // released meanwhile
+			continue
+		case h != holder:
+			holder, since = h, time.Now()
+		case time.Since(since) >= breakAfter:
+			os.Remove(filepath.Join(shard, h))
+			continue
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
 	}
 }
+
+// rename is rename(2). os.Rename refuses to replace a directory, even an
+// empty one, which is how a free shard is taken.
+func rename(from, to string) error {
+	if err := unix.Rename(from, to); err != nil {
+		return &os.LinkError{Op: "rename", Old: from, New: to, Err: err}
+	}
+	return nil
+}
+
+// entryOf names the entry that holds shard, "" if none.
+func entryOf(shard string) string {
+	d, err := os.Open(shard)
+	if err != nil {
+		return ""
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(1)
+	if len(names) == 0 {
+		return ""
+	}
+	return names[0]
+}
+
+// gone says whether path no longer exists: a staged entry that is gone was
+// removed by a waiter that broke the lock.
+func gone(path string) bool {
+	_, err := os.Lstat(path)
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+func (s *shards) close() { s.done.Store(true) }
 
 func (s *shards) closed() bool { return s.done.Load() }
 
@@ -87,13 +178,17 @@ func flock(f *os.File, how int) error {
 	}
 }
 
-// staleAfter is how long a temporary file must be untouched before
-// cleanTemps considers it. A writer flocks its temporary file right after
-// creating it, so only a file that is old and unlocked was left by a writer
-// that died.
+// staleAfter is how long a temporary file or directory must be untouched
+// before cleanTemps considers it. A writer flocks its temporary file right
+// after creating it, so only a file that is old and unlocked was left by a
+// writer that died. A directory in which a writer stages its lock entry
+// lives while it waits for the shard, breakAfter at most unless it is
+// frozen; removing it from a frozen writer is a broken lock, which it
+// survives.
 const staleAfter = time.Minute
 
-// cleanTemps removes the temporary files of writers that died mid-write.
+// cleanTemps removes the temporary files and staging directories of writers
+// that died mid-write.
 func cleanTemps(dir string) error {
 	des, err := os.ReadDir(dir)
 	if err != nil {
@@ -105,6 +200,19 @@ func cleanTemps(dir string) error {
 			continue // gone meanwhile, or maybe still being created
 		}
 		path := filepath.Join(dir, de.Name())
+		if de.IsDir() {
+			// A staging (or probe) directory: its entries are files or
+			// empty directories. Removed by path, not recursively: if a
+			// frozen writer resumes and takes a shard with it meanwhile,
+			// the removal finds nothing, or takes its entry, which is a
+			// broken lock.
+			names, _ := os.ReadDir(path)
+			for _, n := range names {
+				os.Remove(filepath.Join(path, n.Name()))
+			}
+			os.Remove(path)
+			continue
+		}
 		f, err := os.Open(path)
 		if err != nil {
 			continue
@@ -117,8 +225,30 @@ func cleanTemps(dir string) error {
 	return nil
 }
 
-// checkFileSystem refuses network file systems: bucket-fs relies on flock
-// and rename being exact for every process that opens the directory, which
+// checkExchange refuses a file system that cannot exchange two names
+// atomically (renameat2's RENAME_EXCHANGE, Linux 3.15): a delete needs it
+// to remove an object only while it holds its lock.
+func checkExchange(tmp string) error {
+	dir, err := os.MkdirTemp(tmp, "probe-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	file, sub := filepath.Join(dir, "file"), filepath.Join(dir, "dir")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		return err
+	}
+	if err := os.Mkdir(sub, 0o700); err != nil {
+		return err
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, file, unix.AT_FDCWD, sub, unix.RENAME_EXCHANGE); err != nil {
+		return fmt.Errorf("cannot exchange a file and a directory atomically (renameat2 RENAME_EXCHANGE: %w), which bucket-fs's deletes need; use ext4, XFS, btrfs or tmpfs", err)
+	}
+	return nil
+}
+
+// checkFileSystem refuses network file systems: bucket-fs relies on flock,
+// rename and exchange being exact for every process that opens the directory, which
 // is only true of one machine's local file system.
 func checkFileSystem(dir string) error {
 	var st unix.Statfs_t

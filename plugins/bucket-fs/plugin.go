@@ -1,9 +1,10 @@
 // Package fsbucket is the bucket/v1 plugin on a local directory: each object
 // a file at its key's path, conditional creates and replaces atomic across
-// the processes of one machine (a flock per key shard around the check and
-// the rename), so several nodes on one machine can share the directory as
-// their bucket. See README.md for what it guarantees and ADR 1006 for why it
-// is not built on gocloud.dev's fileblob.
+// the processes of one machine (a lock per key shard around the check and
+// the rename, which a waiter breaks after a second so that a frozen process
+// holds up nobody), so several nodes on one machine can share the directory
+// as their bucket. See README.md for what it guarantees, ADR 1006 for why it
+// is not built on gocloud.dev's fileblob and ADR 1042 for its locks.
 package fsbucket
 
 import (
@@ -40,7 +41,7 @@ func Info() plugin.Info {
 		Kind:      plugin.Bucket,
 		Name:      "fs",
 		API:       contract,
-		Summary:   "a local directory, shared by the nodes of one machine (conditional writes under flock)",
+		Summary:   "a local directory, shared by the nodes of one machine (conditional writes under locks a frozen process cannot keep)",
 		NewConfig: func() any { return NewConfig() },
 		New:       func(config any) (any, error) { return New(config) },
 		Scheme:    "file",
