@@ -57,6 +57,21 @@ func TestDeleteBigDatabaseDurably(t *testing.T) {
 	n.expect("GET", "/actor/hostile/big/hits", "", 200, "ok 2")
 }
 
+// Memory growth is host work (ADR 1043): an event that grows its memory by
+// 64 MiB and writes every page is served on either engine, whatever a page
+// fault costs on the machine (64 MiB of first touches took 300 ms of CPU on
+// some), while a guest spinning in its own code is still stopped at its
+// budget (issue 24, item 15).
+func TestMemoryGrowthIsNotChargedToTheGuestBudget(t *testing.T) {
+	for _, engine := range []string{"wazero", "wasmtime"} {
+		t.Run(engine, func(t *testing.T) {
+			n := startNodeOn(t, engine, node.Options{Classes: map[string]string{"hostile": hostile(t)}})
+			n.expect("GET", "/actor/hostile/a/grow?n=64", "", 200, "ok 64")
+			n.expect("GET", "/actor/hostile/a/spin", "", 500, "actor exceeded its CPU budget\n")
+		})
+	}
+}
+
 // A guest looping on cheap host calls is stopped by the cap on the event's
 // CPU, close to it (issue 12, item 3); before the cap such a loop ran to
 // the wall clock, every second of it CPU.

@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
@@ -103,6 +106,48 @@ func sleepFor(d time.Duration) func(*testing.T, runtime.Instance) []uint64 {
 		return []uint64{512, 1024, 1, 1536}
 	}
 }
+
+// The engine writes the memory a guest grows once, as host work of the call
+// (runtime.AsHostWork), by the time the call returns, so that the guest's
+// CPU budget does not pay the machine's page faults (ADR 1043). The initial
+// memory is left as it is: only what the guest writes of it costs memory.
+func testMemoryGrowthIsHostWork(t *testing.T, h *harness) {
+	e := h.engine(t, runtime.Config{})
+	in := instantiate(t, compile(t, e, memoryGuest(2, -1)), runtime.InstanceConfig{})
+	var w hostWork
+	if got, err := tryCall(runtime.WithHostWork(t.Context(), &w), in, "grow", limitPages-2); err != nil || int32(got[0]) != 2 {
+		t.Fatalf("grow(%d) = %v, %v; want 2", limitPages-2, got, err)
+	}
+	if w.calls == 0 {
+		t.Error("the growth was not host work")
+	}
+	resident := func(from, to uint32) (n int) {
+		view, ok := in.Memory().Read(from, to-from)
+		if !ok {
+			t.Fatalf("Read(%d, %d) failed", from, to-from)
+		}
+		vec := make([]byte, len(view)/os.Getpagesize())
+		if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&view[0])), uintptr(len(view)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+			t.Fatalf("mincore: %v", errno)
+		}
+		for _, v := range vec {
+			n += int(v & 1)
+		}
+		return n
+	}
+	if n := resident(2<<16, limitPages<<16); n != (limitPages-2)<<16/os.Getpagesize() {
+		t.Errorf("%d pages of the grown memory are resident, want all %d", n, (limitPages-2)<<16/os.Getpagesize())
+	}
+	if n := resident(0, 2<<16); n != 0 {
+		t.Errorf("%d pages of the initial memory, which the guest never wrote, are resident", n)
+	}
+}
+
+// hostWork counts the host work of the calls whose ctx carries it.
+type hostWork struct{ calls int }
+
+func (w *hostWork) EnterHost() time.Duration { w.calls++; return 0 }
+func (w *hostWork) LeaveHost(time.Duration)  {}
 
 // memory.grow past MemoryLimitPages fails (-1) whatever maximum the module
 // declares, a module's own lower maximum holds, and a module whose minimum

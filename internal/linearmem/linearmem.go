@@ -7,6 +7,8 @@ package linearmem
 import (
 	"bytes"
 	"errors"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
 )
@@ -113,4 +115,16 @@ func (l Layout) Image() []byte {
 func ReleaseAfterStart(mem []byte, imageEnd int) int {
 	end := min(imageEnd, len(mem))
 	return ReleaseZeroPages(mem[end:]) + ReleaseSharedPages(mem[:end])
+}
+
+// Touch writes each page of mem once, keeping its contents, so that the
+// page faults of memory a guest has just grown happen now, on the host's
+// account (runtime.AsHostWork), rather than at the guest's first access.
+// Pages already written cost a memory access each. No guest code may run in
+// mem meanwhile.
+func Touch(mem []byte) {
+	const step = 4096 // the smallest page size of the machines WasmKeep runs on
+	for off := (-int(uintptr(unsafe.Pointer(unsafe.SliceData(mem))))) & 3; off+4 <= len(mem); off += step {
+		atomic.AddUint32((*uint32)(unsafe.Pointer(&mem[off])), 0) // a write that changes nothing
+	}
 }

@@ -423,7 +423,7 @@ func (a *actor) guest(ctx context.Context, what string, f func(ctx context.Conte
 	budget := a.node.opts.CPUBudget
 	a.state.watch = cputime.StartCapped(budget, func() { stop(errCPUBudget) },
 		budget+a.node.opts.HostCPUBudget, func() { stop(errHostCPU) })
-	err := f(ctx)
+	err := f(runtime.WithHostWork(ctx, a.state.watch)) // memory growth is host work (ADR 1043)
 	a.state.watch.Stop()
 	if err == nil {
 		return nil

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 )
 
 // API is the contract version a runtime plugin declares.
@@ -219,6 +220,39 @@ type HostFunction struct {
 	// panics with an error; the engine recovers it and Function.Call returns
 	// an error wrapping it.
 	Func func(ctx context.Context, mem Memory, stack []uint64)
+}
+
+// HostWork is the CPU accounting of the call a ctx belongs to: the
+// kernel's guest budget counts the thread's CPU less what it spends between
+// EnterHost and LeaveHost (host work, charged only to the event's cap).
+// The kernel puts one in the ctx of every call (WithHostWork).
+type HostWork interface {
+	EnterHost() (since time.Duration)
+	LeaveHost(since time.Duration)
+}
+
+type hostWorkKey struct{}
+
+// WithHostWork returns ctx carrying w.
+func WithHostWork(ctx context.Context, w HostWork) context.Context {
+	return context.WithValue(ctx, hostWorkKey{}, w)
+}
+
+// AsHostWork runs f, work an engine does for a guest outside its code,
+// as host work of the call ctx belongs to (if the kernel gave it any).
+//
+// Memory growth is such work (ADR 1043): when memory.grow succeeds, the
+// engine writes each new page once with AsHostWork, before the guest runs
+// again, so that the page faults of the new memory (a system call's worth
+// of work each, and far more under some hypervisors) are host work. Without
+// this a guest's budget would depend on the machine's cost of a page fault.
+func AsHostWork(ctx context.Context, f func()) {
+	if ctx != nil { // none outside a call
+		if w, _ := ctx.Value(hostWorkKey{}).(HostWork); w != nil {
+			defer w.LeaveHost(w.EnterHost())
+		}
+	}
+	f()
 }
 
 // ErrInterrupted matches the error of a call stopped because its ctx was

@@ -77,7 +77,7 @@ func hostPanic(hf *hostFunc, p any) error {
 }
 
 // wkEpochTick says whether the running call's ctx is done (nonzero), which
-// stops the guest.
+// stops the guest; else it touches the memory the guest grew.
 //
 //export wkEpochTick
 func wkEpochTick(h C.uintptr_t) C.int {
@@ -86,5 +86,6 @@ func wkEpochTick(h C.uintptr_t) C.int {
 		in.interrupted = true
 		return 1
 	}
+	in.touchGrown()
 	return 0
 }

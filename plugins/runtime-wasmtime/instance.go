@@ -16,6 +16,7 @@ import (
 	"runtime/cgo"
 	"unsafe"
 
+	"github.com/wasmkeep/wasmkeep/internal/linearmem"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
@@ -48,6 +49,10 @@ type instance struct {
 	inHost    bool
 	// writeBuf gathers the buffers of one fd_write.
 	writeBuf []byte
+	// touched is how much of the memory is its initial memory or was
+	// written once by touchGrown; all of it until Instantiate has found the
+	// memory (a start function runs before).
+	touched uint64
 }
 
 var _ runtime.Instance = (*instance)(nil)
@@ -123,6 +128,22 @@ func (in *instance) begin(ctx context.Context) {
 	in.e.enter()
 }
 
+// touchGrown writes once, as host work of the running call, the memory the
+// guest has grown since it last ran (ADR 1043). Wasmtime has no hook at
+// memory.grow short of owning the whole memory (which would lose its
+// copy-on-write image), so this runs at every epoch tick and when a call
+// returns: a guest pays for the faults of what it touches of new memory
+// before the next tick only.
+func (in *instance) touchGrown() {
+	size := uint64(in.st.mem_size)
+	if size <= in.touched {
+		return
+	}
+	grown := unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(in.st.mem_base), in.touched)), size-in.touched)
+	runtime.AsHostWork(in.ctx, func() { linearmem.Touch(grown) })
+	in.touched = size
+}
+
 // end reports how the guest code ended: nil, or an error that says why,
 // matching runtime.ErrInterrupted if the ctx stopped it.
 func (in *instance) end(ctx context.Context, r C.wk_result) error {
@@ -195,6 +216,7 @@ func (f *function) Call(ctx context.Context, stack []uint64) error {
 	if r.trap != nil || r.err != nil {
 		return in.end(ctx, r)
 	}
+	in.touchGrown() // what the call grew since the last tick
 	in.running = false
 	in.ctx = nil
 	for i, t := range f.results {

@@ -196,7 +196,7 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 	if e.closed.Load() {
 		return nil, errEngineClosed
 	}
-	in := &instance{e: e, mod: m, stdout: cfg.Stdout, stderr: cfg.Stderr, funcs: map[string]*function{}}
+	in := &instance{e: e, mod: m, stdout: cfg.Stdout, stderr: cfg.Stderr, funcs: map[string]*function{}, touched: ^uint64(0)}
 	in.mem.in = in
 	in.handle = cgo.NewHandle(in)
 	in.st = C.wk_store_new(m.b.ptr, C.uintptr_t(in.handle), C.int64_t(e.limit),
@@ -220,6 +220,7 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 		return nil, fmt.Errorf("wasmtime: instantiate: %w", err)
 	}
 	C.wk_find_memory(in.st)
+	in.touched = uint64(in.st.mem_size)
 	if m.initialize {
 		if f := in.Function("_initialize"); f != nil {
 			if err := f.Call(ctx, make([]uint64, m.arity)); err != nil {

@@ -43,7 +43,8 @@ wasm_engine_t *wk_engine_new(bool parallel_compilation, bool fast) {
 // wk_refresh_memory reads where the instance's memory is and how large it is.
 // Only the guest changes either (memory.grow), so the Go side reads these
 // fields without a cgo call: they are refreshed whenever the guest stops
-// running, on entry to a host function and after every call.
+// running, on entry to a host function, at an epoch tick and after every
+// call.
 static void wk_refresh_memory(wk_store *st) {
   if (st->mem_state == WK_MEM_SOME) {
     st->mem_base = wasmtime_memory_data(st->cx, &st->mem);
@@ -59,6 +60,7 @@ static wasmtime_error_t *wk_epoch(wasmtime_context_t *cx, void *data,
                                   uint64_t *delta,
                                   wasmtime_update_deadline_kind_t *kind) {
   wk_store *st = data;
+  wk_refresh_memory(st); // for the memory the guest grew (touchGrown)
   if (wkEpochTick(st->handle)) {
     return wasmtime_error_new("guest interrupted");
   }

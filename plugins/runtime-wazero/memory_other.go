@@ -10,7 +10,7 @@ import (
 
 // withMemory keeps wazero's heap-backed memories where mappings are not
 // available, starting with img (nil for none).
-func withMemory(ctx context.Context, img *image) context.Context {
+func withMemory(ctx context.Context, img *image, _ *instance) context.Context {
 	if img == nil {
 		return ctx
 	}

@@ -8,6 +8,9 @@ import (
 
 	"github.com/tetratelabs/wazero/experimental"
 	"golang.org/x/sys/unix"
+
+	"github.com/wasmkeep/wasmkeep/internal/linearmem"
+	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
 // withMemory makes the instances created with ctx keep their linear
@@ -27,21 +30,29 @@ import (
 // memory, as Wasmtime does: the instances of a module share the pages they
 // only read (a Go guest's data is 1.1 MiB, most of it read-only), and a
 // page costs an instance memory once it writes it.
-func withMemory(ctx context.Context, img *image) context.Context {
+//
+// Memory the guest grows is written once as it grows, as host work of the
+// running call of in (runtime.AsHostWork, ADR 1043).
+func withMemory(ctx context.Context, img *image, in *instance) context.Context {
 	return experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(_, max uint64) experimental.LinearMemory {
-		return mapMemory(max, img)
+		if m := mapMemory(max, img); m != nil {
+			m.in = in
+			return m
+		}
+		return newHeapMemory(img) // no address space left
 	}))
 }
 
-func mapMemory(max uint64, img *image) experimental.LinearMemory {
+// mapMemory maps a memory of max bytes starting with img; nil if it cannot.
+func mapMemory(max uint64, img *image) *mappedMemory {
 	b, err := unix.Mmap(-1, 0, int(max), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON|unix.MAP_NORESERVE)
 	if err != nil {
-		return newHeapMemory(img) // no address space left: fall back to the heap
+		return nil
 	}
 	if img != nil && !img.mapInto(b) {
 		copy(b, img.data)
 	}
-	return &mappedMemory{buf: b}
+	return &mappedMemory{buf: b, size: ^uint64(0)}
 }
 
 // mapInto maps the image's file over the start of b, copy-on-write.
@@ -60,12 +71,21 @@ func (img *image) mapInto(b []byte) bool {
 	return err == nil
 }
 
-type mappedMemory struct{ buf []byte }
+type mappedMemory struct {
+	buf  []byte
+	size uint64    // the memory's size; -1 until its first Reallocate, which makes its initial memory
+	in   *instance // the instance it is the memory of, for the running call's ctx
+}
 
 func (m *mappedMemory) Reallocate(size uint64) []byte {
 	if size > uint64(len(m.buf)) {
 		return nil // past the maximum: memory.grow fails in the guest
 	}
+	if m.size != ^uint64(0) && size > m.size {
+		grown := m.buf[m.size:size]
+		runtime.AsHostWork(m.in.ctx, func() { linearmem.Touch(grown) })
+	}
+	m.size = size
 	return m.buf[:size]
 }
 

@@ -53,7 +53,7 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 	mc := m.e.instance.WithStdout(cfg.Stdout).WithStderr(cfg.Stderr).WithNanosleep(in.sleep)
 	m.mu.RLock()
 	c := m.code.Load()
-	mod, err := c.rt.InstantiateModule(withMemory(ctx, m.image), c.cm, mc)
+	mod, err := c.rt.InstantiateModule(withMemory(ctx, m.image, in), c.cm, mc)
 	m.mu.RUnlock()
 	if err != nil {
 		return nil, fmt.Errorf("wazero: instantiate: %w", callError(ctx, err))

@@ -2,7 +2,8 @@
 
 // hostile spends an event's CPU in host calls, for the budget tests and the
 // hostile-neighbour benchmark: long statements, and loops of cheap host
-// calls that its own CPU budget alone would never stop.
+// calls that its own CPU budget alone would never stop; and in memory
+// growth and a loop of its own.
 package main
 
 import (
@@ -85,10 +86,26 @@ func serve(w wasmkeep.ResponseWriter, r *wasmkeep.Request) {
 	case "/loop":
 		// Host calls until the host stops the event.
 		loop(q.Get("call"))
+	case "/grow":
+		// n MiB of new memory, every page of it written.
+		b := make([]byte, n<<20)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		kept = b
+		answer(w, n, nil)
+	case "/spin":
+		// Guest code until the host stops the event.
+		for {
+			hits++
+		}
 	default:
 		wasmkeep.Error(w, "no such path "+r.URL.Path, 404)
 	}
 }
+
+// kept holds what /grow allocated, until the next /grow.
+var kept []byte
 
 func loop(call string) {
 	switch call {
