@@ -202,7 +202,7 @@ func TestLapsedNodeRunsNoEvent(t *testing.T) {
 	}
 	wg.Add(5)
 	for range 3 {
-		go client("/nap?ms=150", false)
+		go client("/sleep?ms=150", false)
 	}
 	for range 2 {
 		go client("/tokens", true)

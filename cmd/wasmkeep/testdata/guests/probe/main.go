@@ -127,11 +127,12 @@ func serve(w wasmkeep.ResponseWriter, r *wasmkeep.Request) {
 		time.Sleep(time.Duration(ms) * time.Millisecond)
 		_, err := wasmkeep.Exec("INSERT INTO seen (seq) VALUES (?)", q.Get("seq"))
 		answer(w, q.Get("seq"), err)
-	case "/nap":
-		// Sleeps ms and writes nothing: an event that keeps the actor's
-		// mailbox busy without a commit to ship.
+	case "/sleep":
+		// Sleeps ms and writes nothing: an event that keeps the actor busy
+		// with nothing to ship after it.
 		ms, _ := strconv.Atoi(q.Get("ms"))
 		time.Sleep(time.Duration(ms) * time.Millisecond)
+		fmt.Fprint(w, "slept")
 	case "/value":
 		// Binds the body as text or blob and reads it back through SQLite:
 		// the bytes must come back exactly (NULs, invalid UTF-8, 16 MB).
