@@ -53,6 +53,9 @@ type engine struct {
 	// source, no arguments, environment or preopened directory, and no
 	// start function (Instantiate runs _initialize itself).
 	instance wazero.ModuleConfig
+	// memoryLimitPages is runtime.Config's, which Compile checks modules
+	// against.
+	memoryLimitPages uint32
 }
 
 var _ runtime.Engine = (*engine)(nil)
@@ -64,7 +67,8 @@ func (d *driver) NewEngine(ctx context.Context, cfg runtime.Config) (runtime.Eng
 	e := &engine{
 		instance: wazero.NewModuleConfig().WithName("").WithStartFunctions().
 			WithSysWalltime().WithNanotime(runtime.Monotonic, 1).WithRandSource(rand.Reader),
-		tier: runtime.TierFast,
+		tier:             runtime.TierFast,
+		memoryLimitPages: cfg.MemoryLimitPages,
 	}
 	rc := wazero.NewRuntimeConfigInterpreter()
 	if d.cfg.Compiler && d.cfg.Tiering != runtime.TieringFast {
@@ -190,7 +194,7 @@ func apiTypes(ts []runtime.ValueType) []api.ValueType {
 }
 
 func (e *engine) Compile(ctx context.Context, wasm []byte) (runtime.Module, error) {
-	p, err := prepare(wasm)
+	p, err := prepare(wasm, e.memoryLimitPages)
 	if err != nil {
 		return nil, fmt.Errorf("wazero: compile: %w", err)
 	}
