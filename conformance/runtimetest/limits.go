@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,6 +88,55 @@ func testInterrupt(t *testing.T, h *harness) {
 			t.Errorf("error %v does not match ErrInterrupted", err)
 		}
 	})
+}
+
+// Instantiate runs the guest's own code, its start function and
+// _initialize, through InstanceConfig.Guest and under the ctx Guest gives
+// it, and fails with Guest's error; for a module with neither it never calls
+// Guest. The kernel bounds that code by the event's CPU budget, and only
+// that code.
+func testInstantiateGuest(t *testing.T, h *harness) {
+	e := h.engine(t, runtime.Config{})
+	var calls int
+	counted := runtime.InstanceConfig{Guest: func(ctx context.Context, run func(context.Context) error) error {
+		calls++
+		return run(ctx)
+	}}
+	initialize := &wasmModule{}
+	initialize.function("_initialize", sig(""), nil)
+	withStart := &wasmModule{}
+	withStart.function("_initialize", sig(""), nil)
+	withStart.start = uleb(withStart.function("", sig(""), nil))
+	for _, tc := range []struct {
+		name string
+		wasm []byte
+		want int
+	}{
+		{"neither", addGuest(), 0},
+		{"_initialize", initialize.bytes(), 1},
+		{"start and _initialize", withStart.bytes(), 2},
+	} {
+		calls = 0
+		instantiate(t, compile(t, e, tc.wasm), counted).Close(t.Context())
+		if calls != tc.want {
+			t.Errorf("%s: Guest called %d times, want %d", tc.name, calls, tc.want)
+		}
+	}
+	spin := &wasmModule{}
+	spin.function("_initialize", sig(""), nil, loop(br(0)))
+	errStopped := errors.New("stopped by Guest")
+	stopped := runtime.InstanceConfig{Guest: func(ctx context.Context, run func(context.Context) error) error {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+		defer cancel()
+		return fmt.Errorf("%w: %w", errStopped, run(ctx))
+	}}
+	in, err := compile(t, e, spin.bytes()).Instantiate(t.Context(), stopped)
+	if err == nil {
+		in.Close(t.Context())
+	}
+	if !errors.Is(err, errStopped) || !errors.Is(err, runtime.ErrInterrupted) {
+		t.Errorf("an _initialize stopped by Guest's ctx: %v, want Guest's error, interrupted", err)
+	}
 }
 
 // sleepFor lays out a poll_oneoff subscription to a relative monotonic clock

@@ -56,6 +56,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) runtime.Driver) {
 		{"StackOverflow", testStackOverflow},
 		{"Interrupt", testInterrupt},
 		{"MemoryLimit", testMemoryLimit},
+		{"InstantiateGuest", testInstantiateGuest},
 		{"Stdio", testStdio},
 		{"Clocks", testClocks},
 		{"Random", testRandom},

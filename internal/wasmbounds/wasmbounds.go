@@ -24,6 +24,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
 )
@@ -209,10 +210,10 @@ func checkMemory(what string, min, limitPages uint32) error {
 
 // pageSize is the size of n 64 KiB pages, for a message.
 func pageSize(n uint32) string {
-	if n%16 == 0 {
-		return fmt.Sprintf("%d MiB", n/16)
+	if n < 16 {
+		return fmt.Sprintf("%d KiB", n*64)
 	}
-	return fmt.Sprintf("%d KiB", uint64(n)*64)
+	return strconv.FormatFloat(float64(n)/16, 'f', -1, 64) + " MiB"
 }
 
 // tableType reads a table type and returns its minimum; ok is false for

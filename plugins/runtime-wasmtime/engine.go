@@ -19,6 +19,7 @@ import (
 	"unsafe"
 
 	"github.com/wasmkeep/wasmkeep/internal/linearmem"
+	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
 	"github.com/wasmkeep/wasmkeep/internal/wasmbounds"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
@@ -325,6 +326,7 @@ func (e *engine) Compile(ctx context.Context, wasm []byte) (runtime.Module, erro
 		return nil, fmt.Errorf("wasmtime: compile: %w", err)
 	}
 	m := newModule(e, b, ptr)
+	m.start = wasmbin.HasSection(wasm, wasmbin.StartSection)
 	if l, err := linearmem.ReadLayout(wasm); err == nil {
 		m.zeroFrom = int(min(l.End, 1<<32))
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
+	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
@@ -220,7 +221,7 @@ func (e *engine) Compile(ctx context.Context, wasm []byte) (runtime.Module, erro
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("wazero: reading imports: %w", err), cm.Close(ctx))
 	}
-	m := &module{e: e, imports: imps, memories: map[string]bool{}, optimised: make(chan struct{})}
+	m := &module{e: e, imports: imps, memories: map[string]bool{}, optimised: make(chan struct{}), start: wasmbin.HasSection(wasm, wasmbin.StartSection)}
 	m.code.Store(first)
 	if p.image != nil {
 		if m.image, err = newImage(p.image); err != nil {
