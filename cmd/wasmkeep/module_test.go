@@ -112,3 +112,38 @@ func TestUnboundedCompilationIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A module no instance of which could be made is refused at load on both
+// engines, naming the bound and its limit, rather than failing each event
+// when it is instantiated (issue 24, item 10: with RUST_BACKTRACE=1, Wasmtime
+// answered 500 "actor exceeded its CPU budget" after 1.8 s, logging
+// nothing): a memory whose minimum is above the node's memory limit (128 MiB
+// by default), or a table larger than an instance may have.
+func TestModuleOverInstanceLimitsIsRefused(t *testing.T) {
+	t.Setenv("RUST_BACKTRACE", "1")
+	module := func(id byte, payload ...byte) []byte {
+		return append([]byte{0x00, 'a', 's', 'm', 0x01, 0x00, 0x00, 0x00, id, byte(len(payload))}, payload...)
+	}
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		file string
+		wasm []byte
+		want string
+	}{
+		{"memory.wasm", module(5, append([]byte{1, 0}, uleb(3000)...)...), // a memory of at least 3000 pages
+			"compile: memory section: memory 0: a minimum of 3000 pages (187.5 MiB), above the memory limit of 2048 pages (128 MiB)"},
+		{"table.wasm", module(4, append([]byte{1, 0x70, 0}, uleb(1<<20+1)...)...), // a funcref table of at least 2^20+1
+			"compile: table section: table 0: a minimum of 1048577 elements, at most 1048576 allowed"},
+	} {
+		path := filepath.Join(dir, tc.file)
+		if err := os.WriteFile(path, tc.wasm, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, engine := range bothEngines(t) {
+			took, err := loadError(t, engine, path)
+			if !strings.Contains(err.Error(), "compiling "+path+": "+engine+": "+tc.want) || took > 10*time.Second {
+				t.Errorf("%s, %s: refused in %v with %v\nwant within 10 s an error naming the file and containing %q", engine, tc.file, took, err, tc.want)
+			}
+		}
+	}
+}

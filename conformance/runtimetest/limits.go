@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -91,6 +93,55 @@ func testInterrupt(t *testing.T, h *harness) {
 	})
 }
 
+// Instantiate runs the guest's own code, its start function and
+// _initialize, through InstanceConfig.Guest and under the ctx Guest gives
+// it, and fails with Guest's error; for a module with neither it never calls
+// Guest. The kernel bounds that code by the event's CPU budget, and only
+// that code.
+func testInstantiateGuest(t *testing.T, h *harness) {
+	e := h.engine(t, runtime.Config{})
+	var calls int
+	counted := runtime.InstanceConfig{Guest: func(ctx context.Context, run func(context.Context) error) error {
+		calls++
+		return run(ctx)
+	}}
+	initialize := &wasmModule{}
+	initialize.function("_initialize", sig(""), nil)
+	withStart := &wasmModule{}
+	withStart.function("_initialize", sig(""), nil)
+	withStart.start = uleb(withStart.function("", sig(""), nil))
+	for _, tc := range []struct {
+		name string
+		wasm []byte
+		want int
+	}{
+		{"neither", addGuest(), 0},
+		{"_initialize", initialize.bytes(), 1},
+		{"start and _initialize", withStart.bytes(), 2},
+	} {
+		calls = 0
+		instantiate(t, compile(t, e, tc.wasm), counted).Close(t.Context())
+		if calls != tc.want {
+			t.Errorf("%s: Guest called %d times, want %d", tc.name, calls, tc.want)
+		}
+	}
+	spin := &wasmModule{}
+	spin.function("_initialize", sig(""), nil, loop(br(0)))
+	errStopped := errors.New("stopped by Guest")
+	stopped := runtime.InstanceConfig{Guest: func(ctx context.Context, run func(context.Context) error) error {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+		defer cancel()
+		return fmt.Errorf("%w: %w", errStopped, run(ctx))
+	}}
+	in, err := compile(t, e, spin.bytes()).Instantiate(t.Context(), stopped)
+	if err == nil {
+		in.Close(t.Context())
+	}
+	if !errors.Is(err, errStopped) || !errors.Is(err, runtime.ErrInterrupted) {
+		t.Errorf("an _initialize stopped by Guest's ctx: %v, want Guest's error, interrupted", err)
+	}
+}
+
 // sleepFor lays out a poll_oneoff subscription to a relative monotonic clock
 // timeout of d at 512 and returns poll_oneoff's arguments: events at 1024,
 // their count at 1536.
@@ -151,7 +202,9 @@ func (w *hostWork) LeaveHost(time.Duration)  {}
 
 // memory.grow past MemoryLimitPages fails (-1) whatever maximum the module
 // declares, a module's own lower maximum holds, and a module whose minimum
-// is above the limit is refused.
+// is above the limit is refused at compile, naming the minimum and the
+// limit (not at instantiate: the kernel instantiates under an event's
+// limits, where the refusal would read as the event's failure).
 func testMemoryLimit(t *testing.T, h *harness) {
 	e := h.engine(t, runtime.Config{MemoryLimitPages: 4})
 	for _, tc := range []struct {
@@ -185,13 +238,12 @@ func testMemoryLimit(t *testing.T, h *harness) {
 	}
 	t.Run("min above limit", func(t *testing.T) {
 		m, err := e.Compile(t.Context(), memoryGuest(5, -1))
-		if err != nil {
-			return
+		if err == nil {
+			m.Close(t.Context())
+			t.Fatal("a module with 5 pages minimum compiled under a limit of 4")
 		}
-		defer m.Close(t.Context())
-		if in, err := m.Instantiate(t.Context(), runtime.InstanceConfig{}); err == nil {
-			in.Close(t.Context())
-			t.Error("a module with 5 pages minimum was instantiated under a limit of 4")
+		if want := "a minimum of 5 pages (320 KiB), above the memory limit of 4 pages (256 KiB)"; !strings.Contains(err.Error(), want) {
+			t.Errorf("refused with %q, want it to say %q", err, want)
 		}
 	})
 }

@@ -25,6 +25,7 @@ type wasmModule struct {
 	memory  []byte // encoded limits, nil for none
 	globals [][]byte
 	data    [][]byte
+	start   []byte // the start section's payload, nil for none
 }
 
 // sig parses a signature like "ii>I": i i32, I i64, f f32, F f64.
@@ -142,6 +143,9 @@ func (m *wasmModule) bytes() []byte {
 		out = append(out, section(6, vec(m.globals))...)
 	}
 	out = append(out, section(7, vec(m.exports))...)
+	if m.start != nil {
+		out = append(out, section(8, m.start)...)
+	}
 	var code [][]byte
 	for _, c := range m.code {
 		code = append(code, cat(uleb(uint32(len(c))), c))

@@ -34,3 +34,20 @@ func SectionName(id byte) string {
 	}
 	return fmt.Sprintf("section %d", id)
 }
+
+// HasSection reports whether a binary module has a section id, reading
+// section headers up to the first it cannot read.
+func HasSection(wasm []byte, id byte) bool {
+	if len(wasm) < len(Header) {
+		return false
+	}
+	r := Reader{Rest: wasm[len(Header):]}
+	for !r.Done() {
+		got := r.Byte()
+		r.Bytes(r.U32())
+		if r.Err == nil && got == id {
+			return true
+		}
+	}
+	return false
+}

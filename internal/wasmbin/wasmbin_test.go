@@ -100,3 +100,13 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+func TestHasSection(t *testing.T) {
+	wasm := append(append([]byte(nil), Header...), TypeSection, 1, 0, StartSection, 1, 0)
+	if !HasSection(wasm, StartSection) || !HasSection(wasm, TypeSection) || HasSection(wasm, CodeSection) {
+		t.Error("HasSection misreads a module with a type and a start section")
+	}
+	if HasSection(wasm[:len(wasm)-1], StartSection) || HasSection(nil, StartSection) {
+		t.Error("HasSection found a section in a cut module")
+	}
+}

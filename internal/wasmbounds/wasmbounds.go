@@ -12,20 +12,27 @@
 // saturating truncation, bulk memory, reference types, multi-value and
 // SIMD) is refused with an error naming the opcode.
 // docs/adr/1016-bounded-compilation.md gives the figures.
+//
+// Check also refuses a module of which no instance could be made: a memory
+// whose declared minimum is above the engine's memory limit, more or larger
+// tables than an instance may have. An engine would find that out only when
+// it instantiates the module, under an event's budget and with an error of
+// its own.
 package wasmbounds
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
 )
 
 // An instance may have MaxTables tables of at most MaxTableElements
-// elements each (8 MiB each in wazero): table.grow stops there, and a module
-// whose tables need more fails to instantiate. Both runtime plugins apply
-// them, so a module runs on both or on neither.
+// elements each (8 MiB each in wazero): table.grow stops there, and Check
+// refuses a module whose tables need more. Both runtime plugins apply them,
+// so a module runs on both or on neither.
 const (
 	MaxTables        = 8
 	MaxTableElements = 1 << 20
@@ -77,17 +84,19 @@ const (
 // ErrNotWasm is what Check returns for bytes that are not a binary module.
 var ErrNotWasm = errors.New("not a WebAssembly 1.0 binary module (bad magic number or version)")
 
-// Check returns an error naming the bound a module exceeds and its limit,
-// ErrNotWasm if wasm is not a binary module, or an error for a module it
-// cannot read. It does not validate: what it accepts may still be refused by
-// an engine.
-func Check(wasm []byte) error {
+// Check returns an error naming the bound a module exceeds and its limit
+// (memoryLimitPages is the engine's limit on a linear memory, in 64 KiB
+// pages), ErrNotWasm if wasm is not a binary module, or an error for a
+// module it cannot read. It does not validate: what it accepts may still be
+// refused by an engine.
+func Check(wasm []byte, memoryLimitPages uint32) error {
 	if !bytes.HasPrefix(wasm, wasmbin.Header) {
 		return ErrNotWasm
 	}
 	r := wasmbin.Reader{Rest: wasm[len(wasmbin.Header):]}
 	var params []uint32      // of each type
 	var funcs wasmbin.Reader // the function section: each function's type
+	var tables uint32        // imported
 	for !r.Done() {
 		id := r.Byte()
 		payload := r.Bytes(r.U32())
@@ -98,6 +107,12 @@ func Check(wasm []byte) error {
 		switch id {
 		case wasmbin.TypeSection:
 			params, err = paramCounts(payload)
+		case wasmbin.ImportSection:
+			tables, err = checkImports(payload, memoryLimitPages)
+		case wasmbin.TableSection:
+			err = checkTables(payload, tables)
+		case wasmbin.MemorySection:
+			err = checkMemories(payload, memoryLimitPages)
 		case wasmbin.FunctionSection:
 			funcs = wasmbin.Reader{Rest: payload}
 			funcs.Count()
@@ -110,6 +125,121 @@ func Check(wasm []byte) error {
 		}
 	}
 	return r.Err
+}
+
+// checkImports checks the memories and tables a module imports, which an
+// instance's limits cap as they cap its own, and returns how many tables it
+// imports. It stops at an import it does not read, leaving it to the engine.
+func checkImports(payload []byte, memoryLimitPages uint32) (tables uint32, err error) {
+	r := wasmbin.Reader{Rest: payload}
+	for n := r.Count(); n > 0 && r.Err == nil; n-- {
+		name := string(r.Bytes(r.U32())) + "." + string(r.Bytes(r.U32()))
+		switch r.Byte() {
+		case 0: // function: its type
+			r.U32()
+		case 1: // table
+			tables++
+			if min, ok := tableType(&r); !ok {
+				return tables, nil
+			} else if err := checkTable("table "+name, min); err != nil {
+				return 0, err
+			}
+		case 2: // memory
+			if min, ok := limits(&r); !ok {
+				return tables, nil
+			} else if err := checkMemory("memory "+name, min, memoryLimitPages); err != nil {
+				return 0, err
+			}
+		case 3: // global
+			r.ValueType()
+			r.Byte() // mutability
+		default:
+			return tables, nil
+		}
+	}
+	return tables, r.Err
+}
+
+// checkTables checks the table section, imported tables besides.
+func checkTables(payload []byte, imported uint32) error {
+	r := wasmbin.Reader{Rest: payload}
+	n := r.Count()
+	if imported+n > MaxTables {
+		return fmt.Errorf("%d tables, at most %d allowed", imported+n, MaxTables)
+	}
+	for i := range n {
+		min, ok := tableType(&r)
+		if !ok {
+			return nil
+		}
+		if err := checkTable(fmt.Sprint("table ", imported+i), min); err != nil {
+			return err
+		}
+	}
+	return r.Err
+}
+
+func checkTable(what string, min uint32) error {
+	if min > MaxTableElements {
+		return fmt.Errorf("%s: a minimum of %d elements, at most %d allowed", what, min, MaxTableElements)
+	}
+	return nil
+}
+
+// checkMemories checks the memory section.
+func checkMemories(payload []byte, limitPages uint32) error {
+	r := wasmbin.Reader{Rest: payload}
+	for i := range r.Count() {
+		min, ok := limits(&r)
+		if !ok {
+			return nil
+		}
+		if err := checkMemory(fmt.Sprint("memory ", i), min, limitPages); err != nil {
+			return err
+		}
+	}
+	return r.Err
+}
+
+func checkMemory(what string, min, limitPages uint32) error {
+	if min > limitPages {
+		return fmt.Errorf("%s: a minimum of %d pages (%s), above the memory limit of %d pages (%s)", what, min, pageSize(min), limitPages, pageSize(limitPages))
+	}
+	return nil
+}
+
+// pageSize is the size of n 64 KiB pages, for a message.
+func pageSize(n uint32) string {
+	if n < 16 {
+		return fmt.Sprintf("%d KiB", n*64)
+	}
+	return strconv.FormatFloat(float64(n)/16, 'f', -1, 64) + " MiB"
+}
+
+// tableType reads a table type and returns its minimum; ok is false for
+// one it does not read (a table with an initial value, of the function
+// references proposal).
+func tableType(r *wasmbin.Reader) (min uint32, ok bool) {
+	if len(r.Rest) > 0 && r.Rest[0] == 0x40 {
+		return 0, false
+	}
+	r.ValueType() // the element type
+	return limits(r)
+}
+
+// limits reads a memory's or table's limits and returns the minimum; ok is
+// false for limits it does not read (shared, or 64-bit) and for bytes it
+// cannot read.
+func limits(r *wasmbin.Reader) (min uint32, ok bool) {
+	flags := r.Byte()
+	if flags&^1 != 0 {
+		return 0, false
+	}
+	min = r.U32()
+	if flags&1 != 0 {
+		r.U32() // maximum
+	}
+	return min, r.Err == nil
 }
 
 // paramCounts reads the type section and returns each type's number of

@@ -99,7 +99,7 @@ func TestCheck(t *testing.T) {
 		{"truncated", truncated, "truncated module"},
 		{"not wasm", []byte("hello, world"), ErrNotWasm.Error()},
 	} {
-		err := Check(tc.wasm)
+		err := Check(tc.wasm, maxPages)
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s: %v, want it accepted", tc.name, err)
@@ -107,11 +107,59 @@ func TestCheck(t *testing.T) {
 			t.Errorf("%s: %v, want an error containing %q", tc.name, err, tc.want)
 		}
 	}
-	if err := Check(module(make([]byte, MaxCodeSize))); err == nil || !strings.Contains(err.Error(), "bytes of code, at most 16777216 allowed") {
+	if err := Check(module(make([]byte, MaxCodeSize)), maxPages); err == nil || !strings.Contains(err.Error(), "bytes of code, at most 16777216 allowed") {
 		t.Errorf("%d bytes of code: %v", MaxCodeSize, err)
 	}
-	if !errors.Is(Check(nil), ErrNotWasm) {
+	if !errors.Is(Check(nil, maxPages), ErrNotWasm) {
 		t.Errorf("Check(nil) is not ErrNotWasm")
+	}
+}
+
+// maxPages is the largest memory limit an engine takes.
+const maxPages = 65535
+
+// A module no instance of which could be made under the limits is refused,
+// naming the bound and its limit: a memory's minimum above the memory
+// limit, a table's above MaxTableElements, more than MaxTables tables.
+func TestCheckInstanceLimits(t *testing.T) {
+	section := func(id byte, payload ...byte) []byte {
+		return append(append([]byte{id}, uleb(len(payload))...), payload...)
+	}
+	wasm := func(sections ...[]byte) []byte {
+		return slices.Concat(append([][]byte{wasmbin.Header}, sections...)...)
+	}
+	name := func(s string) []byte { return append(uleb(len(s)), s...) }
+	memory := func(limits ...byte) []byte { return section(wasmbin.MemorySection, append([]byte{1}, limits...)...) }
+	table := func(min int) []byte { return append([]byte{0x70, 0}, uleb(min)...) }
+	tables := func(n int) []byte {
+		return section(wasmbin.TableSection, append(uleb(n), bytes.Repeat(table(0), n)...)...)
+	}
+	importMemory := section(wasmbin.ImportSection, slices.Concat([]byte{1}, name("env"), name("mem"), []byte{2, 0, 5})...)
+	importTable := section(wasmbin.ImportSection, slices.Concat([]byte{1}, name("env"), name("t"), []byte{1}, table(0))...)
+	for _, tc := range []struct {
+		name string
+		wasm []byte
+		want string // "": accepted
+	}{
+		{"memory at the limit", wasm(memory(0, 4)), ""},
+		{"memory with a maximum above the limit", wasm(memory(1, 4, 100)), ""},
+		{"memory above the limit", wasm(memory(0, 5)), "memory section: memory 0: a minimum of 5 pages (320 KiB), above the memory limit of 4 pages (256 KiB)"},
+		{"memory far above the limit", wasm(memory(0, 0x80, 0x20)), "a minimum of 4096 pages (256 MiB), above the memory limit of 4 pages"},
+		{"imported memory above the limit", wasm(importMemory), "import section: memory env.mem: a minimum of 5 pages"},
+		{"table at the cap", wasm(section(wasmbin.TableSection, append([]byte{1}, table(MaxTableElements)...)...)), ""},
+		{"table above the cap", wasm(section(wasmbin.TableSection, append([]byte{1}, table(MaxTableElements+1)...)...)), "table section: table 0: a minimum of 1048577 elements, at most 1048576 allowed"},
+		{"tables at the cap", wasm(tables(MaxTables)), ""},
+		{"tables above the cap", wasm(tables(MaxTables + 1)), "9 tables, at most 8 allowed"},
+		{"imported tables count", wasm(importTable, tables(MaxTables)), "9 tables, at most 8 allowed"},
+		{"shared memory, left to the engine", wasm(memory(3, 5, 5)), ""},
+	} {
+		err := Check(tc.wasm, 4)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v, want it accepted", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want an error containing %q", tc.name, err, tc.want)
+		}
 	}
 }
 
@@ -119,6 +167,6 @@ func FuzzCheck(f *testing.F) {
 	f.Add(module(blocks(3)))
 	f.Add(module([]byte{0, 0xfd, 0x0c}))
 	f.Fuzz(func(t *testing.T, wasm []byte) {
-		Check(wasm) // must not panic or hang
+		Check(wasm, 16) // must not panic or hang
 	})
 }

@@ -358,17 +358,21 @@ func (a *actor) wake(ctx context.Context) error {
 	if a.inst != nil {
 		return nil
 	}
-	// _initialize runs guest code (Go's package init functions, which may
-	// call the host): it gets the budget and host state of an event.
+	// The guest's code (its start function, _initialize: Go's package init
+	// functions, which may call the host) gets the budget and host state of
+	// an event; the engine's own work, the event's wall clock only.
 	start := a.node.clock.Now()
-	err := a.guest(ctx, abi.ExportInitialize, func(ctx context.Context) error {
-		var err error
-		a.inst, a.instTier, err = a.class.instantiate(ctx, runtime.InstanceConfig{Stdout: &a.stdout, Stderr: &a.stderr})
-		return err
-	})
+	inst, tier, err := a.class.instantiate(ctx, runtime.InstanceConfig{Stdout: &a.stdout, Stderr: &a.stderr,
+		Guest: func(ctx context.Context, run func(context.Context) error) error {
+			return a.guest(ctx, abi.ExportInitialize, run)
+		}})
 	if err != nil {
-		return err
+		if f := (*failure)(nil); errors.As(err, &f) {
+			return f // guest classified it
+		}
+		return a.failed(ctx, "instantiate", err)
 	}
+	a.inst, a.instTier = inst, tier
 	a.node.metrics.InstanceCreated(a.class.stateless, a.node.clock.Now().Sub(start))
 	if a.needInit, err = a.initPending(ctx); err != nil {
 		a.discardInstance()
@@ -429,9 +433,26 @@ func (a *actor) guest(ctx context.Context, what string, f func(ctx context.Conte
 		return nil
 	}
 	a.discardInstance()
+	return a.failed(ctx, what, err)
+}
+
+// failed returns the *failure for err, which ended what: the limit that
+// stopped it, if ctx was stopped, or the actor's failure. The error itself
+// is logged unless it is only the engine's interruption: a failure of its
+// own (a trap, a refusal) that came while ctx was stopping says what
+// happened, which the limit alone would hide.
+func (a *actor) failed(ctx context.Context, what string, err error) error {
+	stopped := ctx.Err() != nil
+	if !errors.Is(err, runtime.ErrInterrupted) {
+		msg := "actor failed"
+		if stopped {
+			msg = "actor failed as it was stopped"
+		}
+		a.node.log.Warn(msg, "actor", a.key, "in", what, "err", err)
+	}
 	// A host call that fails because the event was stopped can surface as
 	// a trap of its own rather than as the engine's interruption.
-	if errors.Is(err, runtime.ErrInterrupted) || ctx.Err() != nil {
+	if errors.Is(err, runtime.ErrInterrupted) || stopped {
 		switch cause := context.Cause(ctx); {
 		case errors.Is(cause, errCPUBudget):
 			a.node.metrics.CPUBudgetExceeded()
@@ -446,7 +467,6 @@ func (a *actor) guest(ctx context.Context, what string, f func(ctx context.Conte
 			return &failure{public: "actor stopped", cause: cause}
 		}
 	}
-	a.node.log.Warn("actor trapped", "actor", a.key, "in", what, "err", err)
 	return &failure{public: "actor failed", cause: err}
 }
 

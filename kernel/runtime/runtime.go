@@ -1,5 +1,5 @@
 // Package runtime is the contract between the kernel and a WebAssembly
-// engine (runtime/v1). The kernel owns the protocols (which hook runs when,
+// engine (runtime/v2). The kernel owns the protocols (which hook runs when,
 // the CPU budget, the wall clock, what host functions do); an engine owns the
 // mechanisms: compiling and caching modules, instantiating them with WASI
 // preview 1 and the kernel's host functions, calling exports, capping linear
@@ -18,7 +18,9 @@ import (
 )
 
 // API is the contract version a runtime plugin declares.
-const API = "runtime/v1"
+//
+// runtime/v2 added InstanceConfig.Guest, which an engine must honour.
+const API = "runtime/v2"
 
 // Driver is what a runtime plugin's New returns.
 type Driver interface {
@@ -107,8 +109,9 @@ type Module interface {
 	// rules below) and the engine's host functions, then runs the module's
 	// _initialize export if it has one, under the same rule as Function.Call:
 	// once ctx is done it stops promptly with an error matching
-	// ErrInterrupted. Instances of one module share nothing but the compiled
-	// code.
+	// ErrInterrupted. The guest's code (its start function and _initialize)
+	// runs through cfg.Guest. Instances of one module share nothing but the
+	// compiled code.
 	Instantiate(ctx context.Context, cfg InstanceConfig) (Instance, error)
 	// Close frees the module. Its instances run on until each is closed;
 	// the closed module makes no more (Instantiate fails).
@@ -168,6 +171,25 @@ type InstanceConfig struct {
 	// Stdout and Stderr receive what the guest writes to fds 1 and 2. Writes
 	// must not block the guest for long; nil discards.
 	Stdout, Stderr io.Writer
+	// Guest, when set, runs the guest's own code that Instantiate runs: the
+	// module's start function, if it has one, and _initialize. Instantiate
+	// calls it with a function that runs that code under the ctx it is given
+	// and fails with its error; the engine's own work (making the instance,
+	// its memory and its error messages) runs outside it, under
+	// Instantiate's ctx. So the kernel bounds the guest's code by its CPU
+	// budget and never charges it the engine's work. An engine that cannot
+	// run a start function apart from its own work runs both through Guest.
+	// Nil runs the guest's code directly.
+	Guest func(ctx context.Context, run func(ctx context.Context) error) error
+}
+
+// RunGuest runs the guest's code run through c.Guest, or directly if it is
+// nil.
+func (c InstanceConfig) RunGuest(ctx context.Context, run func(ctx context.Context) error) error {
+	if c.Guest == nil {
+		return run(ctx)
+	}
+	return c.Guest(ctx, run)
 }
 
 // Instance is one instantiated module. It is used by one goroutine at a

@@ -145,8 +145,10 @@ func (o Options) Defaults() Options {
 }
 
 // DB is one actor's database, as its guest sees it: every statement goes
-// through the sandbox. A statement runs on the calling goroutine; when ctx is
-// done (the event's wall clock) it stops with quota-exceeded.
+// through the sandbox. A statement runs on the calling goroutine, which the
+// caller locks to its thread for the event (the SQL CPU budget reads that
+// thread's CPU clock); when ctx is done (the event's wall clock) it stops
+// with quota-exceeded.
 type DB interface {
 	// Exec runs one statement that returns no rows and returns the number of
 	// rows it changed. With Durable it follows exec-durable's rules (inside a

@@ -5,4 +5,4 @@ package wasmtimeruntime
 // unavailable). Change it only when the plugin is brought up to a new
 // version of kernel/runtime: the kernel refuses a plugin whose version is
 // not its own (ADR 1002).
-const contract = "runtime/v1"
+const contract = "runtime/v2"

@@ -19,6 +19,7 @@ import (
 	"unsafe"
 
 	"github.com/wasmkeep/wasmkeep/internal/linearmem"
+	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
 	"github.com/wasmkeep/wasmkeep/internal/wasmbounds"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
@@ -300,9 +301,10 @@ func (e *engine) Compile(ctx context.Context, wasm []byte) (runtime.Module, erro
 		return nil, fmt.Errorf("wasmtime: compile: %w", err)
 	}
 	// Wasmtime cannot stop a compile either: refuse, as the wazero plugin
-	// does, what would take too long or too much memory, and bytes that are
-	// not a module, which Wasmtime would report in its raw form.
-	if err := wasmbounds.Check(wasm); err != nil {
+	// does, what would take too long or too much memory, what no instance
+	// could be made of, and bytes that are not a module, which Wasmtime
+	// would report in its raw form.
+	if err := wasmbounds.Check(wasm, uint32(e.limit>>16)); err != nil {
 		return nil, fmt.Errorf("wasmtime: compile: %w", err)
 	}
 	if e.closed.Load() {
@@ -324,6 +326,7 @@ func (e *engine) Compile(ctx context.Context, wasm []byte) (runtime.Module, erro
 		return nil, fmt.Errorf("wasmtime: compile: %w", err)
 	}
 	m := newModule(e, b, ptr)
+	m.start = wasmbin.HasSection(wasm, wasmbin.StartSection)
 	if l, err := linearmem.ReadLayout(wasm); err == nil {
 		m.zeroFrom = int(min(l.End, 1<<32))
 	}

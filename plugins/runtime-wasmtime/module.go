@@ -32,6 +32,7 @@ type module struct {
 	// each instance's call buffer.
 	arity      int
 	initialize bool // exports a function _initialize
+	start      bool // has a start function, which Wasmtime runs as it instantiates
 	// zeroFrom is where the module's data ends in its memory, past which
 	// the memory starts as zeros in an anonymous mapping (Wasmtime's
 	// copy-on-write image covers the data only); -1 if unknown. Zero pages
@@ -212,20 +213,37 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 		return nil, fmt.Errorf("wasmtime: instantiate: WASI: %w", err)
 	}
 
-	in.begin(ctx)
-	r := C.wk_instantiate(in.st, pre)
-	e.exit()
-	if err := in.end(ctx, r); err != nil {
+	instantiate := func(ctx context.Context) error {
+		in.begin(ctx)
+		r := C.wk_instantiate(in.st, pre)
+		e.exit()
+		if err := in.end(ctx, r); err != nil {
+			return fmt.Errorf("wasmtime: instantiate: %w", err)
+		}
+		return nil
+	}
+	if m.start {
+		err = cfg.RunGuest(ctx, instantiate)
+	} else {
+		err = instantiate(ctx)
+	}
+	if err != nil {
 		in.Close(ctx)
-		return nil, fmt.Errorf("wasmtime: instantiate: %w", err)
+		return nil, err
 	}
 	C.wk_find_memory(in.st)
 	in.touched = uint64(in.st.mem_size)
 	if m.initialize {
 		if f := in.Function("_initialize"); f != nil {
-			if err := f.Call(ctx, make([]uint64, m.arity)); err != nil {
+			err := cfg.RunGuest(ctx, func(ctx context.Context) error {
+				if err := f.Call(ctx, make([]uint64, m.arity)); err != nil {
+					return fmt.Errorf("wasmtime: _initialize: %w", err)
+				}
+				return nil
+			})
+			if err != nil {
 				in.Close(ctx)
-				return nil, fmt.Errorf("wasmtime: _initialize: %w", err)
+				return nil, err
 			}
 		}
 		// Wasmtime maps the module's data from one memory file per module

@@ -13,7 +13,9 @@ import (
 //
 //   - wazero cannot stop a compile, and some modules take minutes or
 //     gigabytes to compile: prepare refuses those first (wasmbounds.Check,
-//     which the wasmtime plugin calls too).
+//     which the wasmtime plugin calls too), and those no instance of which
+//     could be made (a memory's minimum above the limit, too many or too
+//     large tables).
 //   - wazero's decoder allocates a vector as soon as it reads its length, so
 //     a 15-byte module declaring 2^32 data segments makes the process die
 //     out of memory. prepare reads the structure of every section (all but
@@ -74,8 +76,8 @@ type section struct {
 	payload []byte
 }
 
-func prepare(wasm []byte) (*prepared, error) {
-	if err := wasmbounds.Check(wasm); err != nil {
+func prepare(wasm []byte, memoryLimitPages uint32) (*prepared, error) {
+	if err := wasmbounds.Check(wasm, memoryLimitPages); err != nil {
 		return nil, err
 	}
 	var secs []section
@@ -92,7 +94,7 @@ func prepare(wasm []byte) (*prepared, error) {
 	}
 
 	p := &prepared{}
-	var importedGlobals, importedTables uint32
+	var importedGlobals uint32
 	var globals, tables []byte // rewritten payloads
 	hasCode := false
 	for _, s := range secs {
@@ -102,10 +104,9 @@ func prepare(wasm []byte) (*prepared, error) {
 			p.imports, err = readImports(s.payload)
 			for _, imp := range p.imports {
 				importedGlobals += b2u(imp.kind == kindGlobal)
-				importedTables += b2u(imp.kind == kindTable)
 			}
 		case wasmbin.TableSection:
-			tables, err = capTables(s.payload, importedTables)
+			tables, err = capTables(s.payload)
 		case wasmbin.GlobalSection:
 			globals, err = s.payload, checkOther(s.id, s.payload)
 		case wasmbin.CodeSection:
@@ -286,23 +287,17 @@ func readImports(payload []byte) ([]rawImport, error) {
 }
 
 // capTables returns the table section with every table's maximum capped at
-// wasmbounds.MaxTableElements, refusing a table whose minimum is above it, or more than
-// wasmbounds.MaxTables tables with the imported ones.
-func capTables(payload []byte, imported uint32) ([]byte, error) {
+// wasmbounds.MaxTableElements (wasmbounds.Check refused a larger minimum,
+// and more than wasmbounds.MaxTables tables).
+func capTables(payload []byte) ([]byte, error) {
 	r := reader{wasmbin.Reader{Rest: payload}}
 	n := r.Count()
-	if imported+n > wasmbounds.MaxTables {
-		return nil, fmt.Errorf("%d tables, at most %d allowed", imported+n, wasmbounds.MaxTables)
-	}
 	out := wasmbin.AppendU32(nil, n)
 	for ; n > 0 && r.Err == nil; n-- {
 		start := r.Rest
 		init := r.tableRef()
 		out = append(out, start[:len(start)-len(r.Rest)]...)
 		flags, min, max := r.limits()
-		if min > wasmbounds.MaxTableElements {
-			return nil, fmt.Errorf("a table of %d elements, at most %d allowed", min, wasmbounds.MaxTableElements)
-		}
 		if flags&1 == 0 || max > wasmbounds.MaxTableElements {
 			max = wasmbounds.MaxTableElements
 		}

@@ -40,7 +40,7 @@ func TestPrepareWazeroCorpus(t *testing.T) {
 		}
 		cm.Close(ctx)
 		compiled++
-		p, err := prepare(wasm)
+		p, err := prepare(wasm, maxPages)
 		if err != nil {
 			refused++
 			t.Logf("%s: %v", path[len(dir):], err)

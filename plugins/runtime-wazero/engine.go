@@ -22,6 +22,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
+	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
@@ -53,6 +54,9 @@ type engine struct {
 	// source, no arguments, environment or preopened directory, and no
 	// start function (Instantiate runs _initialize itself).
 	instance wazero.ModuleConfig
+	// memoryLimitPages is runtime.Config's, which Compile checks modules
+	// against.
+	memoryLimitPages uint32
 }
 
 var _ runtime.Engine = (*engine)(nil)
@@ -64,7 +68,8 @@ func (d *driver) NewEngine(ctx context.Context, cfg runtime.Config) (runtime.Eng
 	e := &engine{
 		instance: wazero.NewModuleConfig().WithName("").WithStartFunctions().
 			WithSysWalltime().WithNanotime(runtime.Monotonic, 1).WithRandSource(rand.Reader),
-		tier: runtime.TierFast,
+		tier:             runtime.TierFast,
+		memoryLimitPages: cfg.MemoryLimitPages,
 	}
 	rc := wazero.NewRuntimeConfigInterpreter()
 	if d.cfg.Compiler && d.cfg.Tiering != runtime.TieringFast {
@@ -190,7 +195,7 @@ func apiTypes(ts []runtime.ValueType) []api.ValueType {
 }
 
 func (e *engine) Compile(ctx context.Context, wasm []byte) (runtime.Module, error) {
-	p, err := prepare(wasm)
+	p, err := prepare(wasm, e.memoryLimitPages)
 	if err != nil {
 		return nil, fmt.Errorf("wazero: compile: %w", err)
 	}
@@ -216,7 +221,7 @@ func (e *engine) Compile(ctx context.Context, wasm []byte) (runtime.Module, erro
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("wazero: reading imports: %w", err), cm.Close(ctx))
 	}
-	m := &module{e: e, imports: imps, memories: map[string]bool{}, optimised: make(chan struct{})}
+	m := &module{e: e, imports: imps, memories: map[string]bool{}, optimised: make(chan struct{}), start: wasmbin.HasSection(wasm, wasmbin.StartSection)}
 	m.code.Store(first)
 	if p.image != nil {
 		if m.image, err = newImage(p.image); err != nil {

@@ -93,7 +93,7 @@ func TestMemoryImage(t *testing.T) {
 		{"offset from a global", dataModule(1, vector(globalOffset), sec(wasmbin.GlobalSection, 1, 0x7f, 0, 0x41, 8, 0x0b)), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := prepare(tc.wasm)
+			p, err := prepare(tc.wasm, maxPages)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -29,6 +29,7 @@ type module struct {
 	exports    []runtime.Export // by name
 	memories   map[string]bool  // exported memories
 	initialize bool             // exports _initialize
+	start      bool             // has a start function, which wazero runs as it instantiates
 	image      *image           // the initial memory, for a module prepare took the data segments of
 }
 
@@ -48,23 +49,45 @@ func (m *module) Close(ctx context.Context) error {
 }
 
 func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (runtime.Instance, error) {
-	in := &instance{ctx: ctx}
+	in := &instance{}
 	defer func() { in.ctx = nil }()
 	mc := m.e.instance.WithStdout(cfg.Stdout).WithStderr(cfg.Stderr).WithNanosleep(in.sleep)
-	m.mu.RLock()
-	c := m.code.Load()
-	mod, err := c.rt.InstantiateModule(withMemory(ctx, m.image, in), c.cm, mc)
-	m.mu.RUnlock()
+	var mod api.Module
+	instantiate := func(ctx context.Context) error {
+		in.ctx = ctx
+		m.mu.RLock()
+		defer m.mu.RUnlock()
+		c := m.code.Load()
+		var err error
+		mod, err = c.rt.InstantiateModule(withMemory(ctx, m.image, in), c.cm, mc)
+		if err != nil {
+			return fmt.Errorf("wazero: instantiate: %w", callError(ctx, err))
+		}
+		return nil
+	}
+	var err error
+	if m.start {
+		err = cfg.RunGuest(ctx, instantiate)
+	} else {
+		err = instantiate(ctx)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("wazero: instantiate: %w", callError(ctx, err))
+		return nil, err
 	}
 	in.mod = mod
 	if mem := mod.ExportedMemory("memory"); mem != nil {
 		in.mem = mem
 	}
 	if m.initialize {
-		if err := mod.ExportedFunction("_initialize").CallWithStack(ctx, nil); err != nil {
-			return nil, errors.Join(fmt.Errorf("wazero: _initialize: %w", callError(ctx, err)), mod.Close(ctx))
+		err := cfg.RunGuest(ctx, func(ctx context.Context) error {
+			in.ctx = ctx
+			if err := mod.ExportedFunction("_initialize").CallWithStack(ctx, nil); err != nil {
+				return fmt.Errorf("wazero: _initialize: %w", callError(ctx, err))
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, errors.Join(err, mod.Close(ctx))
 		}
 		// The image is mapped from its file (memory_unix.go); past it the
 		// memory is anonymous.

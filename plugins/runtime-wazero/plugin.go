@@ -41,7 +41,7 @@ const minTieredSize = 256 << 10
 // Change it only when the plugin is brought up to a new version of
 // kernel/runtime: the kernel refuses a plugin whose version is not its own
 // (ADR 1002).
-const contract = "runtime/v1"
+const contract = "runtime/v2"
 
 // Info describes the plugin to the kernel's registry.
 func Info() plugin.Info {

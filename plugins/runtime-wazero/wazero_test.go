@@ -106,7 +106,7 @@ func FuzzPrepare(f *testing.F) {
 	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
 	defer rt.Close(ctx)
 	f.Fuzz(func(t *testing.T, wasm []byte) {
-		p, err := prepare(wasm)
+		p, err := prepare(wasm, maxPages)
 		if err != nil {
 			return
 		}

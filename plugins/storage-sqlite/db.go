@@ -46,10 +46,9 @@ type db struct {
 	// The running guest statement's SQL CPU (see progress). cpuOver is set,
 	// from the watch's goroutine, once it spends what is left of the event's
 	// budget.
-	started   time.Time
-	watch     *cputime.Watch
-	unwatched time.Duration // wall time the statement ran before its watch
-	cpuOver   atomic.Bool
+	started time.Time // since when its wall time is not yet in cpuUsed
+	watch   *cputime.Watch
+	cpuOver atomic.Bool
 
 	// The watchdog (see beginGuest): what the CPU watch's and the
 	// deadline's goroutines need to interrupt the guest statement that is
@@ -60,10 +59,14 @@ type db struct {
 	deadlineDone <-chan struct{} // the ctx.Done() the deadline watch is for
 	stopDeadline func() bool     // ends the deadline watch; nil if none
 
-	// The current event.
-	cpuUsed time.Duration
-	written int64 // bytes written to the log
-	aborted bool  // a failure rolled the event's transaction back
+	// The current event. cpuUsed is its SQL CPU so far, or more (see
+	// spent); threadStart the thread's CPU clock at its first guest
+	// statement, if threadRead.
+	cpuUsed     time.Duration
+	threadStart time.Duration
+	threadRead  bool
+	written     int64 // bytes written to the log
+	aborted     bool  // a failure rolled the event's transaction back
 
 	wal       *os.File // the WAL, opened at the first durable write or capture
 	file      *os.File // the database file, opened at the first CaptureAll
@@ -197,7 +200,7 @@ func (d *db) EndEvent(context.Context) error {
 	if d.c.inTx() {
 		err = d.rollback()
 	}
-	d.cpuUsed, d.written, d.aborted = 0, 0, false
+	d.cpuUsed, d.threadRead, d.written, d.aborted = 0, false, 0, false
 	d.endDeadlineWatch()
 	d.c.rest()
 	return err
@@ -233,6 +236,9 @@ func (d *db) guestRun(ctx context.Context, sql string, params []abi.Value, w *ab
 		return 0, errClosed
 	}
 	d.hostStmt, d.denied = false, ""
+	if !d.threadRead {
+		d.threadStart, d.threadRead = cputime.Thread(), true
+	}
 	d.beginGuest(ctx)
 	refuse := func(err error) (int64, error) {
 		d.endGuest()
@@ -312,7 +318,7 @@ func (d *db) hostRun(ctx context.Context, sql string, params []abi.Value, w *abi
 //
 // Compiling a guest statement spends the event's SQL CPU, whether it
 // succeeds or not: its wall time is charged, which its CPU time cannot
-// exceed (a clock read per compile, not per statement). A compile is
+// exceed (a clock read per compile, not per statement; see spent). A compile is
 // stopped at the deadline by the watchdog's interrupt (SQLite's parser
 // checks for one); its CPU is known only once it ends.
 func (d *db) prepare(ctx context.Context, cache *stmtCache, sql string) (*entry, error) {
@@ -388,7 +394,7 @@ func (d *db) checkTime(ctx context.Context) error {
 	switch {
 	case ctx.Err() != nil:
 		return storage.Errorf(abi.SQLQuotaExceeded, "the event's deadline has passed")
-	case d.cpuUsed >= d.opts.SQLCPUPerEvent:
+	case d.spent():
 		return storage.Errorf(abi.SQLQuotaExceeded, "the event spent its %v of SQL CPU; statements are refused until the event ends", d.opts.SQLCPUPerEvent)
 	}
 	return nil
@@ -574,26 +580,49 @@ func isSchemaTable(name string) bool {
 	return false
 }
 
-// progress is the progress handler: it stops the running statement at its
-// deadline or once a guest statement spends the event's SQL CPU.
+// spent reports whether the event has spent its SQL CPU.
 //
-// A guest statement's CPU is watched (cputime: the thread's clock, and a
-// timer) from its first progress call on, that is once it has run
-// progressOps steps. Reading a thread's CPU clock is a system call, which
-// would cost more than a short statement itself; a statement that ends
-// before its first progress call is charged its wall time instead, which
-// CPU time cannot exceed.
+// The count is cheap, and may be more than the CPU: a guest statement's CPU
+// is watched (cputime: the thread's clock, and a timer) from its first
+// progress call on, that is once it has run progressOps steps, and what
+// runs before that (the compile, the first steps, and the whole of a
+// statement that ends sooner) is charged its wall time, which CPU time
+// cannot exceed. Reading a thread's CPU clock is a system call, which would
+// cost more than a short statement itself. Wall time can be far more than
+// CPU time, though: a step that waits on the disk, or a thread that waits
+// for a core on a loaded machine (an 8 MiB zeroblob INSERT took 2.09 s of
+// wall time and 0.61 s of CPU). So once the count reaches the budget it is
+// checked against the thread's CPU clock: every guest statement of the
+// event runs on this thread (the caller locks its goroutine to it for the
+// event; a cgo call runs on the caller's thread), so what the thread has
+// spent since the event's first guest statement began is also at least the
+// event's SQL CPU, and the smaller is charged. Besides the SQL it holds
+// only what the thread ran between statements (the guest itself, under its
+// own, smaller budget).
+func (d *db) spent() bool {
+	if d.cpuUsed < d.opts.SQLCPUPerEvent {
+		return false
+	}
+	d.cpuUsed = min(d.cpuUsed, cputime.Thread()-d.threadStart)
+	return d.cpuUsed >= d.opts.SQLCPUPerEvent
+}
+
+// progress is the progress handler: it stops the running statement at its
+// deadline or once a guest statement spends the event's SQL CPU. Its first
+// call for a guest statement charges the wall time before it and starts
+// the statement's CPU watch (see spent).
 func (d *db) progress() bool {
 	if !d.hostStmt {
 		if d.watch == nil {
-			d.unwatched = time.Since(d.started)
-			left := d.opts.SQLCPUPerEvent - d.cpuUsed - d.unwatched
-			if left <= 0 {
+			now := time.Now()
+			d.cpuUsed += now.Sub(d.started)
+			d.started = now
+			if d.spent() {
 				d.cpuOver.Store(true)
 				return true
 			}
 			gen := d.gen
-			d.watch = cputime.Start(left, func() { d.cpuExceeded(gen) })
+			d.watch = cputime.Start(d.opts.SQLCPUPerEvent-d.cpuUsed, func() { d.cpuExceeded(gen) })
 		}
 		if d.cpuOver.Load() {
 			return true
@@ -607,12 +636,14 @@ func (d *db) progress() bool {
 	}
 }
 
-// statementCPU ends the accounting of the guest statement that has just run.
+// statementCPU ends the accounting of the guest statement that has just
+// run: what its watch counted, or the wall time not yet charged if it had
+// none.
 func (d *db) statementCPU() time.Duration {
 	if d.watch == nil {
 		return time.Since(d.started)
 	}
-	used := d.unwatched + d.watch.Stop()
+	used := d.watch.Stop()
 	d.watch = nil
 	return used
 }
