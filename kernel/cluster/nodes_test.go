@@ -59,8 +59,10 @@ func TestReadStatus(t *testing.T) {
 	f.State = nodelease.Released
 	putLease(t, b, "e", f)
 	putLease(t, b, "g", live(-3*time.Second, "0.3.0", "https://g:7443")) // dated ahead
-	if _, err := b.Put(ctx, nodelease.Key("h"), strings.NewReader("x"), 1, bucket.Condition{}); err != nil {
-		t.Fatal(err)
+	for _, key := range []string{nodelease.Key("h"), "nodes/i/x"} { // a body and a key that are no node lease
+		if _, err := b.Put(ctx, key, strings.NewReader("x"), 1, bucket.Condition{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	st, err = ReadStatus(ctx, b, s, clk)
 	if err != nil {
@@ -70,14 +72,14 @@ func TestReadStatus(t *testing.T) {
 	for _, n := range st.Nodes {
 		got = append(got, n.ID+"="+string(n.State))
 	}
-	if want := "a=live b=live c=stale d=fenced e=released g=live h=unreadable"; strings.Join(got, " ") != want || st.Live != 3 {
+	if want := "a=live b=live c=stale d=fenced e=released g=live h=unreadable i/x=unreadable"; strings.Join(got, " ") != want || st.Live != 3 {
 		t.Fatalf("states %v (%d live), want %s (3 live)", got, st.Live, want)
 	}
 	if g := st.Nodes[5]; g.Ahead() != 3*time.Second || g.Age != -3*time.Second {
 		t.Errorf("g: ahead %v age %v", g.Ahead(), g.Age)
 	}
 	w := strings.Join(st.Warnings, "\n")
-	for _, want := range []string{"nodes/h is not a node lease", "mixed plain and TLS nodes: b still plain while a, g use the cluster listener", "nodes/g (live) is dated 3s ahead"} {
+	for _, want := range []string{"nodes/h is not a node lease", "nodes/i/x is not a node lease: its key names no node", "mixed plain and TLS nodes: b still plain while a, g use the cluster listener", "nodes/g (live) is dated 3s ahead"} {
 		if !strings.Contains(w, want) {
 			t.Errorf("warnings %q lack %q", w, want)
 		}

@@ -1,6 +1,7 @@
 package command
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -247,7 +248,7 @@ func statusTable(out io.Writer, st cluster.Status, s nodelease.Settings, where s
 	fmt.Fprintln(tw, "NODE\tLIVE\tAGE\tVERSION\tADDRESS\tCLUSTER ADDRESS\tPIN")
 	for _, n := range st.Nodes {
 		if n.Err != nil {
-			fmt.Fprintf(tw, "%s\tunreadable\t-\t-\t-\t-\t-\n", n.ID)
+			fmt.Fprintf(tw, "%s\tunreadable\t-\t-\t-\t-\t-\n", cmp.Or(n.ID, nodelease.Prefix))
 			continue
 		}
 		live := "no (" + string(n.State) + ")"
