@@ -247,7 +247,8 @@ func wantCluster(t *testing.T, bin string, env []string, bucketURL string, code 
 
 // cluster status lists a running node live (exit 0), and after its clean
 // stop released (exit 1, as for an empty bucket); forget refuses the live
-// node and the released one until ttl + grace has passed, then removes it.
+// node and the released one until ttl + grace has passed, then marks it
+// forgotten, which status leaves out.
 // Bad flags, a bucket the build cannot open and one that does not answer
 // exit with 2.
 func TestClusterStatusAndForget(t *testing.T) {
@@ -293,9 +294,10 @@ func TestClusterStatusAndForget(t *testing.T) {
 		wantCluster(t, bin, env, bucketURL, 1, []string{`refused: nodes/a is released, but its actors are not free until 1.5s after its last write`}, "forget", "a")
 	}
 	time.Sleep(time.Until(stopped.Add(1600 * time.Millisecond)))
-	wantCluster(t, bin, env, bucketURL, 0, []string{`removed nodes/a \(released, last written `}, "forget", "a")
-	wantCluster(t, bin, env, bucketURL, 1, []string{`0 of 0 nodes live`}, "status")
-	wantCluster(t, bin, env, bucketURL, 0, []string{`nodes/a does not exist, nothing removed`}, "forget", "a")
+	wantCluster(t, bin, env, bucketURL, 0, []string{`forgot nodes/a \(released, last written `}, "forget", "a")
+	wantCluster(t, bin, env, bucketURL, 1, []string{`0 of 0 nodes live; not shown, forgotten: a`}, "status")
+	wantCluster(t, bin, env, bucketURL, 0, []string{`nodes/a was forgotten already, nothing written`}, "forget", "a")
+	wantCluster(t, bin, env, bucketURL, 0, []string{`nodes/ghost does not exist, nothing written`}, "forget", "ghost")
 }
 
 // Keys under nodes/ that are no node lease (a deeper key, a body in
