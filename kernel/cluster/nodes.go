@@ -181,7 +181,7 @@ func (e *RefusedError) Error() string { return e.Reason }
 type Forgotten struct {
 	Forgot  bool             // nodes/<id> was marked forgotten
 	Already bool             // nodes/<id> was forgotten already: nothing written
-	Object  nodelease.Object // the object forgotten (Forgot) or found (Already)
+	Object  nodelease.Object // the lease as it was before it was forgotten (Forgot), or as found (Already)
 	Records int              // with no object: the records that still name the node
 }
 
@@ -230,7 +230,7 @@ func Forget(ctx context.Context, b bucket.Bucket, id string, s nodelease.Setting
 	if n > 0 {
 		return Forgotten{}, &RefusedError{fmt.Sprintf("%d ownership records still name node %s: forgotten, they would stay held for ever; start a node with this id, or request those actors so that another node takes them, then forget it", n, id)}
 	}
-	o, err = nodelease.MarkForgotten(ctx, b, id, r)
+	_, err = nodelease.MarkForgotten(ctx, b, id, r)
 	if errors.Is(err, bucket.ErrPrecondition) {
 		return Forgotten{}, &RefusedError{fmt.Sprintf("nodes/%s changed while forget checked it (a process started with this id?): nothing written; run forget again to decide on what it is now", id)}
 	}

