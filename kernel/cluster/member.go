@@ -133,7 +133,10 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, err
 	}
 	m.Lease = lease
-	m.Owners, err = ownership.New(ownership.Config{Bucket: cfg.Bucket, Clock: cfg.Clock, Lease: lease, Settings: cfg.Settings})
+	m.Owners, err = ownership.New(ownership.Config{Bucket: cfg.Bucket, Clock: cfg.Clock, Lease: lease, Settings: cfg.Settings,
+		Floor: func(ctx context.Context, a ownership.Actor) (uint64, error) {
+			return HistoryGeneration(ctx, cfg.Bucket, a)
+		}})
 	if err != nil {
 		cancel()
 		return nil, err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/faulty"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/simtest"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
@@ -277,5 +278,34 @@ func TestWatchPeersSkipsAStrayKey(t *testing.T) {
 		}
 		a.Leave(context.Background())
 		b.Leave(context.Background())
+	})
+}
+
+// An actor with no ownership record but a history in the bucket (its
+// record deleted, its history kept) is first acquired at a generation
+// above every one its history holds, never at 1 (issue 24, item 7b).
+func TestFirstAcquisitionAboveTheHistory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		mem, clk := buckettest.NewMemory(buckettest.Flaws{}), simtest.New()
+		m, err := join(t, clk, config(mem, clk, "p1", nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Leave(ctx)
+		kept := ownership.Actor{Tenant: "default", Class: "c", Name: "kept"}
+		for _, k := range []history.Key{{Kind: history.Segment, TXID: 1, Gen: 2}, {Kind: history.Segment, TXID: 2, Gen: 5, Parent: 2}} {
+			key := history.EncodedPrefix(kept.Tenant, kept.Class, kept.Name) + k.Rel()
+			if _, err := mem.Put(ctx, key, strings.NewReader("x"), 1, bucket.Condition{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h, err := m.Owners.Acquire(ctx, kept)
+		if err != nil || h.Generation != 6 {
+			t.Fatalf("first acquisition over a history at generation 5: %+v %v, want generation 6", h, err)
+		}
+		if h, err := m.Owners.Acquire(ctx, ownership.Actor{Tenant: "default", Class: "c", Name: "new"}); err != nil || h.Generation != 1 {
+			t.Fatalf("first acquisition of an actor with no history: %+v %v, want generation 1", h, err)
+		}
 	})
 }
