@@ -18,6 +18,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
+	"github.com/wasmkeep/wasmkeep/plugins/bucket-s3/s3test"
 )
 
 // shortLease are lease timings that keep a start check under two seconds
@@ -184,6 +185,7 @@ func TestClusterMetricsAndRestore(t *testing.T) {
 		`wasmkeep_not_ready{reason="peers not listed yet"}`:            0,
 		"wasmkeep_listing_seconds_count":                               2, // ready after two listings
 		"wasmkeep_listing_failures_total":                              0,
+		"wasmkeep_listing_skipped_total":                               0,
 		"wasmkeep_failovers_total":                                     0,
 	} {
 		if v := metricValue(p, series); v < least || (least == 0 && v != 0) {
@@ -245,7 +247,8 @@ func wantCluster(t *testing.T, bin string, env []string, bucketURL string, code 
 
 // cluster status lists a running node live (exit 0), and after its clean
 // stop released (exit 1, as for an empty bucket); forget refuses the live
-// node and the released one until ttl + grace has passed, then removes it.
+// node and the released one until ttl + grace has passed, then marks it
+// forgotten, which status leaves out.
 // Bad flags, a bucket the build cannot open and one that does not answer
 // exit with 2.
 func TestClusterStatusAndForget(t *testing.T) {
@@ -291,9 +294,67 @@ func TestClusterStatusAndForget(t *testing.T) {
 		wantCluster(t, bin, env, bucketURL, 1, []string{`refused: nodes/a is released, but its actors are not free until 1.5s after its last write`}, "forget", "a")
 	}
 	time.Sleep(time.Until(stopped.Add(1600 * time.Millisecond)))
-	wantCluster(t, bin, env, bucketURL, 0, []string{`removed nodes/a \(released, last written `}, "forget", "a")
-	wantCluster(t, bin, env, bucketURL, 1, []string{`0 of 0 nodes live`}, "status")
-	wantCluster(t, bin, env, bucketURL, 0, []string{`nodes/a does not exist, nothing removed`}, "forget", "a")
+	wantCluster(t, bin, env, bucketURL, 0, []string{`forgot nodes/a \(released, last written `}, "forget", "a")
+	wantCluster(t, bin, env, bucketURL, 1, []string{`0 of 0 nodes live; not shown, forgotten: a`}, "status")
+	wantCluster(t, bin, env, bucketURL, 0, []string{`nodes/a was forgotten already, nothing written`}, "forget", "a")
+	wantCluster(t, bin, env, bucketURL, 0, []string{`nodes/ghost does not exist, nothing written`}, "forget", "ghost")
+}
+
+// Keys under nodes/ that are no node lease (a deeper key, a body in
+// another format, a key that is no node id) on a real bucket: cluster
+// status shows each unreadable rather than failing, and a node starts,
+// becomes ready beside them, counts them at each listing and logs each
+// once. On S3 (VersityGW) the folder marker "nodes/" a console creates,
+// which the key rule refuses to read, is shown the same way.
+func TestClusterStrayKeysUnderNodes(t *testing.T) {
+	bin := wasmkeepBinary(t)
+	dir := t.TempDir()
+	bucketURL := "file://" + dir
+	env := append(withoutWasmkeepVars(), shortLease...)
+	b, err := fsbucket.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, body := range map[string]string{"nodes/x/extra": "x", "nodes/junk": "not a lease", "nodes/Not_An_Id": ""} {
+		if _, err := b.Put(t.Context(), key, strings.NewReader(body), int64(len(body)), bucket.Condition{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Close()
+	unreadable := []string{`(?m)^Not_An_Id +unreadable `, `(?m)^junk +unreadable `, `(?m)^x/extra +unreadable `,
+		`warning: nodes/x/extra is not a node lease: its key names no node`}
+	wantCluster(t, bin, env, bucketURL, 1, append(unreadable, `0 of 3 nodes live`), "status")
+
+	metrics := freeAddr(t)
+	_, cmd, logs := serveBinary(t, bin, env, "--data-dir", t.TempDir(), "--actor", "counter="+counter(t),
+		"--bucket", bucketURL, "--node-id", "a", "--metrics-listen", metrics)
+	wantCluster(t, bin, env, bucketURL, 0, append(unreadable, `(?m)^a +yes `, `1 of 4 nodes live`), "status")
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if v := metricValue(string(page), "wasmkeep_listing_skipped_total"); v < 6 { // ready after two listings
+		t.Errorf("wasmkeep_listing_skipped_total = %v, want at least 6 (3 keys, 2 listings)", v)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("clean stop: %v\n%s", err, logs)
+	}
+	for _, key := range []string{"nodes/x/extra", "nodes/junk", "nodes/Not_An_Id"} {
+		if n := strings.Count(logs.String(), "key="+key+" "); n != 1 {
+			t.Errorf("%s logged %d times, want once:\n%s", key, n, logs)
+		}
+	}
+
+	t.Run("S3FolderMarker", func(t *testing.T) {
+		srv := s3test.Start(t)
+		name := srv.NewBucket(t)
+		srv.PutRaw(t, name, "nodes/", nil) // what an S3 console's "Create folder" writes
+		env := append(append(withoutWasmkeepVars(), srv.Environ()...), shortLease...)
+		wantCluster(t, bin, env, "s3://"+name, 1, []string{`(?m)^nodes/ +unreadable `, `warning: nodes/ is not a node lease: its key names no node`, `0 of 1 nodes live`}, "status")
+	})
 }
 
 // cluster fence on a running node makes it exit non-zero at its next

@@ -277,20 +277,34 @@ type Lister interface {
 }
 
 // ListAll follows a listing of prefix from page to page and returns every
-// entry, in the order the pages gave them (sort them if order matters: see
-// List on order across a "/").
+// entry once, in the order the pages first gave them (sort them if order
+// matters: see List on order across a "/"). A key a later page sends again
+// is dropped, and a page whose Next is a cursor already followed is an
+// error: a store that breaks List's rules ends the listing rather than
+// repeating it for ever.
 func ListAll(ctx context.Context, b Lister, prefix string) ([]Entry, error) {
 	var all []Entry
+	seen := map[string]bool{}
+	followed := map[string]bool{"": true}
 	opts := ListOptions{}
 	for {
 		page, err := b.List(ctx, prefix, opts)
 		if err != nil {
 			return nil, err
 		}
-		all = append(all, page.Entries...)
+		for _, e := range page.Entries {
+			if !seen[e.Key] {
+				seen[e.Key] = true
+				all = append(all, e)
+			}
+		}
 		if page.Next == "" {
 			return all, nil
 		}
+		if followed[page.Next] {
+			return nil, fmt.Errorf("bucket: listing %q: the store's cursor did not advance (%q came again after %d keys)", prefix, page.Next, len(all))
+		}
+		followed[page.Next] = true
 		opts.StartAfter = page.Next
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
 )
 
 // ActorsRoot is where every actor's history lives in the bucket.
@@ -65,6 +66,22 @@ func ListStored(ctx context.Context, b bucket.Bucket, tenant string) ([]Stored, 
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Prefix < out[j].Prefix })
 	return out, nil
+}
+
+// HistoryGeneration is the highest generation of the actor's history in
+// the bucket, 0 for none: ownership's floor for an actor with no record
+// (ownership.Config.Floor).
+func HistoryGeneration(ctx context.Context, b bucket.Bucket, a ownership.Actor) (uint64, error) {
+	prefix := history.EncodedPrefix(a.Tenant, a.Class, a.Name)
+	entries, err := bucket.ListAll(ctx, b, prefix)
+	if err != nil {
+		return 0, err
+	}
+	l, err := history.ParseListing(prefix, entries)
+	if err != nil {
+		return 0, err
+	}
+	return l.Generation(), nil
 }
 
 // Verify checks an actor's history as a restore would, without putting

@@ -48,6 +48,11 @@ type Config struct {
 	// Listed is called after each heartbeat listing with how long it took
 	// and its error, after the View took a successful one; nil for none.
 	Listed func(took time.Duration, err error)
+	// Skipped is called for each key of a successful heartbeat listing
+	// that is not a node lease (membership.Peer.Err: an unreadable object,
+	// a key naming no node), left out of trust, routing and fencing; nil
+	// for none. Each such key is also logged when it first appears.
+	Skipped func(key string, err error)
 }
 
 // Member is this process's membership: its node lease and its holds.
@@ -60,6 +65,9 @@ type Member struct {
 	cfg     Config
 	cancel  context.CancelFunc // ends the ownership pass
 	done    chan struct{}      // the ownership pass has ended
+	// unreadable are the keys the last listing could not read as node
+	// leases (WatchPeers's alone), so each is logged once while it stays.
+	unreadable map[string]bool
 }
 
 // probeRetry bounds the wait between two probes of a bucket that did not
@@ -120,7 +128,10 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, err
 	}
 	m.Lease = lease
-	m.Owners, err = ownership.New(ownership.Config{Bucket: cfg.Bucket, Clock: cfg.Clock, Lease: lease, Settings: cfg.Settings})
+	m.Owners, err = ownership.New(ownership.Config{Bucket: cfg.Bucket, Clock: cfg.Clock, Lease: lease, Settings: cfg.Settings,
+		Floor: func(ctx context.Context, a ownership.Actor) (uint64, error) {
+			return HistoryGeneration(ctx, cfg.Bucket, a)
+		}})
 	if err != nil {
 		cancel()
 		return nil, err
@@ -171,6 +182,7 @@ func (m *Member) WatchPeers(ctx context.Context) {
 		if err != nil {
 			continue
 		}
+		m.skipped(peers)
 		var ids []string
 		for _, p := range peers {
 			if p.ID != cfg.NodeID {
@@ -187,6 +199,33 @@ func (m *Member) WatchPeers(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// skipped counts (Config.Skipped) the keys of a listing that are not node
+// leases and logs those the previous listing did not have.
+func (m *Member) skipped(peers []membership.Peer) {
+	was := m.unreadable
+	m.unreadable = map[string]bool{}
+	for _, p := range peers {
+		if p.Err == nil {
+			continue
+		}
+		key := nodelease.Prefix + p.ID
+		m.unreadable[key] = true
+		if !was[key] {
+			m.log().Warn("skipped a key of the heartbeat listing that is not a node lease; the rest of the listing is used", "key", key, "err", p.Err)
+		}
+		if m.cfg.Skipped != nil {
+			m.cfg.Skipped(key, p.Err)
+		}
+	}
+}
+
+func (m *Member) log() *slog.Logger {
+	if m.cfg.Logger == nil {
+		return slog.Default()
+	}
+	return m.cfg.Logger
 }
 
 // Ready reports whether the node may take actors: its lease is valid

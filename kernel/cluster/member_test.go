@@ -5,12 +5,15 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/faulty"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/simtest"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
@@ -253,5 +256,99 @@ func TestMembersFenceASilentPeer(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-b.done
+	})
+}
+
+// A key under nodes/ that is not a node lease leaves the heartbeat
+// listing working: the view takes the live peer beside it, each listing
+// counts the key (Config.Skipped), and the log names it once while it
+// stays.
+func TestWatchPeersSkipsAStrayKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem, clk := buckettest.NewMemory(buckettest.Flaws{}), simtest.New()
+		for key, body := range map[string]string{"nodes/x/extra": "x", "nodes/junk": ""} {
+			if _, err := mem.Put(context.Background(), key, strings.NewReader(body), int64(len(body)), bucket.Condition{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var logs bytes.Buffer
+		skipped := map[string]int{}
+		var mu sync.Mutex
+		cfgA := config(mem, clk, "pa", nil)
+		cfgA.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		cfgA.Skipped = func(key string, err error) {
+			mu.Lock()
+			skipped[key]++
+			mu.Unlock()
+		}
+		cfgB := config(mem, clk, "pb", nil)
+		cfgB.NodeID = "b"
+		var a, b *Member
+		var errA, errB error
+		done := make(chan struct{}, 2)
+		go func() { a, errA = Join(context.Background(), cfgA); done <- struct{}{} }()
+		go func() { b, errB = Join(context.Background(), cfgB); done <- struct{}{} }()
+		n := 0
+		clk.Until(time.Minute, func() bool {
+			select {
+			case <-done:
+				n++
+			default:
+			}
+			return n == 2
+		})
+		if errA != nil || errB != nil {
+			t.Fatal(errA, errB)
+		}
+		watch, stop := context.WithCancel(context.Background())
+		go a.WatchPeers(watch)
+		if !clk.Until(time.Minute, func() bool { return a.View.Listings() >= 3 }) {
+			t.Fatal("no three listings within a minute")
+		}
+		stop()
+		if _, err := a.View.Live("b"); err != nil {
+			t.Errorf("the live peer beside the stray keys: %v", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, key := range []string{"nodes/x/extra", "nodes/junk"} {
+			if skipped[key] < 3 {
+				t.Errorf("%s skipped %d times in 3 listings", key, skipped[key])
+			}
+			if c := strings.Count(logs.String(), "key="+key+" "); c != 1 {
+				t.Errorf("%s logged %d times, want once:\n%s", key, c, logs.String())
+			}
+		}
+		a.Leave(context.Background())
+		b.Leave(context.Background())
+	})
+}
+
+// An actor with no ownership record but a history in the bucket (its
+// record deleted, its history kept) is first acquired at a generation
+// above every one its history holds, never at 1 (issue 24, item 7b).
+func TestFirstAcquisitionAboveTheHistory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		mem, clk := buckettest.NewMemory(buckettest.Flaws{}), simtest.New()
+		m, err := join(t, clk, config(mem, clk, "p1", nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Leave(ctx)
+		kept := ownership.Actor{Tenant: "default", Class: "c", Name: "kept"}
+		for _, k := range []history.Key{{Kind: history.Segment, TXID: 1, Gen: 2}, {Kind: history.Segment, TXID: 2, Gen: 5, Parent: 2}} {
+			key := history.EncodedPrefix(kept.Tenant, kept.Class, kept.Name) + k.Rel()
+			if _, err := mem.Put(ctx, key, strings.NewReader("x"), 1, bucket.Condition{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h, err := m.Owners.Acquire(ctx, kept)
+		if err != nil || h.Generation != 6 {
+			t.Fatalf("first acquisition over a history at generation 5: %+v %v, want generation 6", h, err)
+		}
+		if h, err := m.Owners.Acquire(ctx, ownership.Actor{Tenant: "default", Class: "c", Name: "new"}); err != nil || h.Generation != 1 {
+			t.Fatalf("first acquisition of an actor with no history: %+v %v, want generation 1", h, err)
+		}
 	})
 }

@@ -53,6 +53,9 @@ type Status struct {
 	// that names none.
 	Versions []string
 	Warnings []string
+	// Forgotten are the ids `cluster forget` retired (ADR 1041), left out
+	// of Nodes.
+	Forgotten []string
 }
 
 // ReadStatus lists nodes/ and judges each node by the rule the nodes use
@@ -60,7 +63,8 @@ type Status struct {
 // with the book's warnings: no live node; live nodes mixing plain (no
 // cluster address) and the cluster listener; live nodes on different
 // versions; a lease dated ahead of that time by more than max_skew; an
-// object that is not a node lease. It reads the bucket alone.
+// object that is not a node lease. A forgotten lease is left out of Nodes
+// (Status.Forgotten). It reads the bucket alone.
 func ReadStatus(ctx context.Context, b bucket.Bucket, s nodelease.Settings, clk clock.Clock) (Status, error) {
 	peers, err := membership.List(ctx, b, nil)
 	if err != nil {
@@ -70,6 +74,10 @@ func ReadStatus(ctx context.Context, b bucket.Bucket, s nodelease.Settings, clk 
 	st := Status{At: now}
 	versions := map[string][]string{}
 	for _, p := range peers {
+		if p.Err == nil && p.Object.State == nodelease.Forgotten {
+			st.Forgotten = append(st.Forgotten, p.ID)
+			continue
+		}
 		n := NodeStatus{Peer: p, State: NodeUnreadable}
 		if p.Err == nil {
 			n.Age = now.Sub(p.Object.WrittenAt)
@@ -163,7 +171,7 @@ func RecordsNaming(ctx context.Context, b bucket.Bucket, id string) (int, error)
 	return n, nil
 }
 
-// RefusedError is a refusal of Forget: removing nodes/<id> would not be
+// RefusedError is a refusal of Forget: forgetting nodes/<id> would not be
 // safe, for the reason it gives.
 type RefusedError struct{ Reason string }
 
@@ -171,21 +179,25 @@ func (e *RefusedError) Error() string { return e.Reason }
 
 // Forgotten is what Forget did.
 type Forgotten struct {
-	Removed bool             // nodes/<id> was deleted; false: there was none
-	Object  nodelease.Object // the object removed
+	Forgot  bool             // nodes/<id> was marked forgotten
+	Already bool             // nodes/<id> was forgotten already: nothing written
+	Object  nodelease.Object // the lease as it was before it was forgotten (Forgot), or as found (Already)
 	Records int              // with no object: the records that still name the node
 }
 
-// Forget is `wasmkeep cluster forget`: it deletes nodes/<id> only when
-// that is safe at now (the operator's clock): not a live lease, whatever
-// its age (the node may be running: stop or fence it first); not an
-// object that is no node lease (fence it first: the fence replaces it);
-// not a fenced or released lease younger than ttl + grace (its actors are
-// not free yet); and no ownership record naming the node (a deleted lease
-// frees nothing: those actors would stay held for ever). Each refusal is a
-// *RefusedError. The delete is unconditional: the object is no running
-// node's to write. With no object it deletes nothing and counts the
-// records that still name the node.
+// Forget is `wasmkeep cluster forget`: it marks nodes/<id> forgotten
+// (nodelease.MarkForgotten, ADR 1041) only when that is safe at now (the
+// operator's clock): not a live lease, whatever its age (the node may be
+// running: stop or fence it first); not an object that is no node lease
+// (fence it first: the fence replaces it); not a fenced or released lease
+// younger than ttl + grace (its actors are not free yet); and no
+// ownership record naming the node (a retired id frees nothing: those
+// actors would stay held for ever). Each refusal is a *RefusedError. The
+// mark is written If-Match the version these checks read, so a process
+// that started with the id while they ran (its lease written meanwhile)
+// refuses the forget rather than losing its lease; nothing is deleted.
+// With no object it writes nothing and counts the records that still name
+// the node.
 func Forget(ctx context.Context, b bucket.Bucket, id string, s nodelease.Settings, now time.Time) (Forgotten, error) {
 	if err := nodelease.CheckNodeID(id); err != nil {
 		return Forgotten{}, err
@@ -202,6 +214,8 @@ func Forget(ctx context.Context, b bucket.Bucket, id string, s nodelease.Setting
 	switch {
 	case r.Err != nil:
 		return Forgotten{}, &RefusedError{fmt.Sprintf("nodes/%s is not a node lease (%v): fence it first (wasmkeep cluster fence %s replaces it), then forget it %v later", id, r.Err, id, s.Takeover())}
+	case o.State == nodelease.Forgotten:
+		return Forgotten{Already: true, Object: o}, nil
 	case o.State == nodelease.Live:
 		return Forgotten{}, &RefusedError{fmt.Sprintf("nodes/%s is live (last written %v ago, at %s): stop the node (it writes released), or fence it, and forget it %v after its last write",
 			id, now.Sub(o.WrittenAt).Round(time.Millisecond), o.Info.Advertise, s.Takeover())}
@@ -214,10 +228,14 @@ func Forget(ctx context.Context, b bucket.Bucket, id string, s nodelease.Setting
 		return Forgotten{}, err
 	}
 	if n > 0 {
-		return Forgotten{}, &RefusedError{fmt.Sprintf("%d ownership records still name node %s: without nodes/%s they would stay held for ever; start a node with this id, or request those actors so that another node takes them, then forget it", n, id, id)}
+		return Forgotten{}, &RefusedError{fmt.Sprintf("%d ownership records still name node %s: forgotten, they would stay held for ever; start a node with this id, or request those actors so that another node takes them, then forget it", n, id)}
 	}
-	if err := b.Delete(ctx, nodelease.Key(id), bucket.Condition{}); err != nil && !errors.Is(err, bucket.ErrNotFound) {
-		return Forgotten{}, fmt.Errorf("deleting nodes/%s: %w", id, err)
+	_, err = nodelease.MarkForgotten(ctx, b, id, r)
+	if errors.Is(err, bucket.ErrPrecondition) {
+		return Forgotten{}, &RefusedError{fmt.Sprintf("nodes/%s changed while forget checked it (a process started with this id?): nothing written; run forget again to decide on what it is now", id)}
 	}
-	return Forgotten{Removed: true, Object: o}, nil
+	if err != nil {
+		return Forgotten{}, fmt.Errorf("marking nodes/%s forgotten: %w", id, err)
+	}
+	return Forgotten{Forgot: true, Object: o}, nil
 }

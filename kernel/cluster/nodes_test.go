@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
@@ -59,8 +61,11 @@ func TestReadStatus(t *testing.T) {
 	f.State = nodelease.Released
 	putLease(t, b, "e", f)
 	putLease(t, b, "g", live(-3*time.Second, "0.3.0", "https://g:7443")) // dated ahead
-	if _, err := b.Put(ctx, nodelease.Key("h"), strings.NewReader("x"), 1, bucket.Condition{}); err != nil {
-		t.Fatal(err)
+	// A body and a key that are no node lease.
+	for _, key := range []string{nodelease.Key("h"), "nodes/i/x"} {
+		if _, err := b.Put(ctx, key, strings.NewReader("x"), 1, bucket.Condition{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	st, err = ReadStatus(ctx, b, s, clk)
 	if err != nil {
@@ -70,14 +75,14 @@ func TestReadStatus(t *testing.T) {
 	for _, n := range st.Nodes {
 		got = append(got, n.ID+"="+string(n.State))
 	}
-	if want := "a=live b=live c=stale d=fenced e=released g=live h=unreadable"; strings.Join(got, " ") != want || st.Live != 3 {
+	if want := "a=live b=live c=stale d=fenced e=released g=live h=unreadable i/x=unreadable"; strings.Join(got, " ") != want || st.Live != 3 {
 		t.Fatalf("states %v (%d live), want %s (3 live)", got, st.Live, want)
 	}
 	if g := st.Nodes[5]; g.Ahead() != 3*time.Second || g.Age != -3*time.Second {
 		t.Errorf("g: ahead %v age %v", g.Ahead(), g.Age)
 	}
 	w := strings.Join(st.Warnings, "\n")
-	for _, want := range []string{"nodes/h is not a node lease", "mixed plain and TLS nodes: b still plain while a, g use the cluster listener", "nodes/g (live) is dated 3s ahead"} {
+	for _, want := range []string{"nodes/h is not a node lease", "nodes/i/x is not a node lease: its key names no node", "mixed plain and TLS nodes: b still plain while a, g use the cluster listener", "nodes/g (live) is dated 3s ahead"} {
 		if !strings.Contains(w, want) {
 			t.Errorf("warnings %q lack %q", w, want)
 		}
@@ -96,7 +101,8 @@ func TestReadStatus(t *testing.T) {
 
 // Forget refuses a live lease whatever its age, an unreadable object, a
 // fenced or released one younger than ttl + grace, and one that records
-// still name; it removes an old released lease no record names.
+// still name; it marks an old released lease no record names forgotten,
+// which status leaves out and a fence leaves as it is.
 func TestForget(t *testing.T) {
 	ctx := context.Background()
 	now := simtest.Epoch
@@ -132,16 +138,98 @@ func TestForget(t *testing.T) {
 
 	putLease(t, b, "old", obj(nodelease.Released, 15*time.Second))
 	got, err := Forget(ctx, b, "old", s, now)
-	if err != nil || !got.Removed || got.Object.State != nodelease.Released {
-		t.Fatalf("forget old: %+v %v, want removed", got, err)
+	if err != nil || !got.Forgot || got.Object.State != nodelease.Released {
+		t.Fatalf("forget old: %+v %v, want forgotten", got, err)
 	}
-	if r, _ := nodelease.ReadObject(ctx, b, "old"); r.Found {
-		t.Fatal("nodes/old is still there")
+	if r, _ := nodelease.ReadObject(ctx, b, "old"); !r.Found || r.Err != nil || r.Object.State != nodelease.Forgotten ||
+		r.Object.Instance != "i" || !r.Object.WrittenAt.Equal(now.Add(-15*time.Second)) {
+		t.Fatalf("nodes/old after forget: %+v, want the same lease marked forgotten", r)
 	}
-	if got, err := Forget(ctx, b, "held-gone", s, now); err != nil || got.Removed || got.Records != 0 {
+	if got, err := Forget(ctx, b, "old", s, now); err != nil || got.Forgot || !got.Already {
+		t.Fatalf("forget old again: %+v %v, want forgotten already", got, err)
+	}
+	if st, err := ReadStatus(ctx, b, s, clock.NewManual(now)); err != nil || strings.Join(st.Forgotten, ",") != "old" || slices.ContainsFunc(st.Nodes, func(n NodeStatus) bool { return n.ID == "old" }) {
+		t.Fatalf("status after forget: %+v %v, want old left out, as forgotten", st, err)
+	}
+	if f, err := nodelease.FenceByOperator(ctx, b, "old", now); err != nil || f.Did != nodelease.WasForgotten {
+		t.Fatalf("fence of a forgotten node: %+v %v, want it left as it is", f, err)
+	}
+	if got, err := Forget(ctx, b, "held-gone", s, now); err != nil || got.Forgot || got.Records != 0 {
 		t.Fatalf("forget of an absent id: %+v %v", got, err)
 	}
 	if _, err := Forget(ctx, b, "Bad", s, now); err == nil {
 		t.Fatal("a malformed id was accepted")
 	}
+}
+
+// onList runs hook once, at the first listing of prefix.
+type onList struct {
+	bucket.Bucket
+	prefix string
+	hook   func()
+}
+
+func (o *onList) List(ctx context.Context, prefix string, opts bucket.ListOptions) (bucket.ListPage, error) {
+	if prefix == o.prefix && o.hook != nil {
+		h := o.hook
+		o.hook = nil
+		h()
+	}
+	return o.Bucket.List(ctx, prefix, opts)
+}
+
+// A process that starts with a node id while forget checks that id (here
+// while it lists owners/) keeps its lease: forget is refused, having
+// written nothing, and the node renews on. Once that node stops, forget
+// marks its lease forgotten, and a process started with the id afterwards
+// takes it and runs.
+func TestForgetRacingAStart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		mem, clk := buckettest.NewMemory(buckettest.Flaws{}), simtest.New()
+		s := nodelease.DefaultSettings()
+		putLease(t, mem, "a", nodelease.Object{State: nodelease.Released, Instance: "old", Seq: 7, WrittenAt: clk.Now().Add(-time.Hour)})
+		lost := make(chan error, 2)
+		var m *Member
+		racing := &onList{Bucket: mem, prefix: ownership.Prefix, hook: func() {
+			var err error
+			if m, err = join(t, clk, config(mem, clk, "p1", func(err error) { lost <- err })); err != nil {
+				t.Fatal(err)
+			}
+		}}
+		_, err := Forget(ctx, racing, "a", s, clk.Now())
+		clk.Step(time.Minute)
+		select {
+		case err := <-lost:
+			t.Errorf("the node started while forget ran lost its lease: %v", err)
+		default:
+			if !m.Ready() {
+				t.Error("the node started while forget ran is not ready")
+			}
+		}
+		var re *RefusedError
+		if !errors.As(err, &re) || !strings.Contains(err.Error(), "changed while forget checked it") {
+			t.Errorf("forget while a node started: %v, want a refusal saying nodes/a changed", err)
+		}
+		m.Leave(ctx)
+		if t.Failed() {
+			return
+		}
+
+		clk.Step(s.Takeover())
+		if got, err := Forget(ctx, mem, "a", s, clk.Now()); err != nil || !got.Forgot {
+			t.Fatalf("forget of the stopped node: %+v %v", got, err)
+		}
+		m2, err := join(t, clk, config(mem, clk, "p2", func(err error) { lost <- err }))
+		if err != nil {
+			t.Fatalf("a start over a forgotten lease: %v", err)
+		}
+		clk.Step(time.Minute)
+		if len(lost) != 0 || !m2.Ready() {
+			t.Fatalf("the node started over a forgotten lease: ready %v, lost %v", m2.Ready(), len(lost))
+		}
+		if err := m2.Leave(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -127,6 +127,7 @@ func (a *actor) openDatabase(ctx context.Context) (storage.DB, error) {
 	}
 	if err != nil {
 		a.releaseHold(hold)
+		a.hold = ownership.Hold{} // a deleted actor's, kept through its erase, is released too
 		if errors.Is(err, history.ErrBroken) {
 			n.log.Error("actor degraded: its history cannot be restored", "actor", a.key, "err", err)
 			return nil, &failure{public: errBrokenPublic, cause: err}
@@ -204,15 +205,12 @@ func (a *actor) ship(ctx context.Context) error {
 }
 
 // afterAnswer ships what the event committed, checkpoints what is shipped
-// and takes a periodic snapshot when one is due, or erases a deleted actor's history: after the
-// event's answer, never on its path, and before the next event.
+// and takes a periodic snapshot when one is due, or starts a deleted
+// actor's erase: after the event's answer, never on its path, and before
+// the next event.
 func (a *actor) afterAnswer(ctx context.Context) {
-	if e := a.erasing; e != nil {
-		a.erasing = nil
-		if err := e.stream.Erase(ctx); err != nil {
-			a.node.log.Warn("erasing a deleted actor's history", "actor", a.key, "err", err)
-		}
-		a.releaseHold(e.hold)
+	if e := a.erasing; e != nil && e.done == nil {
+		a.startErase(ctx, e)
 		return
 	}
 	faultHoldUpload(a)
@@ -227,6 +225,47 @@ func (a *actor) afterAnswer(ctx context.Context) {
 	}
 }
 
+// startErase erases a deleted actor's history off its mailbox. The reset's
+// snapshot is uploaded here (one small object: from then on a restore reads
+// it alone), and the actor keeps the delete's hold, so its next event
+// reopens it under that hold, restored from that snapshot, without waiting
+// for the rest: the history before the snapshot deleted on a goroutine of
+// the node's (its wait group), for as long as the hold lasts. The erase
+// never deletes what the reopened actor writes (segments of the hold's
+// generation after the snapshot); closeHeld stops it. If the snapshot
+// cannot be uploaded the hold is released and nothing is erased: the next
+// event restores from the reset segment under a new hold.
+func (a *actor) startErase(ctx context.Context, e *erasure) {
+	if err := e.stream.ResetSnapshot(ctx); err != nil {
+		a.erasing = nil
+		a.node.log.Warn("erasing a deleted actor's history: the snapshot of the reset was not stored; its history stays", "actor", a.key, "err", err)
+		a.releaseHold(e.hold)
+		return
+	}
+	a.hold = e.hold
+	ectx, cancel := context.WithCancel(ctx)
+	e.cancel, e.done = cancel, make(chan struct{})
+	a.node.wg.Add(1)
+	go func() {
+		defer a.node.wg.Done()
+		defer close(e.done)
+		if err := e.stream.EraseHistory(ectx); err != nil && ectx.Err() == nil {
+			a.node.log.Warn("erasing a deleted actor's history", "actor", a.key, "err", err)
+		}
+	}()
+}
+
+// stopErase stops a deleted actor's erase still running, and waits for it.
+func (a *actor) stopErase() {
+	e := a.erasing
+	if e == nil || e.done == nil {
+		return
+	}
+	a.erasing = nil
+	e.cancel()
+	<-e.done
+}
+
 // giveUp ends the actor's hold after its stream ended: the instance and the
 // database dropped, the hold released.
 func (a *actor) giveUp(ctx context.Context) {
@@ -236,8 +275,11 @@ func (a *actor) giveUp(ctx context.Context) {
 
 // closeHeld closes the actor's database and, when it is held, first ships
 // what is left and afterwards releases the hold (hibernation, a clean
-// stop, giving the actor up).
+// stop, giving the actor up). A deleted actor's erase still running is
+// stopped first: what it left is history no restore reads, collected
+// after the actor's next snapshot.
 func (a *actor) closeHeld(ctx context.Context) {
+	a.stopErase()
 	if a.stream != nil {
 		if err := a.stream.Close(ctx); err != nil {
 			a.node.log.Warn("closing the actor's replication: its last writes may not be in the bucket", "actor", a.key, "err", err)
@@ -249,7 +291,7 @@ func (a *actor) closeHeld(ctx context.Context) {
 		}
 		a.db = nil
 	}
-	if a.stream != nil {
+	if a.stream != nil || a.hold.Generation != 0 {
 		a.releaseHold(a.hold)
 		a.stream, a.hold = nil, ownership.Hold{}
 	}
@@ -268,9 +310,9 @@ func (a *actor) releaseHold(h ownership.Hold) {
 // resetHeld is a held actor's delete (book ADR 0028 section 1): a reset
 // segment of an empty database, built in scratch space, on the stream's
 // head, acknowledged under the acknowledgement rule before the delete
-// counts; then the local files removed, the history before the reset erased
-// in the background, and the actor given up, so its next event restores
-// the empty database.
+// counts; then the local files removed and the database closed, so its
+// next event restores the empty database, while the history before the
+// reset is erased in the background (startErase).
 func (a *actor) resetHeld(ctx context.Context) error {
 	n := a.node
 	scratch, err := os.MkdirTemp(filepath.Join(n.opts.DataDir, restoreDir), "delete-")
@@ -309,14 +351,17 @@ func (a *actor) resetHeld(ctx context.Context) error {
 	if rerr := n.storage.Remove(ctx, n.opts.DataDir, a.addr); err == nil {
 		err = rerr
 	}
+	a.stopErase() // an earlier delete's, under this hold
 	a.erasing = &erasure{stream: stream, hold: a.hold}
 	a.hold = ownership.Hold{}
 	return err
 }
 
 // erasure is a deleted actor's history to erase after the event's answer,
-// and the hold to release after it.
+// under the delete's hold.
 type erasure struct {
 	stream *replication.Stream
 	hold   ownership.Hold
+	cancel context.CancelFunc // stops the background erase
+	done   chan struct{}      // closed once it ended; nil until it starts
 }

@@ -152,6 +152,7 @@ func joinCluster(ctx context.Context, cfg *config.Config, listen string, log *sl
 			cm.Listed(took, err)
 			network.Refresh()
 		},
+		Skipped: func(string, error) { cm.ListingSkipped() },
 	})
 	if err != nil {
 		return nil, err

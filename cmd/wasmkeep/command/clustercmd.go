@@ -1,6 +1,7 @@
 package command
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -95,15 +96,21 @@ released, 2 on an error.`,
 	}
 	forget := &cobra.Command{
 		Use:   "forget NODE",
-		Short: "Remove a stopped node's lease from the bucket, when that is safe",
-		Long: `Remove nodes/NODE, only when that is safe: refused for a live lease, whatever
-its age (stop the node, or fence it), for an object that is not a node
-lease (fence it first), for a fenced or released lease younger than ttl +
-grace (15 s by default), and while any ownership record (owners/) still
-names the node: a deleted lease frees nothing, so those actors would stay
-held for ever. The command lists owners/ and reads every record.
+		Short: "Retire a stopped node's lease, when that is safe, so that status no longer shows it",
+		Long: `Mark nodes/NODE forgotten, only when that is safe: refused for a live lease,
+whatever its age (stop the node, or fence it), for an object that is not a
+node lease (fence it first), for a fenced or released lease younger than
+ttl + grace (15 s by default), and while any ownership record (owners/)
+still names the node: a retired lease frees nothing, so those actors would
+stay held for ever. The command lists owners/ and reads every record.
 
-Exit status: 0 when removed (or there was nothing to remove), 1 when
+The lease is replaced, If-Match the version checked, by the same object
+marked forgotten, never deleted (ADR 1041): a node started with this id
+while the command ran keeps its lease (the command is then refused), and
+one started later takes the forgotten object as it takes a released one.
+cluster status leaves forgotten nodes out.
+
+Exit status: 0 when forgotten (or there was nothing to forget), 1 when
 refused, saying why, 2 on an error.`,
 		Example: `  wasmkeep cluster forget node-b --bucket s3://wasmkeep-demo`,
 		Args:    oneNode,
@@ -237,7 +244,7 @@ func statusAsJSON(out io.Writer, st cluster.Status, s nodelease.Settings, where 
 		"bucket": where, "at": st.At.UTC().Format(time.RFC3339Nano), "horizon_ms": s.Horizon().Milliseconds(),
 		"live": st.Live, "nodes": nodes, "warnings": append([]string{}, st.Warnings...),
 		"plain": append([]string{}, st.Plain...), "cluster_listener": append([]string{}, st.Listener...),
-		"versions": append([]string{}, st.Versions...),
+		"versions": append([]string{}, st.Versions...), "forgotten": append([]string{}, st.Forgotten...),
 	})
 }
 
@@ -247,7 +254,7 @@ func statusTable(out io.Writer, st cluster.Status, s nodelease.Settings, where s
 	fmt.Fprintln(tw, "NODE\tLIVE\tAGE\tVERSION\tADDRESS\tCLUSTER ADDRESS\tPIN")
 	for _, n := range st.Nodes {
 		if n.Err != nil {
-			fmt.Fprintf(tw, "%s\tunreadable\t-\t-\t-\t-\t-\n", n.ID)
+			fmt.Fprintf(tw, "%s\tunreadable\t-\t-\t-\t-\t-\n", cmp.Or(n.ID, nodelease.Prefix))
 			continue
 		}
 		live := "no (" + string(n.State) + ")"
@@ -267,6 +274,9 @@ func statusTable(out io.Writer, st cluster.Status, s nodelease.Settings, where s
 			vs[i] = dash(v)
 		}
 		fmt.Fprintf(out, "; TLS: %d with a cluster listener, %d plain; version: %s", len(st.Listener), len(st.Plain), strings.Join(vs, ", "))
+	}
+	if len(st.Forgotten) > 0 {
+		fmt.Fprintf(out, "; not shown, forgotten: %s", strings.Join(st.Forgotten, ", "))
 	}
 	fmt.Fprintln(out)
 	for _, w := range st.Warnings {
@@ -343,6 +353,8 @@ func clusterFence(ctx context.Context, out io.Writer, b bucket.Bucket, s nodelea
 		fmt.Fprintf(out, "node %s was already fenced, nothing written; its actors are free at %s\n", id, freeAt)
 	case nodelease.WasReleased:
 		fmt.Fprintf(out, "node %s stopped cleanly (its lease is released), nothing written; its actors are free at %s\n", id, freeAt)
+	case nodelease.WasForgotten:
+		fmt.Fprintf(out, "node %s was forgotten (no process runs under it), nothing written\n", id)
 	}
 	return nil
 }
@@ -355,12 +367,14 @@ func clusterForget(ctx context.Context, out io.Writer, b bucket.Bucket, s nodele
 		return &exitErr{exitNo, fmt.Errorf("refused: %w", err)}
 	case err != nil:
 		return err
-	case !res.Removed && res.Records > 0:
-		fmt.Fprintf(out, "nodes/%s does not exist, nothing removed; %d ownership records still name %s and stay held until it is fenced: wasmkeep cluster fence %s\n", id, res.Records, id, id)
-	case !res.Removed:
-		fmt.Fprintf(out, "nodes/%s does not exist, nothing removed\n", id)
+	case res.Already:
+		fmt.Fprintf(out, "nodes/%s was forgotten already, nothing written\n", id)
+	case !res.Forgot && res.Records > 0:
+		fmt.Fprintf(out, "nodes/%s does not exist, nothing written; %d ownership records still name %s and stay held until it is fenced: wasmkeep cluster fence %s\n", id, res.Records, id, id)
+	case !res.Forgot:
+		fmt.Fprintf(out, "nodes/%s does not exist, nothing written\n", id)
 	default:
-		fmt.Fprintf(out, "removed nodes/%s (%s, last written %s)\n", id, res.Object.State, at(res.Object.WrittenAt))
+		fmt.Fprintf(out, "forgot nodes/%s (%s, last written %s): cluster status no longer shows it; a node started with this id takes it\n", id, res.Object.State, at(res.Object.WrittenAt))
 	}
 	return nil
 }

@@ -126,7 +126,7 @@ func Prefix(a Actor) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	p := "actors/" + a.Tenant + "/" + a.Class + "/" + name + "/"
+	p := EncodedPrefix(a.Tenant, a.Class, name)
 	if err := bucket.CheckPrefix(p); err != nil {
 		return "", fmt.Errorf("history: actor %s: %w", a, err)
 	}
@@ -325,6 +325,22 @@ type Object struct {
 type Listing struct {
 	Objects []Object
 	Unknown []bucket.Entry
+}
+
+// EncodedPrefix is Prefix for a name already encoded (EncodeName), as an
+// ownership record names the actor; it checks nothing.
+func EncodedPrefix(tenant, class, name string) string {
+	return "actors/" + tenant + "/" + class + "/" + name + "/"
+}
+
+// Generation is the highest generation among the listing's objects, 0 for
+// none: a new hold of the actor must write above it.
+func (l Listing) Generation() uint64 {
+	var g uint64
+	for _, o := range l.Objects {
+		g = max(g, o.Key.Gen)
+	}
+	return g
 }
 
 // ParseListing parses the entries of a listing of prefix (as Prefix gave

@@ -269,8 +269,9 @@ func (im *Image) Apply(f *File) error {
 // read (open), decoded and verified whole, checked to be the file its key
 // names (its transactions), and applied to an image in f, in the plan's
 // order. Any object that is not what the chain needs is a *BrokenError at
-// its position; the error of open is returned as it is (a read to retry,
-// not a broken history). f then holds the database at the plan's head.
+// its position; the error of open, and one writing f (the local disk), is
+// returned as it is, never wrapping ErrBroken (a restore to retry, not a
+// broken history). f then holds the database at the plan's head.
 func Rebuild(p Plan, open func(Object) (io.ReadCloser, error), f *os.File) error {
 	_, err := RebuildImage(p, open, f)
 	return err
@@ -296,8 +297,12 @@ func RebuildImage(p Plan, open func(Object) (io.ReadCloser, error), f *os.File) 
 		if err := checkRange(p.Head, o.Key, lf.Sums()); err != nil {
 			return nil, err
 		}
-		if err := im.Apply(lf); err != nil {
+		if err := im.Apply(lf); errors.Is(err, ErrBroken) {
 			return nil, &BrokenError{Head: p.Head, At: o.Key.Pos(), What: fmt.Sprintf("the %s: %v", o.Key, err)}
+		} else if err != nil {
+			// Writing the image failed (the local disk): a restore to
+			// retry, not a broken history.
+			return nil, fmt.Errorf("history: writing the %s to %s: %w", o.Key, f.Name(), err)
 		}
 	}
 	return im, nil

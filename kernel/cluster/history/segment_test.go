@@ -462,3 +462,27 @@ func TestRebuild(t *testing.T) {
 		t.Fatalf("a failed read: %v, want it as it is", err)
 	}
 }
+
+// An image that cannot be written (the local disk failing: here a file
+// open for appending, where WriteAt fails) is an error of its own, never a
+// broken history: the bucket's objects are sound and a later restore may
+// succeed.
+func TestRebuildLocalWriteFailureIsNotBroken(t *testing.T) {
+	files := smallChain(t)
+	objects := map[Key][]byte{seg(1, 1, 0): encoded(t, files[0]), seg(2, 1, 1): encoded(t, files[1])}
+	p, err := PlanRestore(listingOf(t, seg(1, 1, 0), seg(2, 1, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(t.TempDir(), "image.db"), os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	_, err = RebuildImage(p, func(o Object) (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(objects[o.Key])), nil
+	}, f)
+	if err == nil || errors.Is(err, ErrBroken) {
+		t.Fatalf("an image that cannot be written: %v, want an error that is not ErrBroken", err)
+	}
+}

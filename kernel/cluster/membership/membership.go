@@ -7,6 +7,7 @@ package membership
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -17,12 +18,16 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 )
 
-// Peer is one node as its lease object said when it was read.
+// Peer is one key under nodes/ as the listing read it: a node's lease,
+// or (Err set) something that is not one.
 type Peer struct {
-	ID     string
+	ID     string           // the key after nodes/
 	Body   []byte           // the object as read
 	Object nodelease.Object // decoded, when Err is nil
-	Err    error            // the object is there but is not format 3
+	// Err: not a node lease. The object is not format 3, its key names no
+	// node (a folder marker "nodes/", a deeper key), or reading it failed
+	// for a reason of its own (refused, not a timeout).
+	Err error
 }
 
 // Live reports whether p counts as live at now: a live object written
@@ -42,11 +47,14 @@ func (p Peer) Pin() string {
 	return p.Object.Info.Pins[0]
 }
 
-// List lists nodes/ and reads every object listed, sorted by node id. An
-// object deleted between the listing and its read is left out. Each
-// request runs under bound (the listing, then each read: a node's lease
-// attempt timeout each, not one for them all), or as it is when bound is
-// nil.
+// List lists nodes/ and reads every object listed, sorted by key. An
+// object deleted between the listing and its read is left out. A key that
+// is not a node lease (Peer.Err) is listed with its reason, so that one
+// stray key leaves the rest of the listing working; only a failed listing,
+// or a read that timed out or failed transiently (the bucket is not
+// answering, not this object), fails it. Each request runs under bound
+// (the listing, then each read: a node's lease attempt timeout each, not
+// one for them all), or as it is when bound is nil.
 func List(ctx context.Context, b bucket.Bucket, bound func(func(context.Context) error) error) ([]Peer, error) {
 	if bound == nil {
 		bound = func(op func(context.Context) error) error { return op(ctx) }
@@ -62,19 +70,26 @@ func List(ctx context.Context, b bucket.Bucket, bound func(func(context.Context)
 	var peers []Peer
 	for _, e := range entries {
 		id := strings.TrimPrefix(e.Key, nodelease.Prefix)
-		if strings.Contains(id, "/") {
-			continue // not a node lease
+		if err := nodelease.CheckNodeID(id); err != nil {
+			peers = append(peers, Peer{ID: id, Err: fmt.Errorf("its key names no node (%w)", err)})
+			continue
 		}
 		var r nodelease.Read
 		err := bound(func(ctx context.Context) (err error) {
 			r, err = nodelease.ReadObject(ctx, b, id)
 			return err
 		})
-		if err != nil {
-			return nil, err
-		}
-		if r.Found {
-			peers = append(peers, Peer{ID: id, Body: r.Body, Object: r.Object, Err: r.Err})
+		switch {
+		case err == nil:
+			if r.Found {
+				peers = append(peers, Peer{ID: id, Body: r.Body, Object: r.Object, Err: r.Err})
+			}
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case errors.Is(err, bucket.ErrTransient) || errors.Is(err, context.DeadlineExceeded):
+			return nil, fmt.Errorf("reading %s: %w", e.Key, err)
+		default:
+			peers = append(peers, Peer{ID: id, Err: fmt.Errorf("unreadable: %w", err)})
 		}
 	}
 	sort.Slice(peers, func(i, j int) bool { return peers[i].ID < peers[j].ID })

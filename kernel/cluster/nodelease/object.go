@@ -25,6 +25,10 @@ const (
 	Live     State = "live"     // written by the process it names
 	Released State = "released" // that process stopped cleanly
 	Fenced   State = "fenced"   // a peer or an operator took the lease
+	// Forgotten: `wasmkeep cluster forget` retired a fenced or released
+	// lease in place of deleting it (ADR 1041): status hides it, and a
+	// process starting with the id takes it as it takes a released one.
+	Forgotten State = "forgotten"
 )
 
 // Info is what a node says of itself in its lease, for membership and
@@ -50,8 +54,8 @@ type Info struct {
 //
 // Seq counts the process's live writes, so every write the lease
 // conditions on has content of its own (a version token may hash the
-// content). A released or fenced object keeps the instance, seq and
-// written_at of the live write it replaced.
+// content). A released, fenced or forgotten object keeps the instance, seq
+// and written_at of the live write it replaced.
 type Object struct {
 	State     State
 	Instance  string
@@ -117,7 +121,7 @@ func Decode(data []byte) (Object, error) {
 		return Object{}, fmt.Errorf("line 2 %q is not <state> <instance> <seq>", lines[1])
 	}
 	switch o.State = State(st[0]); o.State {
-	case Live, Released, Fenced:
+	case Live, Released, Fenced, Forgotten:
 	default:
 		return Object{}, fmt.Errorf("unknown state %q", st[0])
 	}

@@ -19,9 +19,10 @@ const (
 	FencedUnreadable                    // an object that is not format 3 replaced by a fence, with no instance
 	WasFenced                           // already fenced: left as it was
 	WasReleased                         // released by a clean stop: left as it was
+	WasForgotten                        // forgotten (cluster forget): no process runs under it, left as it was
 )
 
-var operatorNames = [...]string{"fenced", "fence created", "unreadable object fenced", "already fenced", "already released"}
+var operatorNames = [...]string{"fenced", "fence created", "unreadable object fenced", "already fenced", "already released", "forgotten"}
 
 func (d OperatorDid) String() string { return operatorNames[d] }
 
@@ -46,7 +47,7 @@ const operatorTries = 8
 //   - live: replaced If-Match its version by a fence keeping its instance,
 //     seq and written_at; the process exits at its next write, and its
 //     actors are free at that written_at + ttl + grace;
-//   - fenced or released: left as it is (already not live);
+//   - fenced, released or forgotten: left as it is (already not live);
 //   - absent: created If-None-Match: * as a fence with no instance, dated
 //     by the bucket's own time for that write but never earlier than now;
 //   - not a format-3 object: replaced If-Match its version by a fence with
@@ -68,6 +69,8 @@ func FenceByOperator(ctx context.Context, b bucket.Bucket, id string, now time.T
 			return OperatorFence{Did: WasFenced, Object: r.Object}, nil
 		case r.Found && r.Err == nil && r.Object.State == Released:
 			return OperatorFence{Did: WasReleased, Object: r.Object}, nil
+		case r.Found && r.Err == nil && r.Object.State == Forgotten:
+			return OperatorFence{Did: WasForgotten, Object: r.Object}, nil
 		case r.Found && r.Err == nil:
 			o := r.Object
 			o.State = Fenced
@@ -85,6 +88,23 @@ func FenceByOperator(ctx context.Context, b bucket.Bucket, id string, now time.T
 		return out, nil
 	}
 	return OperatorFence{}, fmt.Errorf("nodes/%s changed under each of %d tries to fence it", id, operatorTries)
+}
+
+// MarkForgotten is `wasmkeep cluster forget`'s only write (ADR 1041): the
+// format-3 object r read replaced, If-Match r's version, by the same
+// object marked forgotten (instance, seq and written_at kept). It is
+// ErrPrecondition when nodes/<id> changed since r: a process that started
+// with the id meanwhile keeps its lease. Nothing deletes a node lease: a
+// delete cannot be conditioned on every store, and one that landed after
+// such a start would take that process's live lease.
+func MarkForgotten(ctx context.Context, b bucket.Bucket, id string, r Read) (Object, error) {
+	if !r.Found || r.Err != nil {
+		return Object{}, fmt.Errorf("nodes/%s: only a node lease read whole can be marked forgotten", id)
+	}
+	o := r.Object
+	o.State = Forgotten
+	_, err := writeObject(ctx, b, id, o, bucket.Condition{IfVersion: r.Version})
+	return o, err
 }
 
 // createFence writes a fence with no instance where r found no node lease

@@ -131,6 +131,12 @@ type Config struct {
 	Clock    clock.Clock
 	Lease    Lease
 	Settings nodelease.Settings // ttl + grace frees a fenced or released holder
+	// Floor is the highest generation the actor's history in the bucket
+	// holds (0 for none), read when the actor has no record: its first
+	// acquisition takes the generation after it, so that a record deleted
+	// while its history stayed never makes a hold write a generation that
+	// history already holds. nil: 0.
+	Floor func(ctx context.Context, a Actor) (uint64, error)
 }
 
 // OwnerTimeout bounds the routing read of a record (ADMISSION_WAIT).
@@ -177,6 +183,7 @@ type Owners struct {
 	clk   clock.Clock
 	lease Lease
 	s     nodelease.Settings
+	floor func(ctx context.Context, a Actor) (uint64, error)
 
 	mu      sync.Mutex
 	locks   map[Actor]*actorLock
@@ -192,7 +199,7 @@ func New(cfg Config) (*Owners, error) {
 	if cfg.Bucket == nil || cfg.Clock == nil || cfg.Lease == nil {
 		return nil, errors.New("ownership: a bucket, a clock and a lease are needed")
 	}
-	return &Owners{b: cfg.Bucket, clk: cfg.Clock, lease: cfg.Lease, s: cfg.Settings,
+	return &Owners{b: cfg.Bucket, clk: cfg.Clock, lease: cfg.Lease, s: cfg.Settings, floor: cfg.Floor,
 		locks: map[Actor]*actorLock{}, holds: map[Actor]Hold{}}, nil
 }
 
@@ -311,6 +318,17 @@ func (o *Owners) Acquire(ctx context.Context, a Actor) (Hold, error) {
 		return Hold{}, err
 	}
 	next, cond := uint64(1), bucket.Condition{IfAbsent: true}
+	if !found && o.floor != nil {
+		var floor uint64
+		err := o.bounded(ctx, o.s.AttemptTimeout(), func(ctx context.Context) (err error) {
+			floor, err = o.floor(ctx, a)
+			return err
+		})
+		if err != nil {
+			return Hold{}, fmt.Errorf("ownership: reading the history's generations of %s: %w", a, err)
+		}
+		next = floor + 1
+	}
 	if found {
 		free, err := o.free(ctx, cur)
 		if err != nil {

@@ -185,23 +185,50 @@ func (s *Stream) Reset(ctx context.Context, empty storage.Replicator) error {
 	return nil
 }
 
-// Erase follows an acknowledged Reset, off the event's path: the snapshot
-// of the empty database at the reset (sent as a write is), then the
-// history before it collected with no retention window, up to EraseTries
-// passes a second apart while the bucket refuses and the hold is valid.
-// What remains is the reset segment and that snapshot. A failure is
-// counted (a snapshot's, a collection's) and leaves old objects no restore
-// uses.
+// Erase follows an acknowledged Reset, off the event's path: ResetSnapshot,
+// then EraseHistory.
 func (s *Stream) Erase(ctx context.Context) error {
+	if err := s.ResetSnapshot(ctx); err != nil {
+		return err
+	}
+	return s.EraseHistory(ctx)
+}
+
+// ResetSnapshot follows an acknowledged Reset: the snapshot of the empty
+// database at the reset, sent as a write is. Once it is in the bucket a
+// restore plans from it alone (a snapshot at the head's position), so the
+// actor may be opened again at once, under this hold, while EraseHistory
+// deletes what lies before it. A failure is counted (a snapshot's, a
+// collection's).
+func (s *Stream) ResetSnapshot(ctx context.Context) error {
 	if s.reset == nil {
 		return errors.New("replication: erase without an acknowledged reset")
 	}
-	key := history.Key{Kind: history.Snapshot, TXID: s.head.TXID, Gen: s.gen}
 	s.reset.Timestamp = s.r.cfg.Clock.Now().UnixMilli()
-	if _, err := s.upload(ctx, key, s.reset, UploadAttempts, 0); err != nil {
+	if _, err := s.upload(ctx, s.resetSnapshot(), s.reset, UploadAttempts, 0); err != nil {
 		s.r.cfg.Metrics.snapshotFailure()
 		s.r.cfg.Metrics.collectFailure()
 		return err
+	}
+	s.resetSnapped = true
+	return nil
+}
+
+func (s *Stream) resetSnapshot() history.Key {
+	return history.Key{Kind: history.Snapshot, TXID: s.head.TXID, Gen: s.gen}
+}
+
+// EraseHistory follows ResetSnapshot: the history before the reset's
+// snapshot collected with no retention window, up to EraseTries passes a
+// second apart while the bucket refuses and the hold is valid. What
+// remains is the reset segment and that snapshot, and whatever a stream
+// opened afterwards under the same hold wrote after them (never
+// collected: history.Collectable keeps the holder's segments after its
+// snapshot). A failure is counted (a collection's) and leaves old objects
+// no restore uses.
+func (s *Stream) EraseHistory(ctx context.Context) error {
+	if !s.resetSnapped {
+		return errors.New("replication: erase before the reset's snapshot is in the bucket")
 	}
 	var err error
 	for try := 0; try < EraseTries; try++ {
@@ -210,7 +237,7 @@ func (s *Stream) Erase(ctx context.Context) error {
 				break
 			}
 		}
-		if _, err = s.pass(ctx, key, 0); err == nil || !s.valid() {
+		if _, err = s.pass(ctx, s.resetSnapshot(), 0); err == nil || !s.valid() {
 			break
 		}
 	}

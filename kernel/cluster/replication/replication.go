@@ -88,6 +88,10 @@ var (
 	// ErrDeadline: a restore's reads ran past its deadline (restore step
 	// 7); the restore failed and changed nothing.
 	ErrDeadline = errors.New("replication: the restore's reads ran past their deadline")
+	// ErrBehind: a hold's start refused because the actor's history holds
+	// a generation above the hold's (ownership.Config.Floor keeps a first
+	// acquisition above it).
+	ErrBehind = errors.New("replication: the hold's generation is below the history's")
 	// ErrDeleted: the actor was deleted by this stream (Reset); nothing
 	// more is shipped for this hold.
 	ErrDeleted = errors.New("replication: the actor was deleted")

@@ -36,6 +36,9 @@ import (
 // driver's Restore puts it in place (keeping the old database as its
 // ".replaced").
 //
+// A hold whose generation is below one the history holds is refused
+// (ErrBehind): its writes could not follow that history's head.
+//
 // A broken history is an error wrapping history.ErrBroken (a
 // *history.BrokenError): the actor is degraded and refuses its events, and
 // nothing was changed. Any other error is a failed restore: nothing was
@@ -62,6 +65,9 @@ func (r *Replicas) open(ctx context.Context, addr abi.Address, gen uint64, valid
 	l, err := history.ParseListing(prefix, entries)
 	if err != nil {
 		return nil, nil, err
+	}
+	if g := l.Generation(); gen < g {
+		return nil, nil, fmt.Errorf("%w: generation %d, the history holds generation %d", ErrBehind, gen, g)
 	}
 	plan, err := history.PlanRestore(l)
 	if err != nil {

@@ -416,3 +416,28 @@ func TestLocalHeadCollidingChecksum(t *testing.T) {
 		}
 	})
 }
+
+// A hold below a generation the history holds (a first acquisition at 1
+// over a kept history) is refused: ErrBehind, not a broken history, and
+// nothing is read, written or restored; at the history's own generation
+// or above it starts.
+func TestOpenBehindTheHistoryRefused(t *testing.T) {
+	w := newWorld(t)
+	w.write(addr, 3, 2, 5)
+	drv := newDriver()
+	r := w.node(drv)
+	puts := w.count("put ok")
+	_, _, err := r.Open(context.Background(), addr, 2, func() bool { return true })
+	if !errors.Is(err, ErrBehind) || errors.Is(err, history.ErrBroken) {
+		t.Fatalf("a start at generation 2 over a history at 3: %v, want ErrBehind", err)
+	}
+	if drv.Pages(addr) != nil || w.count("put ok") != puts || w.count("get ok") != 0 {
+		t.Errorf("the refused start restored or wrote: pages %v, puts %d, gets %d", drv.Pages(addr) != nil, w.count("put ok")-puts, w.count("get ok"))
+	}
+	st, db, err := r.Open(context.Background(), addr, 4, func() bool { return true })
+	if err != nil {
+		t.Fatalf("a start above the history: %v", err)
+	}
+	st.Close(context.Background())
+	db.Close()
+}

@@ -46,6 +46,9 @@ type Stream struct {
 	sinceBytes int64
 	err        error // set once the stream ended
 	reset      *history.File
+	// resetSnapped: the reset's snapshot is in the bucket (ResetSnapshot);
+	// written before EraseHistory runs on a goroutine of its own.
+	resetSnapped bool
 
 	gcMu      sync.Mutex
 	gcRunning bool

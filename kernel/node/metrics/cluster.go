@@ -28,6 +28,7 @@ type Cluster struct {
 	failoverRestore  prometheus.Histogram
 	listing          prometheus.Histogram
 	listingFailures  prometheus.Counter
+	listingSkipped   prometheus.Counter
 }
 
 // NewCluster returns the cluster's collectors.
@@ -85,6 +86,9 @@ func NewCluster() *Cluster {
 		listingFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wasmkeep_listing_failures_total", Help: "Heartbeat listings that failed: the view keeps the last one, each peer trusted until its expiry.",
 		}),
+		listingSkipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmkeep_listing_skipped_total", Help: "Keys under nodes/ a heartbeat listing could not read as a node lease (a folder marker, a deeper key, another format, a refused read), counted at each listing: left out, the rest of the listing used.",
+		}),
 	}
 }
 
@@ -92,7 +96,7 @@ func NewCluster() *Cluster {
 func (m *Metrics) Register(c *Cluster) {
 	m.reg.MustRegister(c.durableWrite, c.restore, c.restoreFailures, c.snapshotFailures, c.collected,
 		c.collectFailures, c.bucketRequests, c.leaseWrites, c.leaseFailures, c.fences, c.forwards, c.forwardFailures,
-		c.failovers, c.failoverRestore, c.listing, c.listingFailures)
+		c.failovers, c.failoverRestore, c.listing, c.listingFailures, c.listingSkipped)
 }
 
 // DurableWrite observes one acknowledged segment.
@@ -163,3 +167,7 @@ func (c *Cluster) Listed(took time.Duration, err error) {
 	}
 	c.listing.Observe(took.Seconds())
 }
+
+// ListingSkipped counts a key of a heartbeat listing that is not a node
+// lease.
+func (c *Cluster) ListingSkipped() { c.listingSkipped.Inc() }

@@ -5,6 +5,7 @@
 package s3test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -223,4 +224,17 @@ func (s *Server) Open(t testing.TB) bucket.Bucket {
 	}
 	t.Cleanup(func() { b.Close() })
 	return b
+}
+
+// PutRaw writes an object straight to the server, past the plugin and its
+// key rule: what another tool leaves in a bucket (an S3 console's folder
+// marker "dir/", say).
+func (s *Server) PutRaw(t testing.TB, bucketName, key string, body []byte) {
+	t.Helper()
+	_, err := s.client.PutObject(context.Background(), &s3.PutObjectInput{
+		Bucket: aws.String(bucketName), Key: aws.String(key), Body: bytes.NewReader(body), ContentLength: aws.Int64(int64(len(body))),
+	})
+	if err != nil {
+		t.Fatalf("putting %q on versitygw: %v", key, err)
+	}
 }
