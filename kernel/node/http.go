@@ -173,9 +173,12 @@ func (n *Node) refuse(w http.ResponseWriter, err error) {
 		http.Error(w, "the actor's owner is not known now, retry", http.StatusServiceUnavailable)
 	case errors.Is(err, errQueueFull):
 		http.Error(w, "too many requests for this actor", http.StatusTooManyRequests)
-	case errors.Is(err, errCapacity), errors.Is(err, errStopping):
+	case errors.Is(err, errCapacity):
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "server at capacity, retry", http.StatusServiceUnavailable)
+	case errors.Is(err, errStopping): // another node, or this one restarted, may answer the retry
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "server is stopping, retry", http.StatusServiceUnavailable)
 	}
 	// otherwise the client left while waiting for admission
 }

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/node"
+)
+
+// A request that reaches a node after it began stopping is told so, with
+// Retry-After, rather than that the node is at capacity (issue 24, item 13).
+func TestStoppingNodeSaysSo(t *testing.T) {
+	n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}})
+	// A server of the test's own on the node, to see the request's headers
+	// read: Shutdown waits for its body, and the event then meets the
+	// stopping node.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := n.node.NewServer(l.Addr().String())
+	active := make(chan struct{}, 1)
+	srv.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateActive {
+			active <- struct{}{}
+		}
+	}
+	go srv.Serve(l)
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "POST /actor/probe/a/hits HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n")
+	<-active
+
+	nd := n.node
+	n.node = nil // stopped here, not at cleanup
+	n.srv.Close()
+	stopped := make(chan error, 1)
+	go func() { stopped <- nd.Shutdown(srv, 30*time.Second) }()
+	waitFor(t, 10*time.Second, "the listener to close", func() bool {
+		d, err := net.Dial("tcp", l.Addr().String())
+		if err == nil {
+			d.Close()
+		}
+		return err != nil
+	})
+	io.WriteString(c, "hi")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" || string(body) != "server is stopping, retry\n" {
+		t.Errorf("a request to a stopping node: %d %q, Retry-After %q; want 503 \"server is stopping, retry\", 1",
+			resp.StatusCode, body, resp.Header.Get("Retry-After"))
+	}
+	c.Close()
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+}
