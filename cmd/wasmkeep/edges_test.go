@@ -2,9 +2,13 @@ package main
 
 import (
 	"bufio"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,5 +67,37 @@ func TestStoppingNodeSaysSo(t *testing.T) {
 	c.Close()
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// An unknown subcommand of a command group fails, naming it; cobra alone
+// printed the group's help and exited 0 (issue 24, item 12).
+func TestUnknownCommandFails(t *testing.T) {
+	bin := wasmkeepBinary(t)
+	for _, c := range []struct {
+		args    []string
+		unknown string
+		code    int
+	}{
+		{[]string{"cluster", "drain", "b"}, "drain", 2},
+		{[]string{"bucket", "lss"}, "lss", 1},
+		{[]string{"conformance", "buckets"}, "buckets", 1},
+		{[]string{"nosuch"}, "nosuch", 1},
+	} {
+		out, err := exec.Command(bin, c.args...).CombinedOutput()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("unknown command %q", c.unknown); code != c.code || !strings.Contains(string(out), want) {
+			t.Errorf("wasmkeep %s: exit status %d, %q; want %d and %s", strings.Join(c.args, " "), code, out, c.code, want)
+		}
+	}
+	// A group alone still lists its commands.
+	if out, err := exec.Command(bin, "cluster").CombinedOutput(); err != nil || !strings.Contains(string(out), "fence") {
+		t.Errorf("wasmkeep cluster: %v, %q; want its commands, exit status 0", err, out)
 	}
 }

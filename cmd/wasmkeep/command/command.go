@@ -87,6 +87,25 @@ func Main(plugins ...plugin.Info) int {
 	return 0
 }
 
+// group makes cmd, a command of subcommands, refuse an unknown one with
+// the exit status code: left to cobra, `wasmkeep cluster drain b` prints the
+// help and succeeds, and a script takes it for done. Alone it prints its
+// help.
+func group(cmd *cobra.Command, code int) *cobra.Command {
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += " (did you mean " + strings.Join(s, " or ") + "?)"
+		}
+		return &exitErr{code, fmt.Errorf("%s; run '%s --help' for its commands", msg, cmd.CommandPath())}
+	}
+	return cmd
+}
+
 func pluginsCommand(reg *plugin.Registry) *cobra.Command {
 	return &cobra.Command{
 		Use:   "plugins",
