@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -125,4 +127,41 @@ func TestFallbackRootsWithoutSystemRoots(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
+}
+
+// A second process on a serving node's data directory is refused at start,
+// naming the first, before it touches the directory or a bucket; once the
+// first stops, another starts (issue 24, item 14). Before the lock both
+// served, and the second's requests for the same actors answered 500.
+func TestSecondProcessOnADataDirectoryRefused(t *testing.T) {
+	bin := wasmkeepBinary(t)
+	data, bucketDir := t.TempDir(), t.TempDir()
+	args := []string{"--data-dir", data, "--actor", "counter=" + counter(t)}
+	first, cmd, logs := serveBinary(t, bin, withoutWasmkeepVars(), args...)
+	tn := &testNode{t: t, url: first}
+	tn.expect("POST", "/actor/counter/a", "", 200, "1\n")
+
+	want := fmt.Sprintf("data directory %s is in use by another process (pid %d, started ", data, cmd.Process.Pid)
+	for _, extra := range [][]string{nil, {"--bucket", "file://" + bucketDir, "--node-id", "b", "--cluster-listen", "127.0.0.1:0"}} {
+		// One that is not refused serves until killed.
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		second := exec.CommandContext(ctx, bin, append(append([]string{"serve", "--listen", "127.0.0.1:0"}, args...), extra...)...)
+		second.Env = withoutWasmkeepVars()
+		out, err := second.CombinedOutput()
+		cancel()
+		if err == nil || !strings.Contains(string(out), want) || !strings.Contains(string(out), "listening on "+strings.TrimPrefix(first, "http://")) {
+			t.Errorf("a second process %q: %v, want a refusal naming the first (%s…, listening on %s):\n%s", extra, err, want, first, out)
+		}
+	}
+	if entries, _ := os.ReadDir(bucketDir); len(entries) != 0 {
+		t.Errorf("the refused process wrote to the bucket: %v", entries)
+	}
+	tn.expect("POST", "/actor/counter/a", "", 200, "2\n")
+
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the first process's clean stop: %v\n%s", err, logs)
+	}
+	tn.url, _, _ = serveBinary(t, bin, withoutWasmkeepVars(), args...)
+	tn.expect("POST", "/actor/counter/a", "", 200, "3\n")
 }

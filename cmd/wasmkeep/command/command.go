@@ -317,6 +317,13 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	if !ok {
 		return fmt.Errorf("plugin %s does not implement %s", cfg.Plugins[plugin.Storage].Info.ID(), storage.API)
 	}
+	// Before anything touches the data directory or the bucket: a second
+	// process on this directory is refused here, naming the first.
+	dirLock, err := lockDataDir(ns.DataDir, ns.Listen)
+	if err != nil {
+		return err
+	}
+	defer dirLock.release()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// With a bucket the node joins its cluster before it listens: a second
@@ -365,6 +372,9 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	if err != nil {
 		n.Close()
 		return err
+	}
+	if err := dirLock.note(l.Addr().String()); err != nil {
+		log.Warn("noting the listener in the data directory's lock file", "err", err)
 	}
 	srv := n.NewServer(ns.Listen)
 	errc := make(chan error, 1)
