@@ -165,3 +165,82 @@ func TestSecondProcessOnADataDirectoryRefused(t *testing.T) {
 	tn.url, _, _ = serveBinary(t, bin, withoutWasmkeepVars(), args...)
 	tn.expect("POST", "/actor/counter/a", "", 200, "3\n")
 }
+
+// Slow clients do not hold a node (issue 24, item 8): hundreds that send
+// a body's first byte of ten and stop each get 408 once the body's time is
+// up, never more than --max-connections of them are open in the server at
+// once (the rest wait in the backlog), a client with a connection open is
+// served meanwhile, and a new one is served once their time is up. Before,
+// a body was read with no time limit and every connection was accepted.
+func TestSlowClientsDoNotHoldTheNode(t *testing.T) {
+	const slow, maxConns = 300, 40
+	bin := wasmkeepBinary(t)
+	url, cmd, logs := serveBinary(t, bin, withoutWasmkeepVars(), "--data-dir", t.TempDir(), "--actor", "counter="+counter(t),
+		"--max-connections", fmt.Sprint(maxConns), "--request-body-timeout", "2s")
+	kept := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1}, Timeout: 60 * time.Second}
+	post := func(c *http.Client, name string) string {
+		resp, err := c.Post(url+"/actor/counter/"+name, "", nil)
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Sprint(resp.StatusCode, " ", string(b))
+	}
+	if got := post(kept, "kept"); got != "200 1\n" {
+		t.Fatalf("before the slow clients: %s", got)
+	}
+
+	answers := make(chan string, slow)
+	for range slow {
+		c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, "POST /actor/counter/slow HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nx")
+		go func() {
+			c.SetReadDeadline(time.Now().Add(60 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				answers <- "no answer"
+				return
+			}
+			resp.Body.Close()
+			answers <- resp.Status
+		}()
+	}
+	if got := post(kept, "kept"); got != "200 2\n" {
+		t.Errorf("a client with a connection open, beside the slow ones: %s", got)
+	}
+	if open := sockets(t, cmd.Process.Pid); open > maxConns+2 { // the listener and its poller's
+		t.Errorf("the server holds %d sockets; --max-connections is %d", open, maxConns)
+	}
+	if got := post(&http.Client{Timeout: 60 * time.Second}, "new"); got != "200 1\n" {
+		t.Errorf("a new client, after the slow ones: %s", got)
+	}
+	count := map[string]int{}
+	for range slow {
+		count[<-answers]++
+	}
+	if count["408 Request Timeout"] != slow {
+		t.Errorf("the slow clients' answers: %v, want %d × 408\n%s", count, slow, logs)
+	}
+}
+
+// sockets counts the sockets process pid holds open.
+func sockets(t *testing.T, pid int) int {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if target, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil && strings.HasPrefix(target, "socket:") {
+			n++
+		}
+	}
+	return n
+}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/net/netutil"
 
 	"github.com/wasmkeep/wasmkeep"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
@@ -353,6 +354,20 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 		}()
 	}
 	opts := limits(ns)
+	files, err := openFiles()
+	if err != nil {
+		return fmt.Errorf("reading the open-files limit: %w", err)
+	}
+	maxConns := ns.MaxConnections
+	if maxConns == 0 {
+		maxConns = defaultMaxConnections
+	}
+	fit := fitOpenFiles(files, cn != nil && cn.listener != nil, maxConns, opts.WithDefaults().MaxInstances)
+	if fit.lowered {
+		log.Warn("the open-files limit lowers the connections and resident actors: raise it (LimitNOFILE, ulimit -n)",
+			"open_files", files, "max_connections", fit.connections, "max_instances", fit.instances)
+	}
+	opts.MaxInstances = fit.instances
 	opts.DataDir, opts.Classes, opts.Access, opts.Env = ns.DataDir, ns.Actors, access, env
 	opts.Stateless, opts.Logger = f.stateless, log
 	if cn != nil {
@@ -376,12 +391,15 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	if err := dirLock.note(l.Addr().String()); err != nil {
 		log.Warn("noting the listener in the data directory's lock file", "err", err)
 	}
+	// Past the cap a connection waits in the kernel's backlog (the book),
+	// not refused: it is served once another closes.
+	l = netutil.LimitListener(l, fit.connections)
 	srv := n.NewServer(ns.Listen)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
 	if cn != nil && cn.listener != nil {
 		csrv := cn.Peers.ClusterServer(n)
-		go func() { errc <- csrv.Serve(cn.listener) }()
+		go func() { errc <- csrv.Serve(netutil.LimitListener(cn.listener, fit.cluster)) }()
 		defer csrv.Close()
 		log.Info("cluster listener", "listen", cn.listener.Addr().String())
 	}
