@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -36,7 +37,9 @@ const (
 // NewServer returns an HTTP server for the node with the front door's
 // limits: 30 s to send request headers, headers the size ServeHTTP accepts
 // (net/http adds 4 KiB for the request line and the framing, and answers
-// 431 past that), and an idle limit between kept-alive requests.
+// 431 past that), and an idle limit between kept-alive requests. ServeHTTP
+// bounds the body's time (Options.BodyTimeout); the command bounds the
+// connections.
 func (n *Node) NewServer(addr string) *http.Server {
 	return &http.Server{
 		Addr:              addr,
@@ -50,6 +53,7 @@ func (n *Node) NewServer(addr string) *http.Server {
 // ServeHTTP routes /actor/..., /_wasmkeep/health and /ready, and every other
 // path to the stateless component, if there is one.
 func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n.bodyDeadline(w, r)
 	switch r.URL.Path {
 	case "/_wasmkeep/health":
 		io.WriteString(w, "ok\n")
@@ -139,6 +143,19 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// bodyDeadline gives r's body Options.BodyTimeout to arrive, on whichever
+// path reads it (an event, the stateless component, a forward): a client
+// that trickles it holds its connection no longer. net/http lifts the
+// deadline once the body is read whole (it then reads on for the client's
+// leaving), and sets its own for the connection's next request. Not
+// http.Server.ReadTimeout: that one would stay on through the event.
+func (n *Node) bodyDeadline(w http.ResponseWriter, r *http.Request) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return
+	}
+	http.NewResponseController(w).SetReadDeadline(time.Now().Add(n.opts.BodyTimeout))
+}
+
 // headersOverCaps says how r's headers exceed Options.MaxHeaderFields or
 // MaxHeaderBytes, or returns "".
 func (n *Node) headersOverCaps(r *http.Request) string {
@@ -173,9 +190,12 @@ func (n *Node) refuse(w http.ResponseWriter, err error) {
 		http.Error(w, "the actor's owner is not known now, retry", http.StatusServiceUnavailable)
 	case errors.Is(err, errQueueFull):
 		http.Error(w, "too many requests for this actor", http.StatusTooManyRequests)
-	case errors.Is(err, errCapacity), errors.Is(err, errStopping):
+	case errors.Is(err, errCapacity):
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "server at capacity, retry", http.StatusServiceUnavailable)
+	case errors.Is(err, errStopping): // another node, or this one restarted, may answer the retry
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "server is stopping, retry", http.StatusServiceUnavailable)
 	}
 	// otherwise the client left while waiting for admission
 }
@@ -189,9 +209,12 @@ func (n *Node) readRequest(w http.ResponseWriter, r *http.Request, path string) 
 	}
 	payload, err := n.encodeRequest(r, path)
 	if err != nil {
-		if errors.Is(err, errBodyTooLarge) {
+		switch {
+		case errors.Is(err, errBodyTooLarge):
 			http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
-		} else {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			http.Error(w, fmt.Sprintf("request body not received within %v", n.opts.BodyTimeout), http.StatusRequestTimeout)
+		default:
 			http.Error(w, "reading request body: "+err.Error(), http.StatusBadRequest)
 		}
 		return nil, false

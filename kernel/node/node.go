@@ -57,6 +57,7 @@ type Options struct {
 	MemoryLimit   uint32                   // [128 MiB] per linear memory, in bytes
 	QueueLimit    int                      // [1024] events waiting per actor
 	MaxBodyBytes  int64                    // [16 MB] request body
+	BodyTimeout   time.Duration            // [30s] to send a request's body once its headers arrived (http.go)
 	AdmissionWait time.Duration            // [250ms] for an idle actor to make room
 	GuestLogRate  int                      // [50] lines a second each actor instance may print, bursts of twice that; guestlog.Discard for none
 	NoPreinit     bool                     // pre-initialise no module, not even one that asks (preinit.go)
@@ -104,6 +105,7 @@ func (o Options) withDefaults() Options {
 	def(&o.CPUBudget, 50*time.Millisecond)
 	def(&o.HostCPUBudget, 3*time.Second)
 	def(&o.WallClock, 30*time.Second)
+	def(&o.BodyTimeout, 30*time.Second)
 	def(&o.AdmissionWait, 250*time.Millisecond)
 	def(&o.WebSocketPingAfter, 25*time.Second)
 	def(&o.WebSocketPongWait, 30*time.Second)

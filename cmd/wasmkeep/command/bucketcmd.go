@@ -24,10 +24,10 @@ type bucketFlags struct {
 }
 
 func bucketCommand(reg *plugin.Registry) *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := group(&cobra.Command{
 		Use:   "bucket",
 		Short: "Look at what the cluster keeps in its bucket: actors' histories",
-	}
+	}, 1)
 	var f bucketFlags
 	ls := &cobra.Command{
 		Use:   "ls",

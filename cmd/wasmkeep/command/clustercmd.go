@@ -27,7 +27,7 @@ import (
 // Exit statuses of the cluster commands, for scripts.
 const (
 	exitNo     = 1 // status: no live node; forget: refused
-	exitFailed = 2 // the bucket could not be read or written, bad flags
+	exitFailed = 2 // the bucket could not be read or written, bad flags, an unknown command
 )
 
 // clusterCmdTimeout bounds one cluster command's requests to the bucket.
@@ -40,10 +40,10 @@ type clusterCmdFlags struct {
 }
 
 func clusterCommand(reg *plugin.Registry) *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := group(&cobra.Command{
 		Use:   "cluster",
 		Short: "Look at and act on the cluster's nodes, from their leases in the bucket (nodes/<id>)",
-	}
+	}, exitFailed)
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitErr{exitFailed, err} })
 	var f clusterCmdFlags
 	status := &cobra.Command{

@@ -22,6 +22,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/net/netutil"
 
 	"github.com/wasmkeep/wasmkeep"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
@@ -85,6 +86,25 @@ func Main(plugins ...plugin.Info) int {
 		return 1
 	}
 	return 0
+}
+
+// group makes cmd, a command of subcommands, refuse an unknown one with
+// the exit status code: left to cobra, `wasmkeep cluster drain b` prints the
+// help and succeeds, and a script takes it for done. Alone it prints its
+// help.
+func group(cmd *cobra.Command, code int) *cobra.Command {
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += " (did you mean " + strings.Join(s, " or ") + "?)"
+		}
+		return &exitErr{code, fmt.Errorf("%s; run '%s --help' for its commands", msg, cmd.CommandPath())}
+	}
+	return cmd
 }
 
 func pluginsCommand(reg *plugin.Registry) *cobra.Command {
@@ -298,6 +318,13 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	if !ok {
 		return fmt.Errorf("plugin %s does not implement %s", cfg.Plugins[plugin.Storage].Info.ID(), storage.API)
 	}
+	// Before anything touches the data directory or the bucket: a second
+	// process on this directory is refused here, naming the first.
+	dirLock, err := lockDataDir(ns.DataDir, ns.Listen)
+	if err != nil {
+		return err
+	}
+	defer dirLock.release()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// With a bucket the node joins its cluster before it listens: a second
@@ -327,6 +354,20 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 		}()
 	}
 	opts := limits(ns)
+	files, err := openFiles()
+	if err != nil {
+		return fmt.Errorf("reading the open-files limit: %w", err)
+	}
+	maxConns := ns.MaxConnections
+	if maxConns == 0 {
+		maxConns = defaultMaxConnections
+	}
+	fit := fitOpenFiles(files, cn != nil && cn.listener != nil, maxConns, opts.WithDefaults().MaxInstances)
+	if fit.lowered {
+		log.Warn("the open-files limit lowers the connections and resident actors: raise it (LimitNOFILE, ulimit -n)",
+			"open_files", files, "max_connections", fit.connections, "max_instances", fit.instances)
+	}
+	opts.MaxInstances = fit.instances
 	opts.DataDir, opts.Classes, opts.Access, opts.Env = ns.DataDir, ns.Actors, access, env
 	opts.Stateless, opts.Logger = f.stateless, log
 	if cn != nil {
@@ -347,12 +388,18 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 		n.Close()
 		return err
 	}
+	if err := dirLock.note(l.Addr().String()); err != nil {
+		log.Warn("noting the listener in the data directory's lock file", "err", err)
+	}
+	// Past the cap a connection waits in the kernel's backlog (the book),
+	// not refused: it is served once another closes.
+	l = netutil.LimitListener(l, fit.connections)
 	srv := n.NewServer(ns.Listen)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
 	if cn != nil && cn.listener != nil {
 		csrv := cn.Peers.ClusterServer(n)
-		go func() { errc <- csrv.Serve(cn.listener) }()
+		go func() { errc <- csrv.Serve(netutil.LimitListener(cn.listener, fit.cluster)) }()
 		defer csrv.Close()
 		log.Info("cluster listener", "listen", cn.listener.Addr().String())
 	}

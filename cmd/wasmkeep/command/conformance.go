@@ -21,11 +21,10 @@ import (
 )
 
 func conformanceCommand(reg *plugin.Registry) *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := group(&cobra.Command{
 		Use:   "conformance",
 		Short: "Check that a configured provider keeps its contract",
-		Args:  cobra.NoArgs,
-	}
+	}, 1)
 	cmd.AddCommand(conformanceBucketCommand(reg), conformanceTransportCommand(reg))
 	return cmd
 }

@@ -1,6 +1,7 @@
 package command
 
 import (
+	"syscall"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/config"
@@ -22,6 +23,7 @@ func limits(ns config.Node) node.Options {
 
 		QueueLimit:      ns.MaxQueuedEvents,
 		MaxBodyBytes:    ns.MaxBodyBytes,
+		BodyTimeout:     ns.RequestBodyTimeout,
 		MaxHeaderFields: ns.MaxHeaderFields,
 		MaxHeaderBytes:  ns.MaxHeaderBytes,
 		WallClock:       ns.WallClock,
@@ -44,4 +46,55 @@ func limits(ns config.Node) node.Options {
 		FetchMaxStep:        ns.FetchMaxStepTimeout,
 		FetchMaxBodyBytes:   ns.FetchMaxBodyBytes,
 	}
+}
+
+// defaultMaxConnections is node.max_connections at 0.
+const defaultMaxConnections = 10000
+
+// Open files the fit keeps for everything else (the cache, logs, outbound
+// connections, the bucket's), the cluster listener's most connections, and
+// the files of each resident actor (its database, WAL and shared-memory
+// index). Every connection is a file too.
+const (
+	reservedFiles      = 256
+	clusterConnections = 1024
+	filesPerActor      = 3
+	openFilesUnlimited = 1 << 30
+)
+
+// fitted is what serve runs with once the open-files limit is counted.
+type fitted struct {
+	cluster, connections, instances int
+	lowered                         bool // connections or instances are fewer than asked
+}
+
+// fitOpenFiles sizes the listeners' connection caps and the resident
+// actors to a limit of files (the book: the cluster listener's share
+// first, then the connections and the actors; each at least 1). When the
+// asked connections and actors do not fit, connections take at least half
+// of what is left (what the actors leave, if more) and the actors the rest.
+func fitOpenFiles(files uint64, cluster bool, connections, instances int) fitted {
+	usable := int(min(files, openFilesUnlimited)) - reservedFiles
+	f := fitted{connections: connections, instances: instances}
+	if cluster {
+		f.cluster = max(1, min(clusterConnections, usable/8))
+		usable -= f.cluster
+	}
+	if connections+filesPerActor*instances <= usable {
+		return f
+	}
+	f.lowered = true
+	f.connections = max(1, min(connections, max(usable/2, usable-filesPerActor*instances)))
+	f.instances = max(1, min(instances, (usable-f.connections)/filesPerActor))
+	return f
+}
+
+// openFiles is this process's limit of open files. Go raised its soft limit
+// to the hard one at start (package os, since Go 1.19), as far as it may.
+func openFiles() (uint64, error) {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return 0, err
+	}
+	return l.Cur, nil
 }

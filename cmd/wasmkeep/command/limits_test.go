@@ -52,6 +52,9 @@ func TestEmbeddedDefaultsAreTheNodes(t *testing.T) {
 			default:
 				continue // listen, data_dir, the log's, guest_log_rate: not limits
 			}
+			if key == "max_connections" {
+				continue // the listener's, not the node's (fitOpenFiles)
+			}
 			if reflect.DeepEqual(limits(n), limits(defaults)) {
 				t.Errorf("node.%s set to 1 changes no node option", key)
 			}
@@ -68,6 +71,32 @@ func TestPublicURL(t *testing.T) {
 	} {
 		if got := publicURL(raw); got != want {
 			t.Errorf("publicURL(%q) = %v, want %v", raw, got, want)
+		}
+	}
+}
+
+// The connection caps and resident actors fit the open-files limit: the
+// cluster listener's share first, then what was asked if it fits, else at
+// least half of the rest for connections and the remainder for actors
+// (issue 24, item 8).
+func TestFitOpenFiles(t *testing.T) {
+	for _, c := range []struct {
+		files                 uint64
+		cluster               bool
+		connections, instance int
+		want                  fitted
+	}{
+		{20000, false, 10000, 1000, fitted{0, 10000, 1000, false}},
+		{^uint64(0), true, 10000, 1000, fitted{1024, 10000, 1000, false}}, // unlimited
+		{4096, false, 64, 1000, fitted{0, 64, 1000, false}},               // the book's bench floor
+		{1024, false, 10000, 1000, fitted{0, 384, 128, true}},             // 768 usable
+		{1024, true, 10000, 1000, fitted{96, 336, 112, true}},             // an eighth to the cluster
+		{1024, false, 64, 1000, fitted{0, 64, 234, true}},                 // connections asked for fit
+		{20000, false, 19900, 10, fitted{0, 19744 - 3*10, 10, true}},      // the actors leave more than half
+		{100, true, 10000, 1000, fitted{1, 1, 1, true}},
+	} {
+		if got := fitOpenFiles(c.files, c.cluster, c.connections, c.instance); got != c.want {
+			t.Errorf("fitOpenFiles(%d, %v, %d, %d) = %+v, want %+v", c.files, c.cluster, c.connections, c.instance, got, c.want)
 		}
 	}
 }

@@ -69,7 +69,7 @@ func prefixes(ss ...string) []netip.Prefix {
 type Options struct {
 	Allow    []netip.Prefix      // ranges guests may reach though they are not public
 	Ports    []int               // ports guests may reach though the Fetch standard blocks them
-	CAs      []*x509.Certificate // trusted besides the system roots
+	CAs      []*x509.Certificate // trusted besides the system roots (the main package's fallback ones where the system has none)
 	Resolver Resolver            // [net.DefaultResolver]
 	Max      int                 // requests in flight on the node
 	Step     time.Duration       // for each step (connect, first byte, next byte) unless the guest asks
@@ -93,7 +93,7 @@ type Fetcher struct {
 func New(opts Options) (*Fetcher, error) {
 	roots, err := x509.SystemCertPool()
 	if err != nil {
-		roots = x509.NewCertPool() // no system roots: only --outbound-ca
+		roots = x509.NewCertPool() // no system roots, and a build without x509roots/fallback: only --outbound-ca
 	}
 	for _, c := range opts.CAs {
 		roots.AddCert(c)
