@@ -142,6 +142,12 @@ type Config struct {
 // OwnerTimeout bounds the routing read of a record (ADMISSION_WAIT).
 const OwnerTimeout = 250 * time.Millisecond
 
+// FloorTimeout bounds the read of an actor's history generations (Config.
+// Floor): a listing of every key of its history, which for a busy actor
+// takes many pages, so the restore's own bound for its reads rather than
+// one lease attempt, which such an actor would exceed at every try.
+const FloorTimeout = 30 * time.Second
+
 // ReleaseTimeout bounds a foreground release (RELEASE_TRIES): hibernation
 // and hand-overs do not wait on a slow bucket; the pass retries with the
 // full attempt timeout.
@@ -320,7 +326,7 @@ func (o *Owners) Acquire(ctx context.Context, a Actor) (Hold, error) {
 	next, cond := uint64(1), bucket.Condition{IfAbsent: true}
 	if !found && o.floor != nil {
 		var floor uint64
-		err := o.bounded(ctx, o.s.AttemptTimeout(), func(ctx context.Context) (err error) {
+		err := o.bounded(ctx, FloorTimeout, func(ctx context.Context) (err error) {
 			floor, err = o.floor(ctx, a)
 			return err
 		})
@@ -394,11 +400,19 @@ var ErrNotHeld = errors.New("ownership: this process no longer holds the actor")
 // (same generation and version), while the node lease is valid on its
 // clock now. A lapse drops every hold (DropAll), so a hold acquired before
 // a lapse is never held again, even once the lease is renewed.
+//
+// The lease is read first: a hold found afterwards was held when the lease
+// was read valid (it was registered before the caller had it). Read the
+// other way round, a lapse, its DropAll and a renewal could all fall
+// between the two reads and pass a hold already dropped.
 func (o *Owners) Holding(h Hold) bool {
+	if !o.lease.Valid() {
+		return false
+	}
 	o.mu.Lock()
 	cur, ok := o.holds[h.Actor]
 	o.mu.Unlock()
-	return ok && cur.Generation == h.Generation && cur.Version == h.Version && o.lease.Valid()
+	return ok && cur.Generation == h.Generation && cur.Version == h.Version
 }
 
 // Check is the rule every event of a held actor passes where it executes
