@@ -202,7 +202,7 @@ func (a *actor) handle(ev *event) {
 	a.busy.Store(true)
 	start := a.node.clock.Now()
 	goruntime.LockOSThread()
-	out := a.runEvent(ev)
+	out := a.heldThrough(context.WithoutCancel(a.node.ctx), a.runEvent(ev))
 	goruntime.UnlockOSThread()
 	kind := metrics.KindRequest
 	switch {

@@ -167,6 +167,19 @@ func (a *actor) openHeld(ctx context.Context, ev *event) error {
 	return err
 }
 
+// heldThrough is the hold check again once an event ran, before its
+// answer: an event that started under a valid hold and outlived it (a long
+// call or fetch, a process frozen in it) may have read what a later holder
+// has changed since, so its answer is not given; the copy is given up and
+// the client gets a 503 that says the event may have run (its writes were
+// refused as late, but a durable one acknowledged in time stays).
+func (a *actor) heldThrough(ctx context.Context, out outcome) outcome {
+	if !a.giveUpEnded(ctx) {
+		return out
+	}
+	return outcome{err: unavailable("the node lost the actor during the event, which may have run; retry only if that is safe", ownership.ErrNotHeld)}
+}
+
 // giveUpEnded gives the actor up when it is held and its hold ended
 // (ownership's Check), and reports whether it did.
 func (a *actor) giveUpEnded(ctx context.Context) bool {
