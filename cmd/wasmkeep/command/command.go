@@ -399,7 +399,11 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	go func() { errc <- srv.Serve(l) }()
 	if cn != nil && cn.listener != nil {
 		csrv := cn.Peers.ClusterServer(n)
-		go func() { errc <- csrv.Serve(netutil.LimitListener(cn.listener, fit.cluster)) }()
+		// Not capped by a wrapper: the transport knows a peer by the very
+		// connection it accepted (PeerOf), which a wrapper would hide; its
+		// share of the open files is kept in the fit all the same, and it
+		// serves only peers whose pins a live lease names.
+		go func() { errc <- csrv.Serve(cn.listener) }()
 		defer csrv.Close()
 		log.Info("cluster listener", "listen", cn.listener.Addr().String())
 	}

@@ -52,7 +52,8 @@ func limits(ns config.Node) node.Options {
 const defaultMaxConnections = 10000
 
 // Open files the fit keeps for everything else (the cache, logs, outbound
-// connections, the bucket's), the cluster listener's most connections, and
+// connections, the bucket's), the cluster listener's connections (a share
+// kept, not a cap: serve's cluster listener is not wrapped), and
 // the files of each resident actor (its database, WAL and shared-memory
 // index). Every connection is a file too.
 const (
