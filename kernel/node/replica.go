@@ -126,6 +126,7 @@ func (a *actor) openDatabase(ctx context.Context) (storage.DB, error) {
 		n.log.Info("took over an actor from a node that had not released it", "actor", a.key, "generation", hold.Generation)
 	}
 	if err != nil {
+		a.stopErase() // a deleted actor's erase runs only under its hold
 		a.releaseHold(hold)
 		a.hold = ownership.Hold{} // a deleted actor's, kept through its erase, is released too
 		if errors.Is(err, history.ErrBroken) {

@@ -231,7 +231,7 @@ func (s *Stream) EraseHistory(ctx context.Context) error {
 		return errors.New("replication: erase before the reset's snapshot is in the bucket")
 	}
 	var err error
-	for try := 0; try < EraseTries; try++ {
+	for try := 0; try < EraseTries && s.valid(); try++ { // only under the hold
 		if try > 0 {
 			if serr := clock.Sleep(ctx, s.r.cfg.Clock, time.Second); serr != nil {
 				break
