@@ -192,6 +192,29 @@ func TestLapseAndRenewal(t *testing.T) {
 // A member fences a peer that stopped renewing its lease, once the full
 // watch and ttl + grace have passed, and the peer, back on the bucket,
 // finds its lease lost; a live peer is never fenced.
+// joinBoth joins two members side by side, as two nodes start at once,
+// moving clk until both joined.
+func joinBoth(t *testing.T, clk *simtest.Clock, cfgA, cfgB Config) (a, b *Member) {
+	t.Helper()
+	var errA, errB error
+	done := make(chan struct{}, 2)
+	go func() { a, errA = Join(context.Background(), cfgA); done <- struct{}{} }()
+	go func() { b, errB = Join(context.Background(), cfgB); done <- struct{}{} }()
+	n := 0
+	clk.Until(time.Minute, func() bool {
+		select {
+		case <-done:
+			n++
+		default:
+		}
+		return n == 2
+	})
+	if errA != nil || errB != nil {
+		t.Fatal(errA, errB)
+	}
+	return a, b
+}
+
 func TestMembersFenceASilentPeer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem, clk := buckettest.NewMemory(buckettest.Flaws{}), simtest.New()
@@ -202,23 +225,7 @@ func TestMembersFenceASilentPeer(t *testing.T) {
 		fb := faulty.New(mem)
 		cfgB := config(fb, clk, "pb", func(err error) { lostB <- err })
 		cfgB.NodeID = "b"
-		var a, b *Member
-		var errA, errB error
-		done := make(chan struct{}, 2)
-		go func() { a, errA = Join(context.Background(), cfgA); done <- struct{}{} }()
-		go func() { b, errB = Join(context.Background(), cfgB); done <- struct{}{} }()
-		n := 0
-		clk.Until(time.Minute, func() bool {
-			select {
-			case <-done:
-				n++
-			default:
-			}
-			return n == 2
-		})
-		if errA != nil || errB != nil {
-			t.Fatal(errA, errB)
-		}
+		a, b := joinBoth(t, clk, cfgA, cfgB)
 		watch, stop := context.WithCancel(context.Background())
 		defer stop()
 		go a.WatchPeers(watch)
@@ -283,23 +290,7 @@ func TestWatchPeersSkipsAStrayKey(t *testing.T) {
 		}
 		cfgB := config(mem, clk, "pb", nil)
 		cfgB.NodeID = "b"
-		var a, b *Member
-		var errA, errB error
-		done := make(chan struct{}, 2)
-		go func() { a, errA = Join(context.Background(), cfgA); done <- struct{}{} }()
-		go func() { b, errB = Join(context.Background(), cfgB); done <- struct{}{} }()
-		n := 0
-		clk.Until(time.Minute, func() bool {
-			select {
-			case <-done:
-				n++
-			default:
-			}
-			return n == 2
-		})
-		if errA != nil || errB != nil {
-			t.Fatal(errA, errB)
-		}
+		a, b := joinBoth(t, clk, cfgA, cfgB)
 		watch, stop := context.WithCancel(context.Background())
 		go a.WatchPeers(watch)
 		if !clk.Until(time.Minute, func() bool { return a.View.Listings() >= 3 }) {
