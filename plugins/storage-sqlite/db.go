@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/cputime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
@@ -60,10 +62,11 @@ type db struct {
 	stopDeadline func() bool     // ends the deadline watch; nil if none
 
 	// The current event. cpuUsed is its SQL CPU so far, or more (see
-	// spent); threadStart the thread's CPU clock at its first guest
-	// statement, if threadRead.
+	// spent); threadStart the CPU clock of thread threadID at its first
+	// guest statement, if threadRead.
 	cpuUsed     time.Duration
 	threadStart time.Duration
+	threadID    int
 	threadRead  bool
 	written     int64 // bytes written to the log
 	aborted     bool  // a failure rolled the event's transaction back
@@ -237,7 +240,7 @@ func (d *db) guestRun(ctx context.Context, sql string, params []abi.Value, w *ab
 	}
 	d.hostStmt, d.denied = false, ""
 	if !d.threadRead {
-		d.threadStart, d.threadRead = cputime.Thread(), true
+		d.threadStart, d.threadID, d.threadRead = cputime.Thread(), unix.Gettid(), true
 	}
 	d.beginGuest(ctx)
 	refuse := func(err error) (int64, error) {
@@ -598,12 +601,16 @@ func isSchemaTable(name string) bool {
 // spent since the event's first guest statement began is also at least the
 // event's SQL CPU, and the smaller is charged. Besides the SQL it holds
 // only what the thread ran between statements (the guest itself, under its
-// own, smaller budget).
+// own, smaller budget). A caller that did not lock its goroutine, found on
+// another thread, is charged the count as it is: that thread's clock says
+// nothing of the event's.
 func (d *db) spent() bool {
 	if d.cpuUsed < d.opts.SQLCPUPerEvent {
 		return false
 	}
-	d.cpuUsed = min(d.cpuUsed, cputime.Thread()-d.threadStart)
+	if unix.Gettid() == d.threadID {
+		d.cpuUsed = min(d.cpuUsed, cputime.Thread()-d.threadStart)
+	}
 	return d.cpuUsed >= d.opts.SQLCPUPerEvent
 }
 
