@@ -1,6 +1,7 @@
 package fsbucket
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -308,6 +309,34 @@ func TestFromURL(t *testing.T) {
 		}
 		if !strings.Contains(got, want) {
 			t.Errorf("%s: %s, want %s", raw, got, want)
+		}
+	}
+}
+
+// A dead holder's lock is broken even when every write that meets it gives
+// up sooner than breakAfter (a lease write's attempt at short settings):
+// this process's waiters share what they saw of the holder, so their waits
+// add up to a break.
+func TestDeadHolderBrokenByShortWaits(t *testing.T) {
+	dir := t.TempDir()
+	b := openT(t, dir)
+	const key = "nodes/a"
+	shard := filepath.Join(dir, metaDir, "shards", fmt.Sprintf("%02x", shardOf(key)))
+	os.RemoveAll(shard)
+	if err := os.MkdirAll(filepath.Join(shard, "1-dead"), 0o700); err != nil { // a holder that died holding it
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * breakAfter)
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(t.Context(), breakAfter/5)
+		_, err := b.Put(ctx, key, strings.NewReader("x"), 1, bucket.Condition{})
+		cancel()
+		if err == nil {
+			t.Logf("written at try %d", try)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d writes of %v each: %v; want the dead holder's lock broken", try, breakAfter/5, err)
 		}
 	}
 }

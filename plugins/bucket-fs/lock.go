@@ -43,10 +43,22 @@ var errStolen = errors.New("bucket-fs: the lock was broken")
 // nothing, however late it comes, since both look the entry up by its
 // name in one directory and the kernel orders the two.
 type shards struct {
-	dir  string                    // the shards' directories
-	tmp  string                    // where writers stage theirs
-	sem  [lockShards]chan struct{} // one waiter per shard in this process polls
+	dir string                    // the shards' directories
+	tmp string                    // where writers stage theirs
+	sem [lockShards]chan struct{} // one waiter per shard in this process polls
+	// seen is, per shard, the holder its waiters in this process saw and
+	// since when (under sem): kept from one waiter to the next, so that
+	// waits each shorter than breakAfter (a lease write's attempt, 233 ms
+	// at the tests' short settings) add up to a break, rather than every
+	// waiter giving up before it and the lock of a dead holder staying.
+	seen [lockShards]sighting
 	done atomic.Bool
+}
+
+// sighting is a shard's holder as seen by this process's waiters.
+type sighting struct {
+	holder string
+	since  time.Time
 }
 
 func openShards(dir, tmp string) *shards {
@@ -86,7 +98,7 @@ func (s *shards) lock(ctx context.Context, key string, stage func(path string) e
 		err = stage(filepath.Join(own, id))
 	}
 	if err == nil {
-		err = take(ctx, own, shard)
+		err = take(ctx, own, shard, &s.seen[i])
 	}
 	if err != nil {
 		os.RemoveAll(own)
@@ -100,10 +112,9 @@ func (s *shards) lock(ctx context.Context, key string, stage func(path string) e
 	}, nil
 }
 
-// take renames own, a directory holding one staged entry, to shard.
-func take(ctx context.Context, own, shard string) error {
-	var holder string // the entry seen in shard, and since when
-	var since time.Time
+// take renames own, a directory holding one staged entry, to shard; seen
+// is the shard's holder as this process saw it.
+func take(ctx context.Context, own, shard string, seen *sighting) error {
 	for pause := 50 * time.Microsecond; ; pause = min(2*pause, 5*time.Millisecond) {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -120,9 +131,9 @@ func take(ctx context.Context, own, shard string) error {
 		switch h := entryOf(shard); {
 		case h == "": // released meanwhile
 			continue
-		case h != holder:
-			holder, since = h, time.Now()
-		case time.Since(since) >= breakAfter:
+		case h != seen.holder:
+			*seen = sighting{h, time.Now()}
+		case time.Since(seen.since) >= breakAfter:
 			os.Remove(filepath.Join(shard, h))
 			continue
 		}
