@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -33,7 +34,19 @@ var (
 	guestErrs sync.Map // output name → error
 )
 
+// suiteCPUBudget is the guest CPU budget of the suite's servers, unless a
+// test sets one (a node in process, or a process given the variable or the
+// flag): a Go actor's first events fault in pages of its memory image,
+// charged to the guest at 12 to 19 µs a page on this machine class and
+// more under the suite's own load, which took ordinary first requests past
+// the default 50 ms now and then (issue 24, item 15; issue 30). The tests
+// of budgets set their own; those that hold work to the default name it.
+const suiteCPUBudget = 250 * time.Millisecond
+
 func TestMain(m *testing.M) {
+	if os.Getenv("WASMKEEP_NODE__CPU_BUDGET_MS") == "" {
+		os.Setenv("WASMKEEP_NODE__CPU_BUDGET_MS", strconv.Itoa(int(suiteCPUBudget.Milliseconds())))
+	}
 	dir, err := os.MkdirTemp("", "wasmkeep-guests-")
 	if err != nil {
 		panic(err)
@@ -141,6 +154,9 @@ func startNodeOn(t testing.TB, engine string, opts node.Options) *testNode {
 	}
 	if opts.CacheDir == "" {
 		opts.CacheDir = cacheDir
+	}
+	if opts.CPUBudget == 0 {
+		opts.CPUBudget = suiteCPUBudget
 	}
 	logs := &syncBuffer{}
 	opts.Logger = slog.New(slog.NewTextHandler(logs, nil))

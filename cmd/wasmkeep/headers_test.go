@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 )
@@ -55,7 +56,8 @@ func rawGet(t testing.TB, tn *testNode, path string, count, size int) (int, stri
 // the front door accepted, failed the counter with "exceeded its CPU budget").
 // The stateless component has the same caps.
 func TestRequestHeaderCaps(t *testing.T) {
-	tn := startNode(t, node.Options{Classes: map[string]string{"counter": counter(t)}, Stateless: site(t)})
+	// The default budget: the caps are there so headers parse inside it.
+	tn := startNode(t, node.Options{Classes: map[string]string{"counter": counter(t)}, Stateless: site(t), CPUBudget: 50 * time.Millisecond})
 	const path = "/actor/counter/a"
 	cases := []struct {
 		name        string

@@ -74,7 +74,7 @@ func TestBadConfigKeyIsRefused(t *testing.T) {
 		}
 	}
 	out, err := exec.Command(bin, "plugins").CombinedOutput()
-	if err != nil || !regexp.MustCompile(`runtime +wazero +runtime/v1`).Match(out) || !strings.Contains(string(out), "storage/v2") {
+	if err != nil || !regexp.MustCompile(`runtime +wazero +runtime/v2`).Match(out) || !strings.Contains(string(out), "storage/v2") {
 		t.Errorf("wasmkeep plugins: %v\n%s", err, out)
 	}
 }
@@ -132,7 +132,7 @@ func TestPureGoBuild(t *testing.T) {
 		t.Fatalf("CGO_ENABLED=0 go build: %v\n%s", err, out)
 	}
 	out, err := exec.Command(bin, "plugins").CombinedOutput()
-	if err != nil || !regexp.MustCompile(`wasmtime +runtime/v1 +not in this build: .*CGO_ENABLED=1`).Match(out) {
+	if err != nil || !regexp.MustCompile(`wasmtime +runtime/v2 +not in this build: .*CGO_ENABLED=1`).Match(out) {
 		t.Errorf("plugins of a pure-Go build: %v\n%s", err, out)
 	}
 	cmd := exec.Command(bin, "serve", "--actor", "probe="+probe(t), "--data-dir", t.TempDir())

@@ -160,7 +160,8 @@ func TestCSDKDeleteSelf(t *testing.T) {
 // A guest past a limit fails its event and the next one gets a fresh
 // instance; memory the host refuses is an error the guest can handle.
 func TestCSDKLimits(t *testing.T) {
-	n := startCProbe(t, node.Options{})
+	// The default budget: growing 16 MiB in an event fits it (ADR 1043).
+	n := startCProbe(t, node.Options{CPUBudget: 50 * time.Millisecond})
 	// An actor's ordinary events stay in its first 64 KiB page.
 	n.body("GET", "/actor/probe/small/types")
 	n.body("POST", "/actor/probe/small/echo")
