@@ -117,6 +117,9 @@ func (a *actor) openDatabase(ctx context.Context) (storage.DB, error) {
 		// Its holder stopped writing its lease and is not fenced yet.
 		return nil, unavailable("the actor's node is not reachable; retry", err)
 	case err != nil:
+		if !errors.Is(err, ownership.ErrLeaseInvalid) { // a lapse says so once, in its own line
+			n.log.Warn("the node cannot take the actor now", "actor", a.key, "err", err)
+		}
 		return nil, unavailable("the node cannot take the actor now, retry", err)
 	}
 	start := n.clock.Now()

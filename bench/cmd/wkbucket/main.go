@@ -36,6 +36,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -235,7 +236,7 @@ func (n *node) do(method, path string) (int64, error) {
 		return 0, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(body)))
+		return 0, &statusError{resp.StatusCode, fmt.Sprintf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(body)))}
 	}
 	v, err := strconv.ParseInt(strings.TrimSpace(string(body)), 10, 64)
 	if err != nil {
@@ -244,7 +245,28 @@ func (n *node) do(method, path string) (int64, error) {
 	return v, nil
 }
 
-func (n *node) get(name string) (int64, error) { return n.do("GET", "/actor/counter/"+name) }
+// statusError is an answer other than 200.
+type statusError struct {
+	code int
+	msg  string
+}
+
+func (e *statusError) Error() string { return e.msg }
+
+// get reads an actor's count, again while the node answers 503 (Retry-After:
+// a node that cannot take the actor yet), for up to half a minute: a read
+// is safe to repeat, and the check is about what the bucket kept.
+func (n *node) get(name string) (int64, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		v, err := n.do("GET", "/actor/counter/"+name)
+		var se *statusError
+		if !errors.As(err, &se) || se.code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			return v, err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
 func (n *node) post(name string) (int64, error) {
 	return n.do("POST", "/actor/counter/"+name)
 }
