@@ -296,7 +296,16 @@ func (l *ledger) check(url string) verdict {
 	reads := make([]read, len(names))
 	forEach(names, 8, func(i int, n string) {
 		r := &reads[i]
-		r.code, r.v, r.body, r.err = answer("GET", url+"/actor/counter/"+n)
+		// A 503 says retry (a node that cannot take the actor yet, as
+		// when a lock of bucket-fs a killed node left is broken after a
+		// second, longer than an attempt at shortLease): a read is safe
+		// to repeat, and what counts is what the restore holds.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			r.code, r.v, r.body, r.err = answer("GET", url+"/actor/counter/"+n)
+			if r.err != nil || r.code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+				break
+			}
+		}
 	})
 	out := verdict{exact: true}
 	for i, n := range names {
