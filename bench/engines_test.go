@@ -18,11 +18,6 @@ import (
 // in a cgo build, wasmtime, and checks that the table and the CSV have every
 // row for each engine with a positive value. It never judges the numbers.
 func TestEnginesQuick(t *testing.T) {
-	// The servers' guest CPU budget is raised: a Go actor's first events
-	// fault in pages of its memory image, charged to the guest at 12-19 µs
-	// a page on this machine class and more under the suite's load, past
-	// 50 ms at times (issue 30); what is measured here is not the budget.
-	t.Setenv("WASMKEEP_NODE__CPU_BUDGET_MS", "1000")
 	bin, guest := benchtest.Build(t)
 	engines := []string{"wazero"}
 	// benchtest.Build's go build runs in this environment, so it has cgo,

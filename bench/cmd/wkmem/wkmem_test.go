@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/wasmkeep/wasmkeep/bench/internal/benchtest"
 )
 
 // counterGuest builds examples/counter once per test binary.
@@ -72,11 +74,7 @@ func TestWakeAndSplit(t *testing.T) {
 // after 3,000 requests the counter has 4.3 MiB of linear memory; at Go's
 // default target (GOGC=100) it has 7.3 MiB.
 func TestSDKKeepsTheHeapSmall(t *testing.T) {
-	// The servers' guest CPU budget is raised: a Go actor's first events
-	// fault in pages of its memory image, charged to the guest at 12-19 µs
-	// a page on this machine class and more under the suite's load, past
-	// 50 ms at times (issue 30); what is measured here is not the budget.
-	t.Setenv("WASMKEEP_NODE__CPU_BUDGET_MS", "1000")
+	benchtest.RaiseCPUBudget(t)
 	guest, err := counterGuest()
 	if err != nil {
 		t.Fatal(err)
