@@ -664,7 +664,7 @@ func TestRestoreRefusesBrokenHistory(t *testing.T) {
 	n.durableWrites("c", 10)
 	n.durableWrites("other", 5)
 	n.stop()
-	local := filepath.Join(n.data, "actors")
+	local := filepath.Join(n.data, "state", "default", "default", "actors")
 	stale := filepath.Join(memDir(t), "actors")
 	if err := os.CopyFS(stale, os.DirFS(local)); err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/replication"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
@@ -46,7 +47,7 @@ import (
 type Options struct {
 	DataDir       string                   // where databases live (required)
 	CacheDir      string                   // [DataDir/cache] compiled modules, kept across restarts
-	Tenant        string                   // [default]
+	App           app.Name                 // [app.Default] the app served: its tenant is the actors' (their addresses stay tenant/class/name), its state root holds their databases
 	Classes       map[string]string        // class name to module file
 	Access        map[string]access.Access // [open] by class: who outside may reach its actors
 	IdleTimeout   time.Duration            // [30s] without events before an actor hibernates
@@ -132,8 +133,8 @@ func (o Options) withDefaults() Options {
 	if o.WebSocketsPerNode == 0 {
 		o.WebSocketsPerNode = 50000
 	}
-	if o.Tenant == "" {
-		o.Tenant = "default"
+	if o.App == (app.Name{}) {
+		o.App = app.Default
 	}
 	if o.CacheDir == "" && o.DataDir != "" {
 		o.CacheDir = filepath.Join(o.DataDir, "cache")
@@ -185,6 +186,9 @@ type Node struct {
 	clock   clock.Clock // opts.Clock
 	engine  runtime.Engine
 	storage storage.Driver
+	// stateDir is the storage root: the app's actor databases, their
+	// sidecars and its alarm index, <data-dir>/state/<tenant>/<app>/ (ADR 1045).
+	stateDir string
 	classes map[string]*class
 	host    map[string]runtime.HostFunction // what guests may import from the wasmkeep module
 
@@ -221,8 +225,8 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	if opts.DataDir == "" {
 		return nil, errors.New("node: a data directory is required")
 	}
-	if !address.ValidIdent(opts.Tenant) {
-		return nil, fmt.Errorf("tenant %q must match [a-z][a-z0-9-]{0,63}", opts.Tenant)
+	if err := opts.App.Check(); err != nil {
+		return nil, err
 	}
 	if opts.MaxInstances < 1 {
 		return nil, fmt.Errorf("max instances is %d; it must be at least 1", opts.MaxInstances)
@@ -257,6 +261,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	}
 	n := &Node{
 		opts: opts, log: opts.Logger, clock: opts.Clock, engine: eng, host: host, storage: st,
+		stateDir: filepath.Join(opts.DataDir, filepath.FromSlash(opts.App.StateRoot())),
 		classes: map[string]*class{},
 		actors:  map[string]*actor{}, closing: map[string]*actor{},
 		slots:     make(chan struct{}, opts.MaxInstances),
@@ -323,7 +328,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	n.preinitialiseAll()
 	if err := n.loadAlarms(ctx); err != nil {
 		n.Close()
-		return nil, fmt.Errorf("reading pending alarms from %s: %w", opts.DataDir, err)
+		return nil, fmt.Errorf("reading pending alarms from %s: %w", n.stateDir, err)
 	}
 	go n.alarms.Run(n.ctx, n.clock, n.deliverAlarm)
 	if _, alone := n.opts.Placement.(placement.Local); !alone {
@@ -451,7 +456,7 @@ func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) er
 			<-n.slots
 			continue
 		}
-		a := newActor(n, c, abi.Address{Tenant: n.opts.Tenant, Class: c.name, Name: name}, key, n.closing[key])
+		a := newActor(n, c, abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: name}, key, n.closing[key])
 		n.actors[key] = a
 		a.enqueue(ev)
 		n.wg.Add(1)
@@ -466,7 +471,7 @@ func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) er
 // that asks the Placement (deliver calls it, or the front door before its
 // access check, which reads this node's storage).
 func (n *Node) place(ctx context.Context, c *class, name string) error {
-	return placement.Check(ctx, n.opts.Placement, abi.Address{Tenant: n.opts.Tenant, Class: c.name, Name: name})
+	return placement.Check(ctx, n.opts.Placement, abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: name})
 }
 
 // countRefusal counts a request or call that deliver refused.
@@ -483,7 +488,7 @@ func (n *Node) countRefusal(err error) {
 
 // actorKey is an actor's key in n.actors: tenant/class/name.
 func (n *Node) actorKey(c *class, name string) string {
-	return n.opts.Tenant + "/" + c.name + "/" + name
+	return n.opts.App.Tenant + "/" + c.name + "/" + name
 }
 
 // queued counts the events in resident actors' mailboxes; n.mu is held.
@@ -504,13 +509,13 @@ func (n *Node) exists(c *class, name string) bool {
 	if a != nil && !a.deleted.Load() {
 		return true
 	}
-	return n.hasDatabase(abi.Address{Tenant: n.opts.Tenant, Class: c.name, Name: name})
+	return n.hasDatabase(abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: name})
 }
 
 // hasDatabase asks storage whether the actor has a database; an error
 // counts as no.
 func (n *Node) hasDatabase(addr abi.Address) bool {
-	ok, err := n.storage.Exists(context.Background(), n.opts.DataDir, addr)
+	ok, err := n.storage.Exists(context.Background(), n.stateDir, addr)
 	return err == nil && ok
 }
 

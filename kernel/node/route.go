@@ -304,7 +304,7 @@ func (n *Node) sweepOwners() {
 			tenant, rest, _ := strings.Cut(key, "/")
 			class, name, _ := strings.Cut(rest, "/")
 			c := n.classes[class]
-			if resident || c == nil || tenant != n.opts.Tenant {
+			if resident || c == nil || tenant != n.opts.App.Tenant {
 				continue
 			}
 			var e *placement.Elsewhere

@@ -37,7 +37,7 @@ func (n *Node) serveStateless(w http.ResponseWriter, r *http.Request) {
 		<-n.slots
 		n.wg.Done()
 	}()
-	a := newActor(n, n.stateless, abi.Address{Tenant: n.opts.Tenant}, statelessKey, nil)
+	a := newActor(n, n.stateless, abi.Address{Tenant: n.opts.App.Tenant}, statelessKey, nil)
 	ev := &event{ctx: r.Context(), payload: payload, reply: make(chan outcome, 1)}
 	a.handle(ev)
 	a.discardInstance()
