@@ -20,7 +20,9 @@ import (
 // The alarm index (ADR 1018): <data-dir>/alarm-index/<tenant>, read at start
 // instead of every database.
 
-func alarmIndexFile(dataDir string) string { return filepath.Join(dataDir, "state", "default", "default", "alarm-index", "default") }
+func alarmIndexFile(dataDir string) string {
+	return filepath.Join(dataDir, "state", "default", "default", "alarm-index", "default")
+}
 
 // setAlarms starts a node on dataDir, sets an alarm in ms on each actor,
 // and stops it.

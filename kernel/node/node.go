@@ -189,8 +189,8 @@ type Node struct {
 	// stateDir is the storage root: the app's actor databases, their
 	// sidecars and its alarm index, <data-dir>/state/<tenant>/<app>/ (ADR 1045).
 	stateDir string
-	classes map[string]*class
-	host    map[string]runtime.HostFunction // what guests may import from the wasmkeep module
+	classes  map[string]*class
+	host     map[string]runtime.HostFunction // what guests may import from the wasmkeep module
 
 	stateless *class // answers paths outside /actor/ and /_wasmkeep/; nil for none
 
@@ -262,8 +262,8 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	n := &Node{
 		opts: opts, log: opts.Logger, clock: opts.Clock, engine: eng, host: host, storage: st,
 		stateDir: filepath.Join(opts.DataDir, filepath.FromSlash(opts.App.StateRoot())),
-		classes: map[string]*class{},
-		actors:  map[string]*actor{}, closing: map[string]*actor{},
+		classes:  map[string]*class{},
+		actors:   map[string]*actor{}, closing: map[string]*actor{},
 		slots:     make(chan struct{}, opts.MaxInstances),
 		alarms:    alarm.NewSchedule(),
 		fetch:     fetcher,

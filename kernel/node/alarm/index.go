@@ -85,11 +85,11 @@ var errIndexDamaged = errors.New("damaged")
 type IndexOptions struct {
 	// Root is the storage root the app's databases live under (the node's
 	// state directory); the index is a file beside them.
-	Root, Tenant string
-	Log             *slog.Logger
-	Clock           clock.Clock // times the load and a rebuild for the log
-	Storage         storage.Driver
-	StorageOptions  storage.Options
+	Root, Tenant   string
+	Log            *slog.Logger
+	Clock          clock.Clock // times the load and a rebuild for the log
+	Storage        storage.Driver
+	StorageOptions storage.Options
 	// Name reads the actor's name recorded in its database (a file name may
 	// hold only a hash of a long name); ok is false if none is.
 	Name func(ctx context.Context, db storage.DB) (name string, ok bool, err error)
