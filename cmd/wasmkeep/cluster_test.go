@@ -80,8 +80,9 @@ func TestBucketFlagRefusals(t *testing.T) {
 }
 
 // bucket ls and verify run on the bucket --bucket names: an empty one has
-// no actors; a key under actors/ that is no actor's is refused, naming it;
-// --actor names an actor the bucket must hold.
+// no actors; a key under an app's actors/ that is no actor's is refused,
+// naming it, as is a key under state/ that is under no app's root; --app
+// is checked; --actor names an actor the bucket must hold.
 func TestBucketCommands(t *testing.T) {
 	bin := wasmkeepBinary(t)
 	dir := t.TempDir()
@@ -91,7 +92,7 @@ func TestBucketCommands(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	if out, err := run("ls"); err != nil || strings.TrimSpace(out) != "ACTOR  HEAD TXID  GENERATION  REPLAYS  OBJECTS  OTHER KEYS" {
+	if out, err := run("ls"); err != nil || strings.TrimSpace(out) != "APP  ACTOR  HEAD TXID  GENERATION  REPLAYS  OBJECTS  OTHER KEYS" {
 		t.Errorf("ls of an empty bucket: %v\n%s", err, out)
 	}
 	if out, err := run("verify"); err != nil || !strings.Contains(out, "0 actors: 0 ok, 0 broken") {
@@ -100,19 +101,31 @@ func TestBucketCommands(t *testing.T) {
 	if out, err := run("verify", "--actor", "counter"); err == nil || !strings.Contains(out, `--actor "counter": want CLASS/NAME`) {
 		t.Errorf("verify --actor counter: %v\n%s", err, out)
 	}
-	if out, err := run("verify", "--actor", "counter/a"); err == nil || !strings.Contains(out, "tenant default has no history of it") {
+	if out, err := run("verify", "--actor", "counter/a"); err == nil || !strings.Contains(out, "app default/default has no history of it") {
 		t.Errorf("verify of an absent actor: %v\n%s", err, out)
+	}
+	if out, err := run("ls", "--app", "acme"); err == nil || !strings.Contains(out, "--app: app \"acme\": write it tenant/app") {
+		t.Errorf("ls --app acme: %v\n%s", err, out)
 	}
 	b, err := fsbucket.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Put(t.Context(), "actors/default/stray", strings.NewReader("x"), 1, bucket.Condition{IfAbsent: true}); err != nil {
+	if _, err := b.Put(t.Context(), "state/acme/shop/actors/default/stray", strings.NewReader("x"), 1, bucket.Condition{IfAbsent: true}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run("ls"); err == nil || !strings.Contains(out, `"state/acme/shop/actors/default/stray" is under state/acme/shop/actors/ but not under an actor's prefix`) {
+		t.Errorf("ls with a stray key: %v\n%s", err, out)
+	}
+	if out, err := run("ls", "--app", "default/default"); err != nil {
+		t.Errorf("ls of another app than the stray key's: %v\n%s", err, out)
+	}
+	if _, err := b.Put(t.Context(), "state/stray", strings.NewReader("x"), 1, bucket.Condition{IfAbsent: true}); err != nil {
 		t.Fatal(err)
 	}
 	b.Close()
-	if out, err := run("ls"); err == nil || !strings.Contains(out, `"actors/default/stray" is under actors/ but not under an actor's prefix`) {
-		t.Errorf("ls with a stray key: %v\n%s", err, out)
+	if out, err := run("ls"); err == nil || !strings.Contains(out, `"state/stray" is under state/ but not under an app's root`) {
+		t.Errorf("ls with a key under no app: %v\n%s", err, out)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
+	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/faulty"
@@ -329,7 +330,7 @@ func TestFirstAcquisitionAboveTheHistory(t *testing.T) {
 		defer m.Leave(ctx)
 		kept := ownership.Actor{Tenant: "default", Class: "c", Name: "kept"}
 		for _, k := range []history.Key{{Kind: history.Segment, TXID: 1, Gen: 2}, {Kind: history.Segment, TXID: 2, Gen: 5, Parent: 2}} {
-			key := history.EncodedPrefix(kept.Tenant, kept.Class, kept.Name) + k.Rel()
+			key := app.Default.StateRoot() + history.EncodedPrefix(kept.Tenant, kept.Class, kept.Name) + k.Rel()
 			if _, err := mem.Put(ctx, key, strings.NewReader("x"), 1, bucket.Condition{}); err != nil {
 				t.Fatal(err)
 			}

@@ -138,10 +138,28 @@ func aheadWarning(n NodeStatus, s nodelease.Settings) string {
 	return what + "such a lease never goes stale, so no node fences it and its actors stay held until that date; fix the clock that is wrong (that node's, or this machine's if it is behind). wasmkeep cluster fence stops the node, but the fence keeps the date"
 }
 
-// RecordsNaming lists owners/ and reads every ownership record, counting
-// those that name node id as their holder. A record that does not decode
-// is an error naming its key.
+// RecordsNaming reads every ownership record of every app with state in
+// b, the shared root (owners/ under each app's state root), counting those
+// that name node id as their holder. A record that does not decode is an
+// error naming its key.
 func RecordsNaming(ctx context.Context, b bucket.Bucket, id string) (int, error) {
+	apps, err := Apps(ctx, b)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, a := range apps {
+		c, err := recordsNaming(ctx, bucket.Under(b, a.StateRoot()), id)
+		if err != nil {
+			return 0, fmt.Errorf("app %s: %w", a, err)
+		}
+		n += c
+	}
+	return n, nil
+}
+
+// recordsNaming counts the records of one app's state view naming id.
+func recordsNaming(ctx context.Context, b bucket.Bucket, id string) (int, error) {
 	entries, err := bucket.ListAll(ctx, b, ownership.Prefix)
 	if err != nil {
 		return 0, err

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
+	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/simtest"
@@ -26,10 +27,10 @@ func putLease(t *testing.T, b bucket.Bucket, id string, o nodelease.Object) {
 	}
 }
 
-func putRecord(t *testing.T, b bucket.Bucket, a ownership.Actor, r ownership.Record) {
+func putRecord(t *testing.T, b bucket.Bucket, in app.Name, a ownership.Actor, r ownership.Record) {
 	t.Helper()
 	body := r.Encode()
-	if _, err := b.Put(context.Background(), a.Key(), bytes.NewReader(body), int64(len(body)), bucket.Condition{}); err != nil {
+	if _, err := bucket.Under(b, in.StateRoot()).Put(context.Background(), a.Key(), bytes.NewReader(body), int64(len(body)), bucket.Condition{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -131,9 +132,11 @@ func TestForget(t *testing.T) {
 	}
 	refused("junk", "not a node lease")
 	putLease(t, b, "held", obj(nodelease.Fenced, time.Hour))
-	putRecord(t, b, ownership.Actor{Tenant: "default", Class: "c", Name: "x"}, ownership.Record{Node: "held", Instance: "i", Generation: 3})
-	putRecord(t, b, ownership.Actor{Tenant: "default", Class: "c", Name: "y"}, ownership.Record{Node: "held", Instance: "old", Generation: 1})
-	putRecord(t, b, ownership.Actor{Tenant: "default", Class: "c", Name: "z"}, ownership.Record{Generation: 2})
+	// Records of two apps name it: both count.
+	shop := app.Name{Tenant: "acme", App: "shop"}
+	putRecord(t, b, app.Default, ownership.Actor{Tenant: "default", Class: "c", Name: "x"}, ownership.Record{Node: "held", Instance: "i", Generation: 3})
+	putRecord(t, b, shop, ownership.Actor{Tenant: "acme", Class: "c", Name: "y"}, ownership.Record{Node: "held", Instance: "old", Generation: 1})
+	putRecord(t, b, app.Default, ownership.Actor{Tenant: "default", Class: "c", Name: "z"}, ownership.Record{Generation: 2})
 	refused("held", "2 ownership records still name node held")
 
 	putLease(t, b, "old", obj(nodelease.Released, 15*time.Second))
@@ -179,7 +182,7 @@ func (o *onList) List(ctx context.Context, prefix string, opts bucket.ListOption
 }
 
 // A process that starts with a node id while forget checks that id (here
-// while it lists owners/) keeps its lease: forget is refused, having
+// while it lists state/, every app's records) keeps its lease: forget is refused, having
 // written nothing, and the node renews on. Once that node stops, forget
 // marks its lease forgotten, and a process started with the id afterwards
 // takes it and runs.
@@ -191,7 +194,7 @@ func TestForgetRacingAStart(t *testing.T) {
 		putLease(t, mem, "a", nodelease.Object{State: nodelease.Released, Instance: "old", Seq: 7, WrittenAt: clk.Now().Add(-time.Hour)})
 		lost := make(chan error, 2)
 		var m *Member
-		racing := &onList{Bucket: mem, prefix: ownership.Prefix, hook: func() {
+		racing := &onList{Bucket: mem, prefix: app.StatePrefix, hook: func() {
 			var err error
 			if m, err = join(t, clk, config(mem, clk, "p1", func(err error) { lost <- err })); err != nil {
 				t.Fatal(err)

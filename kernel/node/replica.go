@@ -31,7 +31,7 @@ import (
 // (ADR 1026).
 type Cluster struct {
 	Member    *cluster.Member  // the node lease and the ownership records (cluster.Join)
-	Bucket    bucket.Bucket    // the bucket the member uses, counted (bucket.Counting)
+	Bucket    bucket.Bucket    // the shared root the member joined on, counted (bucket.Counting); the actors' state is Member.State
 	Metrics   *metrics.Cluster // its collectors, registered on the node's page
 	Retention time.Duration    // --history-retention-secs
 
@@ -67,7 +67,7 @@ func (n *Node) newReplicas() (*replication.Replicas, error) {
 	}
 	n.metrics.Register(c.Metrics)
 	return replication.New(replication.Config{
-		Bucket: c.Bucket, Clock: n.clock, Driver: n.storage, Root: n.stateDir, Options: n.opts.Storage,
+		Bucket: c.Member.State, Clock: n.clock, Driver: n.storage, Root: n.stateDir, Options: n.opts.Storage,
 		TempDir: tmp, Retention: c.Retention,
 		Metrics: replication.Metrics{
 			DurableWrite: c.Metrics.DurableWrite, Restore: c.Metrics.Restore, SnapshotFailure: c.Metrics.SnapshotFailure,

@@ -100,9 +100,10 @@ released, 2 on an error.`,
 		Long: `Mark nodes/NODE forgotten, only when that is safe: refused for a live lease,
 whatever its age (stop the node, or fence it), for an object that is not a
 node lease (fence it first), for a fenced or released lease younger than
-ttl + grace (15 s by default), and while any ownership record (owners/)
-still names the node: a retired lease frees nothing, so those actors would
-stay held for ever. The command lists owners/ and reads every record.
+ttl + grace (15 s by default), and while any ownership record of any app
+(state/TENANT/APP/owners/) still names the node: a retired lease frees
+nothing, so those actors would stay held for ever. The command lists
+state/ and reads every record.
 
 The lease is replaced, If-Match the version checked, by the same object
 marked forgotten, never deleted (ADR 1041): a node started with this id
