@@ -58,8 +58,9 @@ func TestNodeIDTwinRefused(t *testing.T) {
 	t.Logf("after the clean stop the second process started in %v", time.Since(start))
 }
 
-// A --bucket a build cannot serve, a malformed URL, or a bucket without a
-// node id is refused before anything starts, naming what is wrong.
+// A --bucket a build cannot serve, a malformed URL, a bucket without a
+// node id, an --app outside the grammar or without a bucket is refused
+// before anything starts, naming what is wrong.
 func TestBucketFlagRefusals(t *testing.T) {
 	bin := wasmkeepBinary(t)
 	for args, want := range map[string]string{
@@ -69,6 +70,8 @@ func TestBucketFlagRefusals(t *testing.T) {
 		"--node-id a":                                                    "cluster.bucket (--bucket) is not set",
 		"--bucket s3://demo/p --node-id Bad":                             `node id "Bad" must be`,
 		"--bucket file:///tmp/x --node-id a --history-retention-secs -1": "cannot be negative",
+		"--app acme/Shop --bucket file:///tmp/x --node-id a":             `--app (node.app): app acme/Shop: app name "Shop" must match [a-z][a-z0-9-]{0,63}`,
+		"--app acme/shop":                                                "--app acme/shop needs a bucket (--bucket)",
 	} {
 		cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--actor", "counter=" + counter(t)}, strings.Fields(args)...)...)
 		cmd.Env = withoutWasmkeepVars()

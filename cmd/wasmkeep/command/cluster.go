@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
@@ -94,7 +95,7 @@ func (c *clusterNode) close() {
 // the probe, the node-id start check, the lease, the cluster secret. lost
 // is called if the lease is lost later. Everything is closed when joining
 // fails; otherwise the caller closes it (clusterNode.close).
-func joinCluster(ctx context.Context, cfg *config.Config, listen string, log *slog.Logger, lost func(error)) (_ *clusterNode, err error) {
+func joinCluster(ctx context.Context, cfg *config.Config, served app.Name, listen string, log *slog.Logger, lost func(error)) (_ *clusterNode, err error) {
 	c := cfg.Cluster
 	if c.NodeID == "" {
 		return nil, errors.New("cluster.bucket (--bucket) is set but cluster.node_id (--node-id) is not: give this node an id, unique among the bucket's nodes")
@@ -137,7 +138,7 @@ func joinCluster(ctx context.Context, cfg *config.Config, listen string, log *sl
 	cn.Bucket = bucket.Counting(raw, cm.BucketRequest)
 	var network *peers.Network // set before the listing starts
 	m, err := cluster.Join(ctx, cluster.Config{
-		Bucket: cn.Bucket, Clock: clock.Real, Settings: c.Lease(), NodeID: c.NodeID, Instance: newInstance(),
+		Bucket: cn.Bucket, App: served, Clock: clock.Real, Settings: c.Lease(), NodeID: c.NodeID, Instance: newInstance(),
 		Info: info, Logger: log, Lost: lost, LeaseWrote: cm.LeaseWrote,
 		Fenced: func(peer string) {
 			cm.Fence()
@@ -162,7 +163,7 @@ func joinCluster(ctx context.Context, cfg *config.Config, listen string, log *sl
 		Clock: clock.Real, Logger: log, AnswerTimeout: cfg.Node.WallClock})
 	cn.Peers = network
 	cn.Signer, cn.Verifier = callSecret(ctx, cn.Bucket, c.NodeID, log)
-	log.Info("joined the cluster", "node_id", c.NodeID, "bucket", ch.Info.ID(), "advertise", info.Advertise,
+	log.Info("joined the cluster", "node_id", c.NodeID, "app", served.String(), "bucket", ch.Info.ID(), "advertise", info.Advertise,
 		"cluster_advertise", info.ClusterAddr, "plaintext", cmp.Or(c.Plaintext, "refuse"))
 	return cn, nil
 }
