@@ -282,20 +282,20 @@ func TestClusterStatusAndForget(t *testing.T) {
 	wantCluster(t, bin, down, "s3://down", 2, []string{`reading nodes/a: .*connection refused`}, "fence", "a")
 
 	url, cmd, logs := serveBinary(t, bin, env, "--data-dir", t.TempDir(), "--actor", "counter="+counter(t), "--bucket", bucketURL, "--node-id", "a")
-	wantCluster(t, bin, env, bucketURL, 0, []string{`(?m)^a +yes +[\d.]+m?s +\S+ +` + regexp.QuoteMeta(url) + ` +https://127\.0\.0\.1:\d+ +[0-9a-f]{16}\.\.\.$`, `1 of 1 nodes live; TLS: 1 with a cluster listener, 0 plain`}, "status")
+	wantCluster(t, bin, env, bucketURL, 0, []string{`(?m)^a +yes +[\d.]+m?s +serving +\S+ +default/default +- +` + regexp.QuoteMeta(url) + ` +https://127\.0\.0\.1:\d+ +[0-9a-f]{16}\.\.\.$`, `1 of 1 nodes live; TLS: 1 with a cluster listener, 0 plain`}, "status")
 	out := wantCluster(t, bin, env, bucketURL, 0, nil, "status", "--json")
 	var st struct {
 		Live  int `json:"live"`
 		Nodes []struct {
-			ID, State, Lease, Advertise string
-			Live                        bool
-			AgeMS                       int64 `json:"age_ms"`
+			ID, State, Lease, Advertise, App, Run string
+			Live                                  bool
+			AgeMS                                 int64 `json:"age_ms"`
 		} `json:"nodes"`
 	}
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("status --json: %v\n%s", err, out)
 	}
-	if n := st.Nodes; st.Live != 1 || len(n) != 1 || n[0].ID != "a" || !n[0].Live || n[0].State != "live" || n[0].Advertise != url || n[0].AgeMS < 0 {
+	if n := st.Nodes; st.Live != 1 || len(n) != 1 || n[0].ID != "a" || !n[0].Live || n[0].State != "live" || n[0].Advertise != url || n[0].App != "default/default" || n[0].Run != "serving" || n[0].AgeMS < 0 {
 		t.Errorf("status --json: %+v", st)
 	}
 	wantCluster(t, bin, env, bucketURL, 1, []string{`refused: nodes/a is live`}, "forget", "a")

@@ -344,3 +344,35 @@ func TestFirstAcquisitionAboveTheHistory(t *testing.T) {
 		}
 	})
 }
+
+// A member serves one app: its heartbeat names it, and its ownership
+// records are under the app's state root, the node lease on the shared
+// root. A malformed app is refused before the bucket is touched.
+func TestJoinServesItsApp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		mem, clk := buckettest.NewMemory(buckettest.Flaws{}), simtest.New()
+		cfg := config(mem, clk, "p1", nil)
+		cfg.App = app.Name{Tenant: "acme", App: "shop"}
+		m, err := join(t, clk, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Leave(ctx)
+		if r, err := nodelease.ReadObject(ctx, mem, "a"); err != nil || r.Object.Info.App != "acme/shop" {
+			t.Errorf("nodes/a names app %q (%v), want acme/shop", r.Object.Info.App, err)
+		}
+		x := ownership.Actor{Tenant: "acme", Class: "c", Name: "x"}
+		if _, err := m.Owners.Acquire(ctx, x); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := mem.Get(ctx, "state/acme/shop/"+x.Key(), bucket.GetOptions{}); err != nil {
+			t.Errorf("the record is not under the app's state root: %v", err)
+		}
+		bad := config(mem, clk, "p2", nil)
+		bad.App = app.Name{Tenant: "acme", App: "Shop"}
+		if _, err := Join(ctx, bad); err == nil || !strings.Contains(err.Error(), `app name "Shop" must match`) {
+			t.Errorf("Join with app acme/Shop: %v", err)
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -97,6 +98,57 @@ func TestReadStatus(t *testing.T) {
 	putLease(t, b, "c", live(0, "0.4.0", "https://c:7443"))
 	if st, _ = ReadStatus(ctx, b, s, clk); !strings.Contains(strings.Join(st.Warnings, "\n"), "different WasmKeep versions: 0.3.0 (a, b, g), 0.4.0 (c)") {
 		t.Errorf("mixed versions: %q", st.Warnings)
+	}
+}
+
+// Status reads each node's app, the version it serves and whether it is
+// behind; it warns about a node behind, and about live nodes of one app
+// serving different versions once the newer one is out for a minute, not
+// before, and not across apps.
+func TestReadStatusServing(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewManual(simtest.Epoch)
+	now := clk.Now()
+	s := nodelease.DefaultSettings()
+	b := buckettest.NewMemory(buckettest.Flaws{})
+	node := func(id, app string, sv nodelease.Serving, behind string) {
+		info := nodelease.Info{Version: "0.4.0", Advertise: "http://" + id + ":1", App: app, Behind: behind}
+		if sv.Version != "" {
+			info.Serving = sv.String()
+		}
+		putLease(t, b, id, nodelease.Object{State: nodelease.Live, Instance: "i", Seq: 1, WrittenAt: clk.Now(), Info: info})
+	}
+	v1 := nodelease.Serving{Version: "1111111111111111", Seq: 1, Since: now.Add(-time.Hour)}
+	v2 := nodelease.Serving{Version: "2222222222222222", Seq: 2, Since: now.Add(-30 * time.Second)}
+	node("a", "acme/shop", v2, "")
+	node("b", "acme/shop", v1, "class cart: needs a host function this node lacks")
+	node("c", "acme/blog", v1, "")
+	node("d", "default/default", nodelease.Serving{}, "")
+	st, err := ReadStatus(ctx, b, s, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, n := range st.Nodes {
+		got = append(got, fmt.Sprintf("%s=%s,%s,%s,%d", n.ID, n.Object.Info.App, n.Run(), n.Serving.Version, n.Serving.Seq))
+	}
+	want := "a=acme/shop,serving,2222222222222222,2 b=acme/shop,behind,1111111111111111,1 c=acme/blog,serving,1111111111111111,1 d=default/default,serving,,0"
+	if strings.Join(got, " ") != want {
+		t.Errorf("nodes %s, want %s", strings.Join(got, " "), want)
+	}
+	w := strings.Join(st.Warnings, "\n")
+	if !strings.Contains(w, "node b is behind app acme/shop: class cart: needs a host function") || strings.Contains(w, "serve different versions") {
+		t.Errorf("warnings 30 s after v2: %q", w)
+	}
+	clk.Advance(31 * time.Second)
+	node("a", "acme/shop", v2, "") // written again, live at the new time
+	node("b", "acme/shop", v1, "")
+	node("c", "acme/blog", v1, "")
+	node("d", "default/default", nodelease.Serving{}, "")
+	st, _ = ReadStatus(ctx, b, s, clk)
+	w = strings.Join(st.Warnings, "\n")
+	if want := "live nodes of app acme/shop serve different versions: 2222222222222222 (seq 2) since 1m1s ago, but b (1111111111111111, seq 1)"; !strings.Contains(w, want) || strings.Count(w, "serve different versions") != 1 {
+		t.Errorf("warnings a minute after v2: %q, want one with %q", w, want)
 	}
 }
 
