@@ -159,7 +159,7 @@ func joinCluster(ctx context.Context, cfg *config.Config, served app.Name, liste
 		return nil, err
 	}
 	cn.Member = m
-	network = peers.New(peers.Config{Self: c.NodeID, View: m.View, Secure: cn.secure, Plain: cn.plain,
+	network = peers.New(peers.Config{Self: c.NodeID, App: served.String(), View: m.View, Secure: cn.secure, Plain: cn.plain,
 		Clock: clock.Real, Logger: log, AnswerTimeout: cfg.Node.WallClock})
 	cn.Peers = network
 	cn.Signer, cn.Verifier = callSecret(ctx, cn.Bucket, c.NodeID, log)
