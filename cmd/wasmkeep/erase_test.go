@@ -49,7 +49,7 @@ func clusterNodeOn(t *testing.T, b bucket.Bucket, id string, classes map[string]
 		t.Fatal(err)
 	}
 	tn := startNode(t, node.Options{Classes: classes, Placement: placement.Local{},
-		Cluster: &node.Cluster{Member: m, Bucket: b, Metrics: metrics.NewCluster()}})
+		Cluster: &node.Cluster{Member: m, Metrics: metrics.NewCluster()}})
 	return tn, m
 }
 

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
-	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/callsign"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
@@ -30,8 +29,7 @@ import (
 // event ends, exec-durable answering once the bucket acknowledged them
 // (ADR 1026).
 type Cluster struct {
-	Member    *cluster.Member  // the node lease and the ownership records (cluster.Join)
-	Bucket    bucket.Bucket    // the shared root the member joined on, counted (bucket.Counting); the actors' state is Member.State
+	Member    *cluster.Member  // the node lease, the ownership records and the app's state view, Member.State (cluster.Join)
 	Metrics   *metrics.Cluster // its collectors, registered on the node's page
 	Retention time.Duration    // --history-retention-secs
 
