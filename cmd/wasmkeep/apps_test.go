@@ -5,7 +5,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -86,5 +88,31 @@ func TestTwoAppsOneBucket(t *testing.T) {
 	}
 	for _, n := range []*bucketNode{a, b, c} {
 		n.stop()
+	}
+
+	// bucket ls and verify list each app's actors apart.
+	bucketCmd := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(a.bin, append(append([]string{"bucket"}, args...), "--bucket", bucketURL)...)
+		cmd.Env = withoutWasmkeepVars()
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("bucket %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	ls := regexp.MustCompile(`(?m)^(acme/[ab]) +acme/counter/x +(\d+) `)
+	var rows []string
+	for _, m := range ls.FindAllStringSubmatch(bucketCmd("ls"), -1) {
+		rows = append(rows, m[1]+" head "+m[2])
+	}
+	if got := strings.Join(rows, ", "); got != "acme/a head 3, acme/b head 1" {
+		t.Errorf("bucket ls: %s, want acme/a head 3, acme/b head 1", got)
+	}
+	if out := bucketCmd("ls", "--app", "acme/b"); strings.Contains(out, "acme/a") || !strings.Contains(out, "acme/b") {
+		t.Errorf("bucket ls --app acme/b:\n%s", out)
+	}
+	if out := bucketCmd("verify"); !strings.Contains(out, "ok      acme/a acme/counter/x: head 3") || !strings.Contains(out, "2 actors: 2 ok, 0 broken") {
+		t.Errorf("bucket verify:\n%s", out)
 	}
 }
