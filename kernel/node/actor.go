@@ -29,6 +29,7 @@ type event struct {
 	alarm   bool            // the pending alarm is due (no payload, no reply read)
 	ws      *wsEvent        // a WebSocket event; payload is what its hook finds pending
 	placed  bool            // the front door asked the placement for it already (place)
+	class   *class          // the class it took where it arrived (deliver): it runs on it (upToDate)
 }
 
 // outcome is how an event ended.
@@ -43,6 +44,7 @@ type failure struct {
 	public string // the response body: never host details
 	cause  error  // for the log
 	retry  bool   // the client may retry: 503 with Retry-After, not 500
+	status int    // the HTTP status, when neither 500 nor 503
 }
 
 func (f *failure) Error() string { return f.public + ": " + f.cause.Error() }
@@ -80,6 +82,7 @@ type actor struct {
 	inst     runtime.Instance
 	instTier runtime.Tier // the code inst runs (runtime.Tiered)
 	needInit bool
+	seq      uint64 // the seq its database recorded (upToDate), read as it opens
 	logLimit guestlog.Limit // the instance's, shared by stdout and stderr
 	stdout   guestlog.Stream
 	stderr   guestlog.Stream
@@ -195,7 +198,7 @@ func (a *actor) handle(ev *event) {
 		a.answer(ev, outcome{skipped: true})
 		return
 	}
-	if ev.ws != nil && a.wsActorGone() {
+	if ev.ws != nil && a.wsActorGone(ev.class) {
 		a.answer(ev, outcome{skipped: true})
 		return
 	}
@@ -246,6 +249,11 @@ func (a *actor) runEvent(ev *event) outcome {
 	// actor could never be restored: every event would start the restore
 	// again and cut it again.
 	if err := a.openHeld(a.node.ctx, ev); err != nil {
+		return notRun(err)
+	}
+	if err := a.upToDate(a.node.ctx, ev); errors.Is(err, errDropped) {
+		return outcome{err: err} // its alarm left the timer with the class
+	} else if err != nil {
 		return notRun(err)
 	}
 	// The wall-clock limit stays on the wall clock: calls and fetches read
@@ -327,6 +335,9 @@ func (a *actor) openDB(ctx context.Context) error {
 	a.db = db
 	a.deleted.Store(false)
 	if err := a.ensureHostTables(ctx); err != nil {
+		return &failure{public: "internal error", cause: err}
+	}
+	if err := a.readSeq(ctx); err != nil {
 		return &failure{public: "internal error", cause: err}
 	}
 	if a.stream != nil {
