@@ -404,19 +404,27 @@ func (a *actor) initPending(ctx context.Context) (bool, error) {
 	return !ok || v != a.class.version, err
 }
 
-// metaValue reads one value of the actor's host metadata; ok is false if
-// it is not recorded.
+// metaValue reads one text value of the actor's host metadata; ok is
+// false if it is not recorded.
 func metaValue(ctx context.Context, db storage.DB, key string) (string, bool, error) {
+	v, ok, err := metaRow(ctx, db, key)
+	return string(v.Bytes), ok, err
+}
+
+// metaRow reads one value of the actor's host metadata as stored (the
+// column's affinity keeps a number a number); ok is false if it is not
+// recorded.
+func metaRow(ctx context.Context, db storage.DB, key string) (abi.Value, bool, error) {
 	var w abi.RowsWriter
 	if err := db.HostQuery(ctx, "SELECT value FROM "+metaTable+" WHERE key = ?", []abi.Value{text(key)}, &w); err != nil {
-		return "", false, err
+		return abi.Value{}, false, err
 	}
 	r := abi.NewReader(w.Buf)
 	if _, n := r.Columns(); n == 0 {
-		return "", false, r.Err()
+		return abi.Value{}, false, r.Err()
 	}
 	v := r.Value()
-	return string(v.Bytes), true, r.Err()
+	return v, true, r.Err()
 }
 
 func text(s string) abi.Value { return abi.Value{Kind: abi.KindText, Bytes: []byte(s)} }

@@ -316,7 +316,7 @@ func (a *actor) upToDate(ctx context.Context, ev *event) error {
 	a.adopt(c)
 	if c.seq > a.seq {
 		if _, err := a.db.HostExec(ctx, "INSERT OR REPLACE INTO "+metaTable+" (key, value) VALUES ('"+seqKey+"', ?)",
-			text(strconv.FormatUint(c.seq, 10))); err != nil {
+			abi.Value{Kind: abi.KindInteger, Int: int64(c.seq)}); err != nil {
 			return &failure{public: "internal error", cause: fmt.Errorf("recording the seq: %w", err)}
 		}
 		a.seq = c.seq
@@ -346,15 +346,15 @@ func (a *actor) adopt(c *class) {
 // readSeq reads the seq the actor's database recorded (0 for none): once
 // per activation.
 func (a *actor) readSeq(ctx context.Context) error {
-	v, ok, err := metaValue(ctx, a.db, seqKey)
+	v, ok, err := metaRow(ctx, a.db, seqKey)
 	a.seq = 0
-	if err != nil || !ok {
+	switch {
+	case err != nil || !ok:
 		return err
+	case v.Kind != abi.KindInteger || v.Int < 0:
+		return fmt.Errorf("the actor's recorded seq is not a seq (kind %d)", v.Kind)
 	}
-	a.seq, err = strconv.ParseUint(v, 10, 64)
-	if err != nil {
-		return fmt.Errorf("the actor's recorded seq %q: %w", v, err)
-	}
+	a.seq = uint64(v.Int)
 	return nil
 }
 
