@@ -82,7 +82,7 @@ type actor struct {
 	inst     runtime.Instance
 	instTier runtime.Tier // the code inst runs (runtime.Tiered)
 	needInit bool
-	seq      uint64 // the seq its database recorded (upToDate), read as it opens
+	seq      uint64         // the seq its database recorded (upToDate), read as it opens
 	logLimit guestlog.Limit // the instance's, shared by stdout and stderr
 	stdout   guestlog.Stream
 	stderr   guestlog.Stream

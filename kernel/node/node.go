@@ -17,11 +17,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -66,18 +66,19 @@ type Options struct {
 	Storage       storage.Options
 	Env           map[string]map[string]string // by class: its configuration (--env), name to value
 	Stateless     string                       // module file of the stateless component ("" for none)
+	Logger        *slog.Logger
+	Placement     placement.Placement // [Local] where each actor runs: asked before every delivery
+	Clock         clock.Clock         // [clock.Real] what idle timeouts, alarms, admission waits, WebSocket pings and metrics read and wait on
+	Cluster       *Cluster            // [nil: a node alone] the bucket and the membership of a node with a bucket (replica.go)
+
 	// A node started from a deployed version (deploy.go): its id and seq,
-	// which stamp the classes above from the start (0: --actor classes,
+	// which stamp Classes from the start (0: --actor classes,
 	// never checked); Behind is called, without blocking, when an actor's
 	// data was written under a higher seq than its class's here: the
 	// follower reads current at once.
 	VersionID string
 	Seq       uint64
 	Behind    func(seq uint64)
-	Logger        *slog.Logger
-	Placement     placement.Placement // [Local] where each actor runs: asked before every delivery
-	Clock         clock.Clock         // [clock.Real] what idle timeouts, alarms, admission waits, WebSocket pings and metrics read and wait on
-	Cluster       *Cluster            // [nil: a node alone] the bucket and the membership of a node with a bucket (replica.go)
 
 	// Headers that reach an actor: more fields, or more bytes of names,
 	// values and request target, answer 431.
