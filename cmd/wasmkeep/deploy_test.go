@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 )
@@ -174,4 +176,27 @@ func TestOldCodeRefusedOnNewerData(t *testing.T) {
 	// --actor classes (seq 0) are not checked.
 	plain := startNode(t, node.Options{DataDir: dir, Classes: map[string]string{"s": schemaV1(t)}})
 	plain.expect("GET", "/actor/s/a", "", 200, "version=1 inits=2,1 hits=1 greeting=")
+}
+
+// A class a version drops closes its actors' sockets with 1012: their
+// clients reconnect, to a node that serves it or to a 404.
+func TestApplyDroppedClassClosesSockets(t *testing.T) {
+	tn := startRoom(t, node.Options{VersionID: "aaaa", Seq: 1})
+	c := dial(t, tn, "/actor/room/r1")
+	if got := readText(t, c); !strings.HasPrefix(got, "welcome") {
+		t.Fatalf("the room said %q, want its welcome", got)
+	}
+	tn.apply(node.Version{ID: "bbbb", Seq: 2, Classes: map[string]node.ClassSpec{"s": {Module: schemaV1(t)}}})
+	expectClose(t, c, websocket.StatusServiceRestart, "the class is no longer served")
+	tn.expect("GET", "/actor/room/r1", "", 404, "unknown class \"room\"\n")
+}
+
+// A module a version brings is pre-initialised as one a start loads.
+func TestApplyPreinitialises(t *testing.T) {
+	tn := startNode(t, node.Options{})
+	tn.apply(node.Version{ID: "aaaa", Seq: 1, Classes: map[string]node.ClassSpec{"p": {Module: preinitGuest(t, "-X main.variant=apply")}}})
+	waitLog(t, tn, `msg="module pre-initialised"`)
+	if a, b := tokens(tn); a != b {
+		t.Errorf("actors of a pre-initialised module got init tokens %s and %s: init ran in each", a, b)
+	}
 }
