@@ -208,6 +208,7 @@ func (n *Node) swap(d, cur *deployment) {
 	if d.front != nil {
 		n.log.Info("stateless component loaded", "module", d.front.path, "version", d.front.version[:12], "deployed", d.id, "seq", d.seq)
 	}
+	n.log.Info("serving version", "deployed", d.id, "seq", d.seq, "classes", len(d.classes))
 	if cur == nil {
 		return
 	}
@@ -266,8 +267,8 @@ var (
 // served (else 404), and its seq must be at least the actor's, or the
 // event waits briefly for a version that brings it there (Options.Behind
 // asks the follower to read current at once) and runs on that version's
-// class; otherwise it is refused with 503, never run. Classes of seq 0
-// (--actor) are not checked. The class must have its required
+// class; otherwise it is refused with 503, never run. A node serving seq
+// 0 (--actor classes) does not check. The class must have its required
 // configuration. Then it becomes the actor's (adopt), and its seq is
 // recorded if it is above the actor's.
 func (a *actor) upToDate(ctx context.Context, ev *event) error {
@@ -283,7 +284,7 @@ func (a *actor) upToDate(ctx context.Context, ev *event) error {
 			a.closeSocketOf(ev, websocket.ServiceRestart, "the class is no longer served")
 			return &failure{public: "unknown class " + strconv.Quote(c.name), cause: errDropped, status: 404}
 		}
-		if c.seq == 0 || a.seq <= c.seq || faultSkipSeqCheck() {
+		if now.seq == 0 || a.seq <= c.seq || faultSkipSeqCheck() {
 			break
 		}
 		if now.seq >= a.seq { // a newer version came: the event upgrades
