@@ -200,3 +200,28 @@ func TestApplyPreinitialises(t *testing.T) {
 		t.Errorf("actors of a pre-initialised module got init tokens %s and %s: init ran in each", a, b)
 	}
 }
+
+// A dropped class's alarm leaves the timer and is armed again, from the
+// alarm index, by a version that serves the class again; while a required
+// name is unset the alarm waits, and fires once it is set. On the node's
+// clock: the wall clock reaches none of it.
+func TestApplyAlarms(t *testing.T) {
+	n, m := newManualNode(t, node.Options{VersionID: "aaaa", Seq: 1})
+	probeV, roomV := probe(t), room(t)
+	n.expect("GET", "/actor/probe/a/alarm-set?in=3600000", "", 200, "set")
+	n.apply(node.Version{ID: "bbbb", Seq: 2, Classes: map[string]node.ClassSpec{"room": {Module: roomV}}})
+	m.Advance(2 * time.Hour)
+	settle(t, m)
+
+	n.apply(node.Version{ID: "cccc", Seq: 3, Classes: map[string]node.ClassSpec{
+		"probe": {Module: probeV, Requires: []string{"X"}}, "room": {Module: roomV},
+	}})
+	failed := `wasmkeep_events_total{class="probe",kind="alarm",outcome="failed"}`
+	waitFor(t, time.Minute, "the alarm refused for its missing value", func() bool { return n.metric(failed) >= 1 })
+
+	n.apply(node.Version{ID: "dddd", Seq: 4, Classes: map[string]node.ClassSpec{
+		"probe": {Module: probeV, Requires: []string{"X"}, Config: map[string]string{"X": "1"}}, "room": {Module: roomV},
+	}})
+	m.Advance(time.Hour) // past its retry
+	waitFor(t, time.Minute, "the alarm", func() bool { return attempts(n, "a") == 1 })
+}
