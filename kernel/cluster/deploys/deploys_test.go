@@ -315,11 +315,14 @@ func TestList(t *testing.T) {
 	if _, err := Rollback(t.Context(), b, shop, false); err != nil {
 		t.Fatal(err)
 	}
+	putRaw(t, b, "apps/acme/shop/0000000000000000/manifest", "wasmkeep-manifest 1\nbogus\n")
 	cur, vs, err := List(t.Context(), b, shop)
-	if err != nil || cur != (Current{r1.To.Version, 3}) || len(vs) != 2 {
+	if err != nil || cur != (Current{r1.To.Version, 3}) || len(vs) != 3 {
 		t.Fatalf("List = %v %+v %v", cur, vs, err)
 	}
-	if vs[0].ID != r1.To.Version || !vs[0].Current || !vs[0].InLine || vs[1].ID != r2.To.Version || vs[1].InLine || vs[1].Err != nil {
+	if vs[0].ID != r1.To.Version || !vs[0].Current || !vs[0].InLine || vs[1].ID != "0000000000000000" || vs[1].InLine ||
+		vs[1].Err == nil || !strings.Contains(vs[1].Err.Error(), "0000000000000000/manifest line 2") ||
+		vs[2].ID != r2.To.Version || vs[2].InLine || vs[2].Err != nil {
 		t.Errorf("List = %+v", vs)
 	}
 }
