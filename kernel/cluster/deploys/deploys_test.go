@@ -171,7 +171,7 @@ func TestPublish(t *testing.T) {
 	}
 	// Dropping a class drops its rule; a rename is warned about.
 	r5 := publish(t, b, Draft{Classes: map[string][]byte{"hub2": []byte("hub2"), "chat": []byte("chat1")}})
-	if !slices.Contains(r5.Changes, "class hub: removed") || len(r5.Warnings) != 1 || !strings.Contains(r5.Warnings[0], "hub2 is new and open") {
+	if !slices.Contains(r5.Changes, "class hub: removed, and its rule existing with it") || len(r5.Warnings) != 1 || !strings.Contains(r5.Warnings[0], "hub2 is new and open") {
 		t.Errorf("rename: %q %q", r5.Changes, r5.Warnings)
 	}
 	// Back to the classes of r4: a new directory, whose previous is r5's.

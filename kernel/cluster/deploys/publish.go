@@ -208,11 +208,11 @@ func changes(ctx context.Context, b bucket.Bucket, k keys, fromID string, from M
 		case !had:
 			added = append(added, c)
 			lines = append(lines, "class "+c+": added")
+		case !has && from.Access[c].Mode != access.Open:
+			lines = append(lines, fmt.Sprintf("class %s: removed, and its rule %s with it", c, from.Access[c]))
+			removedRuled = append(removedRuled, c)
 		case !has:
 			lines = append(lines, "class "+c+": removed")
-			if from.Access[c].Mode != access.Open {
-				removedRuled = append(removedRuled, c)
-			}
 		case old != now:
 			lines = append(lines, "class "+c+": new code")
 		}
