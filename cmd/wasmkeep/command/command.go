@@ -74,6 +74,7 @@ func Main(plugins ...plugin.Info) int {
 	root.AddCommand(versionCommand(reg))
 	root.AddCommand(bucketCommand(reg))
 	root.AddCommand(clusterCommand(reg))
+	root.AddCommand(deployCommand(reg))
 	if err := root.Execute(); err != nil {
 		var ee *exitErr
 		if errors.As(err, &ee) {
