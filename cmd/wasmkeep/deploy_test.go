@@ -87,6 +87,12 @@ func TestDeployRefusesBeforeUpload(t *testing.T) {
 	if ok || !strings.Contains(out, `class "countr", which the new version does not have`) {
 		t.Errorf("a rule for a missing class: ok %v:\n%s", ok, out)
 	}
+	for flag, value := range map[string]string{"--access": "counter=existing", "--requires": "counter=A"} {
+		out, ok := d.run("--actor", "counter="+good, flag, value, flag, value)
+		if want := flag + ": class counter given twice"; ok || !strings.Contains(out, want) {
+			t.Errorf("%s twice: ok %v, want %q:\n%s", flag, ok, want, out)
+		}
+	}
 	if keys := d.keys("apps/"); len(keys) != 0 {
 		t.Errorf("refused deploys left %q in the bucket", keys)
 	}

@@ -262,6 +262,9 @@ func accessRules(file map[string]string, flags []string) (map[string]access.Acce
 		if !ok || class == "" {
 			return nil, fmt.Errorf("--access %q: want CLASS=MODE", s)
 		}
+		if _, twice := rules[class]; twice { // which one was meant?
+			return nil, fmt.Errorf("--access: class %s given twice", class)
+		}
 		a, err := access.Parse(mode)
 		if err != nil {
 			return nil, fmt.Errorf("--access %q: %w", s, err)

@@ -205,6 +205,9 @@ func draft(ctx context.Context, warn io.Writer, reg *plugin.Registry, f deployFl
 		if d.Config == nil {
 			d.Config = map[string]map[string]string{}
 		}
+		if _, twice := d.Config[class]; twice {
+			return d, fmt.Errorf("--config: class %s given twice", class)
+		}
 		if path == "" {
 			d.Config[class] = nil
 			continue
@@ -223,6 +226,9 @@ func draft(ctx context.Context, warn io.Writer, reg *plugin.Registry, f deployFl
 		}
 		if d.Requires == nil {
 			d.Requires = map[string][]string{}
+		}
+		if _, twice := d.Requires[class]; twice {
+			return d, fmt.Errorf("--requires: class %s given twice", class)
 		}
 		d.Requires[class] = nil
 		if names != "" {

@@ -8,7 +8,7 @@
 //	apps/<t>/<a>/<version>/manifest     immutable, created IfAbsent
 //	apps/<t>/<a>/<version>/<class>.wasm
 //	apps/<t>/<a>/<version>/<class>.config
-//	apps/<t>/<a>/<version>/front.wasm
+//	apps/<t>/<a>/<version>/_front.wasm   (no class name starts with _)
 package deploys
 
 import (
@@ -29,10 +29,6 @@ import (
 
 const manifestHeader = "wasmkeep-manifest 1"
 
-// frontClass is the name front.wasm would also have as a class's module,
-// so a version with a front cannot have a class of that name.
-const frontClass = "front"
-
 var (
 	digestRE  = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	versionRE = regexp.MustCompile(`^[0-9a-f]{16}$`)
@@ -42,7 +38,7 @@ var (
 // never a configuration value.
 type Manifest struct {
 	Previous string                   // the version this one replaced, "" for the first
-	Front    string                   // SHA-256 of front.wasm, "" without a front
+	Front    string                   // SHA-256 of the front's module, "" without a front
 	Classes  map[string]string        // class to the SHA-256 of its module
 	Access   map[string]access.Access // the classes whose rule is not open
 	Config   map[string]string        // class to the SHA-256 of its .config object
@@ -110,8 +106,6 @@ func (m Manifest) Check() error {
 		switch {
 		case !address.ValidIdent(c):
 			return fmt.Errorf("class %q: a class name must match [a-z][a-z0-9-]{0,63}", c)
-		case c == frontClass && m.Front != "":
-			return fmt.Errorf("class %s: its module would be front.wasm, the front's: rename the class", c)
 		case !digestRE.MatchString(d):
 			return fmt.Errorf("class %s: the digest is not 64 lowercase hex digits", c)
 		}

@@ -33,7 +33,9 @@ func (k keys) dir(v string) string       { return k.root + v + "/" }
 func (k keys) manifest(v string) string  { return k.dir(v) + "manifest" }
 func (k keys) module(v, c string) string { return k.dir(v) + c + ".wasm" }
 func (k keys) config(v, c string) string { return k.dir(v) + c + ".config" }
-func (k keys) front(v string) string     { return k.dir(v) + frontClass + ".wasm" }
+
+// front's key cannot be a class's: a class name starts with a letter.
+func (k keys) front(v string) string { return k.dir(v) + "_front.wasm" }
 
 // get reads a whole object.
 func get(ctx context.Context, b bucket.Bucket, key string) ([]byte, *bucket.Object, error) {
