@@ -285,7 +285,7 @@ func TestLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	hub := l.Classes["hub"]
-	if l.Version != r.To.Version || l.Seq != 1 || hub.Access != "internal" || l.Classes["chat"].Access != "open" ||
+	if l.Version != r.To.Version || l.Seq != 1 || hub.Access.String() != "internal" || l.Classes["chat"].Access.String() != "open" ||
 		!maps.Equal(hub.Config, map[string]string{"URL": "it's"}) || !slices.Equal(hub.Requires, []string{"A", "URL"}) ||
 		hub.Digest != Digest([]byte("hub")) || hub.Module != dir+"/"+hub.Digest+".wasm" || l.Classes["chat"].Config != nil {
 		t.Fatalf("Load = %+v", l)

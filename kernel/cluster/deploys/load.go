@@ -9,6 +9,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/internal/atomicfile"
 	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 )
 
 // Loaded is a version as a node runs it: every object read and checked
@@ -25,7 +26,7 @@ type Loaded struct {
 type LoadedClass struct {
 	Module   string            // the module's file, named by its digest
 	Digest   string            // hex SHA-256 of the module
-	Access   string            // the rule as access.Parse reads it: "open" without one
+	Access   access.Access     // the zero value (open) without a rule
 	Config   map[string]string // the deployed configuration, nil without
 	Requires []string          // names that must be set, sorted
 }
@@ -62,7 +63,7 @@ func loadAt(ctx context.Context, b bucket.Bucket, a app.Name, cur Current, dir s
 		}
 	}
 	for c, digest := range m.Classes {
-		lc := LoadedClass{Digest: digest, Access: m.Access[c].String(), Requires: m.Requires[c]}
+		lc := LoadedClass{Digest: digest, Access: m.Access[c], Requires: m.Requires[c]}
 		if lc.Module, err = writeModule(ctx, b, k.module(cur.Version, c), digest, dir); err != nil {
 			return Loaded{}, err
 		}
