@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 
@@ -179,16 +180,64 @@ func (c *code) close(ctx context.Context) {
 
 // compileModule compiles and checks the module read from path.
 func (n *Node) compileModule(ctx context.Context, wasm []byte, path string) (runtime.Module, hooks, error) {
-	mod, err := n.engine.Compile(ctx, wasm)
+	return compileModule(ctx, n.engine, n.host, wasm, path)
+}
+
+// compileModule compiles wasm, read from path, on eng and checks it
+// against host.
+func compileModule(ctx context.Context, eng runtime.Engine, host map[string]runtime.HostFunction, wasm []byte, path string) (runtime.Module, hooks, error) {
+	mod, err := eng.Compile(ctx, wasm)
 	if err != nil {
 		return nil, hooks{}, fmt.Errorf("compiling %s: %w", path, err)
 	}
-	h, err := checkModule(mod, n.host)
+	h, err := checkModule(mod, host)
 	if err != nil {
 		mod.Close(ctx)
 		return nil, hooks{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return mod, h, nil
+}
+
+// newEngine makes an engine of rt serving the host ABI, with the host's
+// functions by name.
+func newEngine(ctx context.Context, rt runtime.Driver, memoryLimit uint32, cacheDir string) (runtime.Engine, map[string]runtime.HostFunction, error) {
+	host := hostFunctions()
+	hostList := make([]runtime.HostFunction, 0, len(host))
+	for _, f := range host {
+		hostList = append(hostList, f)
+	}
+	sort.Slice(hostList, func(i, j int) bool { return hostList[i].Name < hostList[j].Name })
+	eng, err := rt.NewEngine(ctx, runtime.Config{
+		MemoryLimitPages: memoryLimit / 65536,
+		CacheDir:         cacheDir,
+		HostModule:       abi.HostModule,
+		HostFunctions:    hostList,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("runtime engine: %w", err)
+	}
+	return eng, host, nil
+}
+
+// CheckModule checks the module file at path as a node loading it as a
+// class or front does, before it is deployed: compiled by rt within the
+// compile bounds under the default memory limit, its imports checked
+// against the host ABI and its exports against what the node calls.
+func CheckModule(ctx context.Context, rt runtime.Driver, path string) error {
+	wasm, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	eng, host, err := newEngine(ctx, rt, Options{}.WithDefaults().MemoryLimit, "")
+	if err != nil {
+		return err
+	}
+	defer eng.Close(ctx)
+	mod, _, err := compileModule(ctx, eng, host, wasm, path)
+	if err != nil {
+		return err
+	}
+	return mod.Close(ctx)
 }
 
 // checkModule refuses a module that imports what the host does not provide

@@ -23,7 +23,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -258,20 +257,9 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	if err != nil {
 		return nil, err
 	}
-	host := hostFunctions()
-	hostList := make([]runtime.HostFunction, 0, len(host))
-	for _, f := range host {
-		hostList = append(hostList, f)
-	}
-	sort.Slice(hostList, func(i, j int) bool { return hostList[i].Name < hostList[j].Name })
-	eng, err := rt.NewEngine(ctx, runtime.Config{
-		MemoryLimitPages: opts.MemoryLimit / 65536,
-		CacheDir:         opts.CacheDir,
-		HostModule:       abi.HostModule,
-		HostFunctions:    hostList,
-	})
+	eng, host, err := newEngine(ctx, rt, opts.MemoryLimit, opts.CacheDir)
 	if err != nil {
-		return nil, fmt.Errorf("runtime engine: %w", err)
+		return nil, err
 	}
 	n := &Node{
 		opts: opts, log: opts.Logger, clock: opts.Clock, engine: eng, host: host, storage: st,
