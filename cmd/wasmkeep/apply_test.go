@@ -225,3 +225,19 @@ func TestApplyAlarms(t *testing.T) {
 	m.Advance(time.Hour) // past its retry
 	waitFor(t, time.Minute, "the alarm", func() bool { return attempts(n, "a") == 1 })
 }
+
+// A node started from a deployed version has its configuration and
+// required names from the start, before any Apply.
+func TestStartFromADeployedVersion(t *testing.T) {
+	v1 := schemaV1(t)
+	tn := startNode(t, node.Options{Classes: map[string]string{"s": v1, "t": v1}, VersionID: "aaaa", Seq: 1,
+		Config:   map[string]map[string]string{"s": {"GREETING": "hi"}},
+		Requires: map[string][]string{"t": {"TOKEN"}}})
+	tn.expect("GET", "/actor/s/a", "", 200, "version=1 inits=1 hits=1 greeting=hi")
+	if code, _ := tn.do("GET", "/actor/t/a", ""); code != 503 {
+		t.Errorf("a class missing a required name at start: %d, want 503", code)
+	}
+	if got := tn.metric("wasmkeep_deploy_seq"); got != 1 {
+		t.Errorf("wasmkeep_deploy_seq = %v, want 1", got)
+	}
+}

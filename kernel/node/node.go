@@ -71,12 +71,16 @@ type Options struct {
 	Cluster       *Cluster            // [nil: a node alone] the bucket and the membership of a node with a bucket (replica.go)
 
 	// A node started from a deployed version (deploy.go): its id and seq,
-	// which stamp Classes from the start (0: --actor classes,
-	// never checked); Behind is called, without blocking, when an actor's
+	// which stamp Classes from the start (0: --actor classes, never
+	// checked), and by class its deployed configuration (under Env) and
+	// required names, so nothing runs unchecked before the follower's
+	// first Apply. Behind is called, without blocking, when an actor's
 	// data was written under a higher seq than its class's here: the
 	// follower reads current at once.
 	VersionID string
 	Seq       uint64
+	Config    map[string]map[string]string
+	Requires  map[string][]string
 	Behind    func(seq uint64)
 
 	// Headers that reach an actor: more fields, or more bytes of names,
@@ -291,12 +295,21 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	}
 	v := Version{ID: opts.VersionID, Seq: opts.Seq, Classes: map[string]ClassSpec{}, Front: opts.Stateless}
 	for name, path := range opts.Classes {
-		v.Classes[name] = ClassSpec{Module: path, Access: opts.Access[name]}
+		v.Classes[name] = ClassSpec{Module: path, Access: opts.Access[name], Config: opts.Config[name], Requires: opts.Requires[name]}
 	}
-	for name := range opts.Access {
-		if _, ok := opts.Classes[name]; !ok { // a typo would leave the class open
-			n.Close()
-			return nil, fmt.Errorf("access rule for class %q, which is not served (served: %s)", name, strings.Join(slices.Sorted(maps.Keys(opts.Classes)), ", "))
+	for _, by := range []struct {
+		what  string
+		names []string
+	}{
+		{"access rule", slices.Sorted(maps.Keys(opts.Access))}, // a typo would leave the class open
+		{"configuration", slices.Sorted(maps.Keys(opts.Config))},
+		{"required configuration", slices.Sorted(maps.Keys(opts.Requires))},
+	} {
+		for _, name := range by.names {
+			if _, ok := opts.Classes[name]; !ok {
+				n.Close()
+				return nil, fmt.Errorf("%s for class %q, which is not served (served: %s)", by.what, name, strings.Join(slices.Sorted(maps.Keys(opts.Classes)), ", "))
+			}
 		}
 	}
 	d, err := n.build(ctx, v, nil)
