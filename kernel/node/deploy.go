@@ -305,6 +305,7 @@ func (a *actor) upToDate(ctx context.Context, ev *event) error {
 		case <-timeout:
 		case <-ev.ctx.Done(): // its sender left
 		}
+		a.node.log.Warn("event refused: the actor's data is from a newer version than this node serves", "actor", a.key, "recorded_seq", a.seq, "class_seq", now.seq)
 		a.closeSocketOf(ev, websocket.ServiceRestart, "the app's newer version is not on this node yet, reconnect")
 		return unavailable("the app's newer version is not on this node yet; retry",
 			fmt.Errorf("the actor's data is at seq %d, class %s here at seq %d", a.seq, c.name, now.seq))
