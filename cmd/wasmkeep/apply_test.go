@@ -241,3 +241,16 @@ func TestStartFromADeployedVersion(t *testing.T) {
 		t.Errorf("wasmkeep_deploy_seq = %v, want 1", got)
 	}
 }
+
+// A socket's message to a class whose required value is unset closes the
+// socket with 1011: the actor cannot run as configured.
+func TestApplyRequiresClosesSockets(t *testing.T) {
+	tn := startRoom(t, node.Options{VersionID: "aaaa", Seq: 1})
+	c := dial(t, tn, "/actor/room/r1")
+	if got := readText(t, c); !strings.HasPrefix(got, "welcome") {
+		t.Fatalf("the room said %q, want its welcome", got)
+	}
+	tn.apply(node.Version{ID: "bbbb", Seq: 2, Classes: map[string]node.ClassSpec{"room": {Module: room(t), Requires: []string{"X"}}}})
+	write(t, c, "hello")
+	expectClose(t, c, websocket.StatusInternalError, "the actor's class is not configured on this node")
+}
