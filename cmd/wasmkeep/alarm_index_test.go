@@ -17,7 +17,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 )
 
-// The alarm index (ADR 1018): <data-dir>/alarm-index/<tenant>, read at start
+// The alarm index (ADR 1018): <data-dir>/state/<tenant>/<app>/alarm-index/<tenant>, read at start
 // instead of every database.
 
 func alarmIndexFile(dataDir string) string {

@@ -29,6 +29,7 @@ type event struct {
 	alarm   bool            // the pending alarm is due (no payload, no reply read)
 	ws      *wsEvent        // a WebSocket event; payload is what its hook finds pending
 	placed  bool            // the front door asked the placement for it already (place)
+	class   *class          // the class it took where it arrived (deliver): it runs on it (upToDate)
 }
 
 // outcome is how an event ended.
@@ -43,6 +44,7 @@ type failure struct {
 	public string // the response body: never host details
 	cause  error  // for the log
 	retry  bool   // the client may retry: 503 with Retry-After, not 500
+	status int    // the HTTP status, when neither 500 nor 503
 }
 
 func (f *failure) Error() string { return f.public + ": " + f.cause.Error() }
@@ -80,6 +82,7 @@ type actor struct {
 	inst     runtime.Instance
 	instTier runtime.Tier // the code inst runs (runtime.Tiered)
 	needInit bool
+	seq      uint64         // the seq its database recorded (upToDate), read as it opens
 	logLimit guestlog.Limit // the instance's, shared by stdout and stderr
 	stdout   guestlog.Stream
 	stderr   guestlog.Stream
@@ -195,7 +198,7 @@ func (a *actor) handle(ev *event) {
 		a.answer(ev, outcome{skipped: true})
 		return
 	}
-	if ev.ws != nil && a.wsActorGone() {
+	if ev.ws != nil && a.wsActorGone(ev.class) {
 		a.answer(ev, outcome{skipped: true})
 		return
 	}
@@ -246,6 +249,11 @@ func (a *actor) runEvent(ev *event) outcome {
 	// actor could never be restored: every event would start the restore
 	// again and cut it again.
 	if err := a.openHeld(a.node.ctx, ev); err != nil {
+		return notRun(err)
+	}
+	if err := a.upToDate(a.node.ctx, ev); errors.Is(err, errDropped) {
+		return outcome{err: err} // its alarm left the timer with the class
+	} else if err != nil {
 		return notRun(err)
 	}
 	// The wall-clock limit stays on the wall clock: calls and fetches read
@@ -329,6 +337,9 @@ func (a *actor) openDB(ctx context.Context) error {
 	if err := a.ensureHostTables(ctx); err != nil {
 		return &failure{public: "internal error", cause: err}
 	}
+	if err := a.readSeq(ctx); err != nil {
+		return &failure{public: "internal error", cause: err}
+	}
 	if a.stream != nil {
 		// A hold starts here: the actor's pending alarm, restored with its
 		// database or kept by another node until now, is armed on this
@@ -393,19 +404,27 @@ func (a *actor) initPending(ctx context.Context) (bool, error) {
 	return !ok || v != a.class.version, err
 }
 
-// metaValue reads one value of the actor's host metadata; ok is false if
-// it is not recorded.
+// metaValue reads one text value of the actor's host metadata; ok is
+// false if it is not recorded.
 func metaValue(ctx context.Context, db storage.DB, key string) (string, bool, error) {
+	v, ok, err := metaRow(ctx, db, key)
+	return string(v.Bytes), ok, err
+}
+
+// metaRow reads one value of the actor's host metadata as stored (the
+// column's affinity keeps a number a number); ok is false if it is not
+// recorded.
+func metaRow(ctx context.Context, db storage.DB, key string) (abi.Value, bool, error) {
 	var w abi.RowsWriter
 	if err := db.HostQuery(ctx, "SELECT value FROM "+metaTable+" WHERE key = ?", []abi.Value{text(key)}, &w); err != nil {
-		return "", false, err
+		return abi.Value{}, false, err
 	}
 	r := abi.NewReader(w.Buf)
 	if _, n := r.Columns(); n == 0 {
-		return "", false, r.Err()
+		return abi.Value{}, false, r.Err()
 	}
 	v := r.Value()
-	return string(v.Bytes), true, r.Err()
+	return v, true, r.Err()
 }
 
 func text(s string) abi.Value { return abi.Value{Kind: abi.KindText, Bytes: []byte(s)} }

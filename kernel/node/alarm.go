@@ -150,8 +150,8 @@ func (a *actor) alarmNotRun() {
 // not known now) is tried again with backoff and jitter. An actor another
 // node holds leaves this node's timer: the holder's fires it.
 func (n *Node) deliverAlarm(it *alarm.Item) {
-	c := n.classes[it.Class]
-	if c == nil { // the schedule holds served classes only
+	c := n.class(it.Class)
+	if c == nil { // a version dropped it as it came due
 		return
 	}
 	// deliver's admission gives up after AdmissionWait on n.clock.
@@ -212,7 +212,7 @@ func (n *Node) loadAlarms(ctx context.Context) error {
 		Rebuilt: n.metrics.IndexRebuilt, Unreadable: n.metrics.IndexUnreadable,
 	}, func(items map[string]alarm.Entry) {
 		for key, e := range items {
-			if n.classes[e.Class] != nil {
+			if n.class(e.Class) != nil {
 				n.alarms.Set(key, e.Class, e.Name, time.UnixMilli(e.At))
 			}
 		}

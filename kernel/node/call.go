@@ -103,7 +103,7 @@ func (n *Node) parseCallAddress(addr string) (*class, string, error) {
 	if !ok {
 		return nil, "", errors.New("the address must be class/name")
 	}
-	c := n.classes[cls]
+	c := n.class(cls)
 	if c == nil {
 		return nil, "", errors.New("no class " + cls + " is served")
 	}

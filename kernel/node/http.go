@@ -72,8 +72,12 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	route, ok, err := address.ParsePath(r.URL.EscapedPath())
 	switch {
-	case !ok && n.stateless != nil && !strings.HasPrefix(r.URL.Path, "/_wasmkeep/"):
-		n.serveStateless(w, r)
+	case !ok && !strings.HasPrefix(r.URL.Path, "/_wasmkeep/"):
+		if d, _ := n.deployed(); d.front != nil {
+			n.serveStateless(w, r, d.front)
+			return
+		}
+		http.NotFound(w, r)
 		return
 	case !ok:
 		http.NotFound(w, r)
@@ -89,7 +93,7 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not this app's node", http.StatusServiceUnavailable)
 		return
 	}
-	c := n.classes[route.Class]
+	c := n.class(route.Class)
 	if c == nil {
 		http.Error(w, "unknown class "+strconv.Quote(route.Class), http.StatusNotFound)
 		return
@@ -298,7 +302,10 @@ func writeOutcome(w http.ResponseWriter, out outcome) {
 			msg, code = elsewhere.Error(), http.StatusServiceUnavailable
 		case errors.As(out.err, &f):
 			msg = f.public
-			if f.retry {
+			switch {
+			case f.status != 0:
+				code = f.status
+			case f.retry:
 				code = http.StatusServiceUnavailable
 			}
 		}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 
@@ -16,9 +18,30 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
-// class is one compiled module served under a name.
+// class is one class of the version the node serves (deploy.go): its
+// compiled code and what the version says of it. Each version has classes
+// of its own; they share the code while its bytes are unchanged.
 type class struct {
-	name    string
+	*code
+	name string
+	// seq is the seq of the version it was swapped in under (book ADR
+	// 0008, revision 2026-11-04): what its events record in the actor's
+	// database and check it against; 0 for --actor classes, never checked.
+	seq    uint64
+	access access.Access // for requests from outside
+	// stateless: the stateless component, which has no database, address
+	// or alarms, and gets a fresh instance per request.
+	stateless bool
+	// env is what env_get answers: the deployed configuration with the
+	// node's --env values over it.
+	env map[string]string
+	// missing are the required names env does not set: while there are
+	// any, the class refuses its events.
+	missing []string
+}
+
+// code is one compiled module, by the hash of its bytes.
+type code struct {
 	path    string // the module's file
 	version string // hex SHA-256 of the module: on-init reruns when it changes
 	hooks   hooks
@@ -26,22 +49,19 @@ type class struct {
 	// (preinit.go), closed, and the counts of what module served.
 	mu     sync.Mutex
 	module *served
-	closed bool
+	closed bool // no version serves it any more (or the node closed)
 	// preinit is the module to pre-initialise in the background, nil for
 	// none; module is its instrumented form meanwhile.
 	preinit *preinit.Module
-	access  access.Access // for requests from outside
-	// stateless: the stateless component, which has no database, address
-	// or alarms, and gets a fresh instance per request.
-	stateless bool
-	// env is what env_get answers: the class's --env values.
-	env map[string]string
 }
 
 // hooks records which optional exports a module has.
 type hooks struct {
 	onInit bool
 }
+
+// errRetired is an instantiation of code no version serves any more.
+var errRetired = errors.New("the module was retired by a newer version")
 
 var (
 	hookSig    = runtime.Signature{Results: []runtime.ValueType{runtime.I32}}
@@ -51,16 +71,19 @@ var (
 	wsCloseSig = runtime.Signature{Params: []runtime.ValueType{runtime.I64, runtime.I32, runtime.I32}, Results: []runtime.ValueType{runtime.I32}}
 )
 
-// loadClass reads, compiles and checks a module file; the caller names it.
-// A module that asks to be pre-initialised is, unless the node says not to
-// (preinit.go).
-func (n *Node) loadClass(ctx context.Context, path string) (*class, error) {
+// loadCode reads a module file and returns the code in have with its
+// bytes, or compiles and checks it (fresh). A module that asks to be
+// pre-initialised is, unless the node says not to (preinit.go).
+func (n *Node) loadCode(ctx context.Context, path string, have map[string]*code) (c *code, fresh bool, err error) {
 	wasm, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	sum := sha256.Sum256(wasm)
-	c := &class{path: path, version: hex.EncodeToString(sum[:])}
+	if c := have[hex.EncodeToString(sum[:])]; c != nil {
+		return c, false, nil
+	}
+	c = &code{path: path, version: hex.EncodeToString(sum[:])}
 	var mod runtime.Module
 	if !n.opts.NoPreinit && preinit.Asks(wasm) {
 		mod, c.hooks, c.preinit, err = n.loadPreinitialised(ctx, wasm, c.version, path)
@@ -68,10 +91,10 @@ func (n *Node) loadClass(ctx context.Context, path string) (*class, error) {
 		mod, c.hooks, err = n.compileModule(ctx, wasm, path)
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	c.module = &served{Module: mod}
-	return c, nil
+	return c, true, nil
 }
 
 // served is a module a class makes instances of, with the count of its
@@ -97,7 +120,7 @@ func (s *served) closable() bool {
 }
 
 // current is the module new instances of the class are made of.
-func (c *class) current() runtime.Module {
+func (c *code) current() runtime.Module {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.module.Module
@@ -105,8 +128,12 @@ func (c *class) current() runtime.Module {
 
 // instantiate makes an instance of the class's module and says which tier
 // of code it runs (runtime.Tiered).
-func (c *class) instantiate(ctx context.Context, cfg runtime.InstanceConfig) (runtime.Instance, runtime.Tier, error) {
+func (c *code) instantiate(ctx context.Context, cfg runtime.InstanceConfig) (runtime.Instance, runtime.Tier, error) {
 	c.mu.Lock()
+	if c.closed { // an event that took its class before a version replaced it
+		c.mu.Unlock()
+		return nil, "", unavailable("the app's version changed as the event started; retry", errRetired)
+	}
 	s := c.module
 	s.making++
 	c.mu.Unlock()
@@ -128,7 +155,7 @@ func (c *class) instantiate(ctx context.Context, cfg runtime.InstanceConfig) (ru
 // replace makes mod the class's module; the one it replaces closes once no
 // Instantiate runs on it (its instances run on: both engines allow it). If
 // the class was closed meanwhile, mod closes instead.
-func (c *class) replace(mod runtime.Module) {
+func (c *code) replace(mod runtime.Module) {
 	c.mu.Lock()
 	old := &served{Module: mod}
 	if !c.closed {
@@ -141,7 +168,7 @@ func (c *class) replace(mod runtime.Module) {
 	}
 }
 
-func (c *class) close(ctx context.Context) {
+func (c *code) close(ctx context.Context) {
 	c.mu.Lock()
 	c.closed = true
 	closeNow := c.module.closable()
@@ -153,16 +180,64 @@ func (c *class) close(ctx context.Context) {
 
 // compileModule compiles and checks the module read from path.
 func (n *Node) compileModule(ctx context.Context, wasm []byte, path string) (runtime.Module, hooks, error) {
-	mod, err := n.engine.Compile(ctx, wasm)
+	return compileModule(ctx, n.engine, n.host, wasm, path)
+}
+
+// compileModule compiles wasm, read from path, on eng and checks it
+// against host.
+func compileModule(ctx context.Context, eng runtime.Engine, host map[string]runtime.HostFunction, wasm []byte, path string) (runtime.Module, hooks, error) {
+	mod, err := eng.Compile(ctx, wasm)
 	if err != nil {
 		return nil, hooks{}, fmt.Errorf("compiling %s: %w", path, err)
 	}
-	h, err := checkModule(mod, n.host)
+	h, err := checkModule(mod, host)
 	if err != nil {
 		mod.Close(ctx)
 		return nil, hooks{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return mod, h, nil
+}
+
+// newEngine makes an engine of rt serving the host ABI, with the host's
+// functions by name.
+func newEngine(ctx context.Context, rt runtime.Driver, memoryLimit uint32, cacheDir string) (runtime.Engine, map[string]runtime.HostFunction, error) {
+	host := hostFunctions()
+	hostList := make([]runtime.HostFunction, 0, len(host))
+	for _, f := range host {
+		hostList = append(hostList, f)
+	}
+	sort.Slice(hostList, func(i, j int) bool { return hostList[i].Name < hostList[j].Name })
+	eng, err := rt.NewEngine(ctx, runtime.Config{
+		MemoryLimitPages: memoryLimit / 65536,
+		CacheDir:         cacheDir,
+		HostModule:       abi.HostModule,
+		HostFunctions:    hostList,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("runtime engine: %w", err)
+	}
+	return eng, host, nil
+}
+
+// CheckModule checks the module file at path as a node loading it as a
+// class or front does, before it is deployed: compiled by rt within the
+// compile bounds under the default memory limit, its imports checked
+// against the host ABI and its exports against what the node calls.
+func CheckModule(ctx context.Context, rt runtime.Driver, path string) error {
+	wasm, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	eng, host, err := newEngine(ctx, rt, Options{}.WithDefaults().MemoryLimit, "")
+	if err != nil {
+		return err
+	}
+	defer eng.Close(ctx)
+	mod, _, err := compileModule(ctx, eng, host, wasm, path)
+	if err != nil {
+		return err
+	}
+	return mod.Close(ctx)
 }
 
 // checkModule refuses a module that imports what the host does not provide

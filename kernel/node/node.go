@@ -17,11 +17,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,7 +33,6 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/replication"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
-	"github.com/wasmkeep/wasmkeep/kernel/node/address"
 	"github.com/wasmkeep/wasmkeep/kernel/node/alarm"
 	"github.com/wasmkeep/wasmkeep/kernel/node/fetch"
 	"github.com/wasmkeep/wasmkeep/kernel/node/guestlog"
@@ -69,6 +69,19 @@ type Options struct {
 	Placement     placement.Placement // [Local] where each actor runs: asked before every delivery
 	Clock         clock.Clock         // [clock.Real] what idle timeouts, alarms, admission waits, WebSocket pings and metrics read and wait on
 	Cluster       *Cluster            // [nil: a node alone] the bucket and the membership of a node with a bucket (replica.go)
+
+	// A node started from a deployed version (deploy.go): its id and seq,
+	// which stamp Classes from the start (0: --actor classes, never
+	// checked), and by class its deployed configuration (under Env) and
+	// required names, so nothing runs unchecked before the follower's
+	// first Apply. Behind is called, without blocking, when an actor's
+	// data was written under a higher seq than its class's here: the
+	// follower reads current at once.
+	VersionID string
+	Seq       uint64
+	Config    map[string]map[string]string
+	Requires  map[string][]string
+	Behind    func(seq uint64)
 
 	// Headers that reach an actor: more fields, or more bytes of names,
 	// values and request target, answer 431.
@@ -189,10 +202,17 @@ type Node struct {
 	// stateDir is the storage root: the app's actor databases, their
 	// sidecars and its alarm index, <data-dir>/state/<tenant>/<app>/ (ADR 1045).
 	stateDir string
-	classes  map[string]*class
 	host     map[string]runtime.HostFunction // what guests may import from the wasmkeep module
 
-	stateless *class // answers paths outside /actor/ and /_wasmkeep/; nil for none
+	// The version served (deploy.go): its classes and the front, the
+	// stateless component that answers paths outside /actor/ and
+	// /_wasmkeep/. depMu guards dep, swapped (closed when dep is
+	// replaced) and behindErr (SetBehind); applyMu orders Apply and Close.
+	depMu     sync.Mutex
+	dep       *deployment
+	swapped   chan struct{}
+	behindErr error
+	applyMu   sync.Mutex
 
 	ctx    context.Context // ends when the node stops: stops running guests
 	cancel context.CancelFunc
@@ -244,25 +264,14 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	if err != nil {
 		return nil, err
 	}
-	host := hostFunctions()
-	hostList := make([]runtime.HostFunction, 0, len(host))
-	for _, f := range host {
-		hostList = append(hostList, f)
-	}
-	sort.Slice(hostList, func(i, j int) bool { return hostList[i].Name < hostList[j].Name })
-	eng, err := rt.NewEngine(ctx, runtime.Config{
-		MemoryLimitPages: opts.MemoryLimit / 65536,
-		CacheDir:         opts.CacheDir,
-		HostModule:       abi.HostModule,
-		HostFunctions:    hostList,
-	})
+	eng, host, err := newEngine(ctx, rt, opts.MemoryLimit, opts.CacheDir)
 	if err != nil {
-		return nil, fmt.Errorf("runtime engine: %w", err)
+		return nil, err
 	}
 	n := &Node{
 		opts: opts, log: opts.Logger, clock: opts.Clock, engine: eng, host: host, storage: st,
 		stateDir: filepath.Join(opts.DataDir, filepath.FromSlash(opts.App.StateRoot())),
-		classes:  map[string]*class{},
+		swapped:  make(chan struct{}),
 		actors:   map[string]*actor{}, closing: map[string]*actor{},
 		slots:     make(chan struct{}, opts.MaxInstances),
 		alarms:    alarm.NewSchedule(),
@@ -281,51 +290,39 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		GuestLogLines:   func() float64 { return float64(n.GuestLogLines()) },
 		GuestLogDropped: func() float64 { return float64(n.GuestLogDropped()) },
 		WebSockets:      func() float64 { return float64(n.ws.Len()) },
-		Classes:         func() float64 { return float64(len(n.classes)) },
+		Classes:         func() float64 { d, _ := n.deployed(); return float64(len(d.classes)) },
 		NotReady:        n.notReady,
 	})
 	if n.replicas, err = n.newReplicas(); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("replication: %w", err)
 	}
-	names := make([]string, 0, len(opts.Classes))
-	for name := range opts.Classes {
-		names = append(names, name)
+	v := Version{ID: opts.VersionID, Seq: opts.Seq, Classes: map[string]ClassSpec{}, Front: opts.Stateless}
+	for name, path := range opts.Classes {
+		v.Classes[name] = ClassSpec{Module: path, Access: opts.Access[name], Config: opts.Config[name], Requires: opts.Requires[name]}
 	}
-	sort.Strings(names)
-	for name := range opts.Access {
-		if _, ok := opts.Classes[name]; !ok { // a typo would leave the class open
-			n.Close()
-			return nil, fmt.Errorf("access rule for class %q, which is not served (served: %s)", name, strings.Join(names, ", "))
+	for _, by := range []struct {
+		what  string
+		names []string
+	}{
+		{"access rule", slices.Sorted(maps.Keys(opts.Access))}, // a typo would leave the class open
+		{"configuration", slices.Sorted(maps.Keys(opts.Config))},
+		{"required configuration", slices.Sorted(maps.Keys(opts.Requires))},
+	} {
+		for _, name := range by.names {
+			if _, ok := opts.Classes[name]; !ok {
+				n.Close()
+				return nil, fmt.Errorf("%s for class %q, which is not served (served: %s)", by.what, name, strings.Join(slices.Sorted(maps.Keys(opts.Classes)), ", "))
+			}
 		}
 	}
-	for _, name := range names {
-		if !address.ValidIdent(name) {
-			n.Close()
-			return nil, fmt.Errorf("class name %q must match [a-z][a-z0-9-]{0,63}", name)
-		}
-		c, err := n.loadClass(ctx, opts.Classes[name])
-		if err != nil {
-			n.Close()
-			return nil, fmt.Errorf("class %s: %w", name, err)
-		}
-		c.name = name
-		c.env = opts.Env[name]
-		c.access = opts.Access[name]
-		n.classes[name] = c
-		n.log.Info("class loaded", "class", name, "module", opts.Classes[name], "version", c.version[:12], "access", c.access.String())
+	d, err := n.build(ctx, v, nil)
+	if err != nil {
+		n.Close()
+		return nil, err
 	}
-	if opts.Stateless != "" {
-		c, err := n.loadClass(ctx, opts.Stateless)
-		if err != nil {
-			n.Close()
-			return nil, fmt.Errorf("stateless component: %w", err)
-		}
-		c.stateless = true
-		n.stateless = c
-		n.log.Info("stateless component loaded", "module", opts.Stateless, "version", c.version[:12])
-	}
-	n.preinitialiseAll()
+	n.swap(d, nil)
+	n.removeStaleSnapshots() // after the load, which marks the ones it uses
 	if err := n.loadAlarms(ctx); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("reading pending alarms from %s: %w", n.stateDir, err)
@@ -341,7 +338,8 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 func (n *Node) ready() bool { return n.notReady() == "" }
 
 // notReady says why the node is not ready (metrics.NotReadyReasons), or
-// "": not while stopping; with a bucket, not while the node lease is not
+// "": not while stopping, nor while it does not follow its app's current
+// version (SetBehind); with a bucket, not while the node lease is not
 // valid, nor before two heartbeat listings (by then this node knows its
 // peers, and its peers, which list as often, have seen its lease and the
 // pin in it, so what it forwards and what it is sent is trusted), nor
@@ -351,6 +349,8 @@ func (n *Node) notReady() string {
 	switch {
 	case n.stopping.Load():
 		return metrics.NotReadyStopping
+	case n.behind() != nil:
+		return metrics.NotReadyBehind
 	case c == nil:
 		return ""
 	case !c.Member.Ready():
@@ -410,13 +410,13 @@ func (n *Node) Close() {
 	if n.cancel != nil {
 		n.cancel()
 	}
+	n.applyMu.Lock()    // an Apply under way ends first; later ones see stopping
 	n.background.Wait() // pre-initialisations: no compile may outlive the engine
-	for _, c := range n.classes {
+	d, _ := n.deployed()
+	for _, c := range d.codes() {
 		c.close(context.Background())
 	}
-	if n.stateless != nil {
-		n.stateless.close(context.Background())
-	}
+	n.applyMu.Unlock()
 	n.engine.Close(context.Background())
 }
 
@@ -435,6 +435,7 @@ func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) er
 			return err
 		}
 	}
+	ev.class = c
 	key := n.actorKey(c, name)
 	for {
 		if n.stopping.Load() && !ev.isWSClose() {

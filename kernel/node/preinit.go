@@ -87,31 +87,26 @@ func (n *Node) loadPreinitialised(ctx context.Context, wasm []byte, version, pat
 // a cache may be shared, or a node started on older builds again.
 const unusedFor = 7 * 24 * time.Hour
 
-// preinitialiseAll removes the kept snapshots no start has used for
-// unusedFor (a start that uses one marks it, by its modification time),
-// and by the same rule the files a write cut short, then starts the
-// background work load left.
-func (n *Node) preinitialiseAll() {
-	if n.opts.CacheDir != "" {
-		dir := filepath.Dir(n.preinitPath(""))
-		entries, _ := os.ReadDir(dir) // none yet: nothing to remove
-		for _, e := range entries {
-			if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > unusedFor {
-				os.Remove(filepath.Join(dir, e.Name()))
-			}
+// removeStaleSnapshots removes, at start, the kept snapshots no start has
+// used for unusedFor (a start that uses one marks it, by its modification
+// time), and by the same rule the files a write cut short.
+func (n *Node) removeStaleSnapshots() {
+	if n.opts.CacheDir == "" {
+		return
+	}
+	dir := filepath.Dir(n.preinitPath(""))
+	entries, _ := os.ReadDir(dir) // none yet: nothing to remove
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > unusedFor {
+			os.Remove(filepath.Join(dir, e.Name()))
 		}
-	}
-	for _, c := range n.classes {
-		n.preinitialise(c)
-	}
-	if n.stateless != nil {
-		n.preinitialise(n.stateless)
 	}
 }
 
 // preinitialise makes c's pre-initialised module in the background, if
-// load left it to do, and gives it to the class's new instances.
-func (n *Node) preinitialise(c *class) {
+// loadCode left it to do, and gives it to the code's new instances (of
+// every version that serves it).
+func (n *Node) preinitialise(c *code) {
 	path := c.path
 	m := c.preinit
 	if m == nil {

@@ -157,14 +157,10 @@ func (a *actor) openHeld(ctx context.Context, ev *event) error {
 	if err == nil && a.giveUpEnded(ctx) { // the lease lapsed during the restore
 		err = unavailable("the node cannot hold the actor now, retry", ownership.ErrNotHeld)
 	}
-	if err != nil && ev.ws != nil && ev.ws.hook == abi.ExportOnWebSocketMessage {
+	if err != nil && a.closeSocketOf(ev, websocket.ServiceRestart, "the actor moved, reconnect") {
 		// The message cannot run here now: its client reconnects to
-		// wherever the actor runs (a close needs nothing more; an open's
-		// refusal is answered by the upgrade).
-		if s := a.node.ws.Lookup(a.key, ev.ws.conn); s != nil {
-			a.node.metrics.OwnerClosed(metrics.OwnerCloseEvent, 1)
-			a.node.ws.CloseWith(s, websocket.ServiceRestart, "the actor moved, reconnect")
-		}
+		// wherever the actor runs.
+		a.node.metrics.OwnerClosed(metrics.OwnerCloseEvent, 1)
 	}
 	return err
 }

@@ -303,7 +303,7 @@ func (n *Node) sweepOwners() {
 			n.mu.Unlock()
 			tenant, rest, _ := strings.Cut(key, "/")
 			class, name, _ := strings.Cut(rest, "/")
-			c := n.classes[class]
+			c := n.class(class)
 			if resident || c == nil || tenant != n.opts.App.Tenant {
 				continue
 			}

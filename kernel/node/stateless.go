@@ -19,7 +19,7 @@ var errStateless = storage.Errorf(abi.SQLNotAllowed, "the stateless component ha
 // with the same limits, closed when it ends. It has no mailbox: requests run
 // side by side, each holding one of the node's instance slots, so
 // MaxInstances bounds actors and stateless requests together.
-func (n *Node) serveStateless(w http.ResponseWriter, r *http.Request) {
+func (n *Node) serveStateless(w http.ResponseWriter, r *http.Request, front *class) {
 	payload, ok := n.readRequest(w, r, r.URL.EscapedPath())
 	if !ok {
 		return
@@ -37,8 +37,8 @@ func (n *Node) serveStateless(w http.ResponseWriter, r *http.Request) {
 		<-n.slots
 		n.wg.Done()
 	}()
-	a := newActor(n, n.stateless, abi.Address{Tenant: n.opts.App.Tenant}, statelessKey, nil)
-	ev := &event{ctx: r.Context(), payload: payload, reply: make(chan outcome, 1)}
+	a := newActor(n, front, abi.Address{Tenant: n.opts.App.Tenant}, statelessKey, nil)
+	ev := &event{ctx: r.Context(), payload: payload, reply: make(chan outcome, 1), class: front}
 	a.handle(ev)
 	a.discardInstance()
 	if out := <-ev.reply; !out.skipped {

@@ -85,21 +85,27 @@ func (n *Node) serveWebSocket(w http.ResponseWriter, r *http.Request, c *class, 
 		return
 	}
 	n.ws.Show(s)
-	n.ws.Serve(w, r, s, &wsActor{n: n, c: c, name: name})
+	n.ws.Serve(w, r, s, &wsActor{n: n, class: c.name, name: name})
 }
 
-// wsActor delivers a socket's events to its actor (websocket.Actor).
+// wsActor delivers a socket's events to its actor (websocket.Actor), each
+// of the class served as it arrives.
 type wsActor struct {
-	n    *Node
-	c    *class
-	name string
+	n     *Node
+	class string
+	name  string
 }
 
 func (t *wsActor) Message(s *websocket.Socket, msg []byte) {
 	n := t.n
+	c := n.class(t.class)
+	if c == nil { // a version dropped it (which closes its sockets)
+		n.ws.CloseWith(s, websocket.ServiceRestart, "the class is no longer served")
+		return
+	}
 	ev := &event{ctx: n.ctx, payload: msg, reply: make(chan outcome, 1),
 		ws: &wsEvent{hook: abi.ExportOnWebSocketMessage, conn: s.ID}}
-	err := n.deliverPatiently(t.c, t.name, ev, n.opts.WallClock)
+	err := n.deliverPatiently(c, t.name, ev, n.opts.WallClock)
 	if placement.NotHere(err) { // the actor is no longer this node's (or not known to be)
 		n.metrics.OwnerClosed(metrics.OwnerCloseEvent, 1)
 		n.ws.CloseWith(s, websocket.ServiceRestart, "the actor moved, reconnect")
@@ -109,9 +115,13 @@ func (t *wsActor) Message(s *websocket.Socket, msg []byte) {
 }
 
 func (t *wsActor) Closed(s *websocket.Socket, code int, reason string) {
+	c := t.n.class(t.class)
+	if c == nil { // its class is no longer served: nothing runs its close
+		return
+	}
 	ev := &event{ctx: t.n.ctx, payload: []byte(reason), reply: make(chan outcome, 1),
 		ws: &wsEvent{hook: abi.ExportOnWebSocketClose, conn: s.ID, code: code}}
-	if t.n.deliverPatiently(t.c, t.name, ev, 0) == nil {
+	if t.n.deliverPatiently(c, t.name, ev, 0) == nil {
 		<-ev.reply
 	}
 }
@@ -153,8 +163,8 @@ func (a *actor) closeSocketsOnDelete() {
 // calls it just before the event, so a delete queued ahead counts, and it
 // creates nothing: a socket event never recreates a deleted actor of an
 // existing or internal class (the book's security model).
-func (a *actor) wsActorGone() bool {
-	if a.class.access.AllowsCreate(a.addr.Name) || a.db != nil {
+func (a *actor) wsActorGone(c *class) bool {
+	if c.access.AllowsCreate(a.addr.Name) || a.db != nil {
 		return false
 	}
 	if a.node.hasDatabase(a.addr) {

@@ -75,6 +75,7 @@ func Main(plugins ...plugin.Info) int {
 	root.AddCommand(versionCommand(reg))
 	root.AddCommand(bucketCommand(reg))
 	root.AddCommand(clusterCommand(reg))
+	root.AddCommand(deployCommand(reg))
 	if err := root.Execute(); err != nil {
 		var ee *exitErr
 		if errors.As(err, &ee) {
@@ -282,6 +283,9 @@ func accessRules(file map[string]string, flags []string) (map[string]access.Acce
 		class, mode, ok := strings.Cut(s, "=")
 		if !ok || class == "" {
 			return nil, fmt.Errorf("--access %q: want CLASS=MODE", s)
+		}
+		if _, twice := rules[class]; twice { // which one was meant?
+			return nil, fmt.Errorf("--access: class %s given twice", class)
 		}
 		a, err := access.Parse(mode)
 		if err != nil {

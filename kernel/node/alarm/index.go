@@ -364,6 +364,21 @@ func (ix *Index) append(op byte, key string, e Entry) error {
 	return nil
 }
 
+// Class returns the entries of class's actors, by actor key: what a
+// version that serves the class again arms.
+func (ix *Index) Class(class string) map[string]Entry {
+	<-ix.ready
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	out := map[string]Entry{}
+	for key, e := range ix.items {
+		if e.Class == class {
+			out[key] = e
+		}
+	}
+	return out
+}
+
 // Lower makes sure the actor's entry is no later than at, durably, before
 // the caller commits an alarm at at.
 func (ix *Index) Lower(key, class, name string, at int64) error {

@@ -83,6 +83,19 @@ func (s *Schedule) Clear(key string) {
 	s.mu.Unlock()
 }
 
+// ClearClass forgets the alarms of class's actors (a version dropped the
+// class; the alarms stay in their databases and the index).
+func (s *Schedule) ClearClass(class string) {
+	s.mu.Lock()
+	for key, it := range s.byKey {
+		if it.Class == class {
+			heap.Remove(&s.items, it.index)
+			delete(s.byKey, key)
+		}
+	}
+	s.mu.Unlock()
+}
+
 func (s *Schedule) poke() {
 	select {
 	case s.kick <- struct{}{}:

@@ -3,6 +3,7 @@ package alarm
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -64,5 +65,23 @@ func TestScheduleDefer(t *testing.T) {
 	s.Defer(it, now)
 	if next, wait := s.next(now.Add(10 * time.Second)); next != nil || wait <= 0 {
 		t.Errorf("Defer moved an alarm an event had set: %+v", next)
+	}
+}
+
+// ClearClass forgets one class's alarms and keeps the heap whole.
+func TestScheduleClearClass(t *testing.T) {
+	s := NewSchedule()
+	now := time.Unix(1000, 0)
+	for i, key := range []string{"t/a/1", "t/b/1", "t/a/2", "t/b/2", "t/a/3"} {
+		class, name, _ := strings.Cut(strings.TrimPrefix(key, "t/"), "/")
+		s.Set(key, class, name, now.Add(time.Duration(5-i)*time.Second))
+	}
+	s.ClearClass("a")
+	var got []string
+	for it, _ := s.next(now.Add(time.Minute)); it != nil; it, _ = s.next(now.Add(time.Minute)) {
+		got = append(got, it.Key)
+	}
+	if want := []string{"t/b/2", "t/b/1"}; !slices.Equal(got, want) {
+		t.Errorf("due after ClearClass(a): %v, want %v", got, want)
 	}
 }

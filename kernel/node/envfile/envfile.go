@@ -6,7 +6,9 @@ package envfile
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -34,17 +36,49 @@ func Parse(path string) (vars map[string]string, worldReadable bool, err error) 
 	if err != nil {
 		return nil, false, err
 	}
-	vars = map[string]string{}
+	vars, err = ParseBytes(path, b)
+	if err != nil {
+		return nil, false, err
+	}
+	return vars, info.Mode().Perm()&0o004 != 0, nil
+}
+
+// ParseBytes reads configuration as Parse does from b, which came from
+// source (a file or a bucket object): errors name source and the line.
+func ParseBytes(source string, b []byte) (map[string]string, error) {
+	vars := map[string]string{}
 	for i, line := range strings.Split(string(b), "\n") {
 		name, value, reason := parseEnvLine(strings.TrimSuffix(line, "\r"))
 		if reason != "" {
-			return nil, false, fmt.Errorf("%s:%d: %s", path, i+1, reason)
+			return nil, fmt.Errorf("%s:%d: %s", source, i+1, reason)
 		}
 		if name != "" {
 			vars[name] = value
 		}
 	}
-	return vars, info.Mode().Perm()&0o004 != 0, nil
+	return vars, nil
+}
+
+// Format writes vars as ParseBytes reads them back unchanged: one
+// NAME='value' line per name, sorted, so the same values always make the
+// same bytes (a deployed .config object is content-addressed). vars must
+// be what Parse gave: a value holding both quotes was read unquoted, so
+// it is written unquoted.
+func Format(vars map[string]string) []byte {
+	var b strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(vars)) {
+		v := vars[name]
+		q := "'"
+		switch {
+		case !strings.Contains(v, "'"):
+		case !strings.Contains(v, `"`):
+			q = `"`
+		default:
+			q = ""
+		}
+		b.WriteString(name + "=" + q + v + q + "\n")
+	}
+	return []byte(b.String())
 }
 
 // parseEnvLine returns the line's name and value, an empty name for a line
@@ -62,7 +96,7 @@ func parseEnvLine(line string) (name, value, reason string) {
 		return "", "", "not NAME=value"
 	}
 	name = strings.TrimRight(name, " \t")
-	if !validEnvName(name) {
+	if !ValidName(name) {
 		return "", "", "a name is letters, digits and _"
 	}
 	value = strings.Trim(value, " \t")
@@ -84,7 +118,9 @@ func parseEnvLine(line string) (name, value, reason string) {
 	return name, value, ""
 }
 
-func validEnvName(s string) bool {
+// ValidName reports whether s is a configuration name: letters, digits
+// and _.
+func ValidName(s string) bool {
 	if s == "" {
 		return false
 	}

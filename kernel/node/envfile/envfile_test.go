@@ -122,3 +122,21 @@ func TestParseErrors(t *testing.T) {
 		t.Error("a missing file was accepted")
 	}
 }
+
+// Format writes what ParseBytes reads back unchanged, whatever quotes a
+// value holds, and the same values always as the same bytes.
+func TestFormatRoundTrip(t *testing.T) {
+	path := writeEnv(t, "# c\nB=it's\nA=\"plain \"\nC=a'b\"c\nD=\nE='x\"y'\n", 0o600)
+	vars, _, err := Parse(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := Format(vars)
+	if string(b) != "A='plain '\nB=\"it's\"\nC=a'b\"c\nD=''\nE='x\"y'\n" {
+		t.Errorf("Format = %q", b)
+	}
+	back, err := ParseBytes("obj", b)
+	if err != nil || !maps.Equal(back, vars) {
+		t.Errorf("ParseBytes(Format) = %q, %v; want %q", back, err, vars)
+	}
+}

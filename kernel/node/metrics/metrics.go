@@ -65,6 +65,9 @@ type Metrics struct {
 	statelessDuration prometheus.Histogram
 	indexRebuilds     prometheus.Counter
 	indexUnreadable   prometheus.Counter
+	deployVersion     *prometheus.GaugeVec
+	deploySeq         prometheus.Gauge
+	followFailures    prometheus.Counter
 }
 
 // New returns a node's collectors, registered with g on a registry of
@@ -120,6 +123,15 @@ func New(g Gauges) *Metrics {
 		indexUnreadable: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wasmkeep_alarm_index_unreadable_databases_total", Help: "Actor databases a rebuild of the alarm index could not read: their alarms, if any, are not scheduled.",
 		}),
+		deployVersion: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "wasmkeep_deploy_version_info", Help: "1 for the deployed version the node serves (\"\" for --actor classes).",
+		}, []string{"version"}),
+		deploySeq: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "wasmkeep_deploy_seq", Help: "The seq of the deployed version the node serves (0 for --actor classes).",
+		}),
+		followFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmkeep_deploy_follow_failures_total", Help: "Times the node could not follow its app's current version (read, download or apply failed).",
+		}),
 	}
 	for _, r := range []string{RefusedAccess, RefusedCapacity, RefusedOverloaded, RefusedUnavailable} {
 		m.refused.WithLabelValues(r) // every reason is on the page from the start
@@ -133,6 +145,7 @@ func New(g Gauges) *Metrics {
 	}
 	m.reg.MustRegister(m.events, m.duration, m.cuts, m.cpuBudget, m.instantiate, m.wakes, m.hibernations,
 		m.refused, m.alarmRetries, m.ownerCloses, m.requestsAbandoned, m.stateless, m.statelessDuration, m.indexRebuilds, m.indexUnreadable,
+		m.deployVersion, m.deploySeq, m.followFailures,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_actors_resident", Help: "Actors in memory now (registered mailboxes)."}, g.Resident),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_events_queued", Help: "Events waiting in resident actors' mailboxes, not started yet."}, g.Queued),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "wasmkeep_guest_log_lines_total", Help: "Lines actors printed that reached the log."}, g.GuestLogLines),
@@ -160,10 +173,11 @@ const (
 	NotReadyLease      = "node lease not valid"
 	NotReadyPeers      = "peers not listed yet"
 	NotReadyCallSecret = "cluster secret not loaded"
+	NotReadyBehind     = "app version not followed"
 )
 
 // NotReadyReasons lists every reason, each a wasmkeep_not_ready series.
-var NotReadyReasons = []string{NotReadyStopping, NotReadyLease, NotReadyPeers, NotReadyCallSecret}
+var NotReadyReasons = []string{NotReadyStopping, NotReadyBehind, NotReadyLease, NotReadyPeers, NotReadyCallSecret}
 
 // Handler serves the metrics page (--metrics-listen).
 func (m *Metrics) Handler() http.Handler {
@@ -234,6 +248,16 @@ const (
 func (m *Metrics) OwnerClosed(reason string, sockets int) {
 	m.ownerCloses.WithLabelValues(reason).Add(float64(sockets))
 }
+
+// Deployed records the version the node serves now.
+func (m *Metrics) Deployed(version string, seq uint64) {
+	m.deployVersion.Reset()
+	m.deployVersion.WithLabelValues(version).Set(1)
+	m.deploySeq.Set(float64(seq))
+}
+
+// FollowFailed counts a failure to follow the app's current version.
+func (m *Metrics) FollowFailed() { m.followFailures.Inc() }
 
 // IndexRebuilt counts a rebuild of the alarm index.
 func (m *Metrics) IndexRebuilt() { m.indexRebuilds.Inc() }

@@ -35,6 +35,7 @@ const (
 	Abnormal       = int(websocket.StatusAbnormalClosure)
 	ServiceRestart = int(websocket.StatusServiceRestart) // 1012: the node stops, or the actor moved: reconnect
 	TryAgainLater  = int(websocket.StatusTryAgainLater)  // 1013: the actor is overloaded
+	InternalError  = int(websocket.StatusInternalError)  // 1011: the actor cannot run here as configured
 )
 
 const (

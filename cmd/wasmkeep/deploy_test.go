@@ -1,0 +1,180 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
+)
+
+// deployer runs wasmkeep deploy --app acme/shop on one file bucket.
+type deployer struct {
+	t        *testing.T
+	bin, dir string
+}
+
+func newDeployer(t *testing.T) deployer {
+	return deployer{t: t, bin: wasmkeepBinary(t), dir: t.TempDir()}
+}
+
+// run returns stdout and stderr together, and whether the command
+// succeeded.
+func (d deployer) run(args ...string) (string, bool) {
+	cmd := exec.Command(d.bin, append([]string{"deploy", "--app", "acme/shop", "--bucket", "file://" + d.dir}, args...)...)
+	cmd.Env = withoutWasmkeepVars()
+	out, err := cmd.CombinedOutput()
+	return string(out), err == nil
+}
+
+func (d deployer) must(args ...string) string {
+	d.t.Helper()
+	out, ok := d.run(args...)
+	if !ok {
+		d.t.Fatalf("deploy %s failed:\n%s", strings.Join(args, " "), out)
+	}
+	return out
+}
+
+func (d deployer) keys(prefix string) []string {
+	d.t.Helper()
+	b, err := fsbucket.Open(d.dir)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer b.Close()
+	all, err := bucket.ListAll(d.t.Context(), b, prefix)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	var keys []string
+	for _, e := range all {
+		keys = append(keys, e.Key)
+	}
+	return keys
+}
+
+func writeFile(t *testing.T, name, data string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// A module that does not compile, or that the host would not load, is
+// refused naming the class and the reason, before anything is uploaded;
+// so is a rule for a class the version does not have.
+func TestDeployRefusesBeforeUpload(t *testing.T) {
+	d := newDeployer(t)
+	good := counter(t)
+	for file, want := range map[string]string{
+		writeFile(t, "garbage.wasm", "not wasm"):              "class chat refused (runtime ",
+		writeFile(t, "empty.wasm", "\x00asm\x01\x00\x00\x00"): "module declares no WasmKeep ABI version",
+	} {
+		out, ok := d.run("--actor", "counter="+good, "--actor", "chat="+file)
+		if ok || !strings.Contains(out, want) || !strings.Contains(out, "nothing was uploaded") {
+			t.Errorf("deploy of %s: ok %v, want an error with %q:\n%s", filepath.Base(file), ok, want, out)
+		}
+	}
+	out, ok := d.run("--actor", "counter="+good, "--access", "countr=existing")
+	if ok || !strings.Contains(out, `class "countr", which the new version does not have`) {
+		t.Errorf("a rule for a missing class: ok %v:\n%s", ok, out)
+	}
+	for flag, value := range map[string]string{"--access": "counter=existing", "--requires": "counter=A"} {
+		out, ok := d.run("--actor", "counter="+good, flag, value, flag, value)
+		if want := flag + ": class counter given twice"; ok || !strings.Contains(out, want) {
+			t.Errorf("%s twice: ok %v, want %q:\n%s", flag, ok, want, out)
+		}
+	}
+	if keys := d.keys("apps/"); len(keys) != 0 {
+		t.Errorf("refused deploys left %q in the bucket", keys)
+	}
+}
+
+// A deploy prints what it changes and the new version and seq; the same
+// again deploys nothing; a rollback that reopens a class needs
+// --allow-reopen; --list shows the versions; configuration values never
+// reach the output, and secret-looking ones are warned about by name.
+func TestDeployRollbackList(t *testing.T) {
+	d := newDeployer(t)
+	good := counter(t)
+	env := writeFile(t, "hub.env", "# comment\nURL=https://example.com\nAPI_TOKEN=hunter2-secret\n")
+	out := d.must("--actor", "counter="+good, "--actor", "hub="+good, "--config", "hub="+env)
+	for _, want := range []string{"class counter: added", "class hub: added", "config hub: added API_TOKEN, URL",
+		"warning: --config hub: API_TOKEN: its name looks like a secret's", "seq 1 (was the first deploy)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("first deploy: no %q in\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "hunter2") || strings.Contains(out, "example.com") {
+		t.Errorf("a configuration value reached the output:\n%s", out)
+	}
+	if out := d.must("--actor", "counter="+good, "--actor", "hub="+good, "--config", "hub="+env); !strings.Contains(out, "is current already: nothing deployed") {
+		t.Errorf("the same deploy again:\n%s", out)
+	}
+	out = d.must("--access", "hub=internal")
+	if !strings.Contains(out, "access hub: open -> internal") || !strings.Contains(out, "seq 2") {
+		t.Errorf("hardening deploy:\n%s", out)
+	}
+	out, ok := d.run("--rollback")
+	if ok || !strings.Contains(out, "hub: internal -> open") || !strings.Contains(out, "--allow-reopen") {
+		t.Fatalf("a reopening rollback: ok %v:\n%s", ok, out)
+	}
+	out = d.must("--rollback", "--allow-reopen")
+	if !strings.Contains(out, "access hub: internal -> open") || !strings.Contains(out, "seq 3") {
+		t.Errorf("allowed rollback:\n%s", out)
+	}
+	lines := strings.Split(strings.TrimSpace(d.must("--list")), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "VERSION ") ||
+		!strings.Contains(lines[1], "current (seq 3)") || !strings.Contains(lines[1], "counter,hub") ||
+		!strings.Contains(lines[2], "not in current's line") {
+		t.Errorf("--list:\n%s", strings.Join(lines, "\n"))
+	}
+}
+
+// Deploys racing from the same current: each one either lands or fails
+// as a conflict, and the seq counts exactly those that landed. The
+// deterministic race is kernel/cluster/deploys' TestPublishConflict; here
+// the processes race for real until one conflict shows.
+func TestDeployConcurrentConflict(t *testing.T) {
+	d := newDeployer(t)
+	d.must("--actor", "counter="+counter(t))
+	landed, conflicts := 1, 0
+	for round := 0; round < 20 && conflicts == 0; round++ {
+		var wg sync.WaitGroup
+		outs := make([]string, 4)
+		oks := make([]bool, 4)
+		for i, mode := range []string{"existing", "internal", "existing:a", "existing:b"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				outs[i], oks[i] = d.run("--access", "counter="+mode)
+			}()
+		}
+		wg.Wait()
+		for i, out := range outs {
+			switch {
+			case oks[i] && strings.Contains(out, "nothing deployed"):
+			case oks[i]:
+				landed++
+			case strings.Contains(out, "wasmkeep: conflict: apps/acme/shop/current: another deploy or rollback changed current meanwhile"):
+				conflicts++
+			default:
+				t.Fatalf("a racing deploy failed otherwise:\n%s", out)
+			}
+		}
+	}
+	if conflicts == 0 {
+		t.Skip("no two deploys overlapped in 20 rounds")
+	}
+	if cur := d.must("--list"); !strings.Contains(cur, "current (seq "+strconv.Itoa(landed)+")") {
+		t.Errorf("%d deploys landed, but\n%s", landed, cur)
+	}
+}
