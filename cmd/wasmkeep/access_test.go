@@ -25,7 +25,7 @@ func mustAccess(t *testing.T, mode string) access.Access {
 // and nothing for a refused name.
 func files(t *testing.T, data string) []string {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(data, "actors", "default", "counter"))
+	entries, err := os.ReadDir(filepath.Join(data, "state", "default", "default", "actors", "default", "counter"))
 	if err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)
 	}

@@ -17,10 +17,12 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 )
 
-// The alarm index (ADR 1018): <data-dir>/alarm-index/<tenant>, read at start
+// The alarm index (ADR 1018): <data-dir>/state/<tenant>/<app>/alarm-index/<tenant>, read at start
 // instead of every database.
 
-func alarmIndexFile(dataDir string) string { return filepath.Join(dataDir, "alarm-index", "default") }
+func alarmIndexFile(dataDir string) string {
+	return filepath.Join(dataDir, "state", "default", "default", "alarm-index", "default")
+}
 
 // setAlarms starts a node on dataDir, sets an alarm in ms on each actor,
 // and stops it.
@@ -117,7 +119,7 @@ func TestAlarmIndexRebuildCountsUnreadableDatabases(t *testing.T) {
 	opts := node.Options{DataDir: t.TempDir(), Classes: map[string]string{"probe": probe(t)}}
 	setAlarms(t, opts, 500, "a", "b")
 	os.Remove(alarmIndexFile(opts.DataDir))
-	broken := filepath.Join(opts.DataDir, "actors", "default", "probe", "b.db")
+	broken := filepath.Join(opts.DataDir, "state", "default", "default", "actors", "default", "probe", "b.db")
 	os.Remove(broken + "-wal")
 	if err := os.WriteFile(broken, []byte(strings.Repeat("not a database ", 1000)), 0o600); err != nil {
 		t.Fatal(err)

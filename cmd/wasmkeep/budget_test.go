@@ -39,7 +39,7 @@ func TestDeleteBigDatabaseDurably(t *testing.T) {
 	for range chunks {
 		n.expect("POST", "/actor/hostile/big/fill?n="+strconv.Itoa(mib), "", 200, "ok "+strconv.Itoa(mib))
 	}
-	db := filepath.Join(dir, "actors", "default", "hostile", "big.db")
+	db := filepath.Join(dir, "state", "default", "default", "actors", "default", "hostile", "big.db")
 	var size int64
 	for _, f := range []string{db, db + "-wal"} {
 		if fi, err := os.Stat(f); err == nil {

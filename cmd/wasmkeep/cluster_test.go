@@ -58,8 +58,9 @@ func TestNodeIDTwinRefused(t *testing.T) {
 	t.Logf("after the clean stop the second process started in %v", time.Since(start))
 }
 
-// A --bucket a build cannot serve, a malformed URL, or a bucket without a
-// node id is refused before anything starts, naming what is wrong.
+// A --bucket a build cannot serve, a malformed URL, a bucket without a
+// node id, an --app outside the grammar or without a bucket is refused
+// before anything starts, naming what is wrong.
 func TestBucketFlagRefusals(t *testing.T) {
 	bin := wasmkeepBinary(t)
 	for args, want := range map[string]string{
@@ -69,6 +70,8 @@ func TestBucketFlagRefusals(t *testing.T) {
 		"--node-id a":                                                    "cluster.bucket (--bucket) is not set",
 		"--bucket s3://demo/p --node-id Bad":                             `node id "Bad" must be`,
 		"--bucket file:///tmp/x --node-id a --history-retention-secs -1": "cannot be negative",
+		"--app acme/Shop --bucket file:///tmp/x --node-id a":             `--app (node.app): app acme/Shop: app name "Shop" must match [a-z][a-z0-9-]{0,63}`,
+		"--app acme/shop":                                                "--app acme/shop needs a bucket (--bucket)",
 	} {
 		cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--actor", "counter=" + counter(t)}, strings.Fields(args)...)...)
 		cmd.Env = withoutWasmkeepVars()
@@ -80,8 +83,9 @@ func TestBucketFlagRefusals(t *testing.T) {
 }
 
 // bucket ls and verify run on the bucket --bucket names: an empty one has
-// no actors; a key under actors/ that is no actor's is refused, naming it;
-// --actor names an actor the bucket must hold.
+// no actors; a key under an app's actors/ that is no actor's is refused,
+// naming it, as is a key under state/ that is under no app's root; --app
+// is checked; --actor names an actor the bucket must hold.
 func TestBucketCommands(t *testing.T) {
 	bin := wasmkeepBinary(t)
 	dir := t.TempDir()
@@ -91,7 +95,7 @@ func TestBucketCommands(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	if out, err := run("ls"); err != nil || strings.TrimSpace(out) != "ACTOR  HEAD TXID  GENERATION  REPLAYS  OBJECTS  OTHER KEYS" {
+	if out, err := run("ls"); err != nil || strings.TrimSpace(out) != "APP  ACTOR  HEAD TXID  GENERATION  REPLAYS  OBJECTS  OTHER KEYS" {
 		t.Errorf("ls of an empty bucket: %v\n%s", err, out)
 	}
 	if out, err := run("verify"); err != nil || !strings.Contains(out, "0 actors: 0 ok, 0 broken") {
@@ -100,19 +104,31 @@ func TestBucketCommands(t *testing.T) {
 	if out, err := run("verify", "--actor", "counter"); err == nil || !strings.Contains(out, `--actor "counter": want CLASS/NAME`) {
 		t.Errorf("verify --actor counter: %v\n%s", err, out)
 	}
-	if out, err := run("verify", "--actor", "counter/a"); err == nil || !strings.Contains(out, "tenant default has no history of it") {
+	if out, err := run("verify", "--actor", "counter/a"); err == nil || !strings.Contains(out, "app default/default has no history of it") {
 		t.Errorf("verify of an absent actor: %v\n%s", err, out)
+	}
+	if out, err := run("ls", "--app", "acme"); err == nil || !strings.Contains(out, "--app: app \"acme\": write it tenant/app") {
+		t.Errorf("ls --app acme: %v\n%s", err, out)
 	}
 	b, err := fsbucket.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Put(t.Context(), "actors/default/stray", strings.NewReader("x"), 1, bucket.Condition{IfAbsent: true}); err != nil {
+	if _, err := b.Put(t.Context(), "state/acme/shop/actors/default/stray", strings.NewReader("x"), 1, bucket.Condition{IfAbsent: true}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run("ls"); err == nil || !strings.Contains(out, `"state/acme/shop/actors/default/stray" is under state/acme/shop/actors/ but not under an actor's prefix`) {
+		t.Errorf("ls with a stray key: %v\n%s", err, out)
+	}
+	if out, err := run("ls", "--app", "default/default"); err != nil {
+		t.Errorf("ls of another app than the stray key's: %v\n%s", err, out)
+	}
+	if _, err := b.Put(t.Context(), "state/stray", strings.NewReader("x"), 1, bucket.Condition{IfAbsent: true}); err != nil {
 		t.Fatal(err)
 	}
 	b.Close()
-	if out, err := run("ls"); err == nil || !strings.Contains(out, `"actors/default/stray" is under actors/ but not under an actor's prefix`) {
-		t.Errorf("ls with a stray key: %v\n%s", err, out)
+	if out, err := run("ls"); err == nil || !strings.Contains(out, `"state/stray" is under state/ but not under an app's root`) {
+		t.Errorf("ls with a key under no app: %v\n%s", err, out)
 	}
 }
 
@@ -266,20 +282,20 @@ func TestClusterStatusAndForget(t *testing.T) {
 	wantCluster(t, bin, down, "s3://down", 2, []string{`reading nodes/a: .*connection refused`}, "fence", "a")
 
 	url, cmd, logs := serveBinary(t, bin, env, "--data-dir", t.TempDir(), "--actor", "counter="+counter(t), "--bucket", bucketURL, "--node-id", "a")
-	wantCluster(t, bin, env, bucketURL, 0, []string{`(?m)^a +yes +[\d.]+m?s +\S+ +` + regexp.QuoteMeta(url) + ` +https://127\.0\.0\.1:\d+ +[0-9a-f]{16}\.\.\.$`, `1 of 1 nodes live; TLS: 1 with a cluster listener, 0 plain`}, "status")
+	wantCluster(t, bin, env, bucketURL, 0, []string{`(?m)^a +yes +[\d.]+m?s +serving +\S+ +default/default +- +` + regexp.QuoteMeta(url) + ` +https://127\.0\.0\.1:\d+ +[0-9a-f]{16}\.\.\.$`, `1 of 1 nodes live; TLS: 1 with a cluster listener, 0 plain`}, "status")
 	out := wantCluster(t, bin, env, bucketURL, 0, nil, "status", "--json")
 	var st struct {
 		Live  int `json:"live"`
 		Nodes []struct {
-			ID, State, Lease, Advertise string
-			Live                        bool
-			AgeMS                       int64 `json:"age_ms"`
+			ID, State, Lease, Advertise, App, Run string
+			Live                                  bool
+			AgeMS                                 int64 `json:"age_ms"`
 		} `json:"nodes"`
 	}
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("status --json: %v\n%s", err, out)
 	}
-	if n := st.Nodes; st.Live != 1 || len(n) != 1 || n[0].ID != "a" || !n[0].Live || n[0].State != "live" || n[0].Advertise != url || n[0].AgeMS < 0 {
+	if n := st.Nodes; st.Live != 1 || len(n) != 1 || n[0].ID != "a" || !n[0].Live || n[0].State != "live" || n[0].Advertise != url || n[0].App != "default/default" || n[0].Run != "serving" || n[0].AgeMS < 0 {
 		t.Errorf("status --json: %+v", st)
 	}
 	wantCluster(t, bin, env, bucketURL, 1, []string{`refused: nodes/a is live`}, "forget", "a")

@@ -22,7 +22,7 @@ func TestDeleteClosesSocketsUnderExisting(t *testing.T) {
 	n := startNode(t, node.Options{DataDir: dir,
 		Classes: map[string]string{"front": hostcall(t), "room": hostcall(t)},
 		Access:  map[string]access.Access{"room": mustAccess(t, "existing")}})
-	db := filepath.Join(dir, "actors", "default", "room", "r.db")
+	db := filepath.Join(dir, "state", "default", "default", "actors", "default", "room", "r.db")
 	for _, how := range []string{"delete", "delete-durable"} {
 		n.expect("POST", "/actor/front/x/create?to=room/r", "", 200, "200") // an inside call may create it
 		a, b := dial(t, n, "/actor/room/r/ws"), dial(t, n, "/actor/room/r/ws")

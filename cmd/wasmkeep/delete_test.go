@@ -14,7 +14,7 @@ import (
 func TestDeleteSelf(t *testing.T) {
 	dir := t.TempDir()
 	n := startNode(t, node.Options{DataDir: dir, Classes: map[string]string{"probe": probe(t)}})
-	db := filepath.Join(dir, "actors", "default", "probe", "a.db")
+	db := filepath.Join(dir, "state", "default", "default", "actors", "default", "probe", "a.db")
 	gone := func(what string) {
 		t.Helper()
 		if _, err := os.Stat(db); !os.IsNotExist(err) {

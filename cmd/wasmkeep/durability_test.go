@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/plugins/bucket-s3/s3test"
 )
 
@@ -664,7 +665,7 @@ func TestRestoreRefusesBrokenHistory(t *testing.T) {
 	n.durableWrites("c", 10)
 	n.durableWrites("other", 5)
 	n.stop()
-	local := filepath.Join(n.data, "actors")
+	local := filepath.Join(n.data, "state", "default", "default", "actors")
 	stale := filepath.Join(memDir(t), "actors")
 	if err := os.CopyFS(stale, os.DirFS(local)); err != nil {
 		t.Fatal(err)
@@ -673,7 +674,7 @@ func TestRestoreRefusesBrokenHistory(t *testing.T) {
 	n.durableWrites("c", 20)
 	n.stop()
 
-	wal := filepath.Join(bucketDir, "actors/default/counter/c/wal")
+	wal := filepath.Join(bucketDir, app.Default.StateRoot(), "actors/default/counter/c/wal")
 	segments, err := os.ReadDir(wal)
 	if err != nil || len(segments) < 30 {
 		t.Fatalf("the actor's segments: %v, %d of them, want at least 30", err, len(segments))
@@ -727,9 +728,10 @@ func TestRestoreRefusesBrokenHistory(t *testing.T) {
 	}
 }
 
-// countObjects counts the objects under actors/ of a bucket-fs directory.
+// countObjects counts the objects under the default app's actors/ of a
+// bucket-fs directory.
 func countObjects(t *testing.T, bucketDir string) int {
-	return len(fileDigests(t, filepath.Join(bucketDir, "actors")))
+	return len(fileDigests(t, filepath.Join(bucketDir, app.Default.StateRoot(), "actors")))
 }
 
 // fileDigests are the SHA-256 of every file under dir, by path.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
+	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
@@ -27,7 +28,7 @@ type gatedDeletes struct {
 }
 
 func (g *gatedDeletes) Delete(ctx context.Context, key string, cond bucket.Condition) error {
-	if strings.HasPrefix(key, cluster.ActorsRoot) {
+	if strings.HasPrefix(key, app.Default.StateRoot()+cluster.ActorsRoot) {
 		select {
 		case g.entered <- struct{}{}:
 		default:
@@ -48,7 +49,7 @@ func clusterNodeOn(t *testing.T, b bucket.Bucket, id string, classes map[string]
 		t.Fatal(err)
 	}
 	tn := startNode(t, node.Options{Classes: classes, Placement: placement.Local{},
-		Cluster: &node.Cluster{Member: m, Bucket: b, Metrics: metrics.NewCluster()}})
+		Cluster: &node.Cluster{Member: m, Metrics: metrics.NewCluster()}})
 	return tn, m
 }
 
@@ -109,7 +110,7 @@ func TestDeletedActorsEraseOffItsMailbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		entries, err := bucket.ListAll(t.Context(), mem, prefix)
+		entries, err := bucket.ListAll(t.Context(), bucket.Under(mem, app.Default.StateRoot()), prefix)
 		if err != nil {
 			t.Fatal(err)
 		}

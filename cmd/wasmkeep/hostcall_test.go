@@ -59,7 +59,7 @@ func TestHostCallOutsideMemoryLeavesNothing(t *testing.T) {
 		if _, rows := n.do("GET", "/actor/probe/"+fn+"/rows", ""); rows != "1 0" {
 			t.Errorf("%s: rows (all, bad) %q, want the one put before: \"1 0\"", fn, rows)
 		}
-		if _, err := os.Stat(filepath.Join(dir, "actors", "default", "probe", fn+".db")); err != nil {
+		if _, err := os.Stat(filepath.Join(dir, "state", "default", "default", "actors", "default", "probe", fn+".db")); err != nil {
 			t.Errorf("%s: the database is gone: %v", fn, err)
 		}
 	}
@@ -100,7 +100,7 @@ func TestWebSocketCallOutsideMemoryLeavesNothing(t *testing.T) {
 func TestDeleteSelfThenTrap(t *testing.T) {
 	dir := t.TempDir()
 	n := startNode(t, node.Options{DataDir: dir, Classes: map[string]string{"probe": hostcall(t)}})
-	db := filepath.Join(dir, "actors", "default", "probe", "a.db")
+	db := filepath.Join(dir, "state", "default", "default", "actors", "default", "probe", "a.db")
 	for _, route := range []string{"delete-then-trap", "delete-durable-then-trap"} {
 		n.expect("POST", "/actor/probe/a/put", "", 200, "")
 		n.expect("POST", "/actor/probe/a/"+route, "", 500, "actor failed\n")

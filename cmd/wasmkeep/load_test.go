@@ -117,7 +117,7 @@ func TestSIGTERMFinishesInFlightRequests(t *testing.T) {
 		t.Fatalf("exit: %v\n%s", err, logs.String())
 	}
 	// A clean close checkpoints and removes the write-ahead log.
-	if _, err := os.Stat(filepath.Join(data, "actors", "default", "probe", "a.db-wal")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(data, "state", "default", "default", "actors", "default", "probe", "a.db-wal")); !os.IsNotExist(err) {
 		t.Errorf("write-ahead log left after a clean stop: %v", err)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/app"
 )
 
 // bucketRelay stands between a node's bucket-s3 and the S3 server on
@@ -170,11 +172,11 @@ func (r *bucketRelay) Release() {
 }
 
 // actorObjects picks the requests of a method for objects under actors/
-// of the bucket (path-style: /BUCKET/actors/...): PUT, the segments' and
+// of the default app's state root (path-style: /BUCKET/state/default/default/actors/...): PUT, the segments' and
 // snapshots' uploads; GET, a restore's reads (a listing is a GET of the
 // bucket itself, /BUCKET?list-type=2, and passes).
 func actorObjects(bucketName, method string) func(*http.Request) bool {
 	return func(req *http.Request) bool {
-		return req.Method == method && strings.HasPrefix(req.URL.Path, "/"+bucketName+"/actors/")
+		return req.Method == method && strings.HasPrefix(req.URL.Path, "/"+bucketName+"/"+app.Default.StateRoot()+"actors/")
 	}
 }

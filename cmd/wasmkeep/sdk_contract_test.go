@@ -153,7 +153,7 @@ func rateLimiterContract(t *testing.T, guest string) {
 	if code != 405 || body != "method not allowed\n" || hdr.Get("Allow") != "GET, POST" {
 		t.Fatalf("PUT: %d %q, Allow %q", code, body, hdr.Get("Allow"))
 	}
-	db := filepath.Join(data, "actors", "default", "limit", "key.db")
+	db := filepath.Join(data, "state", "default", "default", "actors", "default", "limit", "key.db")
 
 	for _, want := range []string{"2\n", "1\n", "0\n"} {
 		n.expect("POST", "/actor/limit/key", "", 200, want)
@@ -175,7 +175,7 @@ func rateLimiterContract(t *testing.T, guest string) {
 	// one that only ever asked.
 	waitFor(t, 5*time.Second, "the idle key to delete itself", func() bool { return missing(db) })
 	waitFor(t, 5*time.Second, "the unused key to delete itself", func() bool {
-		return missing(filepath.Join(data, "actors", "default", "limit", "other.db"))
+		return missing(filepath.Join(data, "state", "default", "default", "actors", "default", "limit", "other.db"))
 	})
 	n.expect("POST", "/actor/limit/key", "", 200, "2\n")
 }

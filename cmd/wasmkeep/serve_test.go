@@ -36,7 +36,7 @@ func TestTwoNamesAreTwoDatabases(t *testing.T) {
 	n.expect("POST", "/actor/counter/bob", "", 200, "1\n")
 	n.expect("POST", "/actor/counter/room%201", "", 200, "1\n")
 	for _, f := range []string{"alice.db", "bob.db", "room%201.db"} {
-		if _, err := os.Stat(filepath.Join(dir, "actors", "default", "counter", f)); err != nil {
+		if _, err := os.Stat(filepath.Join(dir, "state", "default", "default", "actors", "default", "counter", f)); err != nil {
 			t.Errorf("database file: %v", err)
 		}
 	}

@@ -123,7 +123,7 @@ func TestWorkflowClientContract(t *testing.T) {
 			for _, route := range []string{"status", "cancel", "event"} {
 				n.expect("POST", wfPath(route, "orders", "ghost", "name=approved"), "", 502, "unknown: unknown workflow instance\n")
 			}
-			if _, err := os.Stat(filepath.Join(n.dataDir, "actors", "default", "orders", "ghost.db")); !os.IsNotExist(err) {
+			if _, err := os.Stat(filepath.Join(n.dataDir, "state", "default", "default", "actors", "default", "orders", "ghost.db")); !os.IsNotExist(err) {
 				t.Errorf("the unknown instance left its database: %v", err)
 			}
 		})
@@ -135,7 +135,7 @@ func TestWorkflowClientContract(t *testing.T) {
 func TestWorkflowRefusesOutsideRequests(t *testing.T) {
 	n := startNode(t, node.Options{Classes: map[string]string{"wf": wfScript(t)}})
 	n.expect("POST", "/actor/wf/x/wasmkeep-workflow/v1/start", "\x00\x00\x00\x00", 403, "workflow instances answer only other actors (actors.call)\n")
-	if _, err := os.Stat(filepath.Join(n.dataDir, "actors", "default", "wf", "x.db")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(n.dataDir, "state", "default", "default", "actors", "default", "wf", "x.db")); !os.IsNotExist(err) {
 		t.Errorf("the refused request left a database: %v", err)
 	}
 }

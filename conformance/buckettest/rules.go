@@ -386,17 +386,20 @@ func invalidKeys(e *env) error {
 }
 
 // kernelKeyNames are names the kernel writes (book: What is in the bucket; actor
-// names percent-encoded into the unreserved set), plus names that trip
-// file-system providers: sidecar and temporary suffixes, dot names, case.
+// names percent-encoded into the unreserved set; an app's actor state under
+// its state root, ADR 1045), plus names that trip file-system providers:
+// sidecar and temporary suffixes, dot names, case.
 var kernelKeyNames = []string{
-	"nodes/node-1", "nodes/a0-b9",
-	"leases/acme/chat/caf%C3%A9%20room%2F%25",
-	"owners/acme/chat/x.attrs", "owners/acme/chat/x.tmp", "owners/acme/chat/.hidden",
-	"owners/acme/chat/..dots", "owners/acme/chat/...", "owners/acme/chat/~n_a.m-e",
-	"owners/acme/chat/Name", "owners/acme/chat/name",
-	"actors/acme/chat/room/wal/0000000000000001-0000000000000002.ltx",
-	"actors/acme/chat/room/snapshot/0000000000000040-0000000000000002",
-	"alarms/acme/0000018c2f/chat.t/room/0000000000000002-a1b2c3",
+	"nodes/node-1", "nodes/a0-b9", "cluster/secret",
+	"state/acme/shop/leases/acme/chat/caf%C3%A9%20room%2F%25",
+	"state/acme/shop/owners/acme/chat/x.attrs", "state/acme/shop/owners/acme/chat/x.tmp", "state/acme/shop/owners/acme/chat/.hidden",
+	"state/acme/shop/owners/acme/chat/..dots", "state/acme/shop/owners/acme/chat/...", "state/acme/shop/owners/acme/chat/~n_a.m-e",
+	"state/acme/shop/owners/acme/chat/Name", "state/acme/shop/owners/acme/chat/name",
+	"state/acme/shop/actors/acme/chat/room/wal/0000000000000001-0000000000000002.ltx",
+	"state/acme/shop/actors/acme/chat/room/snapshot/0000000000000040-0000000000000002",
+	"state/acme/shop/alarms/0000018c2f/chat.t/room/0000000000000002-a1b2c3",
+	"state/acme/shop-2/owners/acme/chat/x.attrs", // a sibling app whose name starts with the first's
+	"apps/acme/shop/current", "apps/acme/shop/9cf4de9152d8dd29/manifest", "apps/acme/shop/9cf4de9152d8dd29/chat.wasm",
 	"pct/%2E%2E", "pct/%2F",
 	// Byte order, not directory order: % - . / 0 A _ ~.
 	"order/b~", "order/b_", "order/bA", "order/b0", "order/b/c", "order/b.c", "order/b-c", "order/b%25",
@@ -427,7 +430,7 @@ func kernelKeys(e *env) error {
 	if err := sameKeySet("List "+e.prefix, entries, keys); err != nil {
 		return err
 	}
-	sub := e.key("owners/acme/chat/")
+	sub := e.key("state/acme/shop/owners/acme/chat/")
 	entries, err = listAll(e.ctx, e.b, sub, bucket.ListOptions{})
 	if err != nil {
 		return err

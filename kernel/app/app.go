@@ -50,7 +50,10 @@ func (n Name) String() string { return n.Tenant + "/" + n.App }
 // StateRoot is where the app's actor state lives in the bucket (history,
 // ownership records, and later the alarm index and moves), and under the
 // data directory on disk: state/<tenant>/<app>/.
-func (n Name) StateRoot() string { return "state/" + n.Tenant + "/" + n.App + "/" }
+func (n Name) StateRoot() string { return StatePrefix + n.Tenant + "/" + n.App + "/" }
+
+// StatePrefix is where every app's state root is.
+const StatePrefix = "state/"
 
 // DeployRoot is where the app's deployed versions and its current pointer
 // live: apps/<tenant>/<app>/.

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
+	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
 )
@@ -46,22 +47,24 @@ func writeChain(t *testing.T, b bucket.Bucket, a history.Actor, n int) []string 
 	return keys
 }
 
-// ListStored finds every actor under actors/, names decoded; Verify passes
-// a whole chain and names what is wrong with a chain missing a link or
-// holding a damaged object.
+// Apps finds every app with state; ListStored finds every actor under an
+// app's actors/, names decoded; Verify passes a whole chain and names what
+// is wrong with a chain missing a link or holding a damaged object.
 func TestListAndVerify(t *testing.T) {
 	ctx := context.Background()
 	b := buckettest.NewMemory(buckettest.Flaws{})
+	other := app.Name{Tenant: "other", App: "rooms"}
+	def, oth := bucket.Under(b, app.Default.StateRoot()), bucket.Under(b, other.StateRoot())
 	ok := history.Actor{Tenant: "default", Class: "counter", Name: "a b"}
 	gap := history.Actor{Tenant: "default", Class: "counter", Name: "gap"}
 	damaged := history.Actor{Tenant: "other", Class: "room", Name: "x"}
-	writeChain(t, b, ok, 5)
-	gapKeys := writeChain(t, b, gap, 4)
-	if err := b.Delete(ctx, gapKeys[1], bucket.Condition{}); err != nil {
+	writeChain(t, def, ok, 5)
+	gapKeys := writeChain(t, def, gap, 4)
+	if err := def.Delete(ctx, gapKeys[1], bucket.Condition{}); err != nil {
 		t.Fatal(err)
 	}
-	dKeys := writeChain(t, b, damaged, 3)
-	obj, err := b.Get(ctx, dKeys[2], bucket.GetOptions{})
+	dKeys := writeChain(t, oth, damaged, 3)
+	obj, err := oth.Get(ctx, dKeys[2], bucket.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,23 +73,29 @@ func TestListAndVerify(t *testing.T) {
 	obj.Body.Close()
 	bad := body.Bytes()
 	bad[len(bad)/2] ^= 0xff
-	if _, err := b.Put(ctx, dKeys[2], bytes.NewReader(bad), int64(len(bad)), bucket.Condition{IfVersion: obj.Version}); err != nil {
+	if _, err := oth.Put(ctx, dKeys[2], bytes.NewReader(bad), int64(len(bad)), bucket.Condition{IfVersion: obj.Version}); err != nil {
 		t.Fatal(err)
 	}
 
-	all, err := ListStored(ctx, b, "")
+	apps, err := Apps(ctx, b)
+	if err != nil || len(apps) != 2 || apps[0] != app.Default || apps[1] != other {
+		t.Fatalf("Apps = %v, %v", apps, err)
+	}
+	all, err := ListStored(ctx, b, app.Default)
 	if err != nil {
 		t.Fatal(err)
 	}
+	only, err := ListStored(ctx, b, other)
+	if err != nil || len(only) != 1 || only[0].Name != "x" || only[0].App != other {
+		t.Fatalf("the other app: %v, %v", only, err)
+	}
+	all = append(all, only...)
 	var names []string
 	for _, s := range all {
 		names = append(names, s.String())
 	}
 	if got := strings.Join(names, ","); got != "default/counter/a b,default/counter/gap,other/room/x" {
 		t.Fatalf("ListStored: %s", got)
-	}
-	if only, _ := ListStored(ctx, b, "other"); len(only) != 1 || only[0].Name != "x" {
-		t.Errorf("one tenant: %v", only)
 	}
 
 	plan, err := Verify(ctx, b, all[0], t.TempDir())
@@ -99,5 +108,16 @@ func TestListAndVerify(t *testing.T) {
 		if !errors.As(err, &broken) {
 			t.Errorf("%s: %v, want a broken chain", s, err)
 		}
+	}
+}
+
+// A key under state/ outside an app's root is an error naming it.
+func TestAppsRefusesAStrayKey(t *testing.T) {
+	b := buckettest.NewMemory(buckettest.Flaws{})
+	if _, err := b.Put(t.Context(), "state/acme/x", strings.NewReader("x"), 1, bucket.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Apps(t.Context(), b); err == nil || !strings.Contains(err.Error(), `"state/acme/x" is under state/ but not under an app's root`) {
+		t.Errorf("Apps: %v", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/membership"
@@ -23,7 +24,10 @@ import (
 
 // Config is what Join needs.
 type Config struct {
+	// Bucket is the shared root: node leases, the probe, the cluster
+	// secret. The app's actor state is under App's state root in it.
 	Bucket   bucket.Bucket
+	App      app.Name // [app.Default] the app this node serves; its heartbeat names it
 	Clock    clock.Clock
 	Settings nodelease.Settings
 	NodeID   string
@@ -60,6 +64,9 @@ type Member struct {
 	Lease  *nodelease.Lease
 	Owners *ownership.Owners
 	View   *membership.View // the peers, from WatchPeers's listings
+	// State is the app's actor state: Config.Bucket under its state root
+	// (bucket.Under), where ownership, history and replication run.
+	State bucket.Bucket
 
 	leaving atomic.Bool // a clean stop began: not ready, whatever the lease says
 	cfg     Config
@@ -85,6 +92,12 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	if cfg.App == (app.Name{}) {
+		cfg.App = app.Default
+	}
+	if err := cfg.App.Check(); err != nil {
+		return nil, err
+	}
 	for wait := time.Second; ; wait = min(2*wait, probeRetry) {
 		err := bucket.Probe(ctx, cfg.Bucket)
 		if err == nil {
@@ -100,10 +113,13 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m := &Member{cancel: cancel, done: make(chan struct{}),
-		View: membership.NewView(cfg.NodeID, cfg.Settings, cfg.Clock)}
+		View:  membership.NewView(cfg.NodeID, cfg.Settings, cfg.Clock),
+		State: bucket.Under(cfg.Bucket, cfg.App.StateRoot())}
+	info := cfg.Info
+	info.App = cfg.App.String()
 	lease, err := nodelease.New(nodelease.Config{
 		Bucket: cfg.Bucket, Clock: cfg.Clock, Settings: cfg.Settings,
-		NodeID: cfg.NodeID, Instance: cfg.Instance, Info: cfg.Info,
+		NodeID: cfg.NodeID, Instance: cfg.Instance, Info: info,
 		Events: nodelease.Events{
 			Lapsed: func() {
 				m.Owners.DropAll()
@@ -128,9 +144,9 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, err
 	}
 	m.Lease = lease
-	m.Owners, err = ownership.New(ownership.Config{Bucket: cfg.Bucket, Clock: cfg.Clock, Lease: lease, Settings: cfg.Settings,
+	m.Owners, err = ownership.New(ownership.Config{Bucket: m.State, Nodes: cfg.Bucket, Clock: cfg.Clock, Lease: lease, Settings: cfg.Settings,
 		Floor: func(ctx context.Context, a ownership.Actor) (uint64, error) {
-			return HistoryGeneration(ctx, cfg.Bucket, a)
+			return HistoryGeneration(ctx, m.State, a)
 		}})
 	if err != nil {
 		cancel()

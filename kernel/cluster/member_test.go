@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
+	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/faulty"
@@ -329,7 +330,7 @@ func TestFirstAcquisitionAboveTheHistory(t *testing.T) {
 		defer m.Leave(ctx)
 		kept := ownership.Actor{Tenant: "default", Class: "c", Name: "kept"}
 		for _, k := range []history.Key{{Kind: history.Segment, TXID: 1, Gen: 2}, {Kind: history.Segment, TXID: 2, Gen: 5, Parent: 2}} {
-			key := history.EncodedPrefix(kept.Tenant, kept.Class, kept.Name) + k.Rel()
+			key := app.Default.StateRoot() + history.EncodedPrefix(kept.Tenant, kept.Class, kept.Name) + k.Rel()
 			if _, err := mem.Put(ctx, key, strings.NewReader("x"), 1, bucket.Condition{}); err != nil {
 				t.Fatal(err)
 			}
@@ -340,6 +341,38 @@ func TestFirstAcquisitionAboveTheHistory(t *testing.T) {
 		}
 		if h, err := m.Owners.Acquire(ctx, ownership.Actor{Tenant: "default", Class: "c", Name: "new"}); err != nil || h.Generation != 1 {
 			t.Fatalf("first acquisition of an actor with no history: %+v %v, want generation 1", h, err)
+		}
+	})
+}
+
+// A member serves one app: its heartbeat names it, and its ownership
+// records are under the app's state root, the node lease on the shared
+// root. A malformed app is refused before the bucket is touched.
+func TestJoinServesItsApp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		mem, clk := buckettest.NewMemory(buckettest.Flaws{}), simtest.New()
+		cfg := config(mem, clk, "p1", nil)
+		cfg.App = app.Name{Tenant: "acme", App: "shop"}
+		m, err := join(t, clk, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Leave(ctx)
+		if r, err := nodelease.ReadObject(ctx, mem, "a"); err != nil || r.Object.Info.App != "acme/shop" {
+			t.Errorf("nodes/a names app %q (%v), want acme/shop", r.Object.Info.App, err)
+		}
+		x := ownership.Actor{Tenant: "acme", Class: "c", Name: "x"}
+		if _, err := m.Owners.Acquire(ctx, x); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := mem.Get(ctx, "state/acme/shop/"+x.Key(), bucket.GetOptions{}); err != nil {
+			t.Errorf("the record is not under the app's state root: %v", err)
+		}
+		bad := config(mem, clk, "p2", nil)
+		bad.App = app.Name{Tenant: "acme", App: "Shop"}
+		if _, err := Join(ctx, bad); err == nil || !strings.Contains(err.Error(), `app name "Shop" must match`) {
+			t.Errorf("Join with app acme/Shop: %v", err)
 		}
 	})
 }

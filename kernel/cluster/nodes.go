@@ -35,7 +35,24 @@ type NodeStatus struct {
 	// Age is how long before now its lease's written_at is, on the clock
 	// now came from; negative when it is dated ahead of that clock.
 	Age time.Duration
+	// Serving is the deployed version it says it runs (Info.Serving), the
+	// zero Serving for none or an unreadable line (warned about).
+	Serving nodelease.Serving
 }
+
+// Run is what the node does for its app: "behind" when it says it cannot
+// apply the app's current version (Info.Behind), else "serving".
+func (n NodeStatus) Run() string {
+	if n.Object.Info.Behind != "" {
+		return "behind"
+	}
+	return "serving"
+}
+
+// MixedServingAfter is how long after the newer version's since live nodes
+// of one app may serve different versions before status warns: nodes follow
+// current within a few heartbeats.
+const MixedServingAfter = time.Minute
 
 // Ahead is how far the lease is dated ahead of the status's clock (0 if
 // it is not).
@@ -62,8 +79,10 @@ type Status struct {
 // (membership.Peer.Live with s) at clk's time once the listing is read,
 // with the book's warnings: no live node; live nodes mixing plain (no
 // cluster address) and the cluster listener; live nodes on different
-// versions; a lease dated ahead of that time by more than max_skew; an
-// object that is not a node lease. A forgotten lease is left out of Nodes
+// versions; live nodes of one app serving different deployed versions
+// MixedServingAfter after the newer one's since; a live node behind its
+// app; a lease dated ahead of that time by more than max_skew; an object
+// that is not a node lease. A forgotten lease is left out of Nodes
 // (Status.Forgotten). It reads the bucket alone.
 func ReadStatus(ctx context.Context, b bucket.Bucket, s nodelease.Settings, clk clock.Clock) (Status, error) {
 	peers, err := membership.List(ctx, b, nil)
@@ -73,6 +92,7 @@ func ReadStatus(ctx context.Context, b bucket.Bucket, s nodelease.Settings, clk 
 	now := clk.Now()
 	st := Status{At: now}
 	versions := map[string][]string{}
+	byApp := map[string][]NodeStatus{} // live nodes serving a version, by app
 	for _, p := range peers {
 		if p.Err == nil && p.Object.State == nodelease.Forgotten {
 			st.Forgotten = append(st.Forgotten, p.ID)
@@ -81,6 +101,10 @@ func ReadStatus(ctx context.Context, b bucket.Bucket, s nodelease.Settings, clk 
 		n := NodeStatus{Peer: p, State: NodeUnreadable}
 		if p.Err == nil {
 			n.Age = now.Sub(p.Object.WrittenAt)
+			var err error
+			if n.Serving, err = nodelease.ParseServing(p.Object.Info.Serving); err != nil {
+				st.Warnings = append(st.Warnings, fmt.Sprintf("nodes/%s: %v", p.ID, err))
+			}
 			switch {
 			case p.Live(now, s):
 				n.State = NodeLive
@@ -101,6 +125,12 @@ func ReadStatus(ctx context.Context, b bucket.Bucket, s nodelease.Settings, clk 
 				st.Listener = append(st.Listener, p.ID)
 			}
 			versions[p.Object.Info.Version] = append(versions[p.Object.Info.Version], p.ID)
+			if n.Serving.Version != "" {
+				byApp[p.Object.Info.App] = append(byApp[p.Object.Info.App], n)
+			}
+			if why := p.Object.Info.Behind; why != "" {
+				st.Warnings = append(st.Warnings, fmt.Sprintf("node %s is behind app %s: %s", p.ID, cmp.Or(p.Object.Info.App, "(none)"), why))
+			}
 		}
 		if a := n.Ahead(); p.Err == nil && a > s.MaxSkew {
 			st.Warnings = append(st.Warnings, aheadWarning(n, s))
@@ -116,6 +146,16 @@ func ReadStatus(ctx context.Context, b bucket.Bucket, s nodelease.Settings, clk 
 		st.Warnings = append(st.Warnings, fmt.Sprintf("mixed plain and TLS nodes: %s still plain while %s use the cluster listener; give every node a cluster listener, then drop --cluster-plaintext accept (ADR 0011)",
 			strings.Join(st.Plain, ", "), strings.Join(st.Listener, ", ")))
 	}
+	apps := make([]string, 0, len(byApp))
+	for a := range byApp {
+		apps = append(apps, a)
+	}
+	sort.Strings(apps)
+	for _, a := range apps {
+		if w := mixedServing(a, byApp[a], now); w != "" {
+			st.Warnings = append(st.Warnings, w)
+		}
+	}
 	for v := range versions {
 		st.Versions = append(st.Versions, v)
 	}
@@ -130,6 +170,29 @@ func ReadStatus(ctx context.Context, b bucket.Bucket, s nodelease.Settings, clk 
 	return st, nil
 }
 
+// mixedServing warns when the live nodes of app serve different versions
+// and the newest (highest seq) has been out for MixedServingAfter: the
+// others did not follow it, "" otherwise.
+func mixedServing(app string, nodes []NodeStatus, now time.Time) string {
+	newest := nodes[0].Serving
+	for _, n := range nodes[1:] {
+		if n.Serving.Seq > newest.Seq {
+			newest = n.Serving
+		}
+	}
+	var old []string
+	for _, n := range nodes {
+		if n.Serving.Version != newest.Version {
+			old = append(old, fmt.Sprintf("%s (%s, seq %d)", n.ID, n.Serving.Version, n.Serving.Seq))
+		}
+	}
+	if len(old) == 0 || now.Sub(newest.Since) <= MixedServingAfter {
+		return ""
+	}
+	return fmt.Sprintf("live nodes of app %s serve different versions: %s since %v ago, but %s; a node that cannot follow says why (STATE behind)",
+		cmp.Or(app, "(none)"), fmt.Sprintf("%s (seq %d)", newest.Version, newest.Seq), now.Sub(newest.Since).Round(time.Second), strings.Join(old, ", "))
+}
+
 func aheadWarning(n NodeStatus, s nodelease.Settings) string {
 	what := fmt.Sprintf("nodes/%s (%s) is dated %v ahead of this clock, more than max_skew %v: ", n.ID, n.State, n.Ahead().Round(time.Millisecond), s.MaxSkew)
 	if n.State == NodeFenced || n.State == NodeReleased {
@@ -138,10 +201,28 @@ func aheadWarning(n NodeStatus, s nodelease.Settings) string {
 	return what + "such a lease never goes stale, so no node fences it and its actors stay held until that date; fix the clock that is wrong (that node's, or this machine's if it is behind). wasmkeep cluster fence stops the node, but the fence keeps the date"
 }
 
-// RecordsNaming lists owners/ and reads every ownership record, counting
-// those that name node id as their holder. A record that does not decode
-// is an error naming its key.
+// RecordsNaming reads every ownership record of every app with state in
+// b, the shared root (owners/ under each app's state root), counting those
+// that name node id as their holder. A record that does not decode is an
+// error naming its key.
 func RecordsNaming(ctx context.Context, b bucket.Bucket, id string) (int, error) {
+	apps, err := Apps(ctx, b)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, a := range apps {
+		c, err := recordsNaming(ctx, bucket.Under(b, a.StateRoot()), id)
+		if err != nil {
+			return 0, fmt.Errorf("app %s: %w", a, err)
+		}
+		n += c
+	}
+	return n, nil
+}
+
+// recordsNaming counts the records of one app's state view naming id.
+func recordsNaming(ctx context.Context, b bucket.Bucket, id string) (int, error) {
 	entries, err := bucket.ListAll(ctx, b, ownership.Prefix)
 	if err != nil {
 		return 0, err

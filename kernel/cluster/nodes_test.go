@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
+	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/simtest"
@@ -26,10 +28,10 @@ func putLease(t *testing.T, b bucket.Bucket, id string, o nodelease.Object) {
 	}
 }
 
-func putRecord(t *testing.T, b bucket.Bucket, a ownership.Actor, r ownership.Record) {
+func putRecord(t *testing.T, b bucket.Bucket, in app.Name, a ownership.Actor, r ownership.Record) {
 	t.Helper()
 	body := r.Encode()
-	if _, err := b.Put(context.Background(), a.Key(), bytes.NewReader(body), int64(len(body)), bucket.Condition{}); err != nil {
+	if _, err := bucket.Under(b, in.StateRoot()).Put(context.Background(), a.Key(), bytes.NewReader(body), int64(len(body)), bucket.Condition{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -99,6 +101,57 @@ func TestReadStatus(t *testing.T) {
 	}
 }
 
+// Status reads each node's app, the version it serves and whether it is
+// behind; it warns about a node behind, and about live nodes of one app
+// serving different versions once the newer one is out for a minute, not
+// before, and not across apps.
+func TestReadStatusServing(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewManual(simtest.Epoch)
+	now := clk.Now()
+	s := nodelease.DefaultSettings()
+	b := buckettest.NewMemory(buckettest.Flaws{})
+	node := func(id, app string, sv nodelease.Serving, behind string) {
+		info := nodelease.Info{Version: "0.4.0", Advertise: "http://" + id + ":1", App: app, Behind: behind}
+		if sv.Version != "" {
+			info.Serving = sv.String()
+		}
+		putLease(t, b, id, nodelease.Object{State: nodelease.Live, Instance: "i", Seq: 1, WrittenAt: clk.Now(), Info: info})
+	}
+	v1 := nodelease.Serving{Version: "1111111111111111", Seq: 1, Since: now.Add(-time.Hour)}
+	v2 := nodelease.Serving{Version: "2222222222222222", Seq: 2, Since: now.Add(-30 * time.Second)}
+	node("a", "acme/shop", v2, "")
+	node("b", "acme/shop", v1, "class cart: needs a host function this node lacks")
+	node("c", "acme/blog", v1, "")
+	node("d", "default/default", nodelease.Serving{}, "")
+	st, err := ReadStatus(ctx, b, s, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, n := range st.Nodes {
+		got = append(got, fmt.Sprintf("%s=%s,%s,%s,%d", n.ID, n.Object.Info.App, n.Run(), n.Serving.Version, n.Serving.Seq))
+	}
+	want := "a=acme/shop,serving,2222222222222222,2 b=acme/shop,behind,1111111111111111,1 c=acme/blog,serving,1111111111111111,1 d=default/default,serving,,0"
+	if strings.Join(got, " ") != want {
+		t.Errorf("nodes %s, want %s", strings.Join(got, " "), want)
+	}
+	w := strings.Join(st.Warnings, "\n")
+	if !strings.Contains(w, "node b is behind app acme/shop: class cart: needs a host function") || strings.Contains(w, "serve different versions") {
+		t.Errorf("warnings 30 s after v2: %q", w)
+	}
+	clk.Advance(31 * time.Second)
+	node("a", "acme/shop", v2, "") // written again, live at the new time
+	node("b", "acme/shop", v1, "")
+	node("c", "acme/blog", v1, "")
+	node("d", "default/default", nodelease.Serving{}, "")
+	st, _ = ReadStatus(ctx, b, s, clk)
+	w = strings.Join(st.Warnings, "\n")
+	if want := "live nodes of app acme/shop serve different versions: 2222222222222222 (seq 2) since 1m1s ago, but b (1111111111111111, seq 1)"; !strings.Contains(w, want) || strings.Count(w, "serve different versions") != 1 {
+		t.Errorf("warnings a minute after v2: %q, want one with %q", w, want)
+	}
+}
+
 // Forget refuses a live lease whatever its age, an unreadable object, a
 // fenced or released one younger than ttl + grace, and one that records
 // still name; it marks an old released lease no record names forgotten,
@@ -131,9 +184,11 @@ func TestForget(t *testing.T) {
 	}
 	refused("junk", "not a node lease")
 	putLease(t, b, "held", obj(nodelease.Fenced, time.Hour))
-	putRecord(t, b, ownership.Actor{Tenant: "default", Class: "c", Name: "x"}, ownership.Record{Node: "held", Instance: "i", Generation: 3})
-	putRecord(t, b, ownership.Actor{Tenant: "default", Class: "c", Name: "y"}, ownership.Record{Node: "held", Instance: "old", Generation: 1})
-	putRecord(t, b, ownership.Actor{Tenant: "default", Class: "c", Name: "z"}, ownership.Record{Generation: 2})
+	// Records of two apps name it: both count.
+	shop := app.Name{Tenant: "acme", App: "shop"}
+	putRecord(t, b, app.Default, ownership.Actor{Tenant: "default", Class: "c", Name: "x"}, ownership.Record{Node: "held", Instance: "i", Generation: 3})
+	putRecord(t, b, shop, ownership.Actor{Tenant: "acme", Class: "c", Name: "y"}, ownership.Record{Node: "held", Instance: "old", Generation: 1})
+	putRecord(t, b, app.Default, ownership.Actor{Tenant: "default", Class: "c", Name: "z"}, ownership.Record{Generation: 2})
 	refused("held", "2 ownership records still name node held")
 
 	putLease(t, b, "old", obj(nodelease.Released, 15*time.Second))
@@ -179,7 +234,7 @@ func (o *onList) List(ctx context.Context, prefix string, opts bucket.ListOption
 }
 
 // A process that starts with a node id while forget checks that id (here
-// while it lists owners/) keeps its lease: forget is refused, having
+// while it lists state/, every app's records) keeps its lease: forget is refused, having
 // written nothing, and the node renews on. Once that node stops, forget
 // marks its lease forgotten, and a process started with the id afterwards
 // takes it and runs.
@@ -191,7 +246,7 @@ func TestForgetRacingAStart(t *testing.T) {
 		putLease(t, mem, "a", nodelease.Object{State: nodelease.Released, Instance: "old", Seq: 7, WrittenAt: clk.Now().Add(-time.Hour)})
 		lost := make(chan error, 2)
 		var m *Member
-		racing := &onList{Bucket: mem, prefix: ownership.Prefix, hook: func() {
+		racing := &onList{Bucket: mem, prefix: app.StatePrefix, hook: func() {
 			var err error
 			if m, err = join(t, clk, config(mem, clk, "p1", func(err error) { lost <- err })); err != nil {
 				t.Fatal(err)

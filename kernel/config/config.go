@@ -136,6 +136,7 @@ type Node struct {
 	FetchMaxStepTimeout    time.Duration `koanf:"fetch_max_step_timeout" help:"the longest step timeout a guest may ask for"`
 	FetchMaxBodyBytes      int64         `koanf:"fetch_max_body_bytes" help:"bytes of an outbound request's body, and of its response's; more fail with too-large"`
 
+	App    string            `koanf:"app"`    // the app served, tenant/app (serve --app); "" for default/default. Needs a bucket.
 	Actors map[string]string `koanf:"actors"` // class name to module file
 	Access map[string]string `koanf:"access"` // class name to access mode (open, existing, existing:NAME,..., internal)
 

@@ -204,7 +204,7 @@ func (a *actor) scheduleFrom(ctx context.Context) {
 // stay in the index for when they are).
 func (n *Node) loadAlarms(ctx context.Context) error {
 	ix, err := alarm.OpenIndex(ctx, alarm.IndexOptions{
-		DataDir: n.opts.DataDir, Tenant: n.opts.Tenant, Log: n.log, Clock: n.clock,
+		Root: n.stateDir, Tenant: n.opts.App.Tenant, Log: n.log, Clock: n.clock,
 		Storage: n.storage, StorageOptions: n.opts.Storage,
 		Name: func(ctx context.Context, db storage.DB) (string, bool, error) {
 			return metaValue(ctx, db, "name")

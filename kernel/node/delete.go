@@ -57,5 +57,5 @@ func (a *actor) removeDatabase() error {
 		}
 	}
 	a.deleted.Store(true)
-	return a.node.storage.Remove(context.Background(), a.node.opts.DataDir, a.addr)
+	return a.node.storage.Remove(context.Background(), a.node.stateDir, a.addr)
 }

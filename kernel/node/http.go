@@ -86,6 +86,13 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	// A call from a node of another app (several apps may share a bucket)
+	// is refused before its class, and before its body is read (ADR 1045).
+	if n.opts.Cluster != nil && callsign.OtherApp(r.Header, n.opts.App.String()) {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "not this app's node", http.StatusServiceUnavailable)
+		return
+	}
 	c := n.class(route.Class)
 	if c == nil {
 		http.Error(w, "unknown class "+strconv.Quote(route.Class), http.StatusNotFound)

@@ -29,10 +29,10 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/replication"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
-	"github.com/wasmkeep/wasmkeep/kernel/node/address"
 	"github.com/wasmkeep/wasmkeep/kernel/node/alarm"
 	"github.com/wasmkeep/wasmkeep/kernel/node/fetch"
 	"github.com/wasmkeep/wasmkeep/kernel/node/guestlog"
@@ -47,7 +47,7 @@ import (
 type Options struct {
 	DataDir       string                   // where databases live (required)
 	CacheDir      string                   // [DataDir/cache] compiled modules, kept across restarts
-	Tenant        string                   // [default]
+	App           app.Name                 // [app.Default] the app served: its tenant is the actors' (their addresses stay tenant/class/name), its state root holds their databases
 	Classes       map[string]string        // class name to module file
 	Access        map[string]access.Access // [open] by class: who outside may reach its actors
 	IdleTimeout   time.Duration            // [30s] without events before an actor hibernates
@@ -146,8 +146,8 @@ func (o Options) withDefaults() Options {
 	if o.WebSocketsPerNode == 0 {
 		o.WebSocketsPerNode = 50000
 	}
-	if o.Tenant == "" {
-		o.Tenant = "default"
+	if o.App == (app.Name{}) {
+		o.App = app.Default
 	}
 	if o.CacheDir == "" && o.DataDir != "" {
 		o.CacheDir = filepath.Join(o.DataDir, "cache")
@@ -199,7 +199,10 @@ type Node struct {
 	clock   clock.Clock // opts.Clock
 	engine  runtime.Engine
 	storage storage.Driver
-	host    map[string]runtime.HostFunction // what guests may import from the wasmkeep module
+	// stateDir is the storage root: the app's actor databases, their
+	// sidecars and its alarm index, <data-dir>/state/<tenant>/<app>/ (ADR 1045).
+	stateDir string
+	host     map[string]runtime.HostFunction // what guests may import from the wasmkeep module
 
 	// The version served (deploy.go): its classes and the front, the
 	// stateless component that answers paths outside /actor/ and
@@ -242,8 +245,8 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	if opts.DataDir == "" {
 		return nil, errors.New("node: a data directory is required")
 	}
-	if !address.ValidIdent(opts.Tenant) {
-		return nil, fmt.Errorf("tenant %q must match [a-z][a-z0-9-]{0,63}", opts.Tenant)
+	if err := opts.App.Check(); err != nil {
+		return nil, err
 	}
 	if opts.MaxInstances < 1 {
 		return nil, fmt.Errorf("max instances is %d; it must be at least 1", opts.MaxInstances)
@@ -267,8 +270,9 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	}
 	n := &Node{
 		opts: opts, log: opts.Logger, clock: opts.Clock, engine: eng, host: host, storage: st,
-		swapped: make(chan struct{}),
-		actors:  map[string]*actor{}, closing: map[string]*actor{},
+		stateDir: filepath.Join(opts.DataDir, filepath.FromSlash(opts.App.StateRoot())),
+		swapped:  make(chan struct{}),
+		actors:   map[string]*actor{}, closing: map[string]*actor{},
 		slots:     make(chan struct{}, opts.MaxInstances),
 		alarms:    alarm.NewSchedule(),
 		fetch:     fetcher,
@@ -321,7 +325,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	n.removeStaleSnapshots() // after the load, which marks the ones it uses
 	if err := n.loadAlarms(ctx); err != nil {
 		n.Close()
-		return nil, fmt.Errorf("reading pending alarms from %s: %w", opts.DataDir, err)
+		return nil, fmt.Errorf("reading pending alarms from %s: %w", n.stateDir, err)
 	}
 	go n.alarms.Run(n.ctx, n.clock, n.deliverAlarm)
 	if _, alone := n.opts.Placement.(placement.Local); !alone {
@@ -453,7 +457,7 @@ func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) er
 			<-n.slots
 			continue
 		}
-		a := newActor(n, c, abi.Address{Tenant: n.opts.Tenant, Class: c.name, Name: name}, key, n.closing[key])
+		a := newActor(n, c, abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: name}, key, n.closing[key])
 		n.actors[key] = a
 		a.enqueue(ev)
 		n.wg.Add(1)
@@ -468,7 +472,7 @@ func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) er
 // that asks the Placement (deliver calls it, or the front door before its
 // access check, which reads this node's storage).
 func (n *Node) place(ctx context.Context, c *class, name string) error {
-	return placement.Check(ctx, n.opts.Placement, abi.Address{Tenant: n.opts.Tenant, Class: c.name, Name: name})
+	return placement.Check(ctx, n.opts.Placement, abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: name})
 }
 
 // countRefusal counts a request or call that deliver refused.
@@ -485,7 +489,7 @@ func (n *Node) countRefusal(err error) {
 
 // actorKey is an actor's key in n.actors: tenant/class/name.
 func (n *Node) actorKey(c *class, name string) string {
-	return n.opts.Tenant + "/" + c.name + "/" + name
+	return n.opts.App.Tenant + "/" + c.name + "/" + name
 }
 
 // queued counts the events in resident actors' mailboxes; n.mu is held.
@@ -506,13 +510,13 @@ func (n *Node) exists(c *class, name string) bool {
 	if a != nil && !a.deleted.Load() {
 		return true
 	}
-	return n.hasDatabase(abi.Address{Tenant: n.opts.Tenant, Class: c.name, Name: name})
+	return n.hasDatabase(abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: name})
 }
 
 // hasDatabase asks storage whether the actor has a database; an error
 // counts as no.
 func (n *Node) hasDatabase(addr abi.Address) bool {
-	ok, err := n.storage.Exists(context.Background(), n.opts.DataDir, addr)
+	ok, err := n.storage.Exists(context.Background(), n.stateDir, addr)
 	return err == nil && ok
 }
 

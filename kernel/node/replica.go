@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
-	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/callsign"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
@@ -30,8 +29,7 @@ import (
 // event ends, exec-durable answering once the bucket acknowledged them
 // (ADR 1026).
 type Cluster struct {
-	Member    *cluster.Member  // the node lease and the ownership records (cluster.Join)
-	Bucket    bucket.Bucket    // the bucket the member uses, counted (bucket.Counting)
+	Member    *cluster.Member  // the node lease, the ownership records and the app's state view, Member.State (cluster.Join)
 	Metrics   *metrics.Cluster // its collectors, registered on the node's page
 	Retention time.Duration    // --history-retention-secs
 
@@ -67,7 +65,7 @@ func (n *Node) newReplicas() (*replication.Replicas, error) {
 	}
 	n.metrics.Register(c.Metrics)
 	return replication.New(replication.Config{
-		Bucket: c.Bucket, Clock: n.clock, Driver: n.storage, Root: n.opts.DataDir, Options: n.opts.Storage,
+		Bucket: c.Member.State, Clock: n.clock, Driver: n.storage, Root: n.stateDir, Options: n.opts.Storage,
 		TempDir: tmp, Retention: c.Retention,
 		Metrics: replication.Metrics{
 			DurableWrite: c.Metrics.DurableWrite, Restore: c.Metrics.Restore, SnapshotFailure: c.Metrics.SnapshotFailure,
@@ -95,7 +93,7 @@ const errBrokenPublic = "the actor's history in the bucket is broken; it is refu
 func (a *actor) openDatabase(ctx context.Context) (storage.DB, error) {
 	n := a.node
 	if n.replicas == nil {
-		db, err := n.storage.Open(ctx, n.opts.DataDir, a.addr, n.opts.Storage)
+		db, err := n.storage.Open(ctx, n.stateDir, a.addr, n.opts.Storage)
 		if err != nil {
 			return nil, &failure{public: "internal error", cause: fmt.Errorf("opening database: %w", err)}
 		}
@@ -361,7 +359,7 @@ func (a *actor) resetHeld(ctx context.Context) error {
 		a.db = nil
 	}
 	a.deleted.Store(true)
-	if rerr := n.storage.Remove(ctx, n.opts.DataDir, a.addr); err == nil {
+	if rerr := n.storage.Remove(ctx, n.stateDir, a.addr); err == nil {
 		err = rerr
 	}
 	a.stopErase() // an earlier delete's, under this hold

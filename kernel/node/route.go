@@ -219,7 +219,7 @@ func (n *Node) callPeer(ctx context.Context, peer string, c *class, name string,
 			hr.Header.Add(h.Name, h.Value)
 		}
 	}
-	cl.Signer.Sign(callsign.Call{Target: peer, Method: req.Method, Path: hr.URL.RequestURI(), Body: req.Body, Caller: caller, Chain: chain}, hr.Header)
+	cl.Signer.Sign(callsign.Call{Target: peer, App: n.opts.App.String(), Method: req.Method, Path: hr.URL.RequestURI(), Body: req.Body, Caller: caller, Chain: chain}, hr.Header)
 	resp, err := cl.Peers.Send(ctx, peer, hr)
 	if err != nil {
 		cl.Metrics.Forwarded(metrics.ForwardCall, failureKind(err))
@@ -304,7 +304,7 @@ func (n *Node) sweepOwners() {
 			tenant, rest, _ := strings.Cut(key, "/")
 			class, name, _ := strings.Cut(rest, "/")
 			c := n.class(class)
-			if resident || c == nil || tenant != n.opts.Tenant {
+			if resident || c == nil || tenant != n.opts.App.Tenant {
 				continue
 			}
 			var e *placement.Elsewhere

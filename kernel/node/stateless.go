@@ -37,7 +37,7 @@ func (n *Node) serveStateless(w http.ResponseWriter, r *http.Request, front *cla
 		<-n.slots
 		n.wg.Done()
 	}()
-	a := newActor(n, front, abi.Address{Tenant: n.opts.Tenant}, statelessKey, nil)
+	a := newActor(n, front, abi.Address{Tenant: n.opts.App.Tenant}, statelessKey, nil)
 	ev := &event{ctx: r.Context(), payload: payload, reply: make(chan outcome, 1), class: front}
 	a.handle(ev)
 	a.discardInstance()

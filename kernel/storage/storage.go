@@ -30,7 +30,8 @@ import (
 const API = "storage/v2"
 
 // Driver is what a storage plugin's New returns. Every method takes the data
-// root (a directory the kernel owns, --data-dir) and an actor's address
+// root (a directory the kernel owns: the app's state directory under
+// --data-dir, <data-dir>/state/<tenant>/<app>/) and an actor's address
 // (tenant, class and name, valid by the kernel's rules: the name 1 to 256
 // bytes without / or control characters, other than . and ..); how the
 // driver lays the actor's files out under root is its own business, the

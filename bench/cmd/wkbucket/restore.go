@@ -16,12 +16,14 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/bench/measure"
+	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
 )
 
-// tenant is the node's tenant when none is configured.
-const tenant = "default"
+// served is the node's app when none is configured: its actors' history
+// is under its state root.
+var served = app.Default
 
 // shape is one way of leaving a history: as written (nothing collected) or
 // after collection (--history-retention-secs 0).
@@ -232,7 +234,8 @@ func (c *config) writeHistories(st *store, prefix string, sh shape) error {
 // count lists the counter's prefix (five times, for the listing's median)
 // and plans its restore as the node would.
 func count(b bucket.Bucket, name string) (counted, error) {
-	prefix, err := history.Prefix(history.Actor{Tenant: tenant, Class: "counter", Name: name})
+	b = bucket.Under(b, served.StateRoot())
+	prefix, err := history.Prefix(history.Actor{Tenant: served.Tenant, Class: "counter", Name: name})
 	if err != nil {
 		return counted{}, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
@@ -19,8 +20,8 @@ import (
 )
 
 type bucketFlags struct {
-	config, tenant, actor string
-	cluster               clusterFlags
+	config, app, actor string
+	cluster            clusterFlags
 }
 
 func bucketCommand(reg *plugin.Registry) *cobra.Command {
@@ -51,11 +52,11 @@ reported ok or with what is broken; the command fails if any is.`,
 			})
 		},
 	}
-	verify.Flags().StringVar(&f.actor, "actor", "", "check one actor: CLASS/NAME (of --tenant)")
+	verify.Flags().StringVar(&f.actor, "actor", "", "check one actor: CLASS/NAME (of --app)")
 	for _, c := range []*cobra.Command{ls, verify} {
 		fl := c.Flags()
 		fl.StringVar(&f.config, "config", "", "plugins.yaml to layer over the embedded defaults")
-		fl.StringVar(&f.tenant, "tenant", "", "only this tenant's actors (default: every tenant; with --actor: default)")
+		fl.StringVar(&f.app, "app", "", "only this app's actors, TENANT/APP (default: every app with state in the bucket; with --actor: default/default)")
 		f.cluster.bind(fl, false)
 		cmd.AddCommand(c)
 	}
@@ -72,13 +73,17 @@ func withStored(cmd *cobra.Command, reg *plugin.Registry, f bucketFlags, fn func
 	defer b.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	tenant := f.tenant
-	if f.actor != "" && tenant == "" {
-		tenant = "default"
-	}
-	all, err := cluster.ListStored(ctx, b, tenant)
+	apps, err := storedApps(ctx, b, f)
 	if err != nil {
 		return err
+	}
+	var all []cluster.Stored
+	for _, a := range apps {
+		stored, err := cluster.ListStored(ctx, b, a)
+		if err != nil {
+			return fmt.Errorf("app %s: %w", a, err)
+		}
+		all = append(all, stored...)
 	}
 	if f.actor != "" {
 		class, name, ok := strings.Cut(f.actor, "/")
@@ -92,23 +97,39 @@ func withStored(cmd *cobra.Command, reg *plugin.Registry, f bucketFlags, fn func
 			}
 		}
 		if len(one) == 0 {
-			return fmt.Errorf("--actor %s: tenant %s has no history of it in the bucket", f.actor, tenant)
+			return fmt.Errorf("--actor %s: app %s has no history of it in the bucket", f.actor, apps[0])
 		}
 		all = one
 	}
 	return fn(ctx, b, all)
 }
 
+// storedApps is the app --app names (default/default with --actor), or
+// every app with state in the bucket.
+func storedApps(ctx context.Context, b bucket.Bucket, f bucketFlags) ([]app.Name, error) {
+	switch {
+	case f.app != "":
+		a, err := app.Parse(f.app)
+		if err != nil {
+			return nil, fmt.Errorf("--app: %w", err)
+		}
+		return []app.Name{a}, nil
+	case f.actor != "":
+		return []app.Name{app.Default}, nil
+	}
+	return cluster.Apps(ctx, b)
+}
+
 func bucketLs(cmd *cobra.Command, all []cluster.Stored) error {
 	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ACTOR\tHEAD TXID\tGENERATION\tREPLAYS\tOBJECTS\tOTHER KEYS")
+	fmt.Fprintln(tw, "APP\tACTOR\tHEAD TXID\tGENERATION\tREPLAYS\tOBJECTS\tOTHER KEYS")
 	for _, s := range all {
 		plan, err := history.PlanRestore(s.Listing)
 		head, gen, replays := "broken", "-", "-"
 		if err == nil {
 			head, gen, replays = fmt.Sprint(plan.Head.TXID), fmt.Sprint(plan.Head.Gen), fmt.Sprint(len(plan.Objects()))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\n", s, head, gen, replays, len(s.Listing.Objects), len(s.Listing.Unknown))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", s.App, s, head, gen, replays, len(s.Listing.Objects), len(s.Listing.Unknown))
 	}
 	return tw.Flush()
 }
@@ -120,12 +141,12 @@ func bucketVerify(ctx context.Context, cmd *cobra.Command, b bucket.Bucket, all 
 		plan, err := cluster.Verify(ctx, b, s, "")
 		switch {
 		case err == nil:
-			fmt.Fprintf(out, "ok      %s: head %d (generation %d), %d objects replayed\n", s, plan.Head.TXID, plan.Head.Gen, len(plan.Objects()))
+			fmt.Fprintf(out, "ok      %s %s: head %d (generation %d), %d objects replayed\n", s.App, s, plan.Head.TXID, plan.Head.Gen, len(plan.Objects()))
 		case errors.Is(err, history.ErrBroken):
 			broken++
-			fmt.Fprintf(out, "BROKEN  %s: %v\n", s, err)
+			fmt.Fprintf(out, "BROKEN  %s %s: %v\n", s.App, s, err)
 		default:
-			return fmt.Errorf("%s: %w", s, err)
+			return fmt.Errorf("%s %s: %w", s.App, s, err)
 		}
 	}
 	fmt.Fprintf(out, "%d actors: %d ok, %d broken\n", len(all), len(all)-broken, broken)

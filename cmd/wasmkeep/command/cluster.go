@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
@@ -77,6 +78,7 @@ func (f *clusterFlags) layers(fl *pflag.FlagSet) []config.Flag {
 // node itself.
 type clusterNode struct {
 	*node.Cluster
+	bucket   bucket.Bucket             // the shared root, counted (bucket.Counting): the member joined on it
 	listener net.Listener              // the cluster listener, or nil (--cluster-plaintext accept without one)
 	secure   transport.Transport       // its transport, or nil
 	plain    transport.Transport       // plain HTTP to peers without a listener, or nil (refuse)
@@ -94,7 +96,7 @@ func (c *clusterNode) close() {
 // the probe, the node-id start check, the lease, the cluster secret. lost
 // is called if the lease is lost later. Everything is closed when joining
 // fails; otherwise the caller closes it (clusterNode.close).
-func joinCluster(ctx context.Context, cfg *config.Config, listen string, log *slog.Logger, lost func(error)) (_ *clusterNode, err error) {
+func joinCluster(ctx context.Context, cfg *config.Config, served app.Name, listen string, log *slog.Logger, lost func(error)) (_ *clusterNode, err error) {
 	c := cfg.Cluster
 	if c.NodeID == "" {
 		return nil, errors.New("cluster.bucket (--bucket) is set but cluster.node_id (--node-id) is not: give this node an id, unique among the bucket's nodes")
@@ -134,10 +136,10 @@ func joinCluster(ctx context.Context, cfg *config.Config, listen string, log *sl
 		return nil, err
 	}
 	cm := cn.Metrics
-	cn.Bucket = bucket.Counting(raw, cm.BucketRequest)
+	cn.bucket = bucket.Counting(raw, cm.BucketRequest)
 	var network *peers.Network // set before the listing starts
 	m, err := cluster.Join(ctx, cluster.Config{
-		Bucket: cn.Bucket, Clock: clock.Real, Settings: c.Lease(), NodeID: c.NodeID, Instance: newInstance(),
+		Bucket: cn.bucket, App: served, Clock: clock.Real, Settings: c.Lease(), NodeID: c.NodeID, Instance: newInstance(),
 		Info: info, Logger: log, Lost: lost, LeaseWrote: cm.LeaseWrote,
 		Fenced: func(peer string) {
 			cm.Fence()
@@ -158,11 +160,11 @@ func joinCluster(ctx context.Context, cfg *config.Config, listen string, log *sl
 		return nil, err
 	}
 	cn.Member = m
-	network = peers.New(peers.Config{Self: c.NodeID, View: m.View, Secure: cn.secure, Plain: cn.plain,
+	network = peers.New(peers.Config{Self: c.NodeID, App: served.String(), View: m.View, Secure: cn.secure, Plain: cn.plain,
 		Clock: clock.Real, Logger: log, AnswerTimeout: cfg.Node.WallClock})
 	cn.Peers = network
-	cn.Signer, cn.Verifier = callSecret(ctx, cn.Bucket, c.NodeID, log)
-	log.Info("joined the cluster", "node_id", c.NodeID, "bucket", ch.Info.ID(), "advertise", info.Advertise,
+	cn.Signer, cn.Verifier = callSecret(ctx, cn.bucket, c.NodeID, log)
+	log.Info("joined the cluster", "node_id", c.NodeID, "app", served.String(), "bucket", ch.Info.ID(), "advertise", info.Advertise,
 		"cluster_advertise", info.ClusterAddr, "plaintext", cmp.Or(c.Plaintext, "refuse"))
 	return cn, nil
 }
@@ -178,8 +180,8 @@ func (c *clusterNode) closeOpened() {
 			t.Close()
 		}
 	}
-	if c.Bucket != nil {
-		c.Bucket.Close()
+	if c.bucket != nil {
+		c.bucket.Close()
 	}
 }
 

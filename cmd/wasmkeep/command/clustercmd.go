@@ -100,9 +100,10 @@ released, 2 on an error.`,
 		Long: `Mark nodes/NODE forgotten, only when that is safe: refused for a live lease,
 whatever its age (stop the node, or fence it), for an object that is not a
 node lease (fence it first), for a fenced or released lease younger than
-ttl + grace (15 s by default), and while any ownership record (owners/)
-still names the node: a retired lease frees nothing, so those actors would
-stay held for ever. The command lists owners/ and reads every record.
+ttl + grace (15 s by default), and while any ownership record of any app
+(state/TENANT/APP/owners/) still names the node: a retired lease frees
+nothing, so those actors would stay held for ever. The command lists
+state/ and reads every record.
 
 The lease is replaced, If-Match the version checked, by the same object
 marked forgotten, never deleted (ADR 1041): a node started with this id
@@ -197,6 +198,12 @@ type statusJSON struct {
 	Lease          string   `json:"lease,omitempty"` // the lease's own state: live, fenced or released
 	Instance       string   `json:"instance,omitempty"`
 	Version        string   `json:"version"`
+	App            string   `json:"app"`
+	Run            string   `json:"run,omitempty"`    // for its app: serving, or behind
+	Serving        string   `json:"serving"`          // the deployed version it runs, "" for none
+	Seq            uint64   `json:"seq"`              // that version's seq
+	Since          string   `json:"since,omitempty"`  // since when it runs it
+	Behind         string   `json:"behind,omitempty"` // why it cannot apply the app's current version
 	Advertise      string   `json:"advertise"`
 	ClusterAddress string   `json:"cluster_address"`
 	Pin            string   `json:"pin"`
@@ -232,6 +239,10 @@ func statusAsJSON(out io.Writer, st cluster.Status, s nodelease.Settings, where 
 		} else {
 			o := n.Object
 			j.Lease, j.Instance, j.Version, j.Advertise, j.ClusterAddress = string(o.State), o.Instance, o.Info.Version, o.Info.Advertise, o.Info.ClusterAddr
+			j.App, j.Run, j.Serving, j.Seq, j.Behind = o.Info.App, n.Run(), n.Serving.Version, n.Serving.Seq, o.Info.Behind
+			if j.Serving != "" {
+				j.Since = n.Serving.Since.UTC().Format(time.RFC3339Nano)
+			}
 			j.Pin, j.Pins = n.Pin(), append(j.Pins, o.Info.Pins...)
 			j.WrittenAt = o.WrittenAt.UTC().Format(time.RFC3339Nano)
 			j.AgeMS, j.AheadMS = n.Age.Milliseconds(), n.Ahead().Milliseconds()
@@ -251,10 +262,10 @@ func statusAsJSON(out io.Writer, st cluster.Status, s nodelease.Settings, where 
 func statusTable(out io.Writer, st cluster.Status, s nodelease.Settings, where string) error {
 	fmt.Fprintf(out, "Cluster %s (live: lease written within %v)\n\n", where, s.Horizon().Round(time.Millisecond))
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tLIVE\tAGE\tVERSION\tADDRESS\tCLUSTER ADDRESS\tPIN")
+	fmt.Fprintln(tw, "NODE\tLIVE\tAGE\tSTATE\tVERSION\tAPP\tSERVING\tADDRESS\tCLUSTER ADDRESS\tPIN")
 	for _, n := range st.Nodes {
 		if n.Err != nil {
-			fmt.Fprintf(tw, "%s\tunreadable\t-\t-\t-\t-\t-\n", cmp.Or(n.ID, nodelease.Prefix))
+			fmt.Fprintf(tw, "%s\tunreadable\t-\t-\t-\t-\t-\t-\t-\t-\n", cmp.Or(n.ID, nodelease.Prefix))
 			continue
 		}
 		live := "no (" + string(n.State) + ")"
@@ -262,7 +273,12 @@ func statusTable(out io.Writer, st cluster.Status, s nodelease.Settings, where s
 			live = "yes"
 		}
 		i := n.Object.Info
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, live, age(n.Age), dash(i.Version), dash(i.Advertise), dash(i.ClusterAddr), dash(shortPin(n.Pin())))
+		serving := "-"
+		if n.Serving.Version != "" {
+			serving = fmt.Sprintf("%s (seq %d)", n.Serving.Version, n.Serving.Seq)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, live, age(n.Age), n.Run(), dash(i.Version), dash(i.App), serving,
+			dash(i.Advertise), dash(i.ClusterAddr), dash(shortPin(n.Pin())))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/wasmkeep/wasmkeep"
+	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/config"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
@@ -130,6 +131,7 @@ func pluginsCommand(reg *plugin.Registry) *cobra.Command {
 
 type serveFlags struct {
 	config    string
+	app       string
 	actors    []string
 	env       []string
 	access    []string
@@ -170,6 +172,7 @@ node: (--max-instances is node.max_instances).`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "plugins.yaml to layer over the embedded defaults")
+	fl.StringVar(&f.app, "app", "", "serve as this app, TENANT/APP, whose actors' state is its own in the bucket; needs --bucket (default: default/default; node.app)")
 	fl.StringArrayVar(&f.actors, "actor", nil, "serve a class: CLASS=FILE.wasm (repeatable; node.actors)")
 	fl.StringArrayVar(&f.env, "env", nil, "configuration for a class's actors: CLASS=FILE of NAME=value lines, read at start (repeatable; node.env)")
 	for key, field := range config.NodeFields(&f.node) {
@@ -229,9 +232,12 @@ func nodeFlags(cmd *cobra.Command, f serveFlags) []config.Flag {
 	return out
 }
 
-// nodeSettings adds the --actor flags to the loaded settings and checks
-// that there is something to serve.
+// nodeSettings adds the --app and --actor flags to the loaded settings and
+// checks that there is something to serve.
 func nodeSettings(cfg config.Node, f serveFlags) (config.Node, error) {
+	if f.app != "" {
+		cfg.App = f.app
+	}
 	if len(f.actors) > 0 && cfg.Actors == nil {
 		cfg.Actors = map[string]string{}
 	}
@@ -251,6 +257,22 @@ func nodeSettings(cfg config.Node, f serveFlags) (config.Node, error) {
 		return cfg, errors.New("nothing to serve: add --actor CLASS=FILE.wasm (or node.actors in the config), or a stateless component")
 	}
 	return cfg, nil
+}
+
+// servedApp is the app --app (node.app) names, which needs a bucket to keep
+// its state apart from other apps', or default/default without one.
+func servedApp(name, bucket string) (app.Name, error) {
+	if name == "" {
+		return app.Default, nil
+	}
+	a, err := app.Parse(name)
+	if err != nil {
+		return a, fmt.Errorf("--app (node.app): %w", err)
+	}
+	if bucket == "" {
+		return a, fmt.Errorf("--app %s needs a bucket (--bucket): an app is served from a cluster's bucket", a)
+	}
+	return a, nil
 }
 
 // accessRules parses --access, then node.access for the classes no flag
@@ -291,6 +313,10 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 		return err
 	}
 	ns, err := nodeSettings(cfg.Node, f)
+	if err != nil {
+		return err
+	}
+	served, err := servedApp(ns.App, cfg.Cluster.Bucket)
 	if err != nil {
 		return err
 	}
@@ -336,7 +362,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	var cn *clusterNode
 	lost := make(chan error, 1)
 	if cfg.Cluster.Bucket != "" {
-		cn, err = joinCluster(ctx, cfg, ns.Listen, log, func(err error) { lost <- err })
+		cn, err = joinCluster(ctx, cfg, served, ns.Listen, log, func(err error) { lost <- err })
 		if err != nil {
 			return err
 		}
@@ -372,7 +398,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 			"open_files", files, "max_connections", fit.connections, "max_instances", fit.instances)
 	}
 	opts.MaxInstances = fit.instances
-	opts.DataDir, opts.Classes, opts.Access, opts.Env = ns.DataDir, ns.Actors, access, env
+	opts.App, opts.DataDir, opts.Classes, opts.Access, opts.Env = served, ns.DataDir, ns.Actors, access, env
 	opts.Stateless, opts.Logger = f.stateless, log
 	if cn != nil {
 		opts.Cluster = cn.Cluster
@@ -425,7 +451,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	rtChoice, stChoice := cfg.Plugins[plugin.Runtime], cfg.Plugins[plugin.Storage]
 	log.Info("serving", "listen", l.Addr().String(), "runtime", rtChoice.Info.Name, "storage", stChoice.Info.Name,
 		slog.GroupAttrs(rtChoice.Info.ID(), rtChoice.Settings()...), slog.GroupAttrs(stChoice.Info.ID(), stChoice.Settings()...),
-		"data_dir", ns.DataDir)
+		"app", served.String(), "data_dir", ns.DataDir)
 	select {
 	case <-ctx.Done():
 		log.Info("stopping: finishing in-flight requests and queued events")

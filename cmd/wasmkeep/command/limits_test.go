@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep"
+	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/config"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 )
@@ -26,9 +27,9 @@ func TestEmbeddedDefaultsAreTheNodes(t *testing.T) {
 	got := limits(defaults)
 	want := node.Options{}.WithDefaults()
 	// What limits does not set, and what a node derives of its own.
-	want.Tenant, want.Logger, want.AdmissionWait = "", nil, 0
+	want.App, want.Logger, want.AdmissionWait = app.Name{}, nil, 0
 	got = got.WithDefaults()
-	got.Tenant, got.Logger, got.AdmissionWait = "", nil, 0
+	got.App, got.Logger, got.AdmissionWait = app.Name{}, nil, 0
 	gv, wv := reflect.ValueOf(got), reflect.ValueOf(want)
 	for i := range gv.NumField() {
 		if !reflect.DeepEqual(gv.Field(i).Interface(), wv.Field(i).Interface()) {

@@ -3,9 +3,9 @@
 // (actors.call, and the alarm hand-off that rides on it) signs the call
 // with HMAC-SHA256 under the cluster's secret, stored once in the bucket at
 // cluster/secret (LoadSecret). The signature covers the node the call is
-// for, the method, the request target, the body's SHA-256, the calling
-// actor, the chain of actors waiting on the call, a timestamp and a nonce
-// unique to each send. The receiver (Verifier) believes the caller and the
+// for, the caller's app (ADR 1045), the method, the request target, the
+// body's SHA-256, the calling actor, the chain of actors waiting on the
+// call, a timestamp and a nonce unique to each send. The receiver (Verifier) believes the caller and the
 // chain only of a call whose signature is good, addressed to it, signed
 // within a minute of its own clock either way, and never seen before: a
 // bounded record of nonces accepts each signature once.
@@ -41,6 +41,9 @@ const (
 	// ChainHeader lists the actor keys waiting in the call chain, each
 	// percent-encoded (url.PathEscape), joined by ",".
 	ChainHeader = "x-wasmkeep-chain"
+	// AppHeader names the caller's app, tenant/app: a node serving another
+	// app refuses the call before reading its body (ADR 1045).
+	AppHeader = "x-wasmkeep-app"
 	// SignatureHeader carries the signature:
 	//	v1 t=<Unix ms> n=<nonce> to=<target node> mac=<HMAC-SHA256, hex>
 	SignatureHeader = "x-wasmkeep-signature"
@@ -89,6 +92,7 @@ var (
 // Call is what a node signs.
 type Call struct {
 	Target string   // the node id the call is for
+	App    string   // the caller's app, tenant/app: the callee's too
 	Method string   // as sent
 	Path   string   // the request target as sent: path and query (url.URL.RequestURI)
 	Body   []byte   // the whole request body
@@ -105,7 +109,7 @@ type Signer struct {
 // NewSigner returns a signer under s, dating calls on clk.
 func NewSigner(s Secret, clk clock.Clock) *Signer { return &Signer{key: s.key, clk: clk} }
 
-// Sign sets c's caller, chain and signature headers on h, replacing any
+// Sign sets c's app, caller, chain and signature headers on h, replacing any
 // value there: each call gets a nonce of its own, so a call sent twice must
 // be signed twice. The request must then be sent with c's method, path and
 // body as they are.
@@ -113,7 +117,8 @@ func (s *Signer) Sign(c Call, h http.Header) {
 	var nonce [nonceLen]byte
 	rand.Read(nonce[:]) // never fails (crypto/rand, Go 1.24+)
 	ts := s.clk.Now().UnixMilli()
-	mac := sum(s.key, c.Target, c.Method, c.Path, sha256.Sum256(c.Body), c.Caller, c.Chain, ts, nonce[:])
+	mac := sum(s.key, c.Target, c.App, c.Method, c.Path, sha256.Sum256(c.Body), c.Caller, c.Chain, ts, nonce[:])
+	h.Set(AppHeader, c.App)
 	h.Set(CallerHeader, c.Caller)
 	h.Set(ChainHeader, encodeChain(c.Chain))
 	h.Set(SignatureHeader, fmt.Sprintf("%s t=%d n=%s to=%s mac=%s", version, ts,
@@ -140,7 +145,8 @@ func NewVerifier(s Secret, self string, clk clock.Clock, capacity int) *Verifier
 
 // Verify checks a received call: method and path (the request target as
 // received, http.Request.RequestURI), the whole body, and its headers. It
-// returns the caller and chain the signature vouches for, or an error
+// returns the caller and chain the signature vouches for (and the app
+// header: the caller checked it against its own app before the body), or an error
 // wrapping ErrUnsigned, ErrBadSignature, ErrExpired, ErrReplayed or
 // ErrReplayFull: every error means the call is refused (or, on a port that
 // serves outside clients, treated as one, its x-wasmkeep- headers
@@ -162,6 +168,10 @@ func (v *Verifier) Verify(method, path string, body []byte, h http.Header) (call
 	if err != nil {
 		return "", nil, err
 	}
+	app, _, err := one(h, AppHeader)
+	if err != nil {
+		return "", nil, err
+	}
 	caller, _, err = one(h, CallerHeader)
 	if err != nil {
 		return "", nil, err
@@ -176,7 +186,7 @@ func (v *Verifier) Verify(method, path string, body []byte, h http.Header) (call
 	if v.key == nil {
 		return "", nil, fmt.Errorf("%w (this node has no cluster secret)", ErrBadSignature)
 	}
-	want := sum(v.key, p.target, method, path, sha256.Sum256(body), caller, chain, p.ts, p.nonce[:])
+	want := sum(v.key, p.target, app, method, path, sha256.Sum256(body), caller, chain, p.ts, p.nonce[:])
 	if !hmac.Equal(p.mac, want) {
 		return "", nil, fmt.Errorf("%w (the MAC does not match: another cluster secret, a request changed on the way, or a node of another version?)", ErrBadSignature)
 	}
@@ -200,6 +210,13 @@ func (v *Verifier) Spend(method, path string, body []byte, h http.Header) error 
 // Remembered is how many nonces the replay record holds, those expired
 // by now not counted.
 func (v *Verifier) Remembered() int { return v.rec.size() }
+
+// OtherApp reports whether a signed call is for another app than app
+// (tenant/app): its AppHeader, read before the body and believed only once
+// Verify passed, names another, or none. Such a call is refused unread.
+func OtherApp(h http.Header, app string) bool {
+	return h.Get(SignatureHeader) != "" && h.Get(AppHeader) != app
+}
 
 // HostOwned says whether a header is one of the x-wasmkeep-* headers,
 // which only a node sets (the caller, the node that answered, a call's
@@ -335,11 +352,11 @@ func decodeChain(s string) ([]string, error) {
 // by its length (8 bytes, big-endian), so no two calls give the same input
 // whatever bytes their fields hold:
 //
-//	domain, target, method, path, SHA-256(body), caller,
+//	domain, target, app, method, path, SHA-256(body), caller,
 //	the number of chain keys (8 bytes) and each key,
 //	timestamp (Unix ms, 8 bytes), nonce
-func sum(key []byte, target, method, path string, bodyHash [sha256.Size]byte, caller string, chain []string, ts int64, nonce []byte) []byte {
-	size := len(domain) + len(target) + len(method) + len(path) + len(bodyHash) + len(caller) + len(nonce) + 9*8
+func sum(key []byte, target, app, method, path string, bodyHash [sha256.Size]byte, caller string, chain []string, ts int64, nonce []byte) []byte {
+	size := len(domain) + len(target) + len(app) + len(method) + len(path) + len(bodyHash) + len(caller) + len(nonce) + 10*8
 	for _, k := range chain {
 		size += 8 + len(k)
 	}
@@ -350,6 +367,7 @@ func sum(key []byte, target, method, path string, bodyHash [sha256.Size]byte, ca
 	}
 	str(domain)
 	str(target)
+	str(app)
 	str(method)
 	str(path)
 	str(string(bodyHash[:]))

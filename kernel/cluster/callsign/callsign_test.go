@@ -23,6 +23,7 @@ func testSecret(b byte) Secret { return Secret{key: bytes.Repeat([]byte{b}, secr
 func sample() Call {
 	return Call{
 		Target: "node-b",
+		App:    "acme/shop",
 		Method: "POST",
 		Path:   "/actor/room/lobby%201?x=1&y=%2C",
 		Body:   []byte(`{"say":"hi"}`),
@@ -75,6 +76,22 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// A signed call names its app; a node of another app, or a call naming
+// none, is told apart before the body; an unsigned request is no call.
+func TestOtherApp(t *testing.T) {
+	h := signed(testSecret(1), start, sample())
+	if h.Get(AppHeader) != "acme/shop" || OtherApp(h, "acme/shop") || !OtherApp(h, "acme/blog") {
+		t.Errorf("app header %q: OtherApp(acme/shop) %v, OtherApp(acme/blog) %v", h.Get(AppHeader), OtherApp(h, "acme/shop"), OtherApp(h, "acme/blog"))
+	}
+	h.Del(AppHeader)
+	if !OtherApp(h, "acme/shop") {
+		t.Error("a signed call naming no app is this app's")
+	}
+	if OtherApp(http.Header{AppHeader: {"acme/blog"}}, "acme/shop") {
+		t.Error("an unsigned request is taken for another app's call")
+	}
+}
+
 // Every header a signed call carries is a valid HTTP field value, whatever
 // the chain holds: a client would refuse to send it otherwise.
 func TestHeadersAreSendable(t *testing.T) {
@@ -122,6 +139,9 @@ func TestTampered(t *testing.T) {
 		{"query", func(c *Call, _ http.Header) { c.Path += "&z=1" }, "MAC"},
 		{"body", func(c *Call, _ http.Header) { c.Body = []byte(`{"say":"ho"}`) }, "MAC"},
 		{"no body", func(c *Call, _ http.Header) { c.Body = nil }, "MAC"},
+		{"app", func(_ *Call, h http.Header) { h.Set(AppHeader, "acme/blog") }, "MAC"},
+		{"app removed", func(_ *Call, h http.Header) { h.Del(AppHeader) }, "MAC"},
+		{"two apps", func(_ *Call, h http.Header) { h.Add(AppHeader, "acme/shop") }, "2 x-wasmkeep-app"},
 		{"caller", func(_ *Call, h http.Header) { h.Set(CallerHeader, "default/admin/root") }, "MAC"},
 		{"caller removed", func(_ *Call, h http.Header) { h.Del(CallerHeader) }, "MAC"},
 		{"chain key", func(_ *Call, h http.Header) {

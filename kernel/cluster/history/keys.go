@@ -236,7 +236,9 @@ func EncodeName(name string) (string, error) {
 }
 
 // MaxNameSegment is the longest encoded name: a name segment stays well
-// inside bucket.MaxSegmentLen and the whole key inside bucket.MaxKeyLen.
+// inside bucket.MaxSegmentLen and the whole key inside bucket.MaxKeyLen,
+// under the longest app's state root too (136 bytes; the longest key is
+// then 532 of the 960).
 const MaxNameSegment = 200
 
 const hashMark = "%~"

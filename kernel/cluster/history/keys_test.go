@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 )
 
@@ -105,8 +106,10 @@ func TestEncodeName(t *testing.T) {
 	}
 }
 
-// The longest names the node accepts still make valid keys, distinct ones.
+// The longest names the node accepts still make valid keys, distinct ones,
+// with the longest tenant, class and app.
 func TestEncodeNameLong(t *testing.T) {
+	longestRoot := app.Name{Tenant: strings.Repeat("t", 64), App: strings.Repeat("a", 64)}.StateRoot()
 	seen := map[string]string{}
 	for _, name := range []string{
 		strings.Repeat("\xff", 256),
@@ -131,7 +134,8 @@ func TestEncodeNameLong(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := bucket.CheckKey(key); err != nil {
+		// Under the longest app's state root (ADR 1045) too.
+		if err := bucket.CheckKey(longestRoot + key); err != nil {
 			t.Fatal(err)
 		}
 		back, hashed, err := DecodeName(enc)

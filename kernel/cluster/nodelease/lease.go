@@ -75,7 +75,7 @@ type Lease struct {
 	s   Settings
 	id  string
 	ins string
-	inf Info
+	inf Info // read and changed (SetServing) under mu
 	ev  Events
 
 	mu      sync.Mutex
@@ -127,6 +127,16 @@ func New(cfg Config) (*Lease, error) {
 
 // NodeID is this node's id.
 func (l *Lease) NodeID() string { return l.id }
+
+// SetServing changes what the node's next lease writes say it runs
+// (Info.Serving: a Serving's String, "" for none) and why it is behind
+// (Info.Behind, made one line of at most 300 bytes; "" when it is not).
+// It is safe for concurrent use.
+func (l *Lease) SetServing(serving, behind string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.inf.Serving, l.inf.Behind = oneLine(serving, maxBehind), oneLine(behind, maxBehind)
+}
 
 // Instance is this process's instance.
 func (l *Lease) Instance() string { return l.ins }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
@@ -243,20 +244,52 @@ func TestSettingsValidate(t *testing.T) {
 
 func TestObjectRoundTrip(t *testing.T) {
 	o := Object{State: Fenced, Instance: "abc", Seq: 7, WrittenAt: time.UnixMilli(1234567),
-		Info: Info{Version: "v1", Advertise: "http://a:1", App: "shop", ClusterAddr: "https://a:7443", Pins: []string{"p1", "p2"}}}
+		Info: Info{Version: "v1", Advertise: "http://a:1", App: "acme/shop", ClusterAddr: "https://a:7443", Pins: []string{"p1", "p2"},
+			Serving: Serving{Version: "9cf4de9152d8dd29", Seq: 3, Since: time.UnixMilli(1000)}.String(), Behind: "class chat: needs host function x"}}
 	got, err := Decode(o.Encode())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.State != o.State || got.Instance != o.Instance || got.Seq != o.Seq || !got.WrittenAt.Equal(o.WrittenAt) ||
-		got.Info.Advertise != o.Info.Advertise || got.Info.ClusterAddr != o.Info.ClusterAddr || len(got.Info.Pins) != 2 {
+		got.Info.Advertise != o.Info.Advertise || got.Info.App != o.Info.App || got.Info.ClusterAddr != o.Info.ClusterAddr || len(got.Info.Pins) != 2 ||
+		got.Info.Serving != o.Info.Serving || got.Info.Behind != o.Info.Behind {
 		t.Fatalf("round trip: %+v, want %+v", got, o)
+	}
+	if sv, err := ParseServing(got.Info.Serving); err != nil || sv.Version != "9cf4de9152d8dd29" || sv.Seq != 3 || !sv.Since.Equal(time.UnixMilli(1000)) {
+		t.Errorf("ParseServing(%q) = %+v, %v", got.Info.Serving, sv, err)
+	}
+	for _, bad := range []string{"v1", "v1 x 5", "v1 1 soon", "v1 1 5 6"} {
+		if _, err := ParseServing(bad); err == nil {
+			t.Errorf("ParseServing(%q) accepted", bad)
+		}
 	}
 	for _, bad := range []string{"", "wasmkeep-node 2\nx\n1\n", "wasmkeep-node 3\nlive - 1\n5\n", "wasmkeep-node 3\nzombie a 1\n5\n", "wasmkeep-node 3\nlive a 1\nsoon\n"} {
 		if _, err := Decode([]byte(bad)); err == nil {
 			t.Errorf("Decode(%q) accepted", bad)
 		}
 	}
+}
+
+// SetServing reaches the next lease write, Behind made one short line.
+func TestSetServing(t *testing.T) {
+	sim(t, func(t *testing.T, w *world) {
+		a := w.running("a", "i1")
+		a.SetServing("v2 4 1000", "class chat:\nneeds \x01"+strings.Repeat("é", 400))
+		w.clk.Step(5 * time.Second)
+		inf := w.object("a").Object.Info
+		if inf.Serving != "v2 4 1000" || strings.ContainsAny(inf.Behind, "\n\x01") || !strings.HasPrefix(inf.Behind, "class chat: needs") ||
+			len(inf.Behind) > 300 || !utf8.ValidString(inf.Behind) {
+			t.Errorf("after SetServing: serving %q, behind %q", inf.Serving, inf.Behind)
+		}
+		a.SetServing("v2 4 1000", "")
+		w.clk.Step(5 * time.Second)
+		if inf := w.object("a").Object.Info; inf.Behind != "" {
+			t.Errorf("behind %q after it was cleared", inf.Behind)
+		}
+		if err := w.stop(a); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // The start check waits ttl + grace even with no object, then creates it;

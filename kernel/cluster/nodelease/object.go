@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 )
@@ -36,9 +37,49 @@ const (
 type Info struct {
 	Version     string   // the WasmKeep version it runs
 	Advertise   string   // the URL other nodes reach it at (--advertise)
-	App         string   // the app it serves, or ""
+	App         string   // the app it serves, tenant/app (cluster.Join sets it)
 	ClusterAddr string   // its cluster listener, https://HOST:PORT, or ""
 	Pins        []string // SHA-256 fingerprints of its certificate, or none
+	// Serving is the app's deployed version it runs, a Serving's String
+	// ("<version> <seq> <since, Unix ms>"), or "" for none (--actor
+	// classes). Lease.SetServing changes it and Behind at run time.
+	Serving string
+	// Behind is why it cannot apply the app's current version, one line,
+	// or "" when it is not behind.
+	Behind string
+}
+
+// Serving is a deployed version a node runs: the version's id, the seq
+// of current it was swapped in under, and since when.
+type Serving struct {
+	Version string
+	Seq     uint64
+	Since   time.Time
+}
+
+// String is the Info.Serving line.
+func (s Serving) String() string {
+	return fmt.Sprintf("%s %d %d", s.Version, s.Seq, s.Since.UnixMilli())
+}
+
+// ParseServing reads an Info.Serving line; "" is the zero Serving.
+func ParseServing(line string) (Serving, error) {
+	if line == "" {
+		return Serving{}, nil
+	}
+	f := strings.Fields(line)
+	if len(f) != 3 {
+		return Serving{}, fmt.Errorf("serving %q is not <version> <seq> <since>", line)
+	}
+	seq, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil {
+		return Serving{}, fmt.Errorf("serving %q: seq %q: %v", line, f[1], err)
+	}
+	ms, err := strconv.ParseInt(f[2], 10, 64)
+	if err != nil {
+		return Serving{}, fmt.Errorf("serving %q: since %q: %v", line, f[2], err)
+	}
+	return Serving{Version: f[0], Seq: seq, Since: time.UnixMilli(ms)}, nil
 }
 
 // Object is the content of nodes/<id>. Line by line:
@@ -51,6 +92,8 @@ type Info struct {
 //	<app>
 //	<cluster address>
 //	<pins, comma-separated>
+//	<serving: version seq since, or empty>
+//	<behind: why, or empty>
 //
 // Seq counts the process's live writes, so every write the lease
 // conditions on has content of its own (a version token may hash the
@@ -90,6 +133,28 @@ func field(s string) string {
 	return strings.NewReplacer("\n", " ", "\r", " ").Replace(s)
 }
 
+// maxBehind bounds Info.Behind: a reason, not a log.
+const maxBehind = 300
+
+// oneLine makes s one printable line of at most max bytes: control
+// characters become spaces, and a longer text is cut at a rune boundary.
+func oneLine(s string, max int) string {
+	s = strings.TrimSpace(strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?")))
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
+
 // Encode renders o.
 func (o Object) Encode() []byte {
 	inst := o.Instance
@@ -98,7 +163,7 @@ func (o Object) Encode() []byte {
 	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "%s\n%s %s %d\n%d\n", Header, o.State, inst, o.Seq, o.WrittenAt.UnixMilli())
-	for _, f := range []string{o.Info.Version, o.Info.Advertise, o.Info.App, o.Info.ClusterAddr, strings.Join(o.Info.Pins, ",")} {
+	for _, f := range []string{o.Info.Version, o.Info.Advertise, o.Info.App, o.Info.ClusterAddr, strings.Join(o.Info.Pins, ","), o.Info.Serving, o.Info.Behind} {
 		b.WriteString(field(f))
 		b.WriteByte('\n')
 	}
@@ -109,7 +174,7 @@ func (o Object) Encode() []byte {
 func Decode(data []byte) (Object, error) {
 	var lines []string
 	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() && len(lines) < 9 {
+	for sc.Scan() && len(lines) < 10 {
 		lines = append(lines, sc.Text())
 	}
 	if len(lines) < 3 || lines[0] != Header {
@@ -145,7 +210,7 @@ func Decode(data []byte) (Object, error) {
 		}
 		return ""
 	}
-	o.Info = Info{Version: get(3), Advertise: get(4), App: get(5), ClusterAddr: get(6)}
+	o.Info = Info{Version: get(3), Advertise: get(4), App: get(5), ClusterAddr: get(6), Serving: get(8), Behind: get(9)}
 	if p := get(7); p != "" {
 		o.Info.Pins = strings.Split(p, ",")
 	}

@@ -1,4 +1,5 @@
-// Package ownership is the ownership records owners/<tenant>/<class>/<name>
+// Package ownership is the ownership records owners/<tenant>/<class>/<name>,
+// under an app's state root (ADR 1045)
 // (book ADR 0020 section 3): which node, and which process of it, holds an
 // actor, with a generation of its own for every hold. A hold starts with an
 // acquisition (a conditional create, or a conditional replace of a record
@@ -127,7 +128,12 @@ func (e *HeldError) Error() string {
 
 // Config is what New needs.
 type Config struct {
-	Bucket   bucket.Bucket
+	// Bucket holds the records: the app's state view (bucket.Under its
+	// state root), whose owners/ are its actors' alone.
+	Bucket bucket.Bucket
+	// Nodes holds the node leases a holder is judged by (nodes/): the
+	// shared root; nil: Bucket (a test's single bucket).
+	Nodes    bucket.Bucket
 	Clock    clock.Clock
 	Lease    Lease
 	Settings nodelease.Settings // ttl + grace frees a fenced or released holder
@@ -185,7 +191,8 @@ type actorLock struct {
 
 // Owners holds this process's holds and its pending entries.
 type Owners struct {
-	b     bucket.Bucket
+	b     bucket.Bucket // the records
+	nodes bucket.Bucket // the node leases
 	clk   clock.Clock
 	lease Lease
 	s     nodelease.Settings
@@ -205,7 +212,11 @@ func New(cfg Config) (*Owners, error) {
 	if cfg.Bucket == nil || cfg.Clock == nil || cfg.Lease == nil {
 		return nil, errors.New("ownership: a bucket, a clock and a lease are needed")
 	}
-	return &Owners{b: cfg.Bucket, clk: cfg.Clock, lease: cfg.Lease, s: cfg.Settings, floor: cfg.Floor,
+	nodes := cfg.Nodes
+	if nodes == nil {
+		nodes = cfg.Bucket
+	}
+	return &Owners{b: cfg.Bucket, nodes: nodes, clk: cfg.Clock, lease: cfg.Lease, s: cfg.Settings, floor: cfg.Floor,
 		locks: map[Actor]*actorLock{}, holds: map[Actor]Hold{}}, nil
 }
 
@@ -289,7 +300,7 @@ func (o *Owners) free(ctx context.Context, r Record) (bool, error) {
 	}
 	var n nodelease.Read
 	err := o.bounded(ctx, o.s.AttemptTimeout(), func(ctx context.Context) (err error) {
-		n, err = nodelease.ReadObject(ctx, o.b, r.Node)
+		n, err = nodelease.ReadObject(ctx, o.nodes, r.Node)
 		return err
 	})
 	switch {

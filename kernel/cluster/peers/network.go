@@ -24,7 +24,8 @@ import (
 // Config is what a Network needs.
 type Config struct {
 	Self string           // this node's id
-	View *membership.View // who is live, at which addresses and pins
+	App  string           // the app it serves, tenant/app: only its nodes are sent to
+	View *membership.View // who is live, at which addresses and pins, serving which app
 	// Secure reaches peers that publish a cluster address (mutual TLS);
 	// nil when this node has no cluster listener.
 	Secure transport.Transport
@@ -134,13 +135,17 @@ var ErrNoRoute = errors.New("no route to the node")
 
 // route says how to reach peer now: over TLS at its cluster address when
 // it publishes one (never in plain text then), else in plain text at its
-// advertised address when this node accepts that.
+// advertised address when this node accepts that. A peer serving another
+// app has no route: forwarding, relaying and calls stay within the app.
 func (n *Network) route(peer string) (route, error) {
 	p, err := n.cfg.View.Live(peer)
 	if err != nil {
 		return route{}, fmt.Errorf("%w: node %s is not live", ErrNoRoute, peer)
 	}
 	info := p.Object.Info
+	if info.App != n.cfg.App {
+		return route{}, fmt.Errorf("%w: node %s serves app %s, this node %s", ErrNoRoute, peer, info.App, n.cfg.App)
+	}
 	if info.ClusterAddr != "" {
 		if n.cfg.Secure == nil {
 			return route{}, fmt.Errorf("%w: node %s is reached over TLS only and this node has no cluster listener", ErrNoRoute, peer)
@@ -167,7 +172,7 @@ func (n *Network) pool(peer string) (*pool, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if err != nil {
-		if p, lerr := n.cfg.View.Live(peer); lerr == nil && p.Object.Info.ClusterAddr == "" && n.cfg.Plain == nil {
+		if p, lerr := n.cfg.View.Live(peer); lerr == nil && p.Object.Info.App == n.cfg.App && p.Object.Info.ClusterAddr == "" && n.cfg.Plain == nil {
 			n.logSkippedLocked(peer)
 		}
 		return nil, err

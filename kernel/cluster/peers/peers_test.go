@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -48,17 +49,18 @@ func startPeer(t *testing.T, h http.HandlerFunc) *peerServer {
 	return p
 }
 
-// network is node "a" whose view holds b, live at advertise.
+// network is node "a" of app acme/shop whose view holds b, of the same
+// app, live at advertise.
 func network(t *testing.T, advertise string, answer time.Duration) (*Network, *membership.View, *clock.Manual) {
 	t.Helper()
 	clk := clock.NewManual(time.Now())
 	s := nodelease.DefaultSettings()
 	view := membership.NewView("a", s, clk)
 	view.Update([]membership.Peer{{ID: "b", Object: nodelease.Object{State: nodelease.Live, Instance: "i", Seq: 1,
-		WrittenAt: clk.Now(), Info: nodelease.Info{Advertise: advertise}}}})
+		WrittenAt: clk.Now(), Info: nodelease.Info{Advertise: advertise, App: "acme/shop"}}}})
 	tr := plaintext.New()
 	t.Cleanup(func() { tr.Close() })
-	n := New(Config{Self: "a", View: view, Plain: tr, Clock: clk, AnswerTimeout: answer})
+	n := New(Config{Self: "a", App: "acme/shop", View: view, Plain: tr, Clock: clk, AnswerTimeout: answer})
 	n.Refresh()
 	t.Cleanup(n.Close)
 	return n, view, clk
@@ -155,11 +157,32 @@ func TestSendFailures(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	view.Update([]membership.Peer{{ID: "b", Object: nodelease.Object{State: nodelease.Live, Instance: "i", Seq: 2,
-		WrittenAt: clk.Now(), Info: nodelease.Info{Advertise: "http://" + addr}}}})
+		WrittenAt: clk.Now(), Info: nodelease.Info{Advertise: "http://" + addr, App: "acme/shop"}}}})
 	n.Refresh()
 	_, err = get(t, n, "GET")
 	if !errors.As(err, &f) || f.Kind != NoConnect || f.Sent() {
 		t.Fatalf("a refused connection: %v, want NoConnect", err)
+	}
+}
+
+// A live peer serving another app is never sent to: a call, a forwarded
+// request or an upgrade for it has no route, and nothing reaches it.
+func TestNoRouteToAnotherApp(t *testing.T) {
+	p := startPeer(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	n, view, clk := network(t, p.url, 5*time.Second)
+	view.Update([]membership.Peer{{ID: "b", Object: nodelease.Object{State: nodelease.Live, Instance: "i", Seq: 2,
+		WrittenAt: clk.Now(), Info: nodelease.Info{Advertise: p.url, App: "acme/blog"}}}})
+	_, err := get(t, n, "POST")
+	var f *Failure
+	if !errors.As(err, &f) || f.Kind != NoRoute || f.Sent() || !strings.Contains(err.Error(), "node b serves app acme/blog, this node acme/shop") {
+		t.Fatalf("a peer of another app: %v, want NoRoute naming both apps", err)
+	}
+	w := httptest.NewRecorder()
+	if n.Forward(w, httptest.NewRequest("GET", "/actor/c/n", nil), "b") == nil || w.Code != http.StatusServiceUnavailable {
+		t.Errorf("forwarding to a peer of another app: %d, want 503", w.Code)
+	}
+	if got := p.requests.Load(); got != 0 {
+		t.Errorf("the other app's node saw %d requests, want none", got)
 	}
 }
 

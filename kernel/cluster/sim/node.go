@@ -116,7 +116,7 @@ func (n *node) start() {
 func (p *process) main() {
 	w := p.w
 	m, err := cluster.Join(p.ctx, cluster.Config{
-		Bucket: view{p}, Clock: p.clk, Settings: w.settings, NodeID: p.n.id, Instance: p.instance,
+		Bucket: view{p}, App: simApp, Clock: p.clk, Settings: w.settings, NodeID: p.n.id, Instance: p.instance,
 		Info:   nodelease.Info{Advertise: "http://" + p.n.id},
 		Logger: slog.New(slog.DiscardHandler),
 		Fenced: func(peer string) {

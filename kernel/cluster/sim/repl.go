@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/memdb"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
@@ -85,7 +86,7 @@ func writes(pages [][]byte) map[string]bool {
 
 func (p *process) replicas() *replication.Replicas {
 	r, err := replication.New(replication.Config{
-		Bucket: view{p}, Clock: p.clk, Driver: p.disk, Root: "data", TempDir: p.w.cfg.TempDir,
+		Bucket: bucket.Under(view{p}, simApp.StateRoot()), Clock: p.clk, Driver: p.disk, Root: "data", TempDir: p.w.cfg.TempDir,
 		Retention: 0, // collect as soon as the rule allows
 	})
 	if err != nil {
@@ -222,10 +223,11 @@ func (w *world) lacks(r restored, a ack) {
 // landed counts uploads that took effect after their hold ended (late
 // uploads) and objects collected.
 func (w *world) landed(r *request, res result) {
-	if res.err != nil || !strings.HasPrefix(r.key, "actors/") {
+	key, ok := strings.CutPrefix(r.key, simApp.StateRoot()+"actors/")
+	if res.err != nil || !ok {
 		return
 	}
-	parts := strings.SplitN(r.key, "/", 5)
+	parts := strings.SplitN("actors/"+key, "/", 5)
 	if len(parts) != 5 {
 		return
 	}
@@ -255,7 +257,7 @@ func (w *world) landed(r *request, res result) {
 // there, and no history broken.
 func (w *world) finalRestore() {
 	r, err := replication.New(replication.Config{
-		Bucket: w.store, Clock: w.clk, Driver: memdb.New(), Root: "data", TempDir: w.cfg.TempDir,
+		Bucket: bucket.Under(w.store, simApp.StateRoot()), Clock: w.clk, Driver: memdb.New(), Root: "data", TempDir: w.cfg.TempDir,
 	})
 	if err != nil {
 		panic(err)

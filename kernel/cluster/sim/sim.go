@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
+	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/memdb"
@@ -102,6 +103,10 @@ func (r Result) String() string {
 	return fmt.Sprintf("%d steps, %d requests, %d holds, %d generations, %d events, %d acknowledged writes, %d restores, %d snapshots, %d objects collected, %d late uploads, %d late writes, %d fences, %d leases lost, %d twins refused, %d crashes, %d restarts, %d cuts, %d zombies, %d ties (%s), trace %016x",
 		r.Steps, r.Requests, r.Holds, r.Gens, r.Events, r.Acked, r.Restores, r.Snapshots, r.Collected, r.LateUploads, r.LateWrites, r.Fences, r.Lost, r.Twins, r.Crashes, r.Restarts, r.Cuts, r.Zombies, r.Ties, r.Settings, r.Hash)
 }
+
+// simApp is the app the simulated nodes serve: ownership, history and
+// replication run on its state root, the kind of view a server's run on.
+var simApp = app.Name{Tenant: "t", App: "sim"}
 
 // Epoch is where the simulated (true) time starts.
 var Epoch = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)

@@ -83,11 +83,13 @@ var errIndexDamaged = errors.New("damaged")
 
 // IndexOptions say where a tenant's index lives and what a rebuild reads.
 type IndexOptions struct {
-	DataDir, Tenant string
-	Log             *slog.Logger
-	Clock           clock.Clock // times the load and a rebuild for the log
-	Storage         storage.Driver
-	StorageOptions  storage.Options
+	// Root is the storage root the app's databases live under (the node's
+	// state directory); the index is a file beside them.
+	Root, Tenant   string
+	Log            *slog.Logger
+	Clock          clock.Clock // times the load and a rebuild for the log
+	Storage        storage.Driver
+	StorageOptions storage.Options
 	// Name reads the actor's name recorded in its database (a file name may
 	// hold only a hash of a long name); ok is false if none is.
 	Name func(ctx context.Context, db storage.DB) (name string, ok bool, err error)
@@ -103,7 +105,7 @@ type IndexOptions struct {
 func OpenIndex(ctx context.Context, o IndexOptions, arm func(map[string]Entry)) (*Index, error) {
 	ix := &Index{
 		ready:  make(chan struct{}),
-		path:   filepath.Join(o.DataDir, "alarm-index", o.Tenant),
+		path:   filepath.Join(o.Root, "alarm-index", o.Tenant),
 		log:    o.Log,
 		clock:  o.Clock,
 		tenant: o.Tenant,
@@ -270,7 +272,7 @@ func rebuild(ctx context.Context, o IndexOptions) (map[string]Entry, error) {
 	items := map[string]Entry{}
 	start := o.Clock.Now()
 	dbs := 0
-	err := o.Storage.Walk(ctx, o.DataDir, o.Tenant, o.StorageOptions, func(f storage.Found) error {
+	err := o.Storage.Walk(ctx, o.Root, o.Tenant, o.StorageOptions, func(f storage.Found) error {
 		dbs++
 		unreadable := func(err error) error {
 			o.Unreadable()
