@@ -2,6 +2,8 @@ package deploys
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -27,6 +29,9 @@ type FollowerConfig struct {
 	Apply func(context.Context, Loaded) error
 	// OnState, if set, is told the state after every read of current.
 	OnState func(State)
+	// Applied is the version the node already serves (loaded before it
+	// started), zero for none: the first read applies only another one.
+	Applied Current
 }
 
 // State is what a Follower has applied and how its last read went.
@@ -60,7 +65,7 @@ func NewFollower(cfg FollowerConfig) *Follower {
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 5 * time.Minute
 	}
-	return &Follower{cfg: cfg, wake: make(chan struct{}, 1)}
+	return &Follower{cfg: cfg, wake: make(chan struct{}, 1), state: State{Applied: cfg.Applied}}
 }
 
 // Wake makes the follower read current at once (an actor recorded a seq
@@ -110,6 +115,22 @@ func (f *Follower) Run(ctx context.Context) error {
 	}
 }
 
+// prune removes the modules in dir that l does not use: dir holds the
+// version served, not every version the node ever ran (a rollback loads
+// its modules again). A file it cannot remove stays, harmlessly.
+func prune(dir string, l Loaded) {
+	keep := map[string]bool{l.Front: true}
+	for _, c := range l.Classes {
+		keep[c.Module] = true
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.wasm"))
+	for _, f := range files {
+		if !keep[f] {
+			os.Remove(f)
+		}
+	}
+}
+
 // poll reads current and applies it if it changed.
 func (f *Follower) poll(ctx context.Context) State {
 	s := f.State()
@@ -130,6 +151,7 @@ func (f *Follower) poll(ctx context.Context) State {
 			s.Failures++
 		} else {
 			s = State{Applied: cur}
+			prune(f.cfg.Dir, l)
 		}
 	}
 	f.mu.Lock()

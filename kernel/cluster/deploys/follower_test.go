@@ -3,6 +3,7 @@ package deploys
 import (
 	"context"
 	"errors"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -122,5 +123,30 @@ func TestFollowerBackoffBound(t *testing.T) {
 			t.Errorf("after %d failures waits %v; want %v", i+1, d, want)
 		}
 		m.AdvanceToNext()
+	}
+}
+
+// A follower started with the version the node serves does not apply it
+// again; once it applies another, the first one's module file is gone.
+func TestFollowerStartsFromApplied(t *testing.T) {
+	b := newBucket()
+	dir := t.TempDir()
+	v1 := publish(t, b, Draft{Classes: map[string][]byte{"a": []byte("1")}}).To
+	first, err := Load(t.Context(), b, shop, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied := 0
+	f := NewFollower(FollowerConfig{Bucket: b, App: shop, Dir: dir, Applied: v1,
+		Apply: func(context.Context, Loaded) error { applied++; return nil }})
+	if s := f.poll(t.Context()); applied != 0 || s.Applied != v1 {
+		t.Fatalf("the served version was applied again (%d) or lost: %+v", applied, s)
+	}
+	v2 := publish(t, b, Draft{Classes: map[string][]byte{"a": []byte("2")}}).To
+	if s := f.poll(t.Context()); applied != 1 || s.Applied != v2 {
+		t.Fatalf("v2 not applied once: %d, %+v", applied, s)
+	}
+	if _, err := os.Stat(first.Classes["a"].Module); !os.IsNotExist(err) {
+		t.Errorf("v1's module is still in the directory: %v", err)
 	}
 }
