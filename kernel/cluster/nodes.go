@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/membership"
@@ -319,4 +320,25 @@ func Forget(ctx context.Context, b bucket.Bucket, id string, s nodelease.Setting
 		return Forgotten{}, fmt.Errorf("marking nodes/%s forgotten: %w", id, err)
 	}
 	return Forgotten{Forgot: true, Object: o}, nil
+}
+
+// ServedVersions are the deployed versions of app a that nodes say they
+// run (Info.Serving), from every lease not yet released or fenced, live or
+// stale: a node frozen for a while still runs its version when it wakes.
+// Collection spares them (deploys.Collect).
+func ServedVersions(ctx context.Context, b bucket.Bucket, a app.Name) (map[string]bool, error) {
+	peers, err := membership.List(ctx, b, nil)
+	if err != nil {
+		return nil, err
+	}
+	served := map[string]bool{}
+	for _, p := range peers {
+		if p.Err != nil || p.Object.State != nodelease.Live || p.Object.Info.App != a.String() {
+			continue
+		}
+		if s, err := nodelease.ParseServing(p.Object.Info.Serving); err == nil && s.Version != "" {
+			served[s.Version] = true
+		}
+	}
+	return served, nil
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"maps"
 	"errors"
 	"fmt"
 	"slices"
@@ -287,4 +288,25 @@ func TestForgetRacingAStart(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// ServedVersions are the versions of one app its nodes run, stale ones
+// included, never a released or fenced node's or another app's.
+func TestServedVersions(t *testing.T) {
+	clk := clock.NewManual(simtest.Epoch)
+	b := buckettest.NewMemory(buckettest.Flaws{})
+	put := func(id, app, version string, st nodelease.State, age time.Duration) {
+		sv := nodelease.Serving{Version: version, Seq: 1, Since: clk.Now().Add(-time.Hour)}
+		putLease(t, b, id, nodelease.Object{State: st, Instance: "i", Seq: 1, WrittenAt: clk.Now().Add(-age),
+			Info: nodelease.Info{Advertise: "http://" + id + ":1", App: app, Serving: sv.String()}})
+	}
+	put("a", "acme/shop", "1111111111111111", nodelease.Live, 0)
+	put("b", "acme/shop", "2222222222222222", nodelease.Live, time.Hour) // stale: it may wake
+	put("c", "acme/shop", "3333333333333333", nodelease.Released, 0)
+	put("d", "acme/shop", "4444444444444444", nodelease.Fenced, 0)
+	put("e", "acme/blog", "5555555555555555", nodelease.Live, 0)
+	got, err := ServedVersions(t.Context(), b, app.Name{Tenant: "acme", App: "shop"})
+	if want := map[string]bool{"1111111111111111": true, "2222222222222222": true}; err != nil || !maps.Equal(got, want) {
+		t.Errorf("ServedVersions = %v, %v; want %v", got, err, want)
+	}
 }

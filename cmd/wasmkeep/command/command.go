@@ -27,6 +27,7 @@ import (
 	"github.com/wasmkeep/wasmkeep"
 	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/deploys"
 	"github.com/wasmkeep/wasmkeep/kernel/config"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
@@ -253,8 +254,8 @@ func nodeSettings(cfg config.Node, f serveFlags) (config.Node, error) {
 		flagged[class] = file
 		cfg.Actors[class] = file
 	}
-	if len(cfg.Actors) == 0 && f.stateless == "" {
-		return cfg, errors.New("nothing to serve: add --actor CLASS=FILE.wasm (or node.actors in the config), or a stateless component")
+	if len(cfg.Actors) == 0 && f.stateless == "" && cfg.App == "" {
+		return cfg, errors.New("nothing to serve: add --actor CLASS=FILE.wasm (or node.actors in the config), a stateless component, or --app TENANT/APP to serve what wasmkeep deploy put in the bucket")
 	}
 	return cfg, nil
 }
@@ -328,9 +329,13 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	env, err := readEnv(f.env, ns.Env, ns.Actors, log)
-	if err != nil {
-		return err
+	// --env names served classes: known now, or, with --app, once the
+	// app's version is read from the bucket.
+	var env map[string]map[string]string
+	if ns.App == "" {
+		if env, err = readEnv(f.env, ns.Env, ns.Actors, log); err != nil {
+			return err
+		}
 	}
 	rtAny, err := cfg.Plugins[plugin.Runtime].New()
 	if err != nil {
@@ -384,6 +389,37 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 		}()
 	}
 	opts := limits(ns)
+	opts.DataDir = ns.DataDir
+	// With --app the version current names is what the node serves, from
+	// its start: the follower applies every later one.
+	var fol *follower
+	if ns.App != "" {
+		dir := modulesDir(opts.WithDefaults().CacheDir)
+		first, deployed, err := firstVersion(ctx, cn, served, dir, log)
+		if err != nil {
+			return err
+		}
+		var from deploys.Current
+		if deployed {
+			if err := refuseNodeClasses(first, len(ns.Actors) > 0, len(access) > 0, f.stateless); err != nil {
+				return err
+			}
+			v := nodeVersion(first)
+			startFrom(&opts, v)
+			from = deploys.Current{Version: first.Version, Seq: first.Seq}
+		} else {
+			opts.Classes, opts.Access, opts.Stateless = ns.Actors, access, f.stateless
+			log.Warn("the app has no version deployed: the node serves the classes of its own flags, if any, until wasmkeep deploy gives it one", "app", served.String(), "classes", len(ns.Actors))
+		}
+		fol = newFollower(cn, served, from, dir, cfg.Cluster.Lease().Period(), log)
+		opts.Behind = func(uint64) { fol.Wake() }
+		if env, err = readEnv(f.env, ns.Env, opts.Classes, log); err != nil {
+			return err
+		}
+	} else {
+		opts.Classes, opts.Access, opts.Stateless = ns.Actors, access, f.stateless
+	}
+	opts.Env = env
 	files, err := openFiles()
 	if err != nil {
 		return fmt.Errorf("reading the open-files limit: %w", err)
@@ -398,8 +434,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 			"open_files", files, "max_connections", fit.connections, "max_instances", fit.instances)
 	}
 	opts.MaxInstances = fit.instances
-	opts.App, opts.DataDir, opts.Classes, opts.Access, opts.Env = served, ns.DataDir, ns.Actors, access, env
-	opts.Stateless, opts.Logger = f.stateless, log
+	opts.App, opts.Logger = served, log
 	if cn != nil {
 		opts.Cluster = cn.Cluster
 	}
@@ -412,6 +447,11 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	}
 	if cn != nil {
 		cn.node.Store(n)
+	}
+	if fol != nil {
+		follow, stopFollowing := context.WithCancel(ctx)
+		defer stopFollowing()
+		go fol.run(follow, n)
 	}
 	l, err := net.Listen("tcp", ns.Listen)
 	if err != nil {

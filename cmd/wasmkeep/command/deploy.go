@@ -19,6 +19,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/deploys"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 	"github.com/wasmkeep/wasmkeep/kernel/node/envfile"
@@ -133,10 +134,14 @@ func deploy(cmd *cobra.Command, reg *plugin.Registry, f deployFlags) error {
 	} else {
 		fmt.Fprintf(out, "%s: version %s is current, seq %d (was %s)\n", a, res.To.Version, res.To.Seq, orFirst(res.From))
 	}
-	// Heartbeats do not say yet which version a node runs: the versions
-	// kept whatever their age (deploys.Keep) and the retention cover a
-	// node still catching up.
-	deleted, err := deploys.Collect(ctx, b, a, time.Duration(f.retentionSecs)*time.Second, time.Now(), nil)
+	// Never a version a node still serves, as its heartbeat says: without
+	// the heartbeats, nothing is collected.
+	served, err := cluster.ServedVersions(ctx, b, a)
+	if err != nil {
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning: old versions not collected: the nodes' heartbeats cannot be read to spare the versions they serve:", err)
+		return nil
+	}
+	deleted, err := deploys.Collect(ctx, b, a, time.Duration(f.retentionSecs)*time.Second, time.Now(), served)
 	if len(deleted) > 0 {
 		fmt.Fprintf(out, "collected %d old versions: %s\n", len(deleted), strings.Join(deleted, ", "))
 	}
