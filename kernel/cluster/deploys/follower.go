@@ -23,6 +23,10 @@ type FollowerConfig struct {
 	// MaxBackoff bounds the wait after failed updates, which doubles from
 	// Period [5 min].
 	MaxBackoff time.Duration
+	// Timeout bounds each update, the read of current and the version's
+	// load, so a bucket request that never answers stops no follower for
+	// good [1 min].
+	Timeout time.Duration
 	// Apply swaps a loaded version in; it is called only when current's
 	// version or seq changed from the last one applied. An error keeps
 	// the previous version applied and backs off.
@@ -64,6 +68,9 @@ func NewFollower(cfg FollowerConfig) *Follower {
 	}
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 5 * time.Minute
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = time.Minute
 	}
 	return &Follower{cfg: cfg, wake: make(chan struct{}, 1), state: State{Applied: cfg.Applied}}
 }
@@ -133,6 +140,8 @@ func prune(dir string, l Loaded) {
 
 // poll reads current and applies it if it changed.
 func (f *Follower) poll(ctx context.Context) State {
+	ctx, cancel := clock.WithTimeout(ctx, f.cfg.Clock, f.cfg.Timeout)
+	defer cancel()
 	s := f.State()
 	cur, _, found, err := readCurrent(ctx, f.cfg.Bucket, keysOf(f.cfg.App))
 	switch {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 )
 
@@ -148,5 +149,30 @@ func TestFollowerStartsFromApplied(t *testing.T) {
 	}
 	if _, err := os.Stat(first.Classes["a"].Module); !os.IsNotExist(err) {
 		t.Errorf("v1's module is still in the directory: %v", err)
+	}
+}
+
+// stuck is a bucket whose reads never answer until their context ends.
+type stuck struct{ bucket.Bucket }
+
+func (stuck) Get(ctx context.Context, _ string, _ bucket.GetOptions) (*bucket.Object, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A read of current that never answers ends at the follower's timeout: the
+// follower goes on polling.
+func TestFollowerTimesOutAStuckRead(t *testing.T) {
+	m := clock.NewManual(time.Unix(1e9, 0))
+	f := NewFollower(FollowerConfig{Bucket: stuck{newBucket()}, App: shop, Dir: t.TempDir(), Clock: m,
+		Apply: func(context.Context, Loaded) error { return nil }})
+	done := make(chan State)
+	go func() { done <- f.poll(t.Context()) }()
+	if d := armed(t, m); d != time.Minute {
+		t.Fatalf("the read waits %v; want the 1 min timeout", d)
+	}
+	m.Advance(time.Minute)
+	if s := <-done; s.Err == nil {
+		t.Errorf("state after a stuck read: %+v", s)
 	}
 }
