@@ -87,3 +87,48 @@ func mixedVersions(t *testing.T, bin string, faults []string) reply {
 	}
 	return first
 }
+
+// A node that cannot build the app's new version keeps serving the one it
+// has, whole, reports not ready and says why in its heartbeat; once a
+// version it can build is deployed it applies it and is ready again. Here
+// the node's memory limit (1 MiB) takes the C counter but not the Go one,
+// whose initial memory is larger: wasmkeep deploy, which checks modules at
+// the default limit, accepts both.
+func TestNodeBehindAVersionItCannotBuild(t *testing.T) {
+	t.Parallel()
+	d := newDeployer(t)
+	bucketURL := "file://" + d.dir
+	cCounter := buildCGuest(t, "examples/c/counter")
+	d.must("--actor", "counter="+cCounter)
+	n := newBucketNode(t, bucketURL, nil)
+	n.args = []string{"--app", "acme/shop", "--bucket", bucketURL, "--node-id", "a", "--memory-limit-mib", "1"}
+	n.start()
+	ready := func() int { return ask(t, "GET", n.url+"/_wasmkeep/ready").code }
+	until := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); !ok(); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("never %s\n%s", what, n.logs)
+			}
+		}
+	}
+	post := func(want string) {
+		t.Helper()
+		if r := ask(t, "POST", n.url+"/actor/counter/x"); r.code != 200 || r.body != want {
+			t.Fatalf("POST: %+v, want %s\n%s", r, want, n.logs)
+		}
+	}
+	post("1")
+	d.must("--actor", "counter="+counter(t))
+	until("not ready behind a version it cannot build", func() bool { return ready() == http.StatusServiceUnavailable })
+	post("2") // the version it has, whole
+	// The heartbeat says so at its next write.
+	until("behind in its heartbeat", func() bool {
+		out, _ := clusterCmd(t, n.bin, n.env, bucketURL, "status")
+		return strings.Contains(out, "node a is behind app acme/shop: version")
+	})
+	wantCluster(t, n.bin, n.env, bucketURL, 0, []string{`(?m)^a .* behind `, `node a is behind app acme/shop: .*class counter: .*above the memory limit`}, "status")
+	d.must("--actor", "counter="+cCounter)
+	until("ready again on a version it can build", func() bool { return ready() == http.StatusOK })
+	post("3")
+}

@@ -411,7 +411,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 			opts.Classes, opts.Access, opts.Stateless = ns.Actors, access, f.stateless
 			log.Warn("the app has no version deployed: the node serves the classes of its own flags, if any, until wasmkeep deploy gives it one", "app", served.String(), "classes", len(ns.Actors))
 		}
-		fol = newFollower(cn, served, from, dir, cfg.Cluster.Lease().Period(), log)
+		fol = newFollower(cn, served, from, dir, cfg.Cluster.Lease().Period())
 		opts.Behind = func(uint64) { fol.Wake() }
 		if env, err = readEnv(f.env, ns.Env, opts.Classes, log); err != nil {
 			return err

@@ -98,7 +98,6 @@ type follower struct {
 	*deploys.Follower
 	node  *node.Node
 	lease *nodelease.Lease
-	log   *slog.Logger
 
 	mu       sync.Mutex
 	applied  deploys.Current
@@ -108,8 +107,8 @@ type follower struct {
 
 // newFollower follows a for n from the version it serves (first, zero
 // for none), every period.
-func newFollower(c *clusterNode, a app.Name, first deploys.Current, dir string, period time.Duration, log *slog.Logger) *follower {
-	f := &follower{lease: c.Member.Lease, log: log, applied: first, since: time.Now()}
+func newFollower(c *clusterNode, a app.Name, first deploys.Current, dir string, period time.Duration) *follower {
+	f := &follower{lease: c.Member.Lease, applied: first, since: time.Now()}
 	f.Follower = deploys.NewFollower(deploys.FollowerConfig{
 		Bucket: c.bucket, App: a, Dir: dir, Period: period, Applied: first,
 		Apply:   func(ctx context.Context, l deploys.Loaded) error { return f.node.Apply(ctx, nodeVersion(l)) },
@@ -136,13 +135,11 @@ func (f *follower) report(s deploys.State) {
 	}
 	behind := ""
 	switch {
-	case s.Failures > f.failures:
+	case s.Failures > f.failures: // the node logs it, once per reason
 		f.node.SetBehind(s.Err)
-		f.log.Error("cannot apply the app's current version: the node keeps the version it serves and is not ready", "serving", f.applied.Version, "seq", f.applied.Seq, "failures", s.Failures, "err", s.Err)
 		behind = s.Err.Error()
 	case s.Failures == 0 && f.failures > 0:
 		f.node.SetBehind(nil)
-		f.log.Info("the app's current version is applied again", "version", f.applied.Version, "seq", f.applied.Seq)
 	case s.Failures > 0:
 		behind = s.Err.Error()
 	}
