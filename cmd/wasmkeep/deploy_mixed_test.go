@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -131,4 +132,26 @@ func TestNodeBehindAVersionItCannotBuild(t *testing.T) {
 	d.must("--actor", "counter="+cCounter)
 	until("ready again on a version it can build", func() bool { return ready() == http.StatusOK })
 	post("3")
+}
+
+// Once an app has deployed, its version is the only source of its classes,
+// rules and front: serve --app refuses the node's own, saying what to run.
+func TestServeAppRefusesNodeClassesOnceDeployed(t *testing.T) {
+	t.Parallel()
+	d := newDeployer(t)
+	d.must("--actor", "counter="+counter(t))
+	for _, extra := range [][]string{
+		{"--actor", "counter=" + counter(t)},
+		{"--access", "counter=existing"},
+		{counter(t)}, // a stateless component
+	} {
+		cmd := exec.Command(d.bin, append([]string{"serve", "--app", "acme/shop", "--bucket", "file://" + d.dir,
+			"--node-id", "a", "--data-dir", memDir(t), "--listen", "127.0.0.1:0"}, extra...)...)
+		cmd.Env = append(os.Environ(), shortLease...)
+		out, err := cmd.CombinedOutput()
+		if want := "app acme/shop is deployed (version "; err == nil || !strings.Contains(string(out), want) ||
+			!strings.Contains(string(out), "wasmkeep deploy --app acme/shop") {
+			t.Errorf("serve --app with %v: %v, want an error with %q:\n%s", extra, err, want, out)
+		}
+	}
 }
