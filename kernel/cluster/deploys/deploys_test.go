@@ -3,6 +3,7 @@ package deploys
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
+	"github.com/wasmkeep/wasmkeep/kernel/node/envfile"
 )
 
 var shop = app.Name{Tenant: "acme", App: "shop"}
@@ -41,7 +43,7 @@ func publish(t *testing.T, b bucket.Bucket, d Draft) Result {
 
 func object(t *testing.T, b bucket.Bucket, key string) string {
 	t.Helper()
-	data, _, err := get(t.Context(), b, key)
+	data, _, err := get(t.Context(), b, key, maxModule)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,4 +405,74 @@ func TestFrontKeyIsNoClassKey(t *testing.T) {
 	if k.front("0123456789abcdef") == k.module("0123456789abcdef", "front") {
 		t.Fatalf("the front and a class named front share %s", k.front("0123456789abcdef"))
 	}
+}
+
+// huge says a key's object is size bytes, with a body that fails the test
+// when read: an object over its cap must be refused before its body is.
+type huge struct {
+	*buckettest.Memory
+	t    *testing.T
+	key  string
+	size int64
+}
+
+type unread struct{ t *testing.T }
+
+func (u unread) Read([]byte) (int, error) {
+	u.t.Error("the body of an object over its cap was read")
+	return 0, io.EOF
+}
+func (unread) Close() error { return nil }
+
+func (h *huge) Get(ctx context.Context, key string, opts bucket.GetOptions) (*bucket.Object, error) {
+	o, err := h.Memory.Get(ctx, key, opts)
+	if err == nil && key == h.key {
+		o.Body.Close()
+		o.Body, o.Size = unread{h.t}, h.size
+	}
+	return o, err
+}
+
+// Each kind of object is read only up to its cap, checked on the size the
+// bucket gives before the body is read and on the bytes themselves; the
+// error names the key and the cap. A deploy refuses what nodes would.
+func TestObjectCaps(t *testing.T) {
+	mem := newBucket()
+	r := publish(t, mem, Draft{Classes: map[string][]byte{"hub": []byte("hub")}, Front: []byte("front"),
+		Config: map[string]map[string]string{"hub": {"A": "b"}}})
+	root := "apps/acme/shop/"
+	for key, max := range map[string]int64{
+		root + "current":                     1 << 10,
+		root + r.To.Version + "/manifest":    1 << 20,
+		root + r.To.Version + "/hub.config":  envfile.MaxSize,
+		root + r.To.Version + "/hub.wasm":    256 << 20,
+		root + r.To.Version + "/_front.wasm": 256 << 20,
+	} {
+		b := &huge{Memory: mem, t: t, key: key, size: max + 1}
+		want := fmt.Sprintf("%s: over its cap of %d bytes", key, max)
+		if _, err := Load(t.Context(), b, shop, t.TempDir()); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Load with %s of %d bytes: %v; want %q", key, max+1, err, want)
+		}
+	}
+	// A size that lies: the bytes past the cap are not read.
+	putRaw(t, mem, root+"current", r.To.String()+"\n"+strings.Repeat("x", 2<<10))
+	if _, err := Load(t.Context(), lyingSize{mem}, shop, t.TempDir()); err == nil || !strings.Contains(err.Error(), "over its cap of 1024 bytes") {
+		t.Errorf("Load of a current larger than its size says: %v", err)
+	}
+	putRaw(t, mem, root+"current", r.To.String()+"\n")
+	bigConfig := map[string]string{"A": strings.Repeat("x", envfile.MaxSize)}
+	if _, err := Publish(t.Context(), mem, shop, Draft{Config: map[string]map[string]string{"hub": bigConfig}}); err == nil || !strings.Contains(err.Error(), "class hub's configuration is") {
+		t.Errorf("Publish of a configuration over the cap: %v", err)
+	}
+}
+
+// lyingSize says every object is 1 byte.
+type lyingSize struct{ *buckettest.Memory }
+
+func (l lyingSize) Get(ctx context.Context, key string, opts bucket.GetOptions) (*bucket.Object, error) {
+	o, err := l.Memory.Get(ctx, key, opts)
+	if err == nil {
+		o.Size = 1
+	}
+	return o, err
 }

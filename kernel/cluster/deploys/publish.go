@@ -91,14 +91,20 @@ func (d Draft) apply(base Manifest) (Manifest, error) {
 	m := Manifest{Front: base.Front, Classes: maps.Clone(base.Classes), Access: map[string]access.Access{}, Config: map[string]string{}, Requires: map[string][]string{}}
 	if d.Classes != nil {
 		m.Classes = map[string]string{}
-		for c, wasm := range d.Classes {
-			m.Classes[c] = Digest(wasm)
+		for _, c := range slices.Sorted(maps.Keys(d.Classes)) {
+			if err := underCap("class "+c+"'s module", len(d.Classes[c]), maxModule); err != nil {
+				return m, err
+			}
+			m.Classes[c] = Digest(d.Classes[c])
 		}
 	}
 	switch {
 	case d.DropFront:
 		m.Front = ""
 	case d.Front != nil:
+		if err := underCap("the front's module", len(d.Front), maxModule); err != nil {
+			return m, err
+		}
 		m.Front = Digest(d.Front)
 	}
 	// What the new table keeps of the base's rules and configuration.
@@ -130,7 +136,11 @@ func (d Draft) apply(base Manifest) (Manifest, error) {
 		if vars := d.Config[c]; vars == nil {
 			delete(m.Config, c)
 		} else {
-			m.Config[c] = Digest(envfile.Format(vars))
+			data := envfile.Format(vars)
+			if err := underCap("class "+c+"'s configuration", len(data), maxConfig); err != nil {
+				return m, err
+			}
+			m.Config[c] = Digest(data)
 		}
 	}
 	for _, c := range slices.Sorted(maps.Keys(d.Requires)) {
@@ -146,6 +156,14 @@ func (d Draft) apply(base Manifest) (Manifest, error) {
 	return m, m.Check()
 }
 
+// underCap refuses what nodes would refuse to read (store.go's caps).
+func underCap(what string, size int, max int64) error {
+	if int64(size) > max {
+		return fmt.Errorf("%s is %d bytes, over the %d a node reads: refused", what, size, max)
+	}
+	return nil
+}
+
 // named refuses what a deploy gives for a class the new version does not
 // have: a typo would leave the real class open or unconfigured.
 func (m Manifest) named(class, what string) error {
@@ -159,23 +177,23 @@ func (m Manifest) named(class, what string) error {
 // upload writes version id's objects, manifest last: what d gives, and what
 // it keeps copied from the base version baseID, its digests checked.
 func (d Draft) upload(ctx context.Context, b bucket.Bucket, k keys, baseID string, base Manifest, id string, m Manifest) error {
-	copyOr := func(given []byte, from, to, digest string) error {
+	copyOr := func(given []byte, from, to, digest string, max int64) error {
 		data := given
 		if data == nil {
 			var err error
-			if data, err = readArtifact(ctx, b, from, digest); err != nil {
+			if data, err = readArtifact(ctx, b, from, digest, max); err != nil {
 				return fmt.Errorf("copying from the current version: %w", err)
 			}
 		}
 		return putImmutable(ctx, b, to, data)
 	}
 	if m.Front != "" {
-		if err := copyOr(d.Front, k.front(baseID), k.front(id), m.Front); err != nil {
+		if err := copyOr(d.Front, k.front(baseID), k.front(id), m.Front, maxModule); err != nil {
 			return err
 		}
 	}
 	for _, c := range slices.Sorted(maps.Keys(m.Classes)) {
-		if err := copyOr(d.Classes[c], k.module(baseID, c), k.module(id, c), m.Classes[c]); err != nil {
+		if err := copyOr(d.Classes[c], k.module(baseID, c), k.module(id, c), m.Classes[c], maxModule); err != nil {
 			return err
 		}
 	}
@@ -184,7 +202,7 @@ func (d Draft) upload(ctx context.Context, b bucket.Bucket, k keys, baseID strin
 		if vars, ok := d.Config[c]; ok {
 			given = envfile.Format(vars)
 		}
-		if err := copyOr(given, k.config(baseID, c), k.config(id, c), m.Config[c]); err != nil {
+		if err := copyOr(given, k.config(baseID, c), k.config(id, c), m.Config[c], maxConfig); err != nil {
 			return err
 		}
 	}
