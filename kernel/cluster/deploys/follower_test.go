@@ -32,6 +32,19 @@ func armed(t *testing.T, m *clock.Manual) time.Duration {
 	return next.Sub(m.Now())
 }
 
+// next is the next state reported, failing the test after 10 s: a read
+// that does not come (a wake-up ignored) fails rather than hangs.
+func next(t *testing.T, states chan stateAt) stateAt {
+	t.Helper()
+	select {
+	case s := <-states:
+		return s
+	case <-time.After(10 * time.Second):
+		t.Fatal("no read of current came")
+		return stateAt{}
+	}
+}
+
 // startFollower runs a follower on b from v1 with a manual clock: Apply
 // fails while fail is set; every Apply and state is sent on the channels.
 func startFollower(t *testing.T, b bucket.Bucket, cfg FollowerConfig) (f *Follower, m *clock.Manual, fail *atomic.Bool, applied chan Loaded, states chan stateAt) {
@@ -86,14 +99,14 @@ func TestFollowerBackoff(t *testing.T) {
 	b := newBucket()
 	v1 := publish(t, b, Draft{Classes: map[string][]byte{"a": []byte("1")}}).To
 	f, m, fail, applied, states := startFollower(t, b, FollowerConfig{})
-	<-states
+	next(t, states)
 	<-applied
 	armed(t, m)
 
 	fail.Store(true)
 	publish(t, b, Draft{Classes: map[string][]byte{"a": []byte("2")}})
 	f.Wake()
-	s := <-states
+	s := next(t, states)
 	<-applied
 	if s.Applied != v1 || s.Err == nil || s.Failures != 1 {
 		t.Fatalf("a failed update: %+v", s)
@@ -105,14 +118,14 @@ func TestFollowerBackoff(t *testing.T) {
 	// Reads within the 6 s backoff, woken or not, do not try it again.
 	f.Wake()
 	for _, at := range []time.Duration{0, 3 * time.Second} {
-		s := <-states
+		s := next(t, states)
 		if len(applied) != 0 || s.Failures != 1 || s.Err == nil || s.Applied != v1 || !s.at.Equal(failedAt.Add(at)) {
 			t.Fatalf("a read %v after the failure: %+v, %d applied; want a read, no try", at, s, len(applied))
 		}
 		armed(t, m)
 		m.Advance(3 * time.Second)
 	}
-	if s := <-states; s.Failures != 2 || len(applied) != 1 || !s.at.Equal(failedAt.Add(6*time.Second)) {
+	if s := next(t, states); s.Failures != 2 || len(applied) != 1 || !s.at.Equal(failedAt.Add(6*time.Second)) {
 		t.Fatalf("tried again %v after the failure, %d failures; want after the 6 s backoff, 2", s.at.Sub(failedAt), s.Failures)
 	}
 	<-applied
@@ -122,7 +135,7 @@ func TestFollowerBackoff(t *testing.T) {
 	fail.Store(false)
 	v3 := publish(t, b, Draft{Classes: map[string][]byte{"a": []byte("3")}}).To
 	m.Advance(3 * time.Second)
-	if s := <-states; s.Applied != v3 || s.Err != nil || s.Failures != 0 || len(applied) != 1 {
+	if s := next(t, states); s.Applied != v3 || s.Err != nil || s.Failures != 0 || len(applied) != 1 {
 		t.Fatalf("a fix during the backoff, read 3 s in: %+v", s)
 	}
 }
