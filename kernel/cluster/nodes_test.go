@@ -3,9 +3,9 @@ package cluster
 import (
 	"bytes"
 	"context"
-	"maps"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
