@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -100,8 +101,8 @@ func TestDeployRefusesBeforeUpload(t *testing.T) {
 
 // A deploy prints what it changes and the new version and seq; the same
 // again deploys nothing; a rollback that reopens a class needs
-// --allow-reopen; --list shows the versions; configuration values never
-// reach the output, and secret-looking ones are warned about by name.
+// --allow-reopen; --list shows the versions and cluster status the
+// current one; configuration values never reach the output, and secret-looking ones are warned about by name.
 func TestDeployRollbackList(t *testing.T) {
 	d := newDeployer(t)
 	good := counter(t)
@@ -136,6 +137,19 @@ func TestDeployRollbackList(t *testing.T) {
 		!strings.Contains(lines[1], "current (seq 3)") || !strings.Contains(lines[1], "counter,hub") ||
 		!strings.Contains(lines[2], "not in current's line") {
 		t.Errorf("--list:\n%s", strings.Join(lines, "\n"))
+	}
+	// cluster status shows the app's current, with no node running.
+	cur := strings.Fields(lines[1])[0]
+	wantCluster(t, d.bin, withoutWasmkeepVars(), "file://"+d.dir, 1, []string{`(?m)^APP +DEPLOYED VERSION +SEQ\nacme/shop +` + cur + ` +3$`, `0 of 0 nodes live`}, "status")
+	var st struct {
+		Apps []struct {
+			App, Version string
+			Seq          uint64
+		}
+	}
+	out = wantCluster(t, d.bin, withoutWasmkeepVars(), "file://"+d.dir, 1, nil, "status", "--json")
+	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st.Apps) != 1 || st.Apps[0].App != "acme/shop" || st.Apps[0].Version != cur || st.Apps[0].Seq != 3 {
+		t.Errorf("status --json has no app acme/shop at %s, seq 3:\n%s", cur, out)
 	}
 }
 
