@@ -102,8 +102,14 @@ type load struct {
 const loadPause = 5 * time.Millisecond
 
 // deployJitter bounds the pause before each deploy: longer than the
-// nodes' follow period (their heartbeat period, 3.3 s at the defaults).
-const deployJitter = 4 * time.Second
+// nodes' follow period (their heartbeat period, 3.3 s at the defaults,
+// 0.67 s under -short-lease).
+func (c *config) deployJitter() time.Duration {
+	if c.shortLease {
+		return time.Second
+	}
+	return 4 * time.Second
+}
 
 func startLoad(cl *cluster) *load {
 	l := &load{}
@@ -148,7 +154,7 @@ func (c *config) rollouts(stdout io.Writer, cl *cluster) ([]measure.Row, error) 
 		// Unpaced, the loop locks onto the nodes' follow period (each
 		// deploy lands just after their read of current): start each at a
 		// random moment of the period instead.
-		time.Sleep(rand.N(deployJitter))
+		time.Sleep(rand.N(c.deployJitter()))
 		seq, err := c.deploy(cl.bucketDir, k)
 		if err != nil {
 			l.stop()
