@@ -27,8 +27,9 @@
 #                             after SIGKILL at the default lease timings (20 kills,
 #                             about 7 minutes; -kills N), a forwarded GET's added
 #                             latency over mutual TLS and in plain HTTP, and
-#                             actors.call across nodes against one node; writes
-#                             ...-cluster.csv
+#                             actors.call across nodes against one node, and a
+#                             deploy's rollout to every node under load (20
+#                             deploys, -deploys N); writes ...-cluster.csv
 #   ./bench/run.sh kv         bench/cmd/wkkv: the key-value shard class (sdk/go/kv)
 #                             on one node: get, local put and durable put through
 #                             one shard, wazero then wasmtime; writes ...-kv.csv

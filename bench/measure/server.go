@@ -27,7 +27,9 @@ type Server interface {
 	String() string
 }
 
-// Wasmkeep is `Binary serve` with one actor class, Class=Guest.
+// Wasmkeep is `Binary serve` with one actor class, Class=Guest; with no
+// Guest, a node of an app deployed in the bucket (ServeArgs --app), whose
+// classes come from its version.
 type Wasmkeep struct {
 	Binary, Class, Guest string
 	Env                  []string // added to the environment, such as WASMKEEP_RUNTIME__USE=wasmtime
@@ -39,13 +41,16 @@ type Wasmkeep struct {
 }
 
 func (w Wasmkeep) Command(addr, dataDir string) *exec.Cmd {
-	args := append([]string{"serve",
-		"--actor", w.Class + "=" + w.Guest,
+	args := []string{"serve"}
+	if w.Guest != "" {
+		args = append(args, "--actor", w.Class+"="+w.Guest)
+	}
+	args = append(append(args,
 		"--listen", addr,
 		"--data-dir", dataDir,
 		"--max-instances", strconv.Itoa(maxInstances),
 		"--idle-timeout", "10m", // nothing hibernates during a run
-	}, w.ServeArgs...)
+	), w.ServeArgs...)
 	if w.BucketFS {
 		args = append(args, "--bucket", "file://"+dataDir+"-bucket", "--node-id", "bench", "--cluster-listen", "127.0.0.1:0")
 	}
@@ -77,6 +82,9 @@ func (w Wasmkeep) Engine(logPath string) (string, error) {
 }
 
 func (w Wasmkeep) String() string {
+	if w.Guest == "" {
+		return strings.TrimSpace(strings.Join(w.Env, " ") + " " + w.Binary + " serve " + strings.Join(w.ServeArgs, " "))
+	}
 	return strings.TrimSpace(strings.Join(w.Env, " ") + " " + w.Binary + " serve --actor " + w.Class + "=" + w.Guest)
 }
 

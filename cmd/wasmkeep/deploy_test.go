@@ -1,14 +1,17 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
@@ -101,8 +104,8 @@ func TestDeployRefusesBeforeUpload(t *testing.T) {
 
 // A deploy prints what it changes and the new version and seq; the same
 // again deploys nothing; a rollback that reopens a class needs
-// --allow-reopen; --list shows the versions; configuration values never
-// reach the output, and secret-looking ones are warned about by name.
+// --allow-reopen; --list shows the versions and cluster status the
+// current one; configuration values never reach the output, and secret-looking ones are warned about by name.
 func TestDeployRollbackList(t *testing.T) {
 	d := newDeployer(t)
 	good := counter(t)
@@ -137,6 +140,19 @@ func TestDeployRollbackList(t *testing.T) {
 		!strings.Contains(lines[1], "current (seq 3)") || !strings.Contains(lines[1], "counter,hub") ||
 		!strings.Contains(lines[2], "not in current's line") {
 		t.Errorf("--list:\n%s", strings.Join(lines, "\n"))
+	}
+	// cluster status shows the app's current, with no node running.
+	cur := strings.Fields(lines[1])[0]
+	wantCluster(t, d.bin, withoutWasmkeepVars(), "file://"+d.dir, 1, []string{`(?m)^APP +DEPLOYED VERSION +SEQ\nacme/shop +` + cur + ` +3$`, `0 of 0 nodes live`}, "status")
+	var st struct {
+		Apps []struct {
+			App, Version string
+			Seq          uint64
+		}
+	}
+	out = wantCluster(t, d.bin, withoutWasmkeepVars(), "file://"+d.dir, 1, nil, "status", "--json")
+	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st.Apps) != 1 || st.Apps[0].App != "acme/shop" || st.Apps[0].Version != cur || st.Apps[0].Seq != 3 {
+		t.Errorf("status --json has no app acme/shop at %s, seq 3:\n%s", cur, out)
 	}
 }
 
@@ -254,4 +270,53 @@ func TestDeploySeqFloor(t *testing.T) {
 	if out := d.must("--actor", "counter="+good, "--seq-floor", "9"); !strings.Contains(out, "seq 9 (was the first deploy)") || d.current()[1] != "9" {
 		t.Errorf("with --seq-floor 9:\n%s", out)
 	}
+}
+
+// deployedRE is what a deploy prints of the version it made current.
+var deployedRE = regexp.MustCompile(`version ([0-9a-f]{16}) is current, seq (\d+)`)
+
+// A node of a deployed app (serve --app) serves current, and cluster
+// status shows it and the app's current; after another deploy the node
+// follows within a few heartbeats; a current deleted by hand is warned
+// about while the node still serves its version.
+func TestDeployFollowedInStatus(t *testing.T) {
+	d := newDeployer(t)
+	bucketURL := "file://" + d.dir
+	env := append(withoutWasmkeepVars(), shortLease...)
+	deployed := func(out string) string {
+		t.Helper()
+		m := deployedRE.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("deploy printed no version:\n%s", out)
+		}
+		return m[1]
+	}
+	v1 := deployed(d.must("--actor", "counter="+counter(t), "--config", "counter="+writeFile(t, "1.env", "ROUND=1\n")))
+	serveBinary(t, d.bin, env, "--data-dir", t.TempDir(), "--bucket", bucketURL, "--node-id", "a", "--app", "acme/shop")
+	wantCluster(t, d.bin, env, bucketURL, 0, []string{`(?m)^a +yes +\S+ +serving +\S+ +acme/shop +` + v1 + ` \(seq 1\) `,
+		`(?m)^acme/shop +` + v1 + ` +1$`}, "status")
+
+	v2 := deployed(d.must("--config", "counter="+writeFile(t, "2.env", "ROUND=2\n")))
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out, _ := clusterCmd(t, d.bin, env, bucketURL, "status")
+		if regexp.MustCompile(`(?m)^a +yes .* ` + v2 + ` \(seq 2\) `).MatchString(out) {
+			if !strings.Contains(out, "acme/shop  "+v2+"  2") || strings.Contains(out, "warning") {
+				t.Errorf("status once the node follows:\n%s", out)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the node did not follow to %s within 30 s:\n%s", v2, out)
+		}
+	}
+
+	b, err := fsbucket.Open(d.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Delete(t.Context(), "apps/acme/shop/current", bucket.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	wantCluster(t, d.bin, env, bucketURL, 0, []string{`warning: node a serves version ` + v2 + ` \(seq 2\) of app acme/shop, but apps/acme/shop/current does not exist`}, "status")
 }

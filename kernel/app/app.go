@@ -57,4 +57,7 @@ const StatePrefix = "state/"
 
 // DeployRoot is where the app's deployed versions and its current pointer
 // live: apps/<tenant>/<app>/.
-func (n Name) DeployRoot() string { return "apps/" + n.Tenant + "/" + n.App + "/" }
+func (n Name) DeployRoot() string { return DeployPrefix + n.Tenant + "/" + n.App + "/" }
+
+// DeployPrefix is where every app's deploy root is.
+const DeployPrefix = "apps/"

@@ -13,6 +13,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/deploys"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/membership"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
@@ -50,9 +51,9 @@ func (n NodeStatus) Run() string {
 	return "serving"
 }
 
-// MixedServingAfter is how long after the newer version's since live nodes
-// of one app may serve different versions before status warns: nodes follow
-// current within a few heartbeats.
+// MixedServingAfter is how long after a version was deployed (its current
+// written) a live node of its app may still serve an older one before
+// status warns: nodes follow current within a few heartbeats.
 const MixedServingAfter = time.Minute
 
 // Ahead is how far the lease is dated ahead of the status's clock (0 if
@@ -70,6 +71,8 @@ type Status struct {
 	// Versions are the versions live nodes run, sorted, "" for a node
 	// that names none.
 	Versions []string
+	// Apps are the apps with a current (apps/<t>/<a>/current), by app.
+	Apps     []deploys.Deployed
 	Warnings []string
 	// Forgotten are the ids `cluster forget` retired (ADR 1041), left out
 	// of Nodes.
@@ -80,20 +83,26 @@ type Status struct {
 // (membership.Peer.Live with s) at clk's time once the listing is read,
 // with the book's warnings: no live node; live nodes mixing plain (no
 // cluster address) and the cluster listener; live nodes on different
-// versions; live nodes of one app serving different deployed versions
-// MixedServingAfter after the newer one's since; a live node behind its
-// app; a lease dated ahead of that time by more than max_skew; an object
-// that is not a node lease. A forgotten lease is left out of Nodes
-// (Status.Forgotten). It reads the bucket alone.
+// versions; a live node serving a version older than its app's current
+// MixedServingAfter after that was deployed, or serving one of an app
+// with no current; a live node behind its app; a lease dated ahead of
+// that time by more than max_skew; an object that is not a node lease; a
+// current that cannot be read. A forgotten lease is left out of Nodes
+// (Status.Forgotten). It reads the bucket alone: nodes/, and apps/ for
+// Status.Apps.
 func ReadStatus(ctx context.Context, b bucket.Bucket, s nodelease.Settings, clk clock.Clock) (Status, error) {
 	peers, err := membership.List(ctx, b, nil)
 	if err != nil {
-		return Status{}, err
+		return Status{}, fmt.Errorf("listing %s: %w", nodelease.Prefix, err)
+	}
+	apps, err := deploys.ListDeployed(ctx, b)
+	if err != nil {
+		return Status{}, fmt.Errorf("listing %s: %w", app.DeployPrefix, err)
 	}
 	now := clk.Now()
-	st := Status{At: now}
+	st := Status{At: now, Apps: apps}
 	versions := map[string][]string{}
-	byApp := map[string][]NodeStatus{} // live nodes serving a version, by app
+	var serving []NodeStatus // live nodes serving a deployed version
 	for _, p := range peers {
 		if p.Err == nil && p.Object.State == nodelease.Forgotten {
 			st.Forgotten = append(st.Forgotten, p.ID)
@@ -127,7 +136,7 @@ func ReadStatus(ctx context.Context, b bucket.Bucket, s nodelease.Settings, clk 
 			}
 			versions[p.Object.Info.Version] = append(versions[p.Object.Info.Version], p.ID)
 			if n.Serving.Version != "" {
-				byApp[p.Object.Info.App] = append(byApp[p.Object.Info.App], n)
+				serving = append(serving, n)
 			}
 			if why := p.Object.Info.Behind; why != "" {
 				st.Warnings = append(st.Warnings, fmt.Sprintf("node %s is behind app %s: %s", p.ID, cmp.Or(p.Object.Info.App, "(none)"), why))
@@ -147,16 +156,7 @@ func ReadStatus(ctx context.Context, b bucket.Bucket, s nodelease.Settings, clk 
 		st.Warnings = append(st.Warnings, fmt.Sprintf("mixed plain and TLS nodes: %s still plain while %s use the cluster listener; give every node a cluster listener, then drop --cluster-plaintext accept (ADR 0011)",
 			strings.Join(st.Plain, ", "), strings.Join(st.Listener, ", ")))
 	}
-	apps := make([]string, 0, len(byApp))
-	for a := range byApp {
-		apps = append(apps, a)
-	}
-	sort.Strings(apps)
-	for _, a := range apps {
-		if w := mixedServing(a, byApp[a], now); w != "" {
-			st.Warnings = append(st.Warnings, w)
-		}
-	}
+	st.Warnings = append(st.Warnings, servingWarnings(apps, serving, now)...)
 	for v := range versions {
 		st.Versions = append(st.Versions, v)
 	}
@@ -171,27 +171,32 @@ func ReadStatus(ctx context.Context, b bucket.Bucket, s nodelease.Settings, clk 
 	return st, nil
 }
 
-// mixedServing warns when the live nodes of app serve different versions
-// and the newest (highest seq) has been out for MixedServingAfter: the
-// others did not follow it, "" otherwise.
-func mixedServing(app string, nodes []NodeStatus, now time.Time) string {
-	newest := nodes[0].Serving
-	for _, n := range nodes[1:] {
-		if n.Serving.Seq > newest.Seq {
-			newest = n.Serving
+// servingWarnings are the warnings about apps' currents: one that cannot
+// be read; a node serving a version older (by seq) than its app's current
+// MixedServingAfter after current was written; a node serving a version
+// of an app with no current (deleted by hand).
+func servingWarnings(apps []deploys.Deployed, serving []NodeStatus, now time.Time) []string {
+	var out []string
+	current := map[string]deploys.Deployed{}
+	for _, d := range apps {
+		current[d.App.String()] = d
+		if d.Err != nil {
+			out = append(out, fmt.Sprintf("app %s: %v", d.App, d.Err))
 		}
 	}
-	var old []string
-	for _, n := range nodes {
-		if n.Serving.Version != newest.Version {
-			old = append(old, fmt.Sprintf("%s (%s, seq %d)", n.ID, n.Serving.Version, n.Serving.Seq))
+	for _, n := range serving {
+		a := n.Object.Info.App
+		d, ok := current[a]
+		switch {
+		case !ok:
+			out = append(out, fmt.Sprintf("node %s serves version %s (seq %d) of app %s, but %s%s/current does not exist (deleted by hand?): nodes keep what they serve, new ones have nothing to load; deploy the app again",
+				n.ID, n.Serving.Version, n.Serving.Seq, cmp.Or(a, "(none)"), app.DeployPrefix, a))
+		case d.Err == nil && n.Serving.Seq < d.Current.Seq && now.Sub(d.At) > MixedServingAfter:
+			out = append(out, fmt.Sprintf("node %s of app %s serves %s (seq %d), but %s (seq %d) was deployed %v ago; a node that cannot follow says why (STATE behind)",
+				n.ID, a, n.Serving.Version, n.Serving.Seq, d.Current.Version, d.Current.Seq, now.Sub(d.At).Round(time.Second)))
 		}
 	}
-	if len(old) == 0 || now.Sub(newest.Since) <= MixedServingAfter {
-		return ""
-	}
-	return fmt.Sprintf("live nodes of app %s serve different versions: %s since %v ago, but %s; a node that cannot follow says why (STATE behind)",
-		cmp.Or(app, "(none)"), fmt.Sprintf("%s (seq %d)", newest.Version, newest.Seq), now.Sub(newest.Since).Round(time.Second), strings.Join(old, ", "))
+	return out
 }
 
 func aheadWarning(n NodeStatus, s nodelease.Settings) string {

@@ -3,9 +3,9 @@ package cluster
 import (
 	"bytes"
 	"context"
-	"maps"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -103,54 +103,83 @@ func TestReadStatus(t *testing.T) {
 }
 
 // Status reads each node's app, the version it serves and whether it is
-// behind; it warns about a node behind, and about live nodes of one app
-// serving different versions once the newer one is out for a minute, not
-// before, and not across apps.
+// behind, and each app's current; it warns about a node behind, about a
+// live node serving a version older than its app's current once that was
+// deployed a minute ago (by current's time in the bucket), not before,
+// about one serving an app with no current, and about a current it cannot
+// read. Inside a bubble, so that the bucket's times are the clock's.
 func TestReadStatusServing(t *testing.T) {
-	ctx := context.Background()
-	clk := clock.NewManual(simtest.Epoch)
-	now := clk.Now()
-	s := nodelease.DefaultSettings()
-	b := buckettest.NewMemory(buckettest.Flaws{})
-	node := func(id, app string, sv nodelease.Serving, behind string) {
-		info := nodelease.Info{Version: "0.4.0", Advertise: "http://" + id + ":1", App: app, Behind: behind}
-		if sv.Version != "" {
-			info.Serving = sv.String()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		clk := clock.NewManual(time.Now())
+		now := clk.Now()
+		s := nodelease.DefaultSettings()
+		b := buckettest.NewMemory(buckettest.Flaws{})
+		node := func(id, app string, sv nodelease.Serving, behind string) {
+			info := nodelease.Info{Version: "0.4.0", Advertise: "http://" + id + ":1", App: app, Behind: behind}
+			if sv.Version != "" {
+				info.Serving = sv.String()
+			}
+			putLease(t, b, id, nodelease.Object{State: nodelease.Live, Instance: "i", Seq: 1, WrittenAt: clk.Now(), Info: info})
 		}
-		putLease(t, b, id, nodelease.Object{State: nodelease.Live, Instance: "i", Seq: 1, WrittenAt: clk.Now(), Info: info})
-	}
-	v1 := nodelease.Serving{Version: "1111111111111111", Seq: 1, Since: now.Add(-time.Hour)}
-	v2 := nodelease.Serving{Version: "2222222222222222", Seq: 2, Since: now.Add(-30 * time.Second)}
-	node("a", "acme/shop", v2, "")
-	node("b", "acme/shop", v1, "class cart: needs a host function this node lacks")
-	node("c", "acme/blog", v1, "")
-	node("d", "default/default", nodelease.Serving{}, "")
-	st, err := ReadStatus(ctx, b, s, clk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, n := range st.Nodes {
-		got = append(got, fmt.Sprintf("%s=%s,%s,%s,%d", n.ID, n.Object.Info.App, n.Run(), n.Serving.Version, n.Serving.Seq))
-	}
-	want := "a=acme/shop,serving,2222222222222222,2 b=acme/shop,behind,1111111111111111,1 c=acme/blog,serving,1111111111111111,1 d=default/default,serving,,0"
-	if strings.Join(got, " ") != want {
-		t.Errorf("nodes %s, want %s", strings.Join(got, " "), want)
-	}
-	w := strings.Join(st.Warnings, "\n")
-	if !strings.Contains(w, "node b is behind app acme/shop: class cart: needs a host function") || strings.Contains(w, "serve different versions") {
-		t.Errorf("warnings 30 s after v2: %q", w)
-	}
-	clk.Advance(31 * time.Second)
-	node("a", "acme/shop", v2, "") // written again, live at the new time
-	node("b", "acme/shop", v1, "")
-	node("c", "acme/blog", v1, "")
-	node("d", "default/default", nodelease.Serving{}, "")
-	st, _ = ReadStatus(ctx, b, s, clk)
-	w = strings.Join(st.Warnings, "\n")
-	if want := "live nodes of app acme/shop serve different versions: 2222222222222222 (seq 2) since 1m1s ago, but b (1111111111111111, seq 1)"; !strings.Contains(w, want) || strings.Count(w, "serve different versions") != 1 {
-		t.Errorf("warnings a minute after v2: %q, want one with %q", w, want)
-	}
+		put := func(key, body string) {
+			if _, err := b.Put(ctx, key, strings.NewReader(body), int64(len(body)), bucket.Condition{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		v1 := nodelease.Serving{Version: "1111111111111111", Seq: 1, Since: now.Add(-time.Hour)}
+		v2 := nodelease.Serving{Version: "2222222222222222", Seq: 2, Since: now}
+		put("apps/acme/shop/current", "2222222222222222 2\n")
+		put("apps/acme/blog/current", "1111111111111111 1\n")
+		put("apps/acme/wiki/current", "garbage")
+		nodes := func() {
+			node("a", "acme/shop", v2, "")
+			node("b", "acme/shop", v1, "class cart: needs a host function this node lacks")
+			node("c", "acme/blog", v1, "")
+			node("d", "default/default", nodelease.Serving{}, "")
+			node("e", "acme/gone", v1, "") // its current deleted by hand
+		}
+		nodes()
+		st, err := ReadStatus(ctx, b, s, clk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, n := range st.Nodes {
+			got = append(got, fmt.Sprintf("%s=%s,%s,%s,%d", n.ID, n.Object.Info.App, n.Run(), n.Serving.Version, n.Serving.Seq))
+		}
+		want := "a=acme/shop,serving,2222222222222222,2 b=acme/shop,behind,1111111111111111,1 c=acme/blog,serving,1111111111111111,1 d=default/default,serving,,0 e=acme/gone,serving,1111111111111111,1"
+		if strings.Join(got, " ") != want {
+			t.Errorf("nodes %s, want %s", strings.Join(got, " "), want)
+		}
+		got = nil
+		for _, d := range st.Apps {
+			got = append(got, fmt.Sprintf("%s=%v,%v", d.App, d.Current, d.At.Equal(now)))
+		}
+		if want := "acme/blog=1111111111111111 1,true acme/shop=2222222222222222 2,true acme/wiki= 0,true"; strings.Join(got, " ") != want {
+			t.Errorf("apps %s, want %s", strings.Join(got, " "), want)
+		}
+		w := strings.Join(st.Warnings, "\n")
+		for _, want := range []string{
+			"node b is behind app acme/shop: class cart: needs a host function",
+			`app acme/wiki: apps/acme/wiki/current: not "<version> <seq>\n"`,
+			"node e serves version 1111111111111111 (seq 1) of app acme/gone, but apps/acme/gone/current does not exist",
+		} {
+			if !strings.Contains(w, want) {
+				t.Errorf("warnings at the deploy: no %q in\n%s", want, w)
+			}
+		}
+		if strings.Contains(w, "was deployed") {
+			t.Errorf("warnings at the deploy: %s", w)
+		}
+		clk.Advance(MixedServingAfter + time.Second)
+		nodes() // written again, live at the new time
+		st, _ = ReadStatus(ctx, b, s, clk)
+		w = strings.Join(st.Warnings, "\n")
+		if want := "node b of app acme/shop serves 1111111111111111 (seq 1), but 2222222222222222 (seq 2) was deployed 1m1s ago"; !strings.Contains(w, want) || strings.Count(w, "was deployed") != 1 {
+			t.Errorf("warnings a minute after the deploy: %q, want one with %q", w, want)
+		}
+	})
 }
 
 // Forget refuses a live lease whatever its age, an unreadable object, a

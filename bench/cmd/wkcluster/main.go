@@ -20,10 +20,17 @@
 //   - actors.call across nodes against on one node: an actor's /call (an
 //     actors.call of another actor's /echo) where both are on one node and
 //     where the caller is on another node, interleaved, in both modes.
+//   - a deploy's rollout: on a third cluster (cluster listeners) whose
+//     nodes serve an app deployed in the bucket (serve --app), -deploys
+//     `wasmkeep deploy`s of the probe, its configuration alternating, one
+//     after another; the time from each deploy's return to every node
+//     serving the new version (wasmkeep_deploy_seq on each node's metrics
+//     page), and the requests that failed meanwhile under a steady load
+//     through every node.
 //
 // It prints tables and writes <out>/<date>-<commit>-cluster.csv.
 //
-//	wkcluster -wasmkeep BIN -guest probe.wasm [-kills 20] [-samples 2000] [-quick]
+//	wkcluster -wasmkeep BIN -guest probe.wasm [-kills 20] [-samples 2000] [-deploys 20] [-quick]
 package main
 
 import (
@@ -53,6 +60,7 @@ type config struct {
 	bin, guest      string
 	kills           int
 	samples, warmup int
+	deploys         int
 	shortLease      bool
 	tmp, out        string
 }
@@ -63,7 +71,8 @@ func run(args []string, stdout io.Writer) error {
 	fl.StringVar(&c.bin, "wasmkeep", "", "the server binary (required)")
 	fl.StringVar(&c.guest, "guest", "", "cmd/wasmkeep/testdata/guests/probe built for wasip1 (required)")
 	fl.IntVar(&c.kills, "kills", 20, "SIGKILLs of the takeover rows (about 20 s each at the default lease timings); 0: none")
-	fl.IntVar(&c.samples, "samples", 2000, "timed requests of each latency row")
+	fl.IntVar(&c.samples, "samples", 2000, "timed requests of each latency row; 0: no latency rows")
+	fl.IntVar(&c.deploys, "deploys", 20, "deploys of the rollout rows; 0: none")
 	fl.BoolVar(&c.shortLease, "short-lease", false, "a 2 s node lease (WASMKEEP_CLUSTER__*) instead of the defaults: starts and takeovers in seconds, not the book's timings")
 	quick := fl.Bool("quick", false, "small counts and -short-lease: checks the harness, measures nothing worth keeping")
 	fl.StringVar(&c.out, "out", "bench/results", "where the CSV goes")
@@ -74,7 +83,7 @@ func run(args []string, stdout io.Writer) error {
 		return errors.New("-wasmkeep and -guest are required (bench/README.md, wkcluster)")
 	}
 	if *quick {
-		c.kills, c.samples, c.shortLease = 2, 100, true
+		c.kills, c.samples, c.deploys, c.shortLease = 2, 100, 4, true
 	}
 	c.warmup = max(c.samples/10, 20)
 	commit, err := measure.CheckoutCommit()
@@ -89,7 +98,11 @@ func run(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "wkcluster: %s at %s, data on %s, load %s\n", c.bin, commit, res.DataFS, measure.LoadAverage())
 
 	lat := map[string]latencies{}
-	for _, mode := range []string{"tls", "plain"} {
+	nothing := map[string]bool{"tls": c.samples == 0 && c.kills == 0, "plain": c.samples == 0, "deploy": c.deploys == 0}
+	for _, mode := range []string{"tls", "plain", "deploy"} {
+		if nothing[mode] {
+			continue
+		}
 		cl, err := c.startCluster(stdout, mode)
 		if err != nil {
 			return err
@@ -100,21 +113,27 @@ func run(args []string, stdout io.Writer) error {
 				return err
 			}
 		}
-		l, err := c.latencies(stdout, cl)
-		if err == nil && mode == "tls" && c.kills > 0 {
-			var rows []measure.Row
-			rows, err = c.takeovers(stdout, cl)
-			res.Rows = append(res.Rows, rows...)
+		var rows []measure.Row
+		switch {
+		case mode == "deploy":
+			rows, err = c.rollouts(stdout, cl)
+		case c.samples > 0:
+			lat[mode], err = c.latencies(stdout, cl)
 		}
+		if err == nil && mode == "tls" && c.kills > 0 {
+			rows, err = c.takeovers(stdout, cl)
+		}
+		res.Rows = append(res.Rows, rows...)
 		if serr := cl.stop(); err == nil {
 			err = serr
 		}
 		if err != nil {
 			return fmt.Errorf("%s cluster: %w", mode, err)
 		}
-		lat[mode] = l
 	}
-	res.Rows = append(res.Rows, latencyRows(stdout, c.samples, lat)...)
+	if c.samples > 0 {
+		res.Rows = append(res.Rows, latencyRows(stdout, c.samples, lat)...)
+	}
 	fmt.Fprintf(stdout, "load at the end: %s\n", measure.LoadAverage())
 	path, err := measure.WriteCSV(c.out, commit, "-cluster", res)
 	if err != nil {
@@ -131,8 +150,11 @@ var shortLease = []string{"WASMKEEP_CLUSTER__TTL=2s", "WASMKEEP_CLUSTER__GRACE=0
 
 // cluster is three nodes on one bucket.
 type cluster struct {
-	mode  string // tls: cluster listeners; plain: --cluster-plaintext accept
-	nodes []*node
+	// tls: cluster listeners; plain: --cluster-plaintext accept; deploy:
+	// cluster listeners, the nodes serving deployApp
+	mode      string
+	bucketDir string // the bucket-fs directory
+	nodes     []*node
 }
 
 // node is one of them: its server, data directory and log, and the
@@ -142,6 +164,7 @@ type node struct {
 	srv     measure.Wasmkeep
 	dataDir string
 	logPath string
+	metrics string // its metrics page's base URL, in the deploy cluster
 	*measure.Running
 }
 
@@ -157,7 +180,9 @@ func (n *node) start() error {
 }
 
 // startCluster starts three nodes, side by side (each first start waits
-// out the node id check: ttl + grace, 15 s at the defaults).
+// out the node id check: ttl + grace, 15 s at the defaults); for the
+// deploy cluster, after the app's first deploy, so that they start
+// serving it.
 func (c *config) startCluster(stdout io.Writer, mode string) (*cluster, error) {
 	dir, err := os.MkdirTemp(c.tmp, mode+"-")
 	if err != nil {
@@ -167,19 +192,33 @@ func (c *config) startCluster(stdout io.Writer, mode string) (*cluster, error) {
 	if err := os.Mkdir(bucketDir, 0o755); err != nil {
 		return nil, err
 	}
-	cl := &cluster{mode: mode}
+	cl := &cluster{mode: mode, bucketDir: bucketDir}
+	if mode == "deploy" {
+		if _, err := c.deploy(bucketDir, 0); err != nil {
+			return nil, err
+		}
+	}
 	for _, id := range []string{"a", "b", "c"} {
 		srv := measure.Wasmkeep{Binary: c.bin, Class: "probe", Guest: c.guest,
 			ServeArgs: []string{"--bucket", "file://" + bucketDir, "--node-id", id}}
-		if mode == "tls" {
-			srv.ServeArgs = append(srv.ServeArgs, "--cluster-listen", "127.0.0.1:0")
-		} else {
+		if mode == "plain" {
 			srv.ServeArgs = append(srv.ServeArgs, "--cluster-plaintext", "accept")
+		} else {
+			srv.ServeArgs = append(srv.ServeArgs, "--cluster-listen", "127.0.0.1:0")
 		}
 		if c.shortLease {
 			srv.Env = shortLease
 		}
-		cl.nodes = append(cl.nodes, &node{id: id, srv: srv, dataDir: filepath.Join(dir, id), logPath: filepath.Join(dir, id+".log")})
+		n := &node{id: id, srv: srv, dataDir: filepath.Join(dir, id), logPath: filepath.Join(dir, id+".log")}
+		if mode == "deploy" {
+			addr, err := measure.FreeAddr()
+			if err != nil {
+				return nil, err
+			}
+			n.srv.Guest, n.metrics = "", "http://"+addr // its classes come from the version
+			n.srv.ServeArgs = append(n.srv.ServeArgs, "--app", deployApp, "--metrics-listen", addr)
+		}
+		cl.nodes = append(cl.nodes, n)
 	}
 	begin := time.Now()
 	errs := make([]error, len(cl.nodes))

@@ -11,9 +11,10 @@ import (
 )
 
 // TestQuickRun runs wkcluster -quick (two kills on a 2 s lease, 100
-// samples) and checks the CSV: every row there, each with a positive value
-// (never how large) but what TLS adds, which may come out below zero in a
-// run this short.
+// samples, four deploys) and checks the CSV: every row there, each with a
+// positive value (never how large) but what TLS adds, which may come out
+// below zero in a run this short, and the requests failed during the
+// deploys, which should be none but are a measurement, not a check.
 func TestQuickRun(t *testing.T) {
 	bin, _ := benchtest.Build(t)
 	guest := benchtest.BuildGuest(t, "cmd/wasmkeep/testdata/guests/probe")
@@ -33,7 +34,8 @@ func TestQuickRun(t *testing.T) {
 		t.Fatalf("%s has rows for %v, want one server with the probe", files[0], servers)
 	}
 	values := all[servers[0]]
-	metrics := []string{"takeover_p50", "takeover_p99", "takeover_min", "takeover_max", "takeover_kills"}
+	metrics := []string{"takeover_p50", "takeover_p99", "takeover_min", "takeover_max", "takeover_kills",
+		"deploy_serving_p50", "deploy_serving_p99", "deploy_serving_max", "deploy_count", "deploy_load_requests"}
 	for _, mode := range []string{"tls", "plain"} {
 		for _, m := range []string{"get_direct_p50_", "get_direct_p99_", "get_forwarded_p50_", "get_forwarded_p99_",
 			"get_forward_added_p50_", "get_forwarded_ratio_p50_",
@@ -46,13 +48,15 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("%s = %v, want a positive value", m, values[m])
 		}
 	}
-	if _, ok := values["get_forward_tls_added_p50"]; !ok {
-		t.Error("get_forward_tls_added_p50 missing")
+	for _, m := range []string{"get_forward_tls_added_p50", "deploy_load_failed"} {
+		if _, ok := values[m]; !ok {
+			t.Errorf("%s missing", m)
+		}
 	}
-	if len(values) != len(metrics)+1 {
-		t.Errorf("%d metrics, want %d", len(values), len(metrics)+1)
+	if len(values) != len(metrics)+2 {
+		t.Errorf("%d metrics, want %d", len(values), len(metrics)+2)
 	}
-	if values["takeover_kills"] != 2 {
-		t.Errorf("takeover_kills = %v, want 2", values["takeover_kills"])
+	if values["takeover_kills"] != 2 || values["deploy_count"] != 4 {
+		t.Errorf("takeover_kills = %v, deploy_count = %v, want 2 and 4", values["takeover_kills"], values["deploy_count"])
 	}
 }

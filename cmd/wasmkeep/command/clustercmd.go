@@ -55,9 +55,13 @@ A node is live if its lease is live and was written within the horizon
 (three heartbeat periods plus max_skew, 10 s with the defaults), the rule
 the nodes use, with the cluster: settings of plugins.yaml; ages are on this
 machine's clock. A fenced or released lease is not live whatever its age.
+Apps with a deployed version (apps/TENANT/APP/current) follow: the version
+and its seq.
 Warnings: no live node; live nodes mixing plain and the cluster listener;
-live nodes on different versions; a lease dated ahead of this clock by more
-than max_skew.
+live nodes on different versions; a node behind its app; a node serving a
+version older than its app's current a minute after that was deployed, or
+serving an app with no current; a current that cannot be read; a lease
+dated ahead of this clock by more than max_skew.
 
 Exit status: 0 if at least one node is live, 1 if none is (an empty bucket
 too), 2 on an error (a bucket it cannot read, bad flags).`,
@@ -217,7 +221,7 @@ type statusJSON struct {
 func clusterStatus(ctx context.Context, out io.Writer, b bucket.Bucket, s nodelease.Settings, where string, asJSON bool) error {
 	st, err := cluster.ReadStatus(ctx, b, s, clock.Real)
 	if err != nil {
-		return fmt.Errorf("listing nodes/: %w", err)
+		return err
 	}
 	if asJSON {
 		err = statusAsJSON(out, st, s, where)
@@ -230,7 +234,26 @@ func clusterStatus(ctx context.Context, out io.Writer, b bucket.Bucket, s nodele
 	return err
 }
 
+// appJSON is one app with a current in --json.
+type appJSON struct {
+	App        string `json:"app"`
+	Version    string `json:"version"` // its current version, "" when unreadable
+	Seq        uint64 `json:"seq"`
+	DeployedAt string `json:"deployed_at,omitempty"` // when current was written, on the bucket's clock
+	Error      string `json:"error,omitempty"`
+}
+
 func statusAsJSON(out io.Writer, st cluster.Status, s nodelease.Settings, where string) error {
+	apps := []appJSON{}
+	for _, d := range st.Apps {
+		j := appJSON{App: d.App.String(), Version: d.Current.Version, Seq: d.Current.Seq}
+		if d.Err != nil {
+			j.Error = d.Err.Error()
+		} else {
+			j.DeployedAt = d.At.UTC().Format(time.RFC3339Nano)
+		}
+		apps = append(apps, j)
+	}
 	nodes := []statusJSON{}
 	for _, n := range st.Nodes {
 		j := statusJSON{ID: n.ID, Live: n.State == cluster.NodeLive, State: string(n.State), Pins: []string{}}
@@ -253,7 +276,7 @@ func statusAsJSON(out io.Writer, st cluster.Status, s nodelease.Settings, where 
 	enc.SetIndent("", "  ")
 	return enc.Encode(map[string]any{
 		"bucket": where, "at": st.At.UTC().Format(time.RFC3339Nano), "horizon_ms": s.Horizon().Milliseconds(),
-		"live": st.Live, "nodes": nodes, "warnings": append([]string{}, st.Warnings...),
+		"live": st.Live, "nodes": nodes, "apps": apps, "warnings": append([]string{}, st.Warnings...),
 		"plain": append([]string{}, st.Plain...), "cluster_listener": append([]string{}, st.Listener...),
 		"versions": append([]string{}, st.Versions...), "forgotten": append([]string{}, st.Forgotten...),
 	})
@@ -282,6 +305,20 @@ func statusTable(out io.Writer, st cluster.Status, s nodelease.Settings, where s
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if len(st.Apps) > 0 {
+		fmt.Fprintln(out)
+		fmt.Fprintln(tw, "APP\tDEPLOYED VERSION\tSEQ")
+		for _, d := range st.Apps {
+			if d.Err != nil {
+				fmt.Fprintf(tw, "%s\tunreadable\t-\n", d.App) // the warning says why
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\n", d.App, d.Current.Version, d.Current.Seq)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(out, "\n%d of %d nodes live", st.Live, len(st.Nodes))
 	if st.Live > 0 {

@@ -27,7 +27,6 @@ import (
 	"github.com/wasmkeep/wasmkeep"
 	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
-	"github.com/wasmkeep/wasmkeep/kernel/cluster/deploys"
 	"github.com/wasmkeep/wasmkeep/kernel/config"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
@@ -329,11 +328,11 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	// --env names served classes: known now, or, with --app, once the
-	// app's version is read from the bucket.
+	// Without a bucket the classes are the node's own, known now; with
+	// one, the app's version may give them (followApp).
 	var env map[string]map[string]string
-	if ns.App == "" {
-		if env, err = readEnv(f.env, ns.Env, ns.Actors, log); err != nil {
+	if cfg.Cluster.Bucket == "" {
+		if env, err = readEnv(f.env, ns.Env, ns.Actors, false, log); err != nil {
 			return err
 		}
 	}
@@ -390,34 +389,18 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	}
 	opts := limits(ns)
 	opts.DataDir = ns.DataDir
-	// With --app the version current names is what the node serves, from
-	// its start: the follower applies every later one.
+	own := ownClasses{actors: ns.Actors, access: access, stateless: f.stateless}
 	var fol *follower
-	if ns.App != "" {
-		dir := modulesDir(opts.WithDefaults().CacheDir)
-		first, deployed, err := firstVersion(ctx, cn, served, dir, log)
-		if err != nil {
+	if cn != nil {
+		deployed := false
+		if fol, deployed, err = followApp(ctx, cn, served, ns.App != "", &opts, own, cfg.Cluster.Lease().Period(), log); err != nil {
 			return err
 		}
-		var from deploys.Current
-		if deployed {
-			if err := refuseNodeClasses(first, len(ns.Actors) > 0, len(access) > 0, f.stateless); err != nil {
-				return err
-			}
-			v := nodeVersion(first)
-			startFrom(&opts, v)
-			from = deploys.Current{Version: first.Version, Seq: first.Seq}
-		} else {
-			opts.Classes, opts.Access, opts.Stateless = ns.Actors, access, f.stateless
-			log.Warn("the app has no version deployed: the node serves the classes of its own flags, if any, until wasmkeep deploy gives it one", "app", served.String(), "classes", len(ns.Actors))
-		}
-		fol = newFollower(cn, served, from, dir, cfg.Cluster.Lease().Period())
-		opts.Behind = func(uint64) { fol.Wake() }
-		if env, err = readEnv(f.env, ns.Env, opts.Classes, log); err != nil {
+		if env, err = readEnv(f.env, ns.Env, opts.Classes, deployed, log); err != nil {
 			return err
 		}
 	} else {
-		opts.Classes, opts.Access, opts.Stateless = ns.Actors, access, f.stateless
+		own.serve(&opts)
 	}
 	opts.Env = env
 	files, err := openFiles()
@@ -448,8 +431,12 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	if cn != nil {
 		cn.node.Store(n)
 	}
+	// The follower stops before the node does: no version is applied to a
+	// node shutting down.
+	stopFollowing := func() {}
 	if fol != nil {
-		follow, stopFollowing := context.WithCancel(ctx)
+		var follow context.Context
+		follow, stopFollowing = context.WithCancel(ctx)
 		defer stopFollowing()
 		go fol.run(follow, n)
 	}
@@ -496,16 +483,19 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	case <-ctx.Done():
 		log.Info("stopping: finishing in-flight requests and queued events")
 	case err := <-errc:
+		stopFollowing()
 		n.Close()
 		return err
 	case err := <-lost:
 		// Another writer replaced this node's lease: its actors are no
 		// longer this process's to run, and a service manager restarts it.
 		log.Error("stopping at once: the node lease is lost", "err", err)
+		stopFollowing()
 		srv.Close()
 		n.Close()
 		return err
 	}
+	stopFollowing()
 	err = n.Shutdown(srv, 10*time.Second)
 	log.Info("stopped")
 	return err

@@ -14,7 +14,13 @@ import (
 // CLASS=FILE flags, else those node.env gives it. A class's files are read
 // in order, a later one overriding an earlier one by name. Values are never
 // logged; a file others can read is accepted with a warning naming it.
-func readEnv(flags []string, file map[string][]string, classes map[string]string, log *slog.Logger) (map[string]map[string]string, error) {
+//
+// A file for a class not served is an error (a typo would leave the class
+// without its values), unless the classes are a deployed version's
+// (deployed): a later deploy may add the class or have removed it, and a
+// node that cannot start for it would take the app down node by node at
+// its next restart. Such a file is then read, kept and logged.
+func readEnv(flags []string, file map[string][]string, classes map[string]string, deployed bool, log *slog.Logger) (map[string]map[string]string, error) {
 	files := map[string][]string{}
 	source := map[string]string{} // class to where its files were given
 	for _, s := range flags {
@@ -32,7 +38,9 @@ func readEnv(flags []string, file map[string][]string, classes map[string]string
 	}
 	env := map[string]map[string]string{}
 	for _, class := range slices.Sorted(maps.Keys(files)) {
-		if _, ok := classes[class]; !ok { // a typo would leave the class without its values
+		if _, ok := classes[class]; !ok && deployed {
+			log.Warn("env files for a class the deployed version does not have: kept for a version that has it", "class", class, "from", source[class])
+		} else if !ok {
 			return nil, fmt.Errorf("%s for class %q, which is not served (served: %s)",
 				source[class], class, strings.Join(slices.Sorted(maps.Keys(classes)), ", "))
 		}

@@ -34,7 +34,7 @@ func modulesDir(cacheDir string) string { return filepath.Join(cacheDir, "deploy
 // start serving an app it cannot read.
 func firstVersion(ctx context.Context, c *clusterNode, a app.Name, dir string, log *slog.Logger) (l deploys.Loaded, deployed bool, err error) {
 	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
-		l, err = deploys.Load(ctx, c.bucket, a, dir)
+		l, err = loadOnce(ctx, c, a, dir)
 		switch {
 		case err == nil:
 			return l, true, nil
@@ -48,26 +48,77 @@ func firstVersion(ctx context.Context, c *clusterNode, a app.Name, dir string, l
 	}
 }
 
-// refuseNodeClasses refuses classes, rules or a front given to the node of
-// an app that deployed: the version is their only source, so no node
-// serves a class open that the version restricts, or code no rollback
-// reaches.
-func refuseNodeClasses(l deploys.Loaded, actors, accessRules bool, stateless string) error {
+// ownClasses are the classes, rules and front a node's own flags give.
+type ownClasses struct {
+	actors    map[string]string
+	access    map[string]access.Access
+	stateless string
+}
+
+// serve sets the node's options to serve them.
+func (o ownClasses) serve(opts *node.Options) {
+	opts.Classes, opts.Access, opts.Stateless = o.actors, o.access, o.stateless
+}
+
+// refuse refuses them on a node of an app that deployed: the version is
+// their only source, so no node serves a class open that the version
+// restricts, or code no rollback reaches.
+func (o ownClasses) refuse(l deploys.Loaded) error {
 	var given []string
-	if actors {
+	if len(o.actors) > 0 {
 		given = append(given, "--actor (node.actors)")
 	}
-	if accessRules {
+	if len(o.access) > 0 {
 		given = append(given, "--access (node.access)")
 	}
-	if stateless != "" {
-		given = append(given, "the stateless component "+stateless)
+	if o.stateless != "" {
+		given = append(given, "the stateless component "+o.stateless)
 	}
 	if len(given) == 0 {
 		return nil
 	}
 	return fmt.Errorf("app %s is deployed (version %s, seq %d): its classes, access rules and front come from the bucket; remove %s from this node's command line, and change them with wasmkeep deploy --app %s",
 		l.App, l.Version, l.Seq, strings.Join(given, ", "), l.App)
+}
+
+// followApp sets a node with a bucket to serve its app (explicit: named by
+// --app, rather than default/default) and returns the follower that keeps
+// it on the app's current version, and whether the app has deployed. An
+// app that has is served from its current version; one that has not, from
+// the node's own classes until its first deploy, whose rules then replace
+// the node's (logged for each class they open).
+func followApp(ctx context.Context, c *clusterNode, a app.Name, explicit bool, opts *node.Options, own ownClasses, period time.Duration, log *slog.Logger) (*follower, bool, error) {
+	dir := modulesDir(opts.WithDefaults().CacheDir)
+	first, deployed, err := firstVersion(ctx, c, a, dir, log)
+	if err != nil {
+		return nil, false, err
+	}
+	var from deploys.Current
+	if deployed {
+		if err := own.refuse(first); err != nil {
+			return nil, false, err
+		}
+		startFrom(opts, nodeVersion(first))
+		from = deploys.Current{Version: first.Version, Seq: first.Seq}
+	} else {
+		own.serve(opts)
+		if explicit {
+			log.Warn("the app has no version deployed: the node serves the classes of its own flags, if any, until wasmkeep deploy gives it one", "app", a.String(), "classes", len(own.actors))
+		}
+	}
+	f := newFollower(c, a, from, dir, period)
+	f.replaced = own.access
+	f.log = log
+	opts.Behind = func(uint64) { f.Wake() }
+	return f, deployed, nil
+}
+
+// loadOnce is one attempt of firstVersion, bounded as the follower's
+// updates are: a bucket read that never answers is tried again.
+func loadOnce(ctx context.Context, c *clusterNode, a app.Name, dir string) (deploys.Loaded, error) {
+	ctx, cancel := context.WithTimeout(ctx, deploys.UpdateTimeout)
+	defer cancel()
+	return deploys.Load(ctx, c.bucket, a, dir)
 }
 
 // nodeVersion is l as the node applies it.
@@ -99,6 +150,11 @@ type follower struct {
 	node  *node.Node
 	lease *nodelease.Lease
 
+	// replaced are the node's own access rules, until the app's first
+	// version replaces them.
+	replaced map[string]access.Access
+	log      *slog.Logger
+
 	mu       sync.Mutex
 	applied  deploys.Current
 	since    time.Time // when applied became the version served
@@ -111,7 +167,13 @@ func newFollower(c *clusterNode, a app.Name, first deploys.Current, dir string, 
 	f := &follower{lease: c.Member.Lease, applied: first, since: time.Now()}
 	f.Follower = deploys.NewFollower(deploys.FollowerConfig{
 		Bucket: c.bucket, App: a, Dir: dir, Period: period, Applied: first,
-		Apply:   func(ctx context.Context, l deploys.Loaded) error { return f.node.Apply(ctx, nodeVersion(l)) },
+		Apply: func(ctx context.Context, l deploys.Loaded) error {
+			if err := f.node.Apply(ctx, nodeVersion(l)); err != nil {
+				return err
+			}
+			f.warnReopened(l)
+			return nil
+		},
 		OnState: f.report,
 	})
 	f.heartbeat("")
@@ -155,4 +217,16 @@ func (f *follower) heartbeat(behind string) {
 		serving = nodelease.Serving{Version: f.applied.Version, Seq: f.applied.Seq, Since: f.since}.String()
 	}
 	f.lease.SetServing(serving, behind)
+}
+
+// warnReopened logs, once the app's first version replaced the node's own
+// rules (--access), each class the version leaves more open than they did:
+// the version is the rule from now on.
+func (f *follower) warnReopened(l deploys.Loaded) {
+	for class, rule := range f.replaced {
+		if now := l.Classes[class].Access; now.String() != rule.String() {
+			f.log.Warn("the app's deployed rules replace this node's --access: remove the flag", "class", class, "flag", rule.String(), "deployed", now.String())
+		}
+	}
+	f.replaced = nil
 }

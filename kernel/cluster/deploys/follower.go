@@ -12,6 +12,9 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 )
 
+// UpdateTimeout is a follower's default bound on one update.
+const UpdateTimeout = time.Minute
+
 // FollowerConfig is what a Follower follows and whom it tells.
 type FollowerConfig struct {
 	Bucket bucket.Bucket
@@ -83,7 +86,7 @@ func NewFollower(cfg FollowerConfig) *Follower {
 		cfg.MaxBackoff = 5 * time.Minute
 	}
 	if cfg.Timeout <= 0 {
-		cfg.Timeout = time.Minute
+		cfg.Timeout = UpdateTimeout
 	}
 	return &Follower{cfg: cfg, wake: make(chan struct{}, 1), state: State{Applied: cfg.Applied}}
 }
