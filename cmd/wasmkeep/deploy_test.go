@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -192,6 +193,82 @@ func TestDeployConcurrentConflict(t *testing.T) {
 	}
 	if cur := d.must("--list"); !strings.Contains(cur, "current (seq "+strconv.Itoa(landed)+")") {
 		t.Errorf("%d deploys landed, but\n%s", landed, cur)
+	}
+}
+
+// deleteKey deletes key from the deployer's bucket, as a lifecycle rule or
+// a hand would.
+func (d deployer) deleteKey(key string) {
+	d.t.Helper()
+	b, err := fsbucket.Open(d.dir)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Delete(d.t.Context(), key, bucket.Condition{}); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+// current is the deployer's current: version and seq.
+func (d deployer) current() []string {
+	d.t.Helper()
+	b, err := fsbucket.Open(d.dir)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer b.Close()
+	o, err := b.Get(d.t.Context(), "apps/acme/shop/current", bucket.GetOptions{})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer o.Body.Close()
+	data, err := io.ReadAll(o.Body)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return strings.Fields(string(data))
+}
+
+// A current naming a missing version: a deploy keeping its classes and a
+// rollback refuse, saying to deploy the classes again; --actor repairs
+// it, with a warning naming the missing version.
+func TestDeployOverMissingVersion(t *testing.T) {
+	d := newDeployer(t)
+	good := counter(t)
+	d.must("--actor", "counter="+good)
+	d.must("--access", "counter=internal")
+	v := d.current()[0]
+	d.deleteKey("apps/acme/shop/" + v + "/manifest")
+	if out, ok := d.run("--access", "counter=existing"); ok || !strings.Contains(out, "--actor for each class") {
+		t.Errorf("a deploy keeping the classes: ok %v:\n%s", ok, out)
+	}
+	if out, ok := d.run("--rollback"); ok || !strings.Contains(out, "deploy the app's classes again") {
+		t.Errorf("a rollback: ok %v:\n%s", ok, out)
+	}
+	out := d.must("--actor", "counter="+good)
+	if !strings.Contains(out, "warning: current named version "+v+", which is not in the bucket") || !strings.Contains(out, "seq 3") {
+		t.Errorf("the repair:\n%s", out)
+	}
+}
+
+// A first deploy over the versions of an app whose current is gone is
+// refused, naming --seq-floor; with it the seq is the floor.
+func TestDeploySeqFloor(t *testing.T) {
+	d := newDeployer(t)
+	good := counter(t)
+	d.must("--actor", "counter="+good)
+	d.must("--access", "counter=internal")
+	d.deleteKey("apps/acme/shop/current")
+	out, ok := d.run("--actor", "counter="+good)
+	if ok || !strings.Contains(out, "restored from an older backup") || !strings.Contains(out, "--seq-floor") {
+		t.Fatalf("a first deploy over versions: ok %v:\n%s", ok, out)
+	}
+	if out, ok := d.run("--rollback", "--seq-floor", "9"); ok || !strings.Contains(out, "--seq-floor is for a deploy") {
+		t.Errorf("--seq-floor with --rollback: ok %v:\n%s", ok, out)
+	}
+	if out := d.must("--actor", "counter="+good, "--seq-floor", "9"); !strings.Contains(out, "seq 9 (was the first deploy)") || d.current()[1] != "9" {
+		t.Errorf("with --seq-floor 9:\n%s", out)
 	}
 }
 

@@ -36,6 +36,7 @@ type deployFlags struct {
 	rollback, allowReopen bool
 	list                  bool
 	retentionSecs         int
+	seqFloor              uint64
 	cluster               clusterFlags
 }
 
@@ -68,6 +69,7 @@ before it are always kept.`,
 	fl.BoolVar(&f.rollback, "rollback", false, "make the current version's previous one current again")
 	fl.BoolVar(&f.allowReopen, "allow-reopen", false, "let --rollback make a class more open")
 	fl.BoolVar(&f.list, "list", false, "list the app's versions")
+	fl.Uint64Var(&f.seqFloor, "seq-floor", 0, "the new version's seq is at least this: after current was deleted or restored from an older backup, give one above every seq the nodes served (cluster status)")
 	fl.IntVar(&f.retentionSecs, "version-retention-secs", 3600, "keep a version this long after it stopped being current; 0 collects at once")
 	f.cluster.bind(fl, false)
 	return cmd
@@ -90,6 +92,8 @@ func deploy(cmd *cobra.Command, reg *plugin.Registry, f deployFlags) error {
 		return errors.New("--rollback goes back to the previous version as it was: give it without --actor, --front, --access, --config or --requires")
 	case f.allowReopen && !f.rollback:
 		return errors.New("--allow-reopen is for --rollback")
+	case f.seqFloor > 0 && (f.list || f.rollback):
+		return errors.New("--seq-floor is for a deploy: give it with --actor, --front, --access, --config or --requires")
 	case !f.list && !f.rollback && !changes:
 		return errors.New("nothing to deploy: give --actor, --front, --access, --config or --requires (or --rollback, --list)")
 	}
@@ -101,6 +105,7 @@ func deploy(cmd *cobra.Command, reg *plugin.Registry, f deployFlags) error {
 		if d, err = draft(ctx, cmd.ErrOrStderr(), reg, f); err != nil {
 			return err
 		}
+		d.SeqFloor = f.seqFloor
 	}
 	b, _, err := chosenBucket(reg, "", f.cluster.layers(cmd.Flags())...)
 	if err != nil {

@@ -46,7 +46,7 @@ func ListDeployed(ctx context.Context, b bucket.Bucket) ([]Deployed, error) {
 			out = append(out, d)
 			continue
 		}
-		data, o, err := get(ctx, b, e.Key)
+		data, o, err := get(ctx, b, e.Key, maxCurrent)
 		switch {
 		case errors.Is(err, bucket.ErrNotFound):
 			continue // deleted since the listing

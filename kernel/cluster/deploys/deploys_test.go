@@ -3,6 +3,7 @@ package deploys
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
+	"github.com/wasmkeep/wasmkeep/kernel/node/envfile"
 )
 
 var shop = app.Name{Tenant: "acme", App: "shop"}
@@ -41,7 +43,7 @@ func publish(t *testing.T, b bucket.Bucket, d Draft) Result {
 
 func object(t *testing.T, b bucket.Bucket, key string) string {
 	t.Helper()
-	data, _, err := get(t.Context(), b, key)
+	data, _, err := get(t.Context(), b, key, maxModule)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +216,9 @@ func TestPublishConflict(t *testing.T) {
 	}
 	// The first deploy of an app races too: IfAbsent.
 	b2 := &conflicting{Memory: newBucket()}
-	b2.race = func() { publish(t, b2.Memory, Draft{Classes: map[string][]byte{"a": []byte("x")}}) }
+	// The other's objects are there already: without a floor it would be
+	// refused as a lost current.
+	b2.race = func() { publish(t, b2.Memory, Draft{Classes: map[string][]byte{"a": []byte("x")}, SeqFloor: 1}) }
 	if _, err := Publish(t.Context(), b2, shop, Draft{Classes: map[string][]byte{"a": []byte("y")}}); !errors.Is(err, ErrConflict) {
 		t.Errorf("two first deploys: %v", err)
 	}
@@ -402,5 +406,148 @@ func TestFrontKeyIsNoClassKey(t *testing.T) {
 	k := keysOf(app.Name{Tenant: "acme", App: "shop"})
 	if k.front("0123456789abcdef") == k.module("0123456789abcdef", "front") {
 		t.Fatalf("the front and a class named front share %s", k.front("0123456789abcdef"))
+	}
+}
+
+// huge says a key's object is size bytes, with a body that fails the test
+// when read: an object over its cap must be refused before its body is.
+type huge struct {
+	*buckettest.Memory
+	t    *testing.T
+	key  string
+	size int64
+}
+
+type unread struct{ t *testing.T }
+
+func (u unread) Read([]byte) (int, error) {
+	u.t.Error("the body of an object over its cap was read")
+	return 0, io.EOF
+}
+func (unread) Close() error { return nil }
+
+func (h *huge) Get(ctx context.Context, key string, opts bucket.GetOptions) (*bucket.Object, error) {
+	o, err := h.Memory.Get(ctx, key, opts)
+	if err == nil && key == h.key {
+		o.Body.Close()
+		o.Body, o.Size = unread{h.t}, h.size
+	}
+	return o, err
+}
+
+// Each kind of object is read only up to its cap, checked on the size the
+// bucket gives before the body is read and on the bytes themselves; the
+// error names the key and the cap. A deploy refuses what nodes would.
+func TestObjectCaps(t *testing.T) {
+	mem := newBucket()
+	r := publish(t, mem, Draft{Classes: map[string][]byte{"hub": []byte("hub")}, Front: []byte("front"),
+		Config: map[string]map[string]string{"hub": {"A": "b"}}})
+	root := "apps/acme/shop/"
+	for key, max := range map[string]int64{
+		root + "current":                     1 << 10,
+		root + r.To.Version + "/manifest":    1 << 20,
+		root + r.To.Version + "/hub.config":  envfile.MaxSize,
+		root + r.To.Version + "/hub.wasm":    256 << 20,
+		root + r.To.Version + "/_front.wasm": 256 << 20,
+	} {
+		b := &huge{Memory: mem, t: t, key: key, size: max + 1}
+		want := fmt.Sprintf("%s: over its cap of %d bytes", key, max)
+		if _, err := Load(t.Context(), b, shop, t.TempDir()); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Load with %s of %d bytes: %v; want %q", key, max+1, err, want)
+		}
+	}
+	// A size that lies: the bytes past the cap are not read.
+	putRaw(t, mem, root+"current", r.To.String()+"\n"+strings.Repeat("x", 2<<10))
+	if _, err := Load(t.Context(), lyingSize{mem}, shop, t.TempDir()); err == nil || !strings.Contains(err.Error(), "over its cap of 1024 bytes") {
+		t.Errorf("Load of a current larger than its size says: %v", err)
+	}
+	putRaw(t, mem, root+"current", r.To.String()+"\n")
+	bigConfig := map[string]string{"A": strings.Repeat("x", envfile.MaxSize)}
+	if _, err := Publish(t.Context(), mem, shop, Draft{Config: map[string]map[string]string{"hub": bigConfig}}); err == nil || !strings.Contains(err.Error(), "class hub's configuration is") {
+		t.Errorf("Publish of a configuration over the cap: %v", err)
+	}
+}
+
+// lyingSize says every object is 1 byte.
+type lyingSize struct{ *buckettest.Memory }
+
+func (l lyingSize) Get(ctx context.Context, key string, opts bucket.GetOptions) (*bucket.Object, error) {
+	o, err := l.Memory.Get(ctx, key, opts)
+	if err == nil {
+		o.Size = 1
+	}
+	return o, err
+}
+
+// A current naming a missing version is repaired by a deploy of the whole
+// class table, as a first version with the next seq, current still
+// replaced on condition; a deploy keeping classes and a rollback refuse,
+// saying to deploy the classes again.
+func TestPublishOverMissingVersion(t *testing.T) {
+	b := &conflicting{Memory: newBucket()}
+	publish(t, b, Draft{Classes: map[string][]byte{"hub": []byte("v1")}})
+	r2 := publish(t, b, Draft{Classes: map[string][]byte{"hub": []byte("v2")}, Access: map[string]access.Access{"hub": rule(t, "internal")}})
+	if err := b.Delete(t.Context(), "apps/acme/shop/"+r2.To.Version+"/manifest", bucket.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Publish(t.Context(), b, shop, Draft{Access: map[string]access.Access{"hub": rule(t, "existing")}}); !errors.Is(err, ErrMissingVersion) || !strings.Contains(err.Error(), "--actor for each class") {
+		t.Errorf("a deploy keeping the missing version's classes: %v", err)
+	}
+	if _, err := Rollback(t.Context(), b, shop, false); !errors.Is(err, ErrMissingVersion) || !strings.Contains(err.Error(), "deploy the app's classes again") {
+		t.Errorf("a rollback from a missing version: %v", err)
+	}
+	// Current is still replaced IfVersion the one read.
+	b.race = func() { putRaw(t, b.Memory, "apps/acme/shop/current", r2.To.Version+" 7\n") }
+	if _, err := Publish(t.Context(), b, shop, Draft{Classes: map[string][]byte{"hub": []byte("v3")}}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("a repair racing another write of current: %v", err)
+	}
+	r := publish(t, b, Draft{Classes: map[string][]byte{"hub": []byte("v3")}})
+	m, _, err := readManifest(t.Context(), b, keysOf(shop), r.To.Version)
+	if err != nil || r.To.Seq != 8 || m.Previous != "" || len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "version "+r2.To.Version+", which is not in the bucket") {
+		t.Fatalf("the repair: %+v, manifest %+v, %v", r, m, err)
+	}
+	if _, err := Load(t.Context(), b, shop, t.TempDir()); err != nil {
+		t.Errorf("Load after the repair: %v", err)
+	}
+}
+
+// A first deploy of an app whose current is gone but whose versions are
+// there is refused, saying why and naming --seq-floor; with a floor it
+// proceeds under that seq, and a floor above the next seq raises it.
+func TestPublishLostCurrent(t *testing.T) {
+	b := newBucket()
+	for i := range 3 {
+		publish(t, b, Draft{Classes: map[string][]byte{"hub": {byte(i)}}})
+	}
+	if err := b.Delete(t.Context(), "apps/acme/shop/current", bucket.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	before := keyCount(t, b, "apps/")
+	_, err := Publish(t.Context(), b, shop, Draft{Classes: map[string][]byte{"hub": []byte("new")}})
+	for _, want := range []string{"no apps/acme/shop/current", "restored from an older backup", "below the seq its actors recorded", "--seq-floor", "cluster status"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("a first deploy over versions: %v; want it to say %q", err, want)
+		}
+	}
+	if keyCount(t, b, "apps/") != before {
+		t.Error("the refused deploy wrote to the bucket")
+	}
+	r := publish(t, b, Draft{Classes: map[string][]byte{"hub": []byte("new")}, SeqFloor: 10})
+	if r.To.Seq != 10 || r.From != (Current{}) || object(t, b, "apps/acme/shop/current") != r.To.Version+" 10\n" {
+		t.Fatalf("with --seq-floor 10: %+v", r)
+	}
+	if r := publish(t, b, Draft{Classes: map[string][]byte{"hub": []byte("next")}, SeqFloor: 5}); r.To.Seq != 11 {
+		t.Errorf("a floor below the next seq: %+v", r)
+	}
+	if r := publish(t, b, Draft{Classes: map[string][]byte{"hub": []byte("then")}, SeqFloor: 20}); r.To.Seq != 20 {
+		t.Errorf("a floor above the next seq: %+v", r)
+	}
+	// A first deploy that stopped before current is tried again: its own
+	// directory is no lost current.
+	b2 := newBucket()
+	m := Manifest{Classes: map[string]string{"hub": Digest([]byte("hub"))}}
+	putRaw(t, b2, "apps/acme/shop/"+m.ID()+"/hub.wasm", "hub")
+	if r := publish(t, b2, Draft{Classes: map[string][]byte{"hub": []byte("hub")}}); r.To != (Current{m.ID(), 1}) {
+		t.Errorf("a first deploy tried again: %+v", r)
 	}
 }

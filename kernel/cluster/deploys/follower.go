@@ -23,8 +23,8 @@ type FollowerConfig struct {
 	Clock  clock.Clock // [clock.Real]
 	// Period is how often current is read [3 s, the heartbeat period].
 	Period time.Duration
-	// MaxBackoff bounds the wait after failed updates, which doubles from
-	// Period [5 min].
+	// MaxBackoff bounds how long a current whose update failed waits to be
+	// tried again, Period doubled per failure [5 min].
 	MaxBackoff time.Duration
 	// Timeout bounds each update, the read of current and the version's
 	// load, so a bucket request that never answers stops no follower for
@@ -41,24 +41,37 @@ type FollowerConfig struct {
 	Applied Current
 }
 
-// State is what a Follower has applied and how its last read went.
+// State is what a Follower has applied and how its last reads went.
 type State struct {
 	Applied  Current // zero until a version is applied
-	Err      error   // the last read's or update's error, nil once one succeeds
-	Failures int     // failed updates in a row (reads of current that fail are not counted)
+	Err      error   // the last read's or update's error, nil once one succeeds; set while Failures > 0
+	Failures int     // failed updates in a row (reads of current that fail are Unread)
+	// Unread is the reads of current that failed in a row, 0 once one
+	// succeeds: a node that cannot read current serves what it has, and
+	// after a while should say so.
+	Unread int
 }
 
 // Follower reads an app's current every Period and applies each new
 // version. After a failed update (the version could not be loaded or
-// applied) it waits Period doubled per failure, up to MaxBackoff, before
-// it tries again, wake-ups included: a version that fails to build is not
-// rebuilt every poll.
+// applied) it goes on reading current every Period: a current other than
+// the one that failed (a fix, a rollback) is tried at once, the same one
+// (version and seq) only once Period doubled per failure of it, up to
+// MaxBackoff, has passed: a version that fails to build is not rebuilt
+// every poll.
 type Follower struct {
 	cfg  FollowerConfig
 	wake chan struct{}
 
 	mu    sync.Mutex
 	state State
+
+	// Run's alone: the current whose update failed, its error, its
+	// failures in a row, and when it may be tried again.
+	failed  Current
+	failErr error
+	tries   int
+	retryAt time.Time
 }
 
 // NewFollower returns a Follower; Run starts it.
@@ -79,7 +92,8 @@ func NewFollower(cfg FollowerConfig) *Follower {
 }
 
 // Wake makes the follower read current at once (an actor recorded a seq
-// above the node's), unless it is backing off.
+// above the node's); a current whose update failed is still not tried
+// again before its backoff ends.
 func (f *Follower) Wake() {
 	select {
 	case f.wake <- struct{}{}:
@@ -94,34 +108,24 @@ func (f *Follower) State() State {
 	return f.state
 }
 
-// Run reads current at once, then every Period, until ctx is done.
+// Run reads current at once, then every Period or when woken, until ctx is
+// done.
 func (f *Follower) Run(ctx context.Context) error {
-	var wait time.Duration
 	for {
-		if wait > 0 {
-			wake := f.wake
-			if f.State().Failures > 0 {
-				wake = nil // a wake-up does not cut a backoff short
-			}
-			t := f.cfg.Clock.NewTimer(wait)
-			select {
-			case <-t.C():
-			case <-wake:
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			}
-			t.Stop()
-		}
 		select { // this read answers a wake-up that came meanwhile
 		case <-f.wake:
 		default:
 		}
-		s := f.poll(ctx)
-		wait = f.cfg.Period
-		for range s.Failures {
-			wait = min(2*wait, f.cfg.MaxBackoff)
+		f.poll(ctx)
+		t := f.cfg.Clock.NewTimer(f.cfg.Period)
+		select {
+		case <-t.C():
+		case <-f.wake:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
 		}
+		t.Stop()
 	}
 }
 
@@ -141,36 +145,58 @@ func prune(dir string, l Loaded) {
 	}
 }
 
-// poll reads current and applies it if it changed.
+// poll reads current and applies it if it changed, unless it is the one
+// that failed and its backoff has not ended; it reports the state once the
+// read's timeout is released.
 func (f *Follower) poll(ctx context.Context) State {
-	ctx, cancel := clock.WithTimeout(ctx, f.cfg.Clock, f.cfg.Timeout)
-	defer cancel()
-	s := f.State()
-	cur, _, found, err := readCurrent(ctx, f.cfg.Bucket, keysOf(f.cfg.App))
-	switch {
-	case err != nil:
-		s.Err = err
-	case !found || cur == s.Applied:
-		s.Err = nil
-		s.Failures = 0
-	default:
-		var l Loaded
-		if l, err = loadAt(ctx, f.cfg.Bucket, f.cfg.App, cur, f.cfg.Dir); err == nil {
-			err = f.cfg.Apply(ctx, l)
-		}
-		if err != nil {
-			s.Err = err
-			s.Failures++
-		} else {
-			s = State{Applied: cur}
-			prune(f.cfg.Dir, l)
-		}
-	}
+	s := f.update(ctx)
 	f.mu.Lock()
 	f.state = s
 	f.mu.Unlock()
 	if f.cfg.OnState != nil {
 		f.cfg.OnState(s)
 	}
+	return s
+}
+
+func (f *Follower) update(ctx context.Context) State {
+	ctx, cancel := clock.WithTimeout(ctx, f.cfg.Clock, f.cfg.Timeout)
+	defer cancel()
+	s := f.State()
+	cur, _, found, err := readCurrent(ctx, f.cfg.Bucket, keysOf(f.cfg.App))
+	if err != nil {
+		s.Err = err
+		s.Unread++
+		return s
+	}
+	s.Unread = 0
+	switch {
+	case !found || cur == s.Applied:
+		f.failed, f.tries = Current{}, 0
+		return State{Applied: s.Applied}
+	case cur == f.failed && f.cfg.Clock.Now().Before(f.retryAt):
+		s.Err = f.failErr // not tried again yet: the update's error stands
+		return s
+	}
+	var l Loaded
+	if l, err = loadAt(ctx, f.cfg.Bucket, f.cfg.App, cur, f.cfg.Dir); err == nil {
+		err = f.cfg.Apply(ctx, l)
+	}
+	if err == nil {
+		f.failed, f.tries = Current{}, 0
+		prune(f.cfg.Dir, l)
+		return State{Applied: cur}
+	}
+	if cur != f.failed {
+		f.failed, f.tries = cur, 0
+	}
+	f.tries++
+	wait := f.cfg.Period
+	for range f.tries {
+		wait = min(2*wait, f.cfg.MaxBackoff)
+	}
+	f.failErr, f.retryAt = err, f.cfg.Clock.Now().Add(wait)
+	s.Err = err
+	s.Failures++
 	return s
 }

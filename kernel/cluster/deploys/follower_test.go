@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 )
@@ -29,31 +32,48 @@ func armed(t *testing.T, m *clock.Manual) time.Duration {
 	return next.Sub(m.Now())
 }
 
-// The follower applies a version once, when current changes, reads at once
-// when woken, and after a failed update backs off, doubling, wake-ups
-// included.
-func TestFollower(t *testing.T) {
-	b := newBucket()
-	v1 := publish(t, b, Draft{Classes: map[string][]byte{"a": []byte("1")}}).To
-	m := clock.NewManual(time.Unix(1e9, 0))
-	applied := make(chan Loaded, 10)
-	states := make(chan stateAt, 10)
-	var fail atomic.Bool
-	f := NewFollower(FollowerConfig{Bucket: b, App: shop, Dir: t.TempDir(), Clock: m,
-		Apply: func(_ context.Context, l Loaded) error {
-			applied <- l
-			if fail.Load() {
-				return errors.New("does not build")
-			}
-			return nil
-		},
-		OnState: func(s State) { states <- stateAt{s, m.Now()} },
-	})
+// next is the next state reported, failing the test after 10 s: a read
+// that does not come (a wake-up ignored) fails rather than hangs.
+func next(t *testing.T, states chan stateAt) stateAt {
+	t.Helper()
+	select {
+	case s := <-states:
+		return s
+	case <-time.After(10 * time.Second):
+		t.Fatal("no read of current came")
+		return stateAt{}
+	}
+}
+
+// startFollower runs a follower on b from v1 with a manual clock: Apply
+// fails while fail is set; every Apply and state is sent on the channels.
+func startFollower(t *testing.T, b bucket.Bucket, cfg FollowerConfig) (f *Follower, m *clock.Manual, fail *atomic.Bool, applied chan Loaded, states chan stateAt) {
+	m = clock.NewManual(time.Unix(1e9, 0))
+	fail = new(atomic.Bool)
+	applied, states = make(chan Loaded, 10), make(chan stateAt, 10)
+	cfg.Bucket, cfg.App, cfg.Dir, cfg.Clock = b, shop, t.TempDir(), m
+	cfg.Apply = func(_ context.Context, l Loaded) error {
+		applied <- l
+		if fail.Load() {
+			return errors.New("does not build")
+		}
+		return nil
+	}
+	cfg.OnState = func(s State) { states <- stateAt{s, m.Now()} }
+	f = NewFollower(cfg)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error)
 	go func() { done <- f.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	t.Cleanup(func() { cancel(); <-done })
+	return f, m, fail, applied, states
+}
 
+// The follower applies a version once, when current changes, and reads at
+// once when woken.
+func TestFollower(t *testing.T) {
+	b := newBucket()
+	v1 := publish(t, b, Draft{Classes: map[string][]byte{"a": []byte("1")}}).To
+	f, m, _, applied, states := startFollower(t, b, FollowerConfig{})
 	if s := <-states; s.Applied != v1 || s.Err != nil || (<-applied).Version != v1.Version {
 		t.Fatalf("first read: %+v", s)
 	}
@@ -70,60 +90,108 @@ func TestFollower(t *testing.T) {
 	if s := <-states; s.Applied != v2 || (<-applied).Seq != 2 || f.State().Applied != v2 {
 		t.Fatalf("woken after a deploy: %+v", s)
 	}
+}
+
+// After a failed update the follower goes on reading current every
+// period: the same current is tried again only after its backoff
+// (doubling, wake-ups included), a different one (a fix) at once.
+func TestFollowerBackoff(t *testing.T) {
+	b := newBucket()
+	v1 := publish(t, b, Draft{Classes: map[string][]byte{"a": []byte("1")}}).To
+	f, m, fail, applied, states := startFollower(t, b, FollowerConfig{})
+	next(t, states)
+	<-applied
 	armed(t, m)
 
-	// A version that fails: the previous stays applied, and the wait
-	// doubles.
 	fail.Store(true)
-	v3 := publish(t, b, Draft{Classes: map[string][]byte{"a": []byte("3")}}).To
+	publish(t, b, Draft{Classes: map[string][]byte{"a": []byte("2")}})
 	f.Wake()
-	s := <-states
+	s := next(t, states)
 	<-applied
-	if s.Applied != v2 || s.Err == nil || s.Failures != 1 {
+	if s.Applied != v1 || s.Err == nil || s.Failures != 1 {
 		t.Fatalf("a failed update: %+v", s)
 	}
 	failedAt := s.at
-	if d := armed(t, m); d != 6*time.Second {
-		t.Errorf("backs off %v after one failure; want 6 s", d)
+	if d := armed(t, m); d != 3*time.Second {
+		t.Errorf("waits %v to read current after a failure; want the 3 s period", d)
 	}
-	f.Wake() // ignored while backing off
-	m.Advance(6 * time.Second)
-	if s := <-states; s.Failures != 2 || !s.at.Equal(failedAt.Add(6*time.Second)) {
-		t.Fatalf("the next try came at %v with %d failures; want after the 6 s backoff, with 2", s.at.Sub(failedAt), s.Failures)
+	// Reads within the 6 s backoff, woken or not, do not try it again.
+	f.Wake()
+	for _, at := range []time.Duration{0, 3 * time.Second} {
+		s := next(t, states)
+		if len(applied) != 0 || s.Failures != 1 || s.Err == nil || s.Applied != v1 || !s.at.Equal(failedAt.Add(at)) {
+			t.Fatalf("a read %v after the failure: %+v, %d applied; want a read, no try", at, s, len(applied))
+		}
+		armed(t, m)
+		m.Advance(3 * time.Second)
+	}
+	if s := next(t, states); s.Failures != 2 || len(applied) != 1 || !s.at.Equal(failedAt.Add(6*time.Second)) {
+		t.Fatalf("tried again %v after the failure, %d failures; want after the 6 s backoff, 2", s.at.Sub(failedAt), s.Failures)
 	}
 	<-applied
-	if d := armed(t, m); d != 12*time.Second {
-		t.Errorf("backs off %v after two failures; want 12 s", d)
-	}
+	armed(t, m)
+
+	// A fix lands during the 12 s backoff: tried at the next read.
 	fail.Store(false)
-	m.Advance(12 * time.Second)
-	if s := <-states; s.Applied != v3 || s.Err != nil || s.Failures != 0 {
-		t.Fatalf("the update once it works: %+v", s)
-	}
-	if d := armed(t, m); d != 3*time.Second {
-		t.Errorf("waits %v after a success; want the period again", d)
+	v3 := publish(t, b, Draft{Classes: map[string][]byte{"a": []byte("3")}}).To
+	m.Advance(3 * time.Second)
+	if s := next(t, states); s.Applied != v3 || s.Err != nil || s.Failures != 0 || len(applied) != 1 {
+		t.Fatalf("a fix during the backoff, read 3 s in: %+v", s)
 	}
 }
 
-// The backoff stops doubling at MaxBackoff.
+// The backoff of a current stops doubling at MaxBackoff.
 func TestFollowerBackoffBound(t *testing.T) {
 	b := newBucket()
 	publish(t, b, Draft{Classes: map[string][]byte{"a": []byte("1")}})
-	m := clock.NewManual(time.Unix(1e9, 0))
-	states := make(chan State, 10)
-	f := NewFollower(FollowerConfig{Bucket: b, App: shop, Dir: t.TempDir(), Clock: m, MaxBackoff: 10 * time.Second,
-		Apply:   func(context.Context, Loaded) error { return errors.New("no") },
-		OnState: func(s State) { states <- s }})
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error)
-	go func() { done <- f.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	for i, want := range []time.Duration{6 * time.Second, 10 * time.Second, 10 * time.Second} {
+	_, m, fail, applied, states := startFollower(t, b, FollowerConfig{Period: time.Second, MaxBackoff: 5 * time.Second})
+	fail.Store(true)
+	var tries []time.Duration
+	start := m.Now()
+	for m.Now().Sub(start) < 20*time.Second {
 		<-states
-		if d := armed(t, m); d != want {
-			t.Errorf("after %d failures waits %v; want %v", i+1, d, want)
+		if len(applied) > 0 {
+			<-applied
+			tries = append(tries, m.Now().Sub(start))
 		}
-		m.AdvanceToNext()
+		armed(t, m)
+		m.Advance(time.Second)
+	}
+	want := []time.Duration{0, 2 * time.Second, 6 * time.Second, 11 * time.Second, 16 * time.Second}
+	if !slices.Equal(tries, want) {
+		t.Errorf("tried at %v; want %v (backoffs 2, 4, then 5 s)", tries, want)
+	}
+}
+
+// flaky fails reads of current while failing is set.
+type flaky struct {
+	*buckettest.Memory
+	failing atomic.Bool
+}
+
+func (f *flaky) Get(ctx context.Context, key string, opts bucket.GetOptions) (*bucket.Object, error) {
+	if strings.HasSuffix(key, "/current") && f.failing.Load() {
+		return nil, errors.New("access denied")
+	}
+	return f.Memory.Get(ctx, key, opts)
+}
+
+// Unread counts the failed reads of current in a row, apart from the
+// failed updates, and a read that succeeds resets it.
+func TestFollowerUnread(t *testing.T) {
+	b := &flaky{Memory: newBucket()}
+	v1 := publish(t, b, Draft{Classes: map[string][]byte{"a": []byte("1")}}).To
+	f := NewFollower(FollowerConfig{Bucket: b, App: shop, Dir: t.TempDir(), Apply: func(context.Context, Loaded) error { return nil }})
+	f.poll(t.Context())
+	b.failing.Store(true)
+	for i := 1; i <= 3; i++ {
+		if s := f.poll(t.Context()); s.Unread != i || s.Failures != 0 || s.Err == nil || s.Applied != v1 {
+			t.Fatalf("failed read %d: %+v", i, s)
+		}
+	}
+	b.failing.Store(false)
+	if s := f.poll(t.Context()); s.Unread != 0 || s.Err != nil || s.Applied != v1 {
+		t.Errorf("a read that succeeds: %+v", s)
 	}
 }
 

@@ -84,7 +84,7 @@ func writeModule(ctx context.Context, b bucket.Bucket, key, digest, dir string) 
 	if have, err := os.ReadFile(path); err == nil && Digest(have) == digest {
 		return path, nil
 	}
-	data, err := readArtifact(ctx, b, key, digest)
+	data, err := readArtifact(ctx, b, key, digest, maxModule)
 	if err != nil {
 		return "", err
 	}

@@ -2,6 +2,7 @@ package deploys
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -31,6 +32,10 @@ type Draft struct {
 	Config map[string]map[string]string
 	// Requires sets the names a class needs; an empty list removes them.
 	Requires map[string][]string
+	// SeqFloor, if above the next seq, is the new seq: after current was
+	// lost, a seq above every one the nodes served (actors record them), so
+	// no older version runs on their data.
+	SeqFloor uint64
 }
 
 // Result is what a deploy or rollback did.
@@ -43,19 +48,34 @@ type Result struct {
 }
 
 // Publish makes a version of the current one changed as d says and makes
-// it current with the next seq: the version's objects first, created
-// IfAbsent, then current swapped IfVersion the one read (IfAbsent for the
-// first), so a concurrent deploy fails with ErrConflict instead of being
-// lost. A version identical to the current one is a no-op.
+// it current with the next seq (or d.SeqFloor, if higher): the version's
+// objects first, created IfAbsent, then current swapped IfVersion the one
+// read (IfAbsent for the first), so a concurrent deploy fails with
+// ErrConflict instead of being lost. A version identical to the current
+// one is a no-op. A current naming a missing version is replaced by a
+// draft giving the whole class table, as a first version. A first deploy
+// of an app that has other version directories is refused without
+// d.SeqFloor: current was lost, and seq 1 could be below what actors
+// recorded.
 func Publish(ctx context.Context, b bucket.Bucket, a app.Name, d Draft) (Result, error) {
 	k := keysOf(a)
 	cur, tok, found, err := readCurrent(ctx, b, k)
 	if err != nil {
 		return Result{}, err
 	}
-	base := Manifest{}
-	if found {
-		if base, _, err = readManifest(ctx, b, k, cur.Version); err != nil {
+	res := Result{From: cur, To: cur}
+	base, missing := Manifest{}, false
+	switch {
+	case found:
+		base, _, err = readManifest(ctx, b, k, cur.Version)
+		missing = errors.Is(err, ErrMissingVersion)
+		switch {
+		case missing && d.Classes != nil:
+			base = Manifest{}
+			res.Warnings = append(res.Warnings, fmt.Sprintf("current named version %s, which is not in the bucket: the new version replaces it with no previous, so it cannot be rolled back to", cur.Version))
+		case missing:
+			return Result{}, fmt.Errorf("the current version: %w: nothing to keep classes from; deploy the whole class table again (--actor for each class)", err)
+		case err != nil:
 			return Result{}, fmt.Errorf("the current version: %w", err)
 		}
 	}
@@ -63,11 +83,16 @@ func Publish(ctx context.Context, b bucket.Bucket, a app.Name, d Draft) (Result,
 	if err != nil {
 		return Result{}, err
 	}
-	if found {
+	kept := found && !missing // base is the current version
+	if kept {
 		m.Previous = cur.Version
 	}
-	res := Result{From: cur, To: cur}
-	if found && m.Identity() == base.Identity() {
+	if !found && d.SeqFloor == 0 {
+		if err := refuseLostCurrent(ctx, b, a, k, m.ID()); err != nil {
+			return Result{}, err
+		}
+	}
+	if kept && m.Identity() == base.Identity() {
 		res.NoOp = true
 		return res, nil
 	}
@@ -75,10 +100,12 @@ func Publish(ctx context.Context, b bucket.Bucket, a app.Name, d Draft) (Result,
 	if err := d.upload(ctx, b, k, cur.Version, base, id, m); err != nil {
 		return Result{}, err
 	}
-	if res.Changes, res.Warnings, err = changes(ctx, b, k, cur.Version, base, id, m); err != nil {
+	changed, warnings, err := changes(ctx, b, k, cur.Version, base, id, m)
+	if err != nil {
 		return Result{}, err
 	}
-	res.To = Current{Version: id, Seq: cur.Seq + 1}
+	res.Changes, res.Warnings = changed, append(res.Warnings, warnings...)
+	res.To = Current{Version: id, Seq: max(cur.Seq+1, d.SeqFloor)}
 	cond := bucket.Condition{IfAbsent: true}
 	if found {
 		cond = bucket.Condition{IfVersion: tok}
@@ -86,19 +113,45 @@ func Publish(ctx context.Context, b bucket.Bucket, a app.Name, d Draft) (Result,
 	return res, swapCurrent(ctx, b, k, res.To, cond)
 }
 
+// refuseLostCurrent refuses a first deploy of an app that has version
+// directories other than id's (this deploy's, left by a try that stopped
+// half-way): its current was deleted or restored from an older backup,
+// and seq 1 could be below the seq its actors recorded. Every key is
+// looked at: a listing's order across "/" is the store's.
+func refuseLostCurrent(ctx context.Context, b bucket.Bucket, a app.Name, k keys, id string) error {
+	entries, err := bucket.ListAll(ctx, b, k.root)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if v, _, ok := strings.Cut(strings.TrimPrefix(e.Key, k.root), "/"); ok && v != id {
+			return fmt.Errorf("app %s has versions in the bucket (%s) but no %s: it was deleted, or restored from an older backup (or another first deploy is writing one). "+
+				"A new deploy would start again at seq 1, perhaps below the seq its actors recorded, and older code could then run on their data: "+
+				"give --seq-floor above every seq the nodes served (SERVING in wasmkeep cluster status)", a, k.dir(v), k.current())
+		}
+	}
+	return nil
+}
+
 // apply is base changed as d says, without previous.
 func (d Draft) apply(base Manifest) (Manifest, error) {
 	m := Manifest{Front: base.Front, Classes: maps.Clone(base.Classes), Access: map[string]access.Access{}, Config: map[string]string{}, Requires: map[string][]string{}}
 	if d.Classes != nil {
 		m.Classes = map[string]string{}
-		for c, wasm := range d.Classes {
-			m.Classes[c] = Digest(wasm)
+		for _, c := range slices.Sorted(maps.Keys(d.Classes)) {
+			if err := underCap("class "+c+"'s module", len(d.Classes[c]), maxModule); err != nil {
+				return m, err
+			}
+			m.Classes[c] = Digest(d.Classes[c])
 		}
 	}
 	switch {
 	case d.DropFront:
 		m.Front = ""
 	case d.Front != nil:
+		if err := underCap("the front's module", len(d.Front), maxModule); err != nil {
+			return m, err
+		}
 		m.Front = Digest(d.Front)
 	}
 	// What the new table keeps of the base's rules and configuration.
@@ -130,7 +183,11 @@ func (d Draft) apply(base Manifest) (Manifest, error) {
 		if vars := d.Config[c]; vars == nil {
 			delete(m.Config, c)
 		} else {
-			m.Config[c] = Digest(envfile.Format(vars))
+			data := envfile.Format(vars)
+			if err := underCap("class "+c+"'s configuration", len(data), maxConfig); err != nil {
+				return m, err
+			}
+			m.Config[c] = Digest(data)
 		}
 	}
 	for _, c := range slices.Sorted(maps.Keys(d.Requires)) {
@@ -146,6 +203,14 @@ func (d Draft) apply(base Manifest) (Manifest, error) {
 	return m, m.Check()
 }
 
+// underCap refuses what nodes would refuse to read (store.go's caps).
+func underCap(what string, size int, max int64) error {
+	if int64(size) > max {
+		return fmt.Errorf("%s is %d bytes, over the %d a node reads: refused", what, size, max)
+	}
+	return nil
+}
+
 // named refuses what a deploy gives for a class the new version does not
 // have: a typo would leave the real class open or unconfigured.
 func (m Manifest) named(class, what string) error {
@@ -159,23 +224,23 @@ func (m Manifest) named(class, what string) error {
 // upload writes version id's objects, manifest last: what d gives, and what
 // it keeps copied from the base version baseID, its digests checked.
 func (d Draft) upload(ctx context.Context, b bucket.Bucket, k keys, baseID string, base Manifest, id string, m Manifest) error {
-	copyOr := func(given []byte, from, to, digest string) error {
+	copyOr := func(given []byte, from, to, digest string, max int64) error {
 		data := given
 		if data == nil {
 			var err error
-			if data, err = readArtifact(ctx, b, from, digest); err != nil {
+			if data, err = readArtifact(ctx, b, from, digest, max); err != nil {
 				return fmt.Errorf("copying from the current version: %w", err)
 			}
 		}
 		return putImmutable(ctx, b, to, data)
 	}
 	if m.Front != "" {
-		if err := copyOr(d.Front, k.front(baseID), k.front(id), m.Front); err != nil {
+		if err := copyOr(d.Front, k.front(baseID), k.front(id), m.Front, maxModule); err != nil {
 			return err
 		}
 	}
 	for _, c := range slices.Sorted(maps.Keys(m.Classes)) {
-		if err := copyOr(d.Classes[c], k.module(baseID, c), k.module(id, c), m.Classes[c]); err != nil {
+		if err := copyOr(d.Classes[c], k.module(baseID, c), k.module(id, c), m.Classes[c], maxModule); err != nil {
 			return err
 		}
 	}
@@ -184,7 +249,7 @@ func (d Draft) upload(ctx context.Context, b bucket.Bucket, k keys, baseID strin
 		if vars, ok := d.Config[c]; ok {
 			given = envfile.Format(vars)
 		}
-		if err := copyOr(given, k.config(baseID, c), k.config(id, c), m.Config[c]); err != nil {
+		if err := copyOr(given, k.config(baseID, c), k.config(id, c), m.Config[c], maxConfig); err != nil {
 			return err
 		}
 	}
@@ -308,6 +373,9 @@ func Rollback(ctx context.Context, b bucket.Bucket, a app.Name, allowReopen bool
 		return Result{}, fmt.Errorf("app %s: %w", a, ErrNothingDeployed)
 	}
 	m, _, err := readManifest(ctx, b, k, cur.Version)
+	if errors.Is(err, ErrMissingVersion) {
+		return Result{}, fmt.Errorf("the current version: %w: there is nothing to roll back from or to; deploy the app's classes again (--actor for each class)", err)
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("the current version: %w", err)
 	}

@@ -37,16 +37,39 @@ func (k keys) config(v, c string) string { return k.dir(v) + c + ".config" }
 // front's key cannot be a class's: a class name starts with a letter.
 func (k keys) front(v string) string { return k.dir(v) + "_front.wasm" }
 
-// get reads a whole object.
-func get(ctx context.Context, b bucket.Bucket, key string) ([]byte, *bucket.Object, error) {
+// The most each kind of object may hold: every node reads them whole into
+// memory, so an object planted or grown by mistake must not exhaust them.
+const (
+	maxCurrent  = 1 << 10
+	maxManifest = 1 << 20
+	maxConfig   = envfile.MaxSize
+	// A module is held whole to check its digest and compile it; real
+	// components are tens of MiB at most, and a node's memory must still
+	// hold the rest of the version.
+	maxModule = 256 << 20
+)
+
+// errTooLarge: an object is over its kind's cap.
+var errTooLarge = errors.New("over its cap")
+
+// get reads a whole object of at most max bytes; a larger one is refused
+// before its body is read, or once max is passed if its size was wrong.
+func get(ctx context.Context, b bucket.Bucket, key string, max int64) ([]byte, *bucket.Object, error) {
 	o, err := b.Get(ctx, key, bucket.GetOptions{})
 	if err != nil {
 		return nil, nil, err
 	}
 	defer o.Body.Close()
-	data, err := io.ReadAll(o.Body)
+	tooLarge := fmt.Errorf("%s: %w of %d bytes: refused", key, errTooLarge, max)
+	if o.Size > max {
+		return nil, nil, tooLarge
+	}
+	data, err := io.ReadAll(io.LimitReader(o.Body, max+1))
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading %s: %w", key, err)
+	}
+	if int64(len(data)) > max {
+		return nil, nil, tooLarge
 	}
 	return data, o, nil
 }
@@ -54,7 +77,7 @@ func get(ctx context.Context, b bucket.Bucket, key string) ([]byte, *bucket.Obje
 // readCurrent reads current and the token a swap conditions on; found is
 // false when the app has none.
 func readCurrent(ctx context.Context, b bucket.Bucket, k keys) (cur Current, tok bucket.Version, found bool, err error) {
-	data, o, err := get(ctx, b, k.current())
+	data, o, err := get(ctx, b, k.current(), maxCurrent)
 	if errors.Is(err, bucket.ErrNotFound) {
 		return Current{}, "", false, nil
 	}
@@ -67,7 +90,7 @@ func readCurrent(ctx context.Context, b bucket.Bucket, k keys) (cur Current, tok
 
 // readManifest reads version v's manifest and when it was written.
 func readManifest(ctx context.Context, b bucket.Bucket, k keys, v string) (Manifest, time.Time, error) {
-	data, o, err := get(ctx, b, k.manifest(v))
+	data, o, err := get(ctx, b, k.manifest(v), maxManifest)
 	if errors.Is(err, bucket.ErrNotFound) {
 		return Manifest{}, time.Time{}, fmt.Errorf("version %s (%s): %w", v, k.manifest(v), ErrMissingVersion)
 	}
@@ -81,10 +104,10 @@ func readManifest(ctx context.Context, b bucket.Bucket, k keys, v string) (Manif
 	return m, o.ModTime, err
 }
 
-// readArtifact reads an object a manifest names by digest, refusing one
-// whose content is not that digest's.
-func readArtifact(ctx context.Context, b bucket.Bucket, key, digest string) ([]byte, error) {
-	data, _, err := get(ctx, b, key)
+// readArtifact reads an object a manifest names by digest, of at most max
+// bytes, refusing one whose content is not that digest's.
+func readArtifact(ctx context.Context, b bucket.Bucket, key, digest string, max int64) ([]byte, error) {
+	data, _, err := get(ctx, b, key, max)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +119,7 @@ func readArtifact(ctx context.Context, b bucket.Bucket, key, digest string) ([]b
 
 // readConfig reads and parses a .config object.
 func readConfig(ctx context.Context, b bucket.Bucket, key, digest string) (map[string]string, error) {
-	data, err := readArtifact(ctx, b, key, digest)
+	data, err := readArtifact(ctx, b, key, digest, maxConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -112,11 +135,11 @@ func putImmutable(ctx context.Context, b bucket.Bucket, key string, data []byte)
 	if !errors.Is(err, bucket.ErrPrecondition) {
 		return err
 	}
-	there, _, err := get(ctx, b, key)
-	if err != nil {
+	there, _, err := get(ctx, b, key, int64(len(data)))
+	if err != nil && !errors.Is(err, errTooLarge) {
 		return err
 	}
-	if !bytes.Equal(there, data) {
+	if err != nil || !bytes.Equal(there, data) {
 		return fmt.Errorf("%s exists with other content than this deploy's: refused (a version's objects never change)", key)
 	}
 	return nil

@@ -12,6 +12,10 @@ import (
 	"strings"
 )
 
+// MaxSize is the most a configuration file (and a deployed .config) may
+// hold: configuration is names and short values, and nodes read it whole.
+const MaxSize = 1 << 20
+
 // Parse reads a class's configuration (--env) in the format systemd's
 // EnvironmentFile= reads: NAME=value per line; blank lines and lines starting
 // with # or ; are skipped; an optional "export " prefix; one pair of single or
@@ -21,7 +25,7 @@ import (
 //
 // Values may be secrets: an error names the file and line, never the line's
 // text. worldReadable reports a file anyone on the machine can read, for the
-// caller to warn about.
+// caller to warn about. A file over MaxSize is refused.
 func Parse(path string) (vars map[string]string, worldReadable bool, err error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -32,9 +36,12 @@ func Parse(path string) (vars map[string]string, worldReadable bool, err error) 
 	if err != nil {
 		return nil, false, err
 	}
-	b, err := io.ReadAll(f)
+	b, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
 	if err != nil {
 		return nil, false, err
+	}
+	if len(b) > MaxSize {
+		return nil, false, fmt.Errorf("%s: over %d bytes (configuration is names and short values)", path, MaxSize)
 	}
 	vars, err = ParseBytes(path, b)
 	if err != nil {

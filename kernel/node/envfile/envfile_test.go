@@ -140,3 +140,15 @@ func TestFormatRoundTrip(t *testing.T) {
 		t.Errorf("ParseBytes(Format) = %q, %v; want %q", back, err, vars)
 	}
 }
+
+// A file over MaxSize is refused, naming it: a deployed .config is read
+// whole by every node.
+func TestParseMaxSize(t *testing.T) {
+	if _, _, err := Parse(writeEnv(t, "A="+strings.Repeat("x", MaxSize-3)+"\n", 0o600)); err != nil {
+		t.Errorf("a file of MaxSize bytes: %v", err)
+	}
+	path := writeEnv(t, "A="+strings.Repeat("x", MaxSize-2)+"\n", 0o600)
+	if _, _, err := Parse(path); err == nil || !strings.Contains(err.Error(), path+": over ") {
+		t.Errorf("a file of MaxSize+1 bytes: %v", err)
+	}
+}
