@@ -204,10 +204,21 @@ func (f *follower) report(s deploys.State) {
 		f.node.SetBehind(nil)
 	case s.Failures > 0:
 		behind = s.Err.Error()
+	case s.Unread >= unreadBehind:
+		// Still ready (every node shares a bucket outage), but a node
+		// that reads nodes/ and not apps/ would serve stale rules unseen.
+		if s.Unread == unreadBehind {
+			f.log.Warn("cannot read the app's current version: the node serves the one it has", "reads", s.Unread, "err", s.Err)
+		}
+		behind = fmt.Sprintf("cannot read the app's current version (%d reads in a row): %v", s.Unread, s.Err)
 	}
 	f.failures = s.Failures
 	f.heartbeat(behind)
 }
+
+// unreadBehind is how many failed reads of current in a row (10 heartbeat
+// periods, 30 s at the defaults) make the heartbeat say the node is behind.
+const unreadBehind = 10
 
 // heartbeat puts what the node serves and why it is behind into its next
 // lease write; the caller holds mu, or has not started the follower.
