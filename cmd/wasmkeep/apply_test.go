@@ -139,7 +139,7 @@ func seqAheadDir(t *testing.T) string {
 
 // A node still on seq 1 never runs version 1 on an actor version 2 has
 // written: it asks its follower (Behind) and answers 503 when no newer
-// version comes (seq 0 classes are not checked: the --actor mode).
+// version comes. Nor does a node serving --actor classes (seq 0).
 func TestOldCodeRefusedOnNewerData(t *testing.T) {
 	dir, v2 := seqAheadDir(t), schemaV2(t)
 	asked := make(chan uint64, 4)
@@ -173,9 +173,27 @@ func TestOldCodeRefusedOnNewerData(t *testing.T) {
 	tn.expect("GET", "/actor/s/a", "", 200, "version=2 inits=2 hits=1 greeting=")
 	tn.stop()
 
-	// --actor classes (seq 0) are not checked.
-	plain := startNode(t, node.Options{DataDir: dir, Classes: map[string]string{"s": schemaV1(t)}})
-	plain.expect("GET", "/actor/s/a", "", 200, "version=1 inits=2,1 hits=1 greeting=")
+	// --actor classes (seq 0) on data a deployed version wrote: refused
+	// as well, Behind asked.
+	plain := startNode(t, node.Options{DataDir: dir, Classes: map[string]string{"s": schemaV1(t)},
+		Behind: func(seq uint64) { asked <- seq }})
+	code, body, hdr = plain.doH("GET", "/actor/s/a", "", nil)
+	if code != 503 || hdr.Get("Retry-After") != "1" || !strings.Contains(body, "newer version is not on this node yet") {
+		t.Errorf("--actor code on deployed data: %d %q (Retry-After %q), want 503 with Retry-After 1", code, body, hdr.Get("Retry-After"))
+	}
+	select {
+	case seq := <-asked:
+		if seq != 2 {
+			t.Errorf("the seq-0 node: Behind(%d), want Behind(2)", seq)
+		}
+	default:
+		t.Error("the seq-0 node: Behind was not called")
+	}
+	plain.stop()
+
+	// On data no deployed version wrote, a seq-0 node runs as before.
+	fresh := startNode(t, node.Options{Classes: map[string]string{"s": schemaV1(t)}})
+	fresh.expect("GET", "/actor/s/a", "", 200, "version=1 inits=1 hits=1 greeting=")
 }
 
 // A class a version drops closes its actors' sockets with 1012: their
