@@ -272,3 +272,27 @@ func TestApplyRequiresClosesSockets(t *testing.T) {
 	write(t, c, "hello")
 	expectClose(t, c, websocket.StatusInternalError, "the actor's class is not configured on this node")
 }
+
+// An outside request the front door admitted under version 1's rule
+// (open) never runs on version 2's class, which made the class internal,
+// when it upgrades while waiting for the newer version: it answers 503,
+// and its retry meets the new rule at the front door.
+func TestApplyUpgradeKeepsTheRuleThatAdmitted(t *testing.T) {
+	dir, v2 := seqAheadDir(t), schemaV2(t)
+	internal, _ := access.Parse("internal")
+	var tn *testNode
+	tn = startNode(t, node.Options{DataDir: dir, Classes: map[string]string{"s": schemaV1(t)}, VersionID: "aaaa", Seq: 1,
+		AdmissionWait: time.Minute, // the bound of the wait: the Apply below ends it
+		Behind: func(seq uint64) {
+			go func() {
+				if err := tn.node.Apply(context.Background(), node.Version{ID: "bbbb", Seq: seq, Classes: map[string]node.ClassSpec{"s": {Module: v2, Access: internal}}}); err != nil {
+					t.Error(err)
+				}
+			}()
+		}})
+	code, body, hdr := tn.doH("GET", "/actor/s/a", "", nil)
+	if code != 503 || hdr.Get("Retry-After") != "1" {
+		t.Errorf("admitted under open, upgraded to internal: %d %q (Retry-After %q), want 503 with Retry-After 1", code, body, hdr.Get("Retry-After"))
+	}
+	tn.expect("GET", "/actor/s/a", "", 403, "class \"s\" is internal: outside requests are refused\n")
+}

@@ -267,7 +267,9 @@ var (
 // served (else 404), and its seq must be at least the actor's, or the
 // event waits briefly for a version that brings it there (Options.Behind
 // asks the follower to read current at once) and runs on that version's
-// class; otherwise it is refused with 503, never run. Seq-0 classes
+// class, unless it came from outside and that class's access rule is not
+// the one that admitted it (503: its retry is decided under the new
+// rule); otherwise it is refused with 503, never run. Seq-0 classes
 // (--actor) are checked too: data with a recorded seq was written by
 // deployed code. The class must have its required configuration. Then it becomes the actor's (adopt), and its seq is
 // recorded if it is above the actor's.
@@ -288,6 +290,13 @@ func (a *actor) upToDate(ctx context.Context, ev *event) error {
 			break
 		}
 		if now.seq >= a.seq { // a newer version came: the event upgrades
+			if ev.fromOutside() && !now.access.Equal(ev.class.access) {
+				// Its rule did not admit it: the retry passes the front
+				// door under that rule.
+				a.closeSocketOf(ev, websocket.ServiceRestart, "the app's access rule changed, reconnect")
+				return unavailable("the app's access rule changed; retry",
+					fmt.Errorf("admitted under %s, class %s at seq %d is %s", ev.class.access, c.name, now.seq, now.access))
+			}
 			c = now
 			continue
 		}
