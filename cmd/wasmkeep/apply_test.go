@@ -296,3 +296,27 @@ func TestApplyUpgradeKeepsTheRuleThatAdmitted(t *testing.T) {
 	}
 	tn.expect("GET", "/actor/s/a", "", 403, "class \"s\" is internal: outside requests are refused\n")
 }
+
+// A socket opened while its class was open is closed with 1008 at its
+// next message once a version makes the class internal; the message never
+// reaches the actor (book ADR 0013).
+func TestApplyInternalClosesSockets(t *testing.T) {
+	tn := startRoom(t, node.Options{VersionID: "aaaa", Seq: 1})
+	c := dial(t, tn, "/actor/room/r1")
+	if got := readText(t, c); !strings.HasPrefix(got, "welcome") {
+		t.Fatalf("the room said %q, want its welcome", got)
+	}
+	internal, _ := access.Parse("internal")
+	tn.apply(node.Version{ID: "bbbb", Seq: 2, Classes: map[string]node.ClassSpec{"room": {Module: room(t), Access: internal}}})
+	write(t, c, "hello")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, msg, err := c.Read(ctx) // the room echoes a message it gets
+	var ce websocket.CloseError
+	switch {
+	case err == nil:
+		t.Fatalf("the message reached the actor under internal: %q came back", msg)
+	case !errors.As(err, &ce) || ce.Code != websocket.StatusPolicyViolation:
+		t.Fatalf("closed with %v, want 1008", err)
+	}
+}
