@@ -297,6 +297,26 @@ func TestApplyUpgradeKeepsTheRuleThatAdmitted(t *testing.T) {
 	tn.expect("GET", "/actor/s/a", "", 403, "class \"s\" is internal: outside requests are refused\n")
 }
 
+// A call, which no access rule admits, still upgrades to the newer class
+// when that one made the class internal: it runs on version 2.
+func TestApplyUpgradeKeepsCalls(t *testing.T) {
+	dir, v2, p := seqAheadDir(t), schemaV2(t), probe(t)
+	internal, _ := access.Parse("internal")
+	var tn *testNode
+	tn = startNode(t, node.Options{DataDir: dir, Classes: map[string]string{"s": schemaV1(t), "probe": p}, VersionID: "aaaa", Seq: 1,
+		AdmissionWait: time.Minute, // the bound of the wait: the Apply below ends it
+		Behind: func(seq uint64) {
+			go func() {
+				if err := tn.node.Apply(context.Background(), node.Version{ID: "bbbb", Seq: seq, Classes: map[string]node.ClassSpec{
+					"s": {Module: v2, Access: internal}, "probe": {Module: p},
+				}}); err != nil {
+					t.Error(err)
+				}
+			}()
+		}})
+	tn.expect("POST", "/actor/probe/q/call?to=s/a&path=/", "", 200, "200 version=2 inits=2 hits=1 greeting=")
+}
+
 // A socket opened while its class was open is closed with 1008 at its
 // next message once a version makes the class internal; the message never
 // reaches the actor (book ADR 0013).
