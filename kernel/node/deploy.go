@@ -271,8 +271,9 @@ var (
 // the one that admitted it (503: its retry is decided under the new
 // rule); otherwise it is refused with 503, never run. Seq-0 classes
 // (--actor) are checked too: data with a recorded seq was written by
-// deployed code. The class must have its required configuration. Then it becomes the actor's (adopt), and its seq is
-// recorded if it is above the actor's.
+// deployed code. The class must have its required configuration. Then it
+// becomes the actor's (adopt), and its seq is recorded if it is above the
+// actor's.
 func (a *actor) upToDate(ctx context.Context, ev *event) error {
 	c := ev.class
 	if c.stateless { // no data, and the front it took serves the request
@@ -291,8 +292,8 @@ func (a *actor) upToDate(ctx context.Context, ev *event) error {
 		}
 		if now.seq >= a.seq { // a newer version came: the event upgrades
 			if ev.fromOutside() && !now.access.Equal(ev.class.access) {
-				// Its rule did not admit it: the retry passes the front
-				// door under that rule.
+				// The new rule did not admit it: the retry passes the
+				// front door under it.
 				a.closeSocketOf(ev, websocket.ServiceRestart, "the app's access rule changed, reconnect")
 				return unavailable("the app's access rule changed; retry",
 					fmt.Errorf("admitted under %s, class %s at seq %d is %s", ev.class.access, c.name, now.seq, now.access))
