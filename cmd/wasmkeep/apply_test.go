@@ -139,7 +139,7 @@ func seqAheadDir(t *testing.T) string {
 
 // A node still on seq 1 never runs version 1 on an actor version 2 has
 // written: it asks its follower (Behind) and answers 503 when no newer
-// version comes (seq 0 classes are not checked: the --actor mode).
+// version comes. Nor does a node serving --actor classes (seq 0).
 func TestOldCodeRefusedOnNewerData(t *testing.T) {
 	dir, v2 := seqAheadDir(t), schemaV2(t)
 	asked := make(chan uint64, 4)
@@ -173,9 +173,27 @@ func TestOldCodeRefusedOnNewerData(t *testing.T) {
 	tn.expect("GET", "/actor/s/a", "", 200, "version=2 inits=2 hits=1 greeting=")
 	tn.stop()
 
-	// --actor classes (seq 0) are not checked.
-	plain := startNode(t, node.Options{DataDir: dir, Classes: map[string]string{"s": schemaV1(t)}})
-	plain.expect("GET", "/actor/s/a", "", 200, "version=1 inits=2,1 hits=1 greeting=")
+	// --actor classes (seq 0) on data a deployed version wrote: refused
+	// as well, Behind asked.
+	plain := startNode(t, node.Options{DataDir: dir, Classes: map[string]string{"s": schemaV1(t)},
+		Behind: func(seq uint64) { asked <- seq }})
+	code, body, hdr = plain.doH("GET", "/actor/s/a", "", nil)
+	if code != 503 || hdr.Get("Retry-After") != "1" || !strings.Contains(body, "newer version is not on this node yet") {
+		t.Errorf("--actor code on deployed data: %d %q (Retry-After %q), want 503 with Retry-After 1", code, body, hdr.Get("Retry-After"))
+	}
+	select {
+	case seq := <-asked:
+		if seq != 2 {
+			t.Errorf("the seq-0 node: Behind(%d), want Behind(2)", seq)
+		}
+	default:
+		t.Error("the seq-0 node: Behind was not called")
+	}
+	plain.stop()
+
+	// On data no deployed version wrote, a seq-0 node runs as before.
+	fresh := startNode(t, node.Options{Classes: map[string]string{"s": schemaV1(t)}})
+	fresh.expect("GET", "/actor/s/a", "", 200, "version=1 inits=1 hits=1 greeting=")
 }
 
 // A class a version drops closes its actors' sockets with 1012: their
@@ -253,4 +271,72 @@ func TestApplyRequiresClosesSockets(t *testing.T) {
 	tn.apply(node.Version{ID: "bbbb", Seq: 2, Classes: map[string]node.ClassSpec{"room": {Module: room(t), Requires: []string{"X"}}}})
 	write(t, c, "hello")
 	expectClose(t, c, websocket.StatusInternalError, "the actor's class is not configured on this node")
+}
+
+// An outside request the front door admitted under version 1's rule
+// (open) never runs on version 2's class, which made the class internal,
+// when it upgrades while waiting for the newer version: it answers 503,
+// and its retry meets the new rule at the front door.
+func TestApplyUpgradeKeepsTheRuleThatAdmitted(t *testing.T) {
+	dir, v2 := seqAheadDir(t), schemaV2(t)
+	internal, _ := access.Parse("internal")
+	var tn *testNode
+	tn = startNode(t, node.Options{DataDir: dir, Classes: map[string]string{"s": schemaV1(t)}, VersionID: "aaaa", Seq: 1,
+		AdmissionWait: time.Minute, // the bound of the wait: the Apply below ends it
+		Behind: func(seq uint64) {
+			go func() {
+				if err := tn.node.Apply(context.Background(), node.Version{ID: "bbbb", Seq: seq, Classes: map[string]node.ClassSpec{"s": {Module: v2, Access: internal}}}); err != nil {
+					t.Error(err)
+				}
+			}()
+		}})
+	code, body, hdr := tn.doH("GET", "/actor/s/a", "", nil)
+	if code != 503 || hdr.Get("Retry-After") != "1" {
+		t.Errorf("admitted under open, upgraded to internal: %d %q (Retry-After %q), want 503 with Retry-After 1", code, body, hdr.Get("Retry-After"))
+	}
+	tn.expect("GET", "/actor/s/a", "", 403, "class \"s\" is internal: outside requests are refused\n")
+}
+
+// A call, which no access rule admits, still upgrades to the newer class
+// when that one made the class internal: it runs on version 2.
+func TestApplyUpgradeKeepsCalls(t *testing.T) {
+	dir, v2, p := seqAheadDir(t), schemaV2(t), probe(t)
+	internal, _ := access.Parse("internal")
+	var tn *testNode
+	tn = startNode(t, node.Options{DataDir: dir, Classes: map[string]string{"s": schemaV1(t), "probe": p}, VersionID: "aaaa", Seq: 1,
+		AdmissionWait: time.Minute, // the bound of the wait: the Apply below ends it
+		Behind: func(seq uint64) {
+			go func() {
+				if err := tn.node.Apply(context.Background(), node.Version{ID: "bbbb", Seq: seq, Classes: map[string]node.ClassSpec{
+					"s": {Module: v2, Access: internal}, "probe": {Module: p},
+				}}); err != nil {
+					t.Error(err)
+				}
+			}()
+		}})
+	tn.expect("POST", "/actor/probe/q/call?to=s/a&path=/", "", 200, "200 version=2 inits=2 hits=1 greeting=")
+}
+
+// A socket opened while its class was open is closed with 1008 at its
+// next message once a version makes the class internal; the message never
+// reaches the actor (book ADR 0013).
+func TestApplyInternalClosesSockets(t *testing.T) {
+	tn := startRoom(t, node.Options{VersionID: "aaaa", Seq: 1})
+	c := dial(t, tn, "/actor/room/r1")
+	if got := readText(t, c); !strings.HasPrefix(got, "welcome") {
+		t.Fatalf("the room said %q, want its welcome", got)
+	}
+	internal, _ := access.Parse("internal")
+	tn.apply(node.Version{ID: "bbbb", Seq: 2, Classes: map[string]node.ClassSpec{"room": {Module: room(t), Access: internal}}})
+	write(t, c, "hello")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, msg, err := c.Read(ctx) // the room echoes a message it gets
+	var ce websocket.CloseError
+	switch {
+	case err == nil:
+		t.Fatalf("the message reached the actor under internal: %q came back", msg)
+	case !errors.As(err, &ce) || ce.Code != websocket.StatusPolicyViolation:
+		t.Fatalf("closed with %v, want 1008", err)
+	}
 }

@@ -18,20 +18,23 @@ import (
 // Two apps of one tenant on one bucket prefix keep their actors apart
 // (ADR 1045): counter/x counted twice on acme/a is a fresh actor on acme/b,
 // each app's keys land under its own state root, in the bucket and on
-// disk, and a node of acme/b refuses a call signed for acme/a before
-// reading its body. The control, a second node of acme/a, reaches acme/a's
-// actor: the same requests on one app do share it.
+// disk, and a node of acme/b that believes signed calls on its public port
+// (--cluster-plaintext accept) refuses one signed for acme/a before
+// reading its body; a's public port, where signed calls are not believed,
+// takes such a request as a client's. The control, a second node of
+// acme/a, reaches acme/a's actor: the same requests on one app do share
+// it.
 func TestTwoAppsOneBucket(t *testing.T) {
 	t.Parallel()
 	bucketDir := memDir(t)
 	bucketURL := "file://" + bucketDir
-	node := func(id, app string) *bucketNode {
+	node := func(id, app string, flags ...string) *bucketNode {
 		n := newBucketNode(t, bucketURL, nil)
-		n.args = []string{"--actor", "counter=" + counter(t), "--bucket", bucketURL, "--node-id", id, "--app", app}
+		n.args = append([]string{"--actor", "counter=" + counter(t), "--bucket", bucketURL, "--node-id", id, "--app", app}, flags...)
 		n.start()
 		return n
 	}
-	a, b := node("a", "acme/a"), node("b", "acme/b")
+	a, b := node("a", "acme/a"), node("b", "acme/b", "--cluster-plaintext", "accept")
 	post := func(n *bucketNode) reply { return ask(t, "POST", n.url+"/actor/counter/x") }
 	for i, want := range []struct {
 		n          *bucketNode
@@ -78,6 +81,20 @@ func TestTwoAppsOneBucket(t *testing.T) {
 	k, _ := resp.Body.Read(body)
 	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" || strings.TrimSpace(string(body[:k])) != "not this app's node" {
 		t.Errorf("a call of another app: %d Retry-After %q %q, want 503, 1, not this app's node", resp.StatusCode, resp.Header.Get("Retry-After"), body[:k])
+	}
+
+	// On a's public port (--cluster-plaintext refuse) a signature is not
+	// believed, so neither is its app: with another app's or none, the
+	// request is a client's, answered by the actor.
+	for _, app := range []string{"acme/b", ""} {
+		req, _ := http.NewRequest("GET", a.url+"/actor/counter/x", nil)
+		req.Header.Set(callsign.SignatureHeader, "v1 t=1 n=x to=a mac=x")
+		if app != "" {
+			req.Header.Set(callsign.AppHeader, app)
+		}
+		if r := send(t, req, nil); r.code != 200 || r.body != "2" {
+			t.Errorf("a client's request with a signature header and app %q on a's public port: %+v, want 2 from the actor\na:\n%s", app, r, a.logs)
+		}
 	}
 
 	// The control: a second node of acme/a reaches acme/a's actor, held

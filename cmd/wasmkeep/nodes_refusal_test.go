@@ -90,7 +90,7 @@ func signed(t *testing.T, s *callsign.Signer, target, method, u, caller string, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Sign(callsign.Call{Target: target, Method: method, Path: req.URL.RequestURI(), Body: body, Caller: caller}, req.Header)
+	s.Sign(callsign.Call{Target: target, App: "default/default", Method: method, Path: req.URL.RequestURI(), Body: body, Caller: caller}, req.Header)
 	return req
 }
 

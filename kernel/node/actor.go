@@ -32,6 +32,11 @@ type event struct {
 	class   *class          // the class it took where it arrived (deliver): it runs on it (upToDate)
 }
 
+// fromOutside reports whether ev is a client's, which an access rule
+// admitted: a request or socket open the front door placed, or a socket's
+// message or close. Calls and alarms are not.
+func (ev *event) fromOutside() bool { return ev.placed || ev.ws != nil }
+
 // outcome is how an event ended.
 type outcome struct {
 	resp    abi.Response

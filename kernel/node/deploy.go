@@ -27,7 +27,7 @@ import (
 // Version is a version the node serves whole.
 type Version struct {
 	ID      string               // the deployed version id ("" for --actor classes)
-	Seq     uint64               // current's seq; 0 for --actor classes (no seq check at all)
+	Seq     uint64               // current's seq; 0 for --actor classes (which record none)
 	Classes map[string]ClassSpec // by class name
 	Front   string               // module file of the stateless component, "" for none
 }
@@ -267,10 +267,13 @@ var (
 // served (else 404), and its seq must be at least the actor's, or the
 // event waits briefly for a version that brings it there (Options.Behind
 // asks the follower to read current at once) and runs on that version's
-// class; otherwise it is refused with 503, never run. A node serving seq
-// 0 (--actor classes) does not check. The class must have its required
-// configuration. Then it becomes the actor's (adopt), and its seq is
-// recorded if it is above the actor's.
+// class, unless it came from outside and that class's access rule is not
+// the one that admitted it (503: its retry is decided under the new
+// rule); otherwise it is refused with 503, never run. Seq-0 classes
+// (--actor) are checked too: data with a recorded seq was written by
+// deployed code. The class must have its required configuration. Then it
+// becomes the actor's (adopt), and its seq is recorded if it is above the
+// actor's.
 func (a *actor) upToDate(ctx context.Context, ev *event) error {
 	c := ev.class
 	if c.stateless { // no data, and the front it took serves the request
@@ -284,10 +287,17 @@ func (a *actor) upToDate(ctx context.Context, ev *event) error {
 			a.closeSocketOf(ev, websocket.ServiceRestart, "the class is no longer served")
 			return &failure{public: "unknown class " + strconv.Quote(c.name), cause: errDropped, status: 404}
 		}
-		if now.seq == 0 || a.seq <= c.seq || faultSkipSeqCheck() {
+		if a.seq <= c.seq || faultSkipSeqCheck() {
 			break
 		}
 		if now.seq >= a.seq { // a newer version came: the event upgrades
+			if ev.fromOutside() && !now.access.Equal(ev.class.access) {
+				// The new rule did not admit it: the retry passes the
+				// front door under it.
+				a.closeSocketOf(ev, websocket.ServiceRestart, "the app's access rule changed, reconnect")
+				return unavailable("the app's access rule changed; retry",
+					fmt.Errorf("admitted under %s, class %s at seq %d is %s", ev.class.access, c.name, now.seq, now.access))
+			}
 			c = now
 			continue
 		}

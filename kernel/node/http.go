@@ -87,8 +87,9 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A call from a node of another app (several apps may share a bucket)
-	// is refused before its class, and before its body is read (ADR 1045).
-	if n.opts.Cluster != nil && callsign.OtherApp(r.Header, n.opts.App.String()) {
+	// is refused before its class, and before its body is read (ADR 1045);
+	// only where signed calls are believed: elsewhere it is a client's.
+	if n.opts.Cluster != nil && n.believesCalls(r) && callsign.OtherApp(r.Header, n.opts.App.String()) {
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "not this app's node", http.StatusServiceUnavailable)
 		return

@@ -79,6 +79,14 @@ func (n *Node) forwardUnrun(w http.ResponseWriter, r *http.Request, out outcome,
 	return true
 }
 
+// believesCalls reports whether a signed call arriving as r is taken for
+// a peer's (then checked), not a client's: on the cluster listener, or on
+// the public port with --cluster-plaintext accept.
+func (n *Node) believesCalls(r *http.Request) bool {
+	_, fromPeer := peers.FromPeer(r.Context())
+	return fromPeer || n.opts.Cluster.PlainCalls
+}
+
 // serveCall serves a request that carries a call signature. It is a
 // peer's actors.call only from an authenticated peer on the cluster
 // listener, or on the public port with --cluster-plaintext accept: then
@@ -87,7 +95,6 @@ func (n *Node) forwardUnrun(w http.ResponseWriter, r *http.Request, out outcome,
 // replayed where it would count, and the request is a client's (false).
 func (n *Node) serveCall(w http.ResponseWriter, r *http.Request, c *class, route address.Route) bool {
 	cl := n.opts.Cluster
-	_, fromPeer := peers.FromPeer(r.Context())
 	body, err := readBody(nil, r.Body, n.opts.MaxBodyBytes)
 	if err != nil {
 		http.Error(w, "reading the call's body: "+err.Error(), http.StatusRequestEntityTooLarge)
@@ -95,7 +102,7 @@ func (n *Node) serveCall(w http.ResponseWriter, r *http.Request, c *class, route
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	target := r.URL.RequestURI()
-	if !fromPeer && !cl.PlainCalls {
+	if !n.believesCalls(r) {
 		if cl.Verifier != nil {
 			cl.Verifier.Spend(r.Method, target, body, r.Header)
 		}

@@ -96,11 +96,26 @@ type wsActor struct {
 	name  string
 }
 
+// take is the class a socket's event takes, or nil when none runs it: a
+// version dropped the class (which closes its sockets), or made it
+// internal, where no outside event reaches an actor: the socket closes
+// with 1008 (book ADR 0013).
+func (t *wsActor) take(s *websocket.Socket) *class {
+	c := t.n.class(t.class)
+	switch {
+	case c == nil:
+		t.n.ws.CloseWith(s, websocket.ServiceRestart, "the class is no longer served")
+	case c.access.Mode == access.Internal:
+		t.n.ws.CloseWith(s, websocket.PolicyViolation, "the class is internal: outside requests are refused")
+		return nil
+	}
+	return c
+}
+
 func (t *wsActor) Message(s *websocket.Socket, msg []byte) {
 	n := t.n
-	c := n.class(t.class)
-	if c == nil { // a version dropped it (which closes its sockets)
-		n.ws.CloseWith(s, websocket.ServiceRestart, "the class is no longer served")
+	c := t.take(s)
+	if c == nil {
 		return
 	}
 	ev := &event{ctx: n.ctx, payload: msg, reply: make(chan outcome, 1),
@@ -115,8 +130,8 @@ func (t *wsActor) Message(s *websocket.Socket, msg []byte) {
 }
 
 func (t *wsActor) Closed(s *websocket.Socket, code int, reason string) {
-	c := t.n.class(t.class)
-	if c == nil { // its class is no longer served: nothing runs its close
+	c := t.take(s)
+	if c == nil { // nothing runs its close
 		return
 	}
 	ev := &event{ctx: t.n.ctx, payload: []byte(reason), reply: make(chan outcome, 1),

@@ -72,6 +72,9 @@ func (a Access) String() string {
 	return "open"
 }
 
+// Equal reports whether a and b are the same rule.
+func (a Access) Equal(b Access) bool { return a.Mode == b.Mode && slices.Equal(a.Create, b.Create) }
+
 // AllowsCreate reports whether an outside request may create name.
 func (a Access) AllowsCreate(name string) bool {
 	return a.Mode == Open || a.Mode == Existing && slices.Contains(a.Create, name)

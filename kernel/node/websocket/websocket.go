@@ -31,11 +31,12 @@ import (
 
 // Close codes the node chooses.
 const (
-	Normal         = int(websocket.StatusNormalClosure) // 1000: the actor is deleted
-	Abnormal       = int(websocket.StatusAbnormalClosure)
-	ServiceRestart = int(websocket.StatusServiceRestart) // 1012: the node stops, or the actor moved: reconnect
-	TryAgainLater  = int(websocket.StatusTryAgainLater)  // 1013: the actor is overloaded
-	InternalError  = int(websocket.StatusInternalError)  // 1011: the actor cannot run here as configured
+	Normal          = int(websocket.StatusNormalClosure) // 1000: the actor is deleted
+	Abnormal        = int(websocket.StatusAbnormalClosure)
+	PolicyViolation = int(websocket.StatusPolicyViolation) // 1008: the class is internal
+	ServiceRestart  = int(websocket.StatusServiceRestart)  // 1012: the node stops, or the actor moved: reconnect
+	TryAgainLater   = int(websocket.StatusTryAgainLater)   // 1013: the actor is overloaded
+	InternalError   = int(websocket.StatusInternalError)   // 1011: the actor cannot run here as configured
 )
 
 const (
