@@ -1,0 +1,396 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/peers"
+)
+
+// A deploy and a rollback under load (issue 25, "Tests"): three real
+// `wasmkeep serve --app acme/shop` processes on one bucket, steady load
+// through every node, `wasmkeep deploy` publishing v2 of the schema guest
+// and then `--rollback` (v3: v1's code at seq 3). No request fails that
+// would not have failed without the deploy, each actor switches at its
+// next event, and no event runs one version's code on what another
+// version's code made.
+//
+// What an answer shows. The schema guest answers "version=V inits=I":
+// V is the code that ran the event (a constant of the module: one
+// instance is one version's code), I the versions whose on-init ran on the
+// actor's data, in order, read from its database within that event. On-init
+// runs whenever an instance of another module first runs on the data. The
+// history this test makes allows exactly three answers, one per phase:
+//
+//	version=1 inits=1      v1 (phase 1)
+//	version=2 inits=1,2    v2, after v2's on-init migrated v1's data (phase 2)
+//	version=1 inits=1,2,1  v3, v1's code again after v2's (phase 3)
+//
+// Any other answer is an event whose code does not match the data's
+// history: v1's code on data v2 migrated answers "version=1 inits=1,2,1"
+// before the rollback was published, and v2's code on data v3 reached
+// answers "version=2 inits=1,2,1,2"; an actor that goes back a phase ran
+// old code after newer code. Each actor's requests are sent by one client,
+// one at a time, so its answers are in the order its events ran.
+//
+// What makes it able to fail. The nodes use an idle timeout of 20 ms, so
+// actors hibernate between their requests, which go through every node in
+// turn: an actor's next event runs on whichever node the request reaches.
+// The nodes follow `current` each at its own heartbeat phase, so for a few
+// hundred milliseconds after a deploy some nodes serve the new version and
+// some the old one, and actors move between them under load. Only the seq
+// rule (kernel/node/deploy.go, upToDate) keeps a node still on v1 from
+// running v1 on an actor v2 already ran on: without it those answers show
+// above. The control runs the same steps on a build without the seq check
+// (-tags wasmkeep_faults, WASMKEEPTEST_SKIP_SEQ_CHECK=1) and must see such
+// answers. A node serving a stale version shows twice: its heartbeat never
+// says v2 and the wait for every node fails, or it says v2 and an actor's
+// next answer through it (any answer to a request sent after every
+// heartbeat said v2) is not v2's.
+//
+// What counts as failing. A request is answered 200, or 503 with
+// Retry-After, which the client honours and retries: that is the
+// documented contract of a node that cannot run the event yet (the seq
+// rule's wait that no version ended, or an actor between holders). Those
+// are counted by reason, and the request must still be answered 200
+// within 30 s. Anything else (a connection error, any other status) is a
+// failure, and there must be none, neither in the second of load before
+// the deploy (the baseline: what fails without a deploy) nor after.
+func TestDeployAndRollbackUnderLoad(t *testing.T) {
+	t.Run("seq rule", func(t *testing.T) {
+		r := deployUnderLoad(t, wasmkeepBinary(t), nil)
+		r.log(t)
+		for _, f := range r.failed {
+			t.Errorf("a request failed: %s", f)
+		}
+		for _, v := range r.violations {
+			t.Errorf("%s", v)
+		}
+		for _, c := range r.coverage {
+			t.Errorf("the load did not show it: %s", c)
+		}
+		if t.Failed() {
+			t.Logf("nodes:\n%s", r.logs)
+		}
+	})
+	t.Run("control", func(t *testing.T) {
+		r := deployUnderLoad(t, buildWasmkeep(t, "wasmkeep_faults"), []string{"WASMKEEPTEST_SKIP_SEQ_CHECK=1"})
+		r.log(t)
+		if len(r.violations) == 0 {
+			t.Fatalf("without the seq check no answer showed old code on newer data (%d actor moves during the hand-overs): the test cannot see the rule broken", r.moves)
+		}
+		t.Logf("without the seq check, as it must: %d answers show old code on newer data, the first: %s", len(r.violations), r.violations[0])
+	})
+}
+
+// Phases of the deploy, as the schema guest's answers show them.
+const (
+	phaseV1 = 1 + iota
+	phaseV2
+	phaseV3
+)
+
+var schemaAnswer = regexp.MustCompile(`^version=(\d+) inits=([\d,]*) hits=\d+ greeting=$`)
+
+// phaseOf is the phase an answer shows, 0 for none this history allows.
+func phaseOf(body string) int {
+	m := schemaAnswer.FindStringSubmatch(body)
+	if m == nil {
+		return 0
+	}
+	return map[string]int{"1 1": phaseV1, "2 1,2": phaseV2, "1 1,2,1": phaseV3}[m[1]+" "+m[2]]
+}
+
+// loadAnswer is one request answered 200.
+type loadAnswer struct {
+	sent, got time.Time // the attempt that was answered
+	phase     int
+	node      string // the node that ran the event (x-wasmkeep-node)
+	via       string // the node it was sent to
+	body      string
+}
+
+// loadRetry is a 503 with Retry-After, which the client retried.
+type loadRetry struct {
+	at   time.Time
+	body string
+}
+
+// steadyLoad is clients, each POSTing to its own actors of class s, one
+// request at a time and a pause between two, each actor's requests
+// through every node in turn.
+type steadyLoad struct {
+	urls  []string
+	pause time.Duration
+	stop  atomic.Bool
+	wg    sync.WaitGroup
+	start time.Time
+
+	mu      sync.Mutex
+	answers map[string][]loadAnswer // by actor, in order
+	retries []loadRetry
+	failed  []string
+}
+
+var loadClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+
+// loadActor is actor i of client c.
+func loadActor(c, i int) string { return fmt.Sprintf("c%d-%d", c, i) }
+
+func (l *steadyLoad) run(clients, perClient int) {
+	l.answers, l.start = map[string][]loadAnswer{}, time.Now()
+	for c := range clients {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for round := 0; !l.stop.Load(); round++ {
+				for i := range perClient {
+					l.request(loadActor(c, i), (round+i+c)%len(l.urls))
+					time.Sleep(l.pause)
+				}
+			}
+		}()
+	}
+}
+
+func (l *steadyLoad) end() {
+	l.stop.Store(true)
+	l.wg.Wait()
+}
+
+// request sends one POST to name through node via until it is answered
+// 200, honouring each 503's Retry-After, for at most 30 s.
+func (l *steadyLoad) request(name string, via int) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		sent := time.Now()
+		resp, err := loadClient.Post(l.urls[via]+"/actor/s/"+name, "", nil)
+		if err != nil {
+			l.fail("%s through %s: %v", name, l.urls[via], err)
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got, body := time.Now(), strings.TrimSpace(string(b))
+		retry, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		switch {
+		case resp.StatusCode == 200:
+			l.mu.Lock()
+			l.answers[name] = append(l.answers[name], loadAnswer{sent: sent, got: got, phase: phaseOf(body),
+				node: resp.Header.Get(peers.NodeHeader), via: l.urls[via], body: body})
+			l.mu.Unlock()
+			return
+		case resp.StatusCode == 503 && retry > 0 && got.Before(deadline):
+			l.mu.Lock()
+			l.retries = append(l.retries, loadRetry{got, body})
+			l.mu.Unlock()
+			time.Sleep(time.Duration(retry) * time.Second)
+		default:
+			l.fail("%s through %s, sent %v into the load: %d %q (Retry-After %q)", name, l.urls[via],
+				sent.Sub(l.start).Round(time.Millisecond), resp.StatusCode, body, resp.Header.Get("Retry-After"))
+			return
+		}
+	}
+}
+
+func (l *steadyLoad) fail(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failed = append(l.failed, fmt.Sprintf(format, args...))
+}
+
+// deployRun is what one run of the steps showed.
+type deployRun struct {
+	failed     []string       // requests neither answered 200 nor 503 to retry
+	retried    map[string]int // 503s with Retry-After, by when and body
+	violations []string       // answers no correct history allows
+	coverage   []string       // what the load failed to exercise
+	answers    int
+	moves      int // answers from another node than the actor's previous one, during hand-overs
+	handOver   [2]time.Duration
+	wall       time.Duration
+	logs       string
+}
+
+func (r deployRun) log(t *testing.T) {
+	t.Logf("%d answers in %v; the hand-overs took %v (v2) and %v (rollback) from the deploy's start, %d actor moves between nodes during them; 503s retried: %v",
+		r.answers, r.wall.Round(time.Millisecond), r.handOver[0].Round(time.Millisecond), r.handOver[1].Round(time.Millisecond), r.moves, r.retried)
+}
+
+// deployUnderLoad runs the steps on three nodes of serveBin (with env
+// added to each) and returns what they showed.
+func deployUnderLoad(t *testing.T, serveBin string, env []string) deployRun {
+	began := time.Now()
+	d := deployer{t: t, bin: wasmkeepBinary(t), dir: memDir(t)}
+	v1, v2 := schemaV1(t), schemaV2(t)
+	d.must("--actor", "s="+v1)
+	bucketURL := "file://" + d.dir
+	var (
+		nodes    []*bucketNode
+		urls     []string
+		starting sync.WaitGroup
+	)
+	for _, id := range []string{"a", "b", "c"} {
+		n := newBucketNode(t, bucketURL, env)
+		n.bin = serveBin
+		n.args = []string{"--app", "acme/shop", "--bucket", bucketURL, "--node-id", id, "--idle-timeout", "20ms"}
+		nodes = append(nodes, n)
+		starting.Add(1)
+		go func() { // at once: each compiles v1
+			defer starting.Done()
+			n.start()
+		}()
+	}
+	starting.Wait()
+	if t.Failed() { // a start failed, serveBinary said why
+		t.FailNow()
+	}
+	for _, n := range nodes {
+		urls = append(urls, n.url)
+	}
+	logs := func() string {
+		var s strings.Builder
+		for _, n := range nodes {
+			fmt.Fprintf(&s, "--- node %s\n%s", n.args[5], n.logs)
+		}
+		return s.String()
+	}
+	statusEnv := append(withoutWasmkeepVars(), shortLease...)
+	// everywhere waits until every node's heartbeat says it serves seq.
+	everywhere := func(seq uint64) time.Time {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			out, _ := clusterCmd(t, d.bin, statusEnv, bucketURL, "status", "--json")
+			var st struct {
+				Nodes []struct {
+					App  string
+					Live bool
+					Seq  uint64
+				} `json:"nodes"`
+			}
+			json.Unmarshal([]byte(out), &st)
+			serving := 0
+			for _, n := range st.Nodes {
+				if n.Live && n.App == "acme/shop" && n.Seq == seq {
+					serving++
+				}
+			}
+			if serving == len(nodes) {
+				return time.Now() // every request sent from now on reaches a node serving seq
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("not every node serves seq %d after 60 s:\n%s\n%s", seq, out, logs())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	const clients, perClient = 4, 4
+	// Every actor starts on v1, each through a node of its own.
+	for c := range clients {
+		for i := range perClient {
+			name := loadActor(c, i)
+			if r := ask(t, "POST", urls[(c+i)%3]+"/actor/s/"+name); r.code != 200 || phaseOf(r.body) != phaseV1 {
+				t.Fatalf("%s on v1: %+v\n%s", name, r, logs())
+			}
+		}
+	}
+	// The pause leaves the nodes some of the two cores to compile v2.
+	load := &steadyLoad{urls: urls, pause: 30 * time.Millisecond}
+	load.run(clients, perClient)
+	const steady = 1500 * time.Millisecond
+	time.Sleep(steady) // the baseline: v1 only
+	deploy2 := time.Now()
+	d.must("--actor", "s="+v2)
+	all2 := everywhere(2)
+	time.Sleep(steady)
+	rollback := time.Now()
+	if out := d.must("--rollback"); !strings.Contains(out, "seq 3") {
+		t.Fatalf("the rollback:\n%s", out)
+	}
+	all3 := everywhere(3)
+	time.Sleep(steady)
+	load.end()
+	for _, n := range nodes {
+		n.stop()
+	}
+
+	r := deployRun{failed: load.failed, retried: map[string]int{}, wall: time.Since(began), logs: logs(),
+		handOver: [2]time.Duration{all2.Sub(deploy2), all3.Sub(rollback)}}
+	when := func(at time.Time) string {
+		switch {
+		case at.Before(deploy2):
+			return "before the deploy"
+		case at.Before(all2):
+			return "v2 hand-over"
+		case at.Before(rollback):
+			return "v2"
+		case at.Before(all3):
+			return "rollback hand-over"
+		}
+		return "v3"
+	}
+	for _, re := range load.retries {
+		r.retried[when(re.at)+": "+re.body]++
+	}
+	if len(load.answers) != clients*perClient {
+		r.coverage = append(r.coverage, fmt.Sprintf("answers for %d actors, want %d", len(load.answers), clients*perClient))
+	}
+	for c := range clients {
+		for i := range perClient {
+			name := loadActor(c, i)
+			r.check(name, load.answers[name], load.start, deploy2, all2, rollback, all3)
+		}
+	}
+	if r.moves == 0 {
+		r.coverage = append(r.coverage, "no actor moved between nodes during a hand-over: nothing put the seq rule to work")
+	}
+	return r
+}
+
+// check adds to r what the answers of one actor show, given when the
+// deploy started (deploy2), when every node served v2 (all2), when the
+// rollback started and when every node served v3 (all3).
+func (r *deployRun) check(name string, as []loadAnswer, start, deploy2, all2, rollback, all3 time.Time) {
+	prev := loadAnswer{phase: phaseV1}
+	var nextV2, nextV3 bool
+	for i, a := range as {
+		r.answers++
+		at := fmt.Sprintf("%s, answer %d (sent %v into the load through %s, ran on node %s): %q", name, i+1,
+			a.sent.Sub(start).Round(time.Millisecond), a.via, a.node, a.body)
+		switch {
+		case a.phase == 0:
+			r.violations = append(r.violations, "an answer no history of v1, v2 and v3 allows (one version's code on what another's made): "+at)
+		case a.phase < prev.phase:
+			r.violations = append(r.violations, fmt.Sprintf("old code after newer code (phase %d after %d): %s", a.phase, prev.phase, at))
+		case a.phase >= phaseV2 && a.got.Before(deploy2):
+			r.violations = append(r.violations, "v2 before it was deployed: "+at)
+		case a.phase == phaseV3 && a.got.Before(rollback):
+			r.violations = append(r.violations, "v1's code on data v2 migrated, before any rollback: "+at)
+		case a.sent.After(all2) && a.got.Before(rollback) && a.phase != phaseV2, a.sent.After(all3) && a.phase != phaseV3:
+			r.violations = append(r.violations, "not the version every node's heartbeat said it served when the request was sent: "+at)
+		}
+		nextV2 = nextV2 || a.sent.After(all2) && a.got.Before(rollback)
+		nextV3 = nextV3 || a.sent.After(all3)
+		handOver := a.sent.After(deploy2) && a.sent.Before(all2) || a.sent.After(rollback) && a.sent.Before(all3)
+		if handOver && i > 0 && a.node != as[i-1].node {
+			r.moves++
+		}
+		if a.phase != 0 {
+			prev = a
+		}
+	}
+	if !nextV2 || !nextV3 {
+		r.coverage = append(r.coverage, fmt.Sprintf("%s: answered once every node served v2: %v; once every node served v3: %v", name, nextV2, nextV3))
+	}
+}
