@@ -71,10 +71,11 @@ import (
 // changed as the event started"). Others come of any load that starves
 // the cores, as the compiles do (a node that cannot take or hold an
 // actor now). All are counted by phase and reason, and the request must
-// still be answered 200 within 30 s. Anything else
-// (a connection error, any other status) is a failure, and there must be
-// none, neither in the 1.5 s of load before the deploy (the baseline:
-// what fails without a deploy) nor after.
+// still be answered 200 within 90 s (the bound of a hand-over here, on a
+// machine the rest of the suite loads too). Anything else (a connection
+// error, any other status) is a failure, and there must be none, neither
+// in the 1.5 s of load before the deploy (the baseline: what fails
+// without a deploy) nor after.
 //
 // Its wall time is mostly compiling: three nodes compile v1 at their
 // start, the deploy compiles v2 with each runtime of the build, and each
@@ -82,6 +83,7 @@ import (
 // the nodes on different versions for seconds, the window the seq rule
 // has to hold in). The load itself is 1.5 s per phase plus the hand-overs.
 func TestDeployAndRollbackUnderLoad(t *testing.T) {
+	t.Parallel()
 	t.Run("seq rule", func(t *testing.T) {
 		r := deployUnderLoad(t, wasmkeepBinary(t), nil)
 		r.log(t)
@@ -185,9 +187,9 @@ func (l *steadyLoad) end() {
 }
 
 // request sends one POST to name through node via until it is answered
-// 200, honouring each 503's Retry-After, for at most 30 s.
+// 200, honouring each 503's Retry-After, for at most 90 s.
 func (l *steadyLoad) request(name string, via int) {
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		sent := time.Now()
 		resp, err := loadClient.Post(l.urls[via]+"/actor/s/"+name, "", nil)
