@@ -336,6 +336,7 @@ func deployUnderLoad(t *testing.T, serveBin string, env []string) deployRun {
 	// The pause leaves the nodes some of the two cores to compile v2.
 	load := &steadyLoad{urls: urls, pause: 30 * time.Millisecond}
 	load.run(clients, perClient)
+	t.Cleanup(load.end) // after a t.Fatal below, before the nodes are killed
 	const steady = 1500 * time.Millisecond
 	time.Sleep(steady) // the baseline: v1 only
 	deploy2 := time.Now()
