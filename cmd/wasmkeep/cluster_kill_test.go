@@ -403,7 +403,8 @@ func killRun(t *testing.T, bin, bucketURL string, env []string, size killSizes) 
 
 // The fault hooks are in the test build only: the default build has no
 // trace of the early-ack fault's variable (its own code's only string),
-// which the build with -tags wasmkeep_faults has; and `go version -m`
+// nor of the skipped seq check's, which the build with -tags
+// wasmkeep_faults has; and `go version -m`
 // shows which tags each was built with.
 func TestFaultHookOnlyInTestBuild(t *testing.T) {
 	t.Parallel()
@@ -414,6 +415,9 @@ func TestFaultHookOnlyInTestBuild(t *testing.T) {
 		}
 		if got := bytes.Contains(b, []byte("WASMKEEPTEST_EARLY_ACK")); got != want {
 			t.Errorf("%s holds the early-ack fault: %v, want %v", bin, got, want)
+		}
+		if got := bytes.Contains(b, []byte("WASMKEEPTEST_SKIP_SEQ_CHECK")); got != want {
+			t.Errorf("%s holds the skipped seq check's switch: %v, want %v", bin, got, want)
 		}
 		out, err := exec.Command("go", "version", "-m", bin).CombinedOutput()
 		if err != nil {
