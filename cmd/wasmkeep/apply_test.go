@@ -340,3 +340,26 @@ func TestApplyInternalClosesSockets(t *testing.T) {
 		t.Fatalf("closed with %v, want 1008", err)
 	}
 }
+
+// An event that waited in the mailbox while a version replaced its class,
+// on an actor left with no instance, runs on the version served: the old
+// code is gone, and the event is not failed for it.
+func TestApplyQueuedEventRunsOnTheVersionServed(t *testing.T) {
+	p, c := probe(t), counter(t)
+	tn := startNode(t, node.Options{Classes: map[string]string{"p": p, "q": c}, VersionID: "aaaa", Seq: 1})
+	first := make(chan int)
+	go func() { code, _ := tn.do("GET", "/actor/p/x/sleep-exit?ms=1500", ""); first <- code }()
+	time.Sleep(300 * time.Millisecond)
+	second := make(chan reply)
+	go func() { code, body := tn.do("GET", "/actor/p/x/hits", ""); second <- reply{code: code, body: body} }()
+	time.Sleep(300 * time.Millisecond)
+	// The counter's code is served already (class q): no compile, the swap
+	// lands while the first event sleeps and the second waits behind it.
+	tn.apply(node.Version{ID: "bbbb", Seq: 2, Classes: map[string]node.ClassSpec{"p": {Module: c}, "q": {Module: c}}})
+	if code := <-first; code != 500 {
+		t.Errorf("the event that exits: %d, want 500", code)
+	}
+	if r := <-second; r.code != 200 || strings.TrimSpace(r.body) != "0" {
+		t.Errorf("the queued event: %+v, want 200 from the counter now served", r)
+	}
+}

@@ -287,7 +287,12 @@ func (a *actor) upToDate(ctx context.Context, ev *event) error {
 			a.closeSocketOf(ev, websocket.ServiceRestart, "the class is no longer served")
 			return &failure{public: "unknown class " + strconv.Quote(c.name), cause: errDropped, status: 404}
 		}
-		if a.seq <= c.seq || faultSkipSeqCheck() {
+		stale := a.seq > c.seq && !faultSkipSeqCheck()
+		// A swap retired c's code before the event made an instance of it
+		// (it waited in the mailbox): it runs on the version served, as a
+		// stale event does, rather than fail.
+		gone := now != c && !(a.inst != nil && a.class.code == c.code) && c.code.retired()
+		if !stale && !gone {
 			break
 		}
 		if now.seq >= a.seq { // a newer version came: the event upgrades

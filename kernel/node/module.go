@@ -126,6 +126,14 @@ func (c *code) current() runtime.Module {
 	return c.module.Module
 }
 
+// retired reports whether no version serves c any more: an instance of it
+// can no longer be made.
+func (c *code) retired() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
 // instantiate makes an instance of the class's module and says which tier
 // of code it runs (runtime.Tiered).
 func (c *code) instantiate(ctx context.Context, cfg runtime.InstanceConfig) (runtime.Instance, runtime.Tier, error) {

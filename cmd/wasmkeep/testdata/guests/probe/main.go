@@ -133,6 +133,12 @@ func serve(w wasmkeep.ResponseWriter, r *wasmkeep.Request) {
 		ms, _ := strconv.Atoi(q.Get("ms"))
 		time.Sleep(time.Duration(ms) * time.Millisecond)
 		fmt.Fprint(w, "slept")
+	case "/sleep-exit":
+		// Sleeps ms, then exits: the event fails and its instance is gone,
+		// so the actor's next event needs a new one.
+		ms, _ := strconv.Atoi(q.Get("ms"))
+		time.Sleep(time.Duration(ms) * time.Millisecond)
+		os.Exit(3)
 	case "/value":
 		// Binds the body as text or blob and reads it back through SQLite:
 		// the bytes must come back exactly (NULs, invalid UTF-8, 16 MB).
