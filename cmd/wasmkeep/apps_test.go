@@ -44,12 +44,20 @@ func TestTwoAppsOneBucket(t *testing.T) {
 			t.Fatalf("POST %d: %+v, want %s from node %s\na:\n%s\nb:\n%s", i+1, r, want.body, want.node, a.logs, b.logs)
 		}
 	}
+	// An event's writes are shipped after its answer: wait for them.
 	for _, p := range []string{
 		"state/acme/a/owners/acme/counter/x", "state/acme/b/owners/acme/counter/x",
 		"state/acme/a/actors/acme/counter/x/wal", "state/acme/b/actors/acme/counter/x/wal",
 	} {
-		if _, err := os.Stat(filepath.Join(bucketDir, p)); err != nil {
-			t.Errorf("bucket: %v", err)
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			_, err := os.Stat(filepath.Join(bucketDir, p))
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("bucket: %v", err)
+				break
+			}
 		}
 	}
 	for _, p := range []string{filepath.Join(a.data, "state/acme/a/actors/acme/counter/x.db"), filepath.Join(b.data, "state/acme/b/actors/acme/counter/x.db")} {
