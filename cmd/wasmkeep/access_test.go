@@ -134,7 +134,7 @@ func TestAccessConfiguration(t *testing.T) {
 	bin := wasmkeepBinary(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "plugins.yaml")
-	busy, err := net.Listen("tcp", "127.0.0.1:0") // serve fails to listen, after loading the classes
+	busy, err := net.Listen("tcp", "127.0.0.1:0") // serve fails to listen for metrics, after loading the classes
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestAccessConfiguration(t *testing.T) {
 	run := func(yaml string, args ...string) string {
 		t.Helper()
 		os.WriteFile(cfg, []byte(yaml), 0o600)
-		args = append([]string{"serve", "--config", cfg, "--data-dir", dir, "--listen", busy.Addr().String(), "--actor", "probe=" + probe(t)}, args...)
+		args = append([]string{"serve", "--config", cfg, "--data-dir", dir, "--listen", "127.0.0.1:0", "--metrics-listen", busy.Addr().String(), "--actor", "probe=" + probe(t)}, args...)
 		cmd := exec.Command(bin, args...)
 		cmd.Env = withoutWasmkeepVars()
 		out, err := cmd.CombinedOutput()

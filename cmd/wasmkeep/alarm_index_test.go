@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -144,13 +143,7 @@ func TestAlarmIndexSurvivesAKillAfterTheCommit(t *testing.T) {
 	bin := wasmkeepBinary(t)
 	wasm := probe(t)
 	data := t.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	cmd := exec.Command(bin, "serve", "--data-dir", data, "--listen", addr, "--actor", "probe="+wasm, "--cpu-budget-ms", "60000")
+	cmd := exec.Command(bin, "serve", "--data-dir", data, "--listen", "127.0.0.1:0", "--actor", "probe="+wasm, "--cpu-budget-ms", "60000")
 	cmd.Env = withoutWasmkeepVars()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -160,15 +153,24 @@ func TestAlarmIndexSurvivesAKillAfterTheCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	committed := make(chan struct{}, 3)
+	committed, serving := make(chan struct{}, 3), make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			if addr := servingAddr(sc.Text()); addr != "" {
+				serving <- addr
+			}
 			if strings.Contains(sc.Text(), "alarm-set-spin: the alarm is committed") {
 				committed <- struct{}{}
 			}
 		}
 	}()
+	var addr string
+	select {
+	case addr = <-serving:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the node did not start serving")
+	}
 	get := func(path string) string {
 		var resp *http.Response
 		var err error

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -272,34 +274,33 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// serveBinary runs `bin serve --listen ADDR args...` on a free loopback
-// port with env (nil: this process's), waits until the node is ready and
-// returns its URL, the process (killed at cleanup if still running) and its
-// output.
+// serveBinary runs `bin serve --listen 127.0.0.1:0 args...` with env
+// (nil: this process's), waits until the node is ready and returns its URL
+// (the port it bound, read from its log), the process (killed at cleanup if
+// still running) and its output. The node picks its own port: one picked
+// here and freed before the node binds it may be taken meanwhile, by a
+// connection or by the node's own cluster listener.
 func serveBinary(t *testing.T, bin string, env []string, args ...string) (string, *exec.Cmd, *syncBuffer) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
 	logs := &syncBuffer{}
-	cmd := exec.Command(bin, append([]string{"serve", "--listen", addr}, args...)...)
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
 	cmd.Stdout, cmd.Stderr, cmd.Env = logs, logs, env
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill() })
-	url := "http://" + addr
 	// A start compiles the classes: on wasmtime, three nodes starting at
 	// once on a loaded 2-core machine took 15 s and more.
+	var err error
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		resp, err := http.Get(url + "/_wasmkeep/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return url, cmd, logs
+		if addr := boundAddr(args, cmd.Process.Pid, logs.String()); addr != "" {
+			url := "http://" + addr
+			var resp *http.Response
+			if resp, err = http.Get(url + "/_wasmkeep/ready"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					return url, cmd, logs
+				}
 			}
 		}
 		if time.Now().After(deadline) {
@@ -307,3 +308,34 @@ func serveBinary(t *testing.T, bin string, env []string, args ...string) (string
 		}
 	}
 }
+
+// boundAddr is the address the node serve started as pid with args
+// listens on: its log's line "serving", or, when the log level hides it,
+// its data directory's lock file, which names the process and the address
+// bound; "" until either says.
+func boundAddr(args []string, pid int, log string) string {
+	if addr := servingAddr(log); addr != "" {
+		return addr
+	}
+	if i := slices.Index(args, "--data-dir"); i >= 0 && i+1 < len(args) {
+		b, _ := os.ReadFile(filepath.Join(args[i+1], "wasmkeep.lock"))
+		if m := lockLine.FindStringSubmatch(string(b)); m != nil && m[1] == strconv.Itoa(pid) && !strings.HasSuffix(m[2], ":0") {
+			return m[2]
+		}
+	}
+	return ""
+}
+
+var lockLine = regexp.MustCompile(`^pid (\d+), started \S+, listening on (\S+)\n`)
+
+// servingAddr is the address a node's log says it serves on (its line
+// "serving", text or JSON), or "".
+func servingAddr(log string) string {
+	m := servingLine.FindStringSubmatch(log)
+	if m == nil {
+		return ""
+	}
+	return m[1] + m[2]
+}
+
+var servingLine = regexp.MustCompile(`msg=serving listen=(\S+)|"msg":"serving","listen":"([^"]+)"`)

@@ -94,9 +94,10 @@ func (c *clusterNode) close() {
 // joinCluster opens the chosen bucket, counted on the cluster's metrics,
 // and the cluster listener, and joins the cluster of the bucket's nodes:
 // the probe, the node-id start check, the lease, the cluster secret. lost
-// is called if the lease is lost later. Everything is closed when joining
+// is called if the lease is lost later; listenURL, the public listener's
+// URL, is what peers are given without --advertise. Everything is closed when joining
 // fails; otherwise the caller closes it (clusterNode.close).
-func joinCluster(ctx context.Context, cfg *config.Config, served app.Name, listen string, log *slog.Logger, lost func(error)) (_ *clusterNode, err error) {
+func joinCluster(ctx context.Context, cfg *config.Config, served app.Name, listenURL string, log *slog.Logger, lost func(error)) (_ *clusterNode, err error) {
 	c := cfg.Cluster
 	if c.NodeID == "" {
 		return nil, errors.New("cluster.bucket (--bucket) is set but cluster.node_id (--node-id) is not: give this node an id, unique among the bucket's nodes")
@@ -111,10 +112,7 @@ func joinCluster(ctx context.Context, cfg *config.Config, served app.Name, liste
 			cn.closeOpened()
 		}
 	}()
-	info := nodelease.Info{Version: readBuild().version, Advertise: c.Advertise}
-	if info.Advertise == "" {
-		info.Advertise = "http://" + listen
-	}
+	info := nodelease.Info{Version: readBuild().version, Advertise: cmp.Or(c.Advertise, listenURL)}
 	if c.ClusterListen != "" {
 		if cn.secure, cn.listener, info.ClusterAddr, err = clusterListener(ctx, cfg); err != nil {
 			return nil, err
@@ -262,4 +260,15 @@ func newInstance() string {
 		b[i] = digits[int(b[i])%len(digits)]
 	}
 	return string(b)
+}
+
+// boundURL is the default --advertise: http:// and the --listen address
+// with the port the listener bound (port 0 picks one).
+func boundURL(listen string, bound net.Addr) string {
+	host, _, err := net.SplitHostPort(listen)
+	_, port, perr := net.SplitHostPort(bound.String())
+	if err != nil || perr != nil {
+		return "http://" + listen
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }

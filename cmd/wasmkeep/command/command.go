@@ -359,14 +359,26 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 		return err
 	}
 	defer dirLock.release()
+	// The public listener is bound first, served last: --listen with port
+	// 0 takes a port nothing else holds (the cluster listener's own port 0
+	// cannot take it), and the URL peers are given names the port bound.
+	l, err := net.Listen("tcp", ns.Listen)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	if err := dirLock.note(l.Addr().String()); err != nil {
+		log.Warn("noting the listener in the data directory's lock file", "err", err)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	// With a bucket the node joins its cluster before it listens: a second
-	// process with this node id is refused here, having taken nothing.
+	// With a bucket the node joins its cluster before it serves: a second
+	// process with this node id is refused here, having taken nothing (its
+	// listener bound, nothing accepted).
 	var cn *clusterNode
 	lost := make(chan error, 1)
 	if cfg.Cluster.Bucket != "" {
-		cn, err = joinCluster(ctx, cfg, served, ns.Listen, log, func(err error) { lost <- err })
+		cn, err = joinCluster(ctx, cfg, served, boundURL(ns.Listen, l.Addr()), log, func(err error) { lost <- err })
 		if err != nil {
 			return err
 		}
@@ -439,14 +451,6 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 		follow, stopFollowing = context.WithCancel(ctx)
 		defer stopFollowing()
 		go fol.run(follow, n)
-	}
-	l, err := net.Listen("tcp", ns.Listen)
-	if err != nil {
-		n.Close()
-		return err
-	}
-	if err := dirLock.note(l.Addr().String()); err != nil {
-		log.Warn("noting the listener in the data directory's lock file", "err", err)
 	}
 	// Past the cap a connection waits in the kernel's backlog (the book),
 	// not refused: it is served once another closes.
