@@ -214,6 +214,13 @@ func (s *server) awaitFirstResponse(ready string, r Request, start time.Time) (t
 			if succeeded(resp) {
 				return time.Since(start), nil
 			}
+			// A node that cannot take the actor yet says so (a lease or an
+			// ownership write slower than its attempt on a loaded machine):
+			// the first response is the first that is not such a 503.
+			if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "" {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
 			return 0, fmt.Errorf("first request to the server, %s %s: %s: %s%s",
 				req.Method, req.URL.Path, resp.Status, strings.TrimSpace(string(body)), s.logTail())
 		}

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/wasmkeep/wasmkeep/bench/internal/benchtest"
 )
 
 // counterGuest builds examples/counter once per test binary.
@@ -74,7 +72,6 @@ func TestWakeAndSplit(t *testing.T) {
 // after 3,000 requests the counter has 4.3 MiB of linear memory; at Go's
 // default target (GOGC=100) it has 7.3 MiB.
 func TestSDKKeepsTheHeapSmall(t *testing.T) {
-	benchtest.RaiseCPUBudget(t)
 	guest, err := counterGuest()
 	if err != nil {
 		t.Fatal(err)

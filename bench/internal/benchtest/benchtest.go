@@ -13,22 +13,22 @@ import (
 
 // Build builds the standard wasmkeep binary and the counter guest from this
 // module into a temporary directory and returns their paths. The servers the
-// test starts run with RaiseCPUBudget's budget.
+// test starts run with raiseCPUBudget's budget.
 func Build(t testing.TB) (wasmkeep, guest string) {
 	t.Helper()
-	RaiseCPUBudget(t)
+	raiseCPUBudget(t)
 	dir := t.TempDir()
 	wasmkeep = filepath.Join(dir, "wasmkeep")
 	goBuild(t, nil, "-o", wasmkeep, "github.com/wasmkeep/wasmkeep/cmd/wasmkeep")
 	return wasmkeep, BuildGuest(t, "examples/counter")
 }
 
-// RaiseCPUBudget sets a 1 s guest CPU budget for the servers the test
+// raiseCPUBudget sets a 1 s guest CPU budget for the servers the test
 // starts: a Go actor's first events fault in pages of its memory image,
 // charged to the guest at 12-19 µs a page on this machine class and more
 // under the suite's load, past the default 50 ms at times (issue 30). What a
 // bench measures is not the budget.
-func RaiseCPUBudget(t testing.TB) {
+func raiseCPUBudget(t testing.TB) {
 	t.Setenv("WASMKEEP_NODE__CPU_BUDGET_MS", "1000")
 }
 
