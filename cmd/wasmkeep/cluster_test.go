@@ -139,13 +139,18 @@ func TestBucketCommands(t *testing.T) {
 }
 
 // metricsAddr is the address a node's log says its metrics listener bound.
+// A node may answer ready just before it logs its listeners.
 func metricsAddr(t *testing.T, logs *syncBuffer) string {
 	t.Helper()
-	m := regexp.MustCompile(`msg=metrics listen=(\S+)`).FindStringSubmatch(logs.String())
-	if m == nil {
-		t.Fatalf("no metrics listener in the log:\n%s", logs)
+	line := regexp.MustCompile(`msg=metrics listen=(\S+)`)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if m := line.FindStringSubmatch(logs.String()); m != nil {
+			return m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no metrics listener in the log:\n%s", logs)
+		}
 	}
-	return m[1]
 }
 
 // metricValue reads one series from a Prometheus page (-1 if absent).
