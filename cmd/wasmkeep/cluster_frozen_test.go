@@ -235,7 +235,7 @@ func TestFrozenHolderAnswersNothingStale(t *testing.T) {
 	}
 	t.Logf("%d reads of x sent after the acknowledgement (%d before): %v", len(outcomes)-before, before, counts)
 	if len(stale) > 0 {
-		t.Fatalf("%d answers missed the acknowledged INSERT %s: %s\n%s", len(stale), v, few(stale), c.logs())
+		t.Fatalf("%d answers missed the acknowledged INSERT %s: %s\n%s\n%s", len(stale), v, few(stale), c.lines("probe/x", "lease", "fence", "took"), c.logs())
 	}
 	if fresh == 0 {
 		t.Fatalf("no read answered 200 with %s: the check saw nothing\n%s", v, c.logs())

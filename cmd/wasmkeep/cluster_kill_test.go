@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -299,6 +300,21 @@ func (c *killCluster) startAll(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
+}
+
+// lines is each node's log lines that name any of words, first: what a
+// failure is about, before whole logs a CI report may cut.
+func (c *killCluster) lines(words ...string) string {
+	var b strings.Builder
+	for _, n := range c.nodes {
+		fmt.Fprintf(&b, "node %s, lines naming %q:\n", n.id(), words)
+		for line := range strings.SplitSeq(n.logs.String(), "\n") {
+			if slices.ContainsFunc(words, func(w string) bool { return strings.Contains(line, w) }) {
+				fmt.Fprintf(&b, "  %s\n", line)
+			}
+		}
+	}
+	return b.String()
 }
 
 func (c *killCluster) logs() string {
