@@ -118,7 +118,12 @@ type Stale struct {
 	// Named is what the database records (alarm_indexed), read after the
 	// committed alarm was listed: the one entry the replicated state names.
 	Named Indexed
-	Gen   uint64 // the caller's hold's generation
+	// Replicated: the state that names Named is in the bucket (every write
+	// of the caller's up to it acknowledged), so Named is what the next
+	// owner would restore. An owner's unacknowledged event may name an
+	// entry elsewhere while the bucket's state still names one at At.
+	Replicated bool
+	Gen        uint64 // the caller's hold's generation
 	// Fenced: the caller has uploaded something of its own under this hold
 	// (an event's segment, a snapshot, or the one-line owner_fence change),
 	// so its state ends the history and no earlier owner's upload landing
@@ -137,6 +142,9 @@ var (
 	// uploads the owner_fence change (at most once per hold) and calls
 	// RemoveStale again with Fenced.
 	ErrNotFenced = errors.New("alarmindex: stale entries are removed only after the hold's first upload (owner_fence)")
+	// ErrNotReplicated: the caller's state is not yet in the bucket; it
+	// removes stale entries once its event is replicated.
+	ErrNotReplicated = errors.New("alarmindex: stale entries are removed only once the state naming the alarm's entry is replicated")
 	// ErrBucketHadNothing: the bucket had nothing for the actor and the
 	// caller uploaded nothing since; it neither removes nor fences, retries
 	// the entry after the longest backoff (5 min) and releases the actor
@@ -154,8 +162,9 @@ type Removal struct {
 
 // RemoveStale removes the actor's entries at s.At that the database does
 // not name (R2), none above the caller's generation (R3), and only when
-// the caller may: fenced (else ErrNotFenced, or ErrBucketHadNothing when
-// the bucket had nothing for the actor). It costs one listing of the
+// the caller may: replicated (else ErrNotReplicated) and fenced (else
+// ErrNotFenced, or ErrBucketHadNothing when the bucket had nothing for the
+// actor). It costs one listing of the
 // actor's entries at that time. The caller calls it for a delivered time
 // that does not match the committed alarm, after that alarm is listed and
 // recorded, and also for an actor with no state (s.Named none: deleted
@@ -164,6 +173,8 @@ type Removal struct {
 func RemoveStale(ctx context.Context, b bucket.Bucket, s Stale) (Removal, error) {
 	var r Removal
 	switch {
+	case !s.Replicated:
+		return r, ErrNotReplicated
 	case s.Fenced:
 	case s.BucketHadNothing:
 		return r, ErrBucketHadNothing

@@ -196,7 +196,11 @@ func TestRemoveReplaced(t *testing.T) {
 func TestRemoveStaleNeedsAFence(t *testing.T) {
 	b, n := view(), counter()
 	stale := list(t, b, alice, 1000, 1, n)
-	s := Stale{Actor: alice, At: 1000, Gen: 2}
+	s := Stale{Actor: alice, At: 1000, Gen: 2, Fenced: true}
+	if _, err := RemoveStale(ctx, b, s); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("not replicated: %v", err)
+	}
+	s.Replicated, s.Fenced = true, false
 	if _, err := RemoveStale(ctx, b, s); !errors.Is(err, ErrNotFenced) {
 		t.Fatalf("unfenced: %v", err)
 	}
@@ -230,7 +234,7 @@ func TestRemoveStaleSparesTheNamedAndTheNewer(t *testing.T) {
 	if _, err := b.Put(ctx, stray, strings.NewReader(""), 0, bucket.Condition{}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := RemoveStale(ctx, b, Stale{Actor: alice, At: 1000, Named: named.Indexed(), Gen: 4, Fenced: true})
+	r, err := RemoveStale(ctx, b, Stale{Actor: alice, At: 1000, Named: named.Indexed(), Gen: 4, Fenced: true, Replicated: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +249,7 @@ func TestRemoveStaleSparesTheNamedAndTheNewer(t *testing.T) {
 	}
 	// An actor with no state names nothing: everything at the time of its
 	// generation or below goes.
-	r, err = RemoveStale(ctx, b, Stale{Actor: alice, At: 1000, Gen: 9, Fenced: true})
+	r, err = RemoveStale(ctx, b, Stale{Actor: alice, At: 1000, Gen: 9, Fenced: true, Replicated: true})
 	if err != nil || len(r.Removed) != 2 || len(r.Spared) != 0 {
 		t.Fatalf("no state: %+v, %v", r, err)
 	}
@@ -362,7 +366,7 @@ func TestR3ANewerOwnersEntrySurvivesAStaleCleanup(t *testing.T) {
 					}
 				}
 			}
-			r, err := RemoveStale(ctx, l, Stale{Actor: alice, At: 1000, Named: aNamed.Indexed(), Gen: 1, Fenced: true})
+			r, err := RemoveStale(ctx, l, Stale{Actor: alice, At: 1000, Named: aNamed.Indexed(), Gen: 1, Fenced: true, Replicated: true})
 			if when == "before the listing" {
 				if err != nil || !slices.Equal(r.Newer, []Key{bEntry}) || !slices.Equal(r.Removed, []Key{old}) {
 					t.Fatalf("removal %+v, %v", r, err)
