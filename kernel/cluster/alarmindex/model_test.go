@@ -230,8 +230,8 @@ func (m *model) violated() error {
 	return nil
 }
 
-// run plays steps seeded by seed and returns the first violation.
-func runModel(v variant, seed uint64, steps int) (error, []string) {
+// runModel plays steps seeded by seed and returns the first violation.
+func runModel(v variant, seed uint64, steps int) ([]string, error) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	m := &model{v: v, rng: rng, b: &randomLate{Bucket: view(), rng: rng}, n: NonceFunc(rng.Uint64), gen: 1}
 	m.cur = &modelOwner{gen: 1, acked: true}
@@ -253,15 +253,15 @@ func runModel(v variant, seed uint64, steps int) (error, []string) {
 			m.b.landOne()
 		}
 		if err := m.violated(); err != nil {
-			return err, m.log
+			return m.log, err
 		}
 	}
-	return nil, m.log
+	return m.log, nil
 }
 
 func TestModelTheRulesKeepTheNamedEntry(t *testing.T) {
 	for seed := range uint64(300) {
-		if err, log := runModel(safe, seed, 300); err != nil {
+		if log, err := runModel(safe, seed, 300); err != nil {
 			t.Fatalf("seed %d: %v\n%s", seed, err, strings.Join(log[max(0, len(log)-20):], "\n"))
 		}
 	}
@@ -271,7 +271,7 @@ func TestModelCatchesEachUnsafeVariant(t *testing.T) {
 	for _, v := range []variant{untagged, noGenCheck, noFence, notReplicated} {
 		t.Run(v.String(), func(t *testing.T) {
 			for seed := range uint64(2000) {
-				if err, _ := runModel(v, seed, 300); err != nil {
+				if _, err := runModel(v, seed, 300); err != nil {
 					t.Logf("caught at seed %d: %v", seed, err)
 					return
 				}

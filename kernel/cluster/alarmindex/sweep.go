@@ -107,6 +107,8 @@ type Sweep struct {
 	// Busy reports an actor whose alarm this node already has in flight or
 	// retrying: its entries do not count. nil: none.
 	Busy func(Key) bool
+	// Rand starts the rotation over anyone's entries; required. Each node
+	// seeds its own, so nodes start at different entries.
 	Rand Rand
 	Max  int // deliveries; 0: MaxDeliver
 }
