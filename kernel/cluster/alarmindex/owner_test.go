@@ -85,6 +85,12 @@ func TestListWritesAFreshKeyEachTime(t *testing.T) {
 	if body := readAll(t, b, k1.String()); body != "" {
 		t.Fatalf("an entry holding %q, want nothing", body)
 	}
+	// The view puts the index under the app's state root.
+	root := buckettest.NewMemory(buckettest.Flaws{})
+	k := list(t, bucket.Under(root, "state/acme/shop/"), alice, 5000, 3, n)
+	if _, err := root.Get(ctx, "state/acme/shop/"+k.String(), bucket.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // R1: a nonce drawn again never writes over an entry: List draws another,
