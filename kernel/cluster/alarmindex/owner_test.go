@@ -88,9 +88,11 @@ func TestListWritesAFreshKeyEachTime(t *testing.T) {
 	// The view puts the index under the app's state root.
 	root := buckettest.NewMemory(buckettest.Flaws{})
 	k := list(t, bucket.Under(root, "state/acme/shop/"), alice, 5000, 3, n)
-	if _, err := root.Get(ctx, "state/acme/shop/"+k.String(), bucket.GetOptions{}); err != nil {
+	obj, err := root.Get(ctx, "state/acme/shop/"+k.String(), bucket.GetOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
+	obj.Body.Close()
 }
 
 // R1: a nonce drawn again never writes over an entry: List draws another,
