@@ -26,7 +26,8 @@ func actorListings(bucketName string) func(*http.Request) bool {
 // node that never had it, and through another node while that one holds
 // it (book ADR 0010); an unknown name answers 404 through any node and
 // leaves nothing in the bucket; a listing the bucket does not answer is a
-// 503 to retry, neither a 404 nor a new actor. (Planted bugs, each
+// 503 to retry, neither a 404 nor a new actor; a deleted actor still
+// exists, its reset being history. (Planted bugs, each
 // caught: existence decided from the disk alone answers child 404 through
 // b; a listing that fails counted as no answers ghost 404.)
 func TestExistingActorOnlyInTheBucket(t *testing.T) {
@@ -80,6 +81,16 @@ func TestExistingActorOnlyInTheBucket(t *testing.T) {
 	}
 	relay.Release()
 	want(b, "/actor/probe/ghost/tokens", 404, "", "")
+
+	// Deleted, child still exists in a cluster (book ADR 0010, 0028): its
+	// reset is history like any other, so even the node that deleted it
+	// wakes it empty for an outside request.
+	if r := ask(t, "POST", a.url+"/actor/probe/child/delete?durable=1"); r.code != 200 || r.node != "b" {
+		t.Fatalf("deleting child through a: %+v\n%s", r, b.logs)
+	}
+	if r := ask(t, "GET", b.url+"/actor/probe/child/tokens"); r.code != 200 || r.body != "" {
+		t.Fatalf("a deleted child through b: %+v, want it woken empty\n%s", r, b.logs)
+	}
 
 	// Nothing of the unknown names in the bucket: no history, no record.
 	bk, err := s3bucket.New(srv.Config(name))
