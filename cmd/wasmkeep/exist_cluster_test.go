@@ -1,43 +1,48 @@
 package main
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	s3bucket "github.com/wasmkeep/wasmkeep/plugins/bucket-s3"
 )
 
-// actorListings picks the listings of actors' histories in a bucket
-// (path-style: GET /BUCKET?list-type=2&prefix=state/default/default/actors/...).
-func actorListings(bucketName string) func(*http.Request) bool {
+// actorListings picks the listings of actors' histories in a bucket under
+// a key prefix (path-style: GET /BUCKET?list-type=2&prefix=PREFIX/state/default/default/actors/...).
+func actorListings(bucketName, prefix string) func(*http.Request) bool {
 	return func(req *http.Request) bool {
 		q := req.URL.Query()
 		return req.Method == "GET" && req.URL.Path == "/"+bucketName && q.Get("list-type") == "2" &&
-			strings.HasPrefix(q.Get("prefix"), app.Default.StateRoot()+"actors/")
+			strings.HasPrefix(q.Get("prefix"), prefix+app.Default.StateRoot()+"actors/")
 	}
 }
 
 // An actor of an existing class whose history is only in the bucket (its
 // node stopped, no node holds it, no disk has it) is reached through a
 // node that never had it, and through another node while that one holds
-// it (book ADR 0010); an unknown name answers 404 through any node and
-// leaves nothing in the bucket; a listing the bucket does not answer is a
-// 503 to retry, neither a 404 nor a new actor; a deleted actor still
-// exists, its reset being history. (Planted bugs, each
-// caught: existence decided from the disk alone answers child 404 through
-// b; a listing that fails counted as no answers ghost 404.)
+// it (book ADR 0010). An unknown name answers 404 through any node and
+// leaves nothing in the bucket, over HTTP and WebSocket, an escaped one
+// too, under a key prefix. A listing the bucket does not answer is a 503
+// to retry, neither a 404 nor a new actor. A deleted actor still exists,
+// its reset being history. (Planted bugs, each caught: existence decided
+// from the disk alone answers child 404 through b; a listing that fails
+// counted as no answers ghost 404.)
 func TestExistingActorOnlyInTheBucket(t *testing.T) {
 	t.Parallel()
 	srv := startS3(t)
 	name := srv.NewBucket(t)
 	relay := startRelay(t, srv.Endpoint)
 	rule := []string{"--access", "probe=existing:main"}
-	a := newPeerNode(t, "s3://"+name, srv.Environ(), "a")
-	b := newPeerNode(t, "s3://"+name, append(srv.Environ(), "AWS_ENDPOINT="+relay.URL), "b")
+	a := newPeerNode(t, "s3://"+name+"/pre", srv.Environ(), "a")
+	b := newPeerNode(t, "s3://"+name+"/pre", append(srv.Environ(), "AWS_ENDPOINT="+relay.URL), "b")
 	for _, n := range []*bucketNode{a, b} {
 		n.args = append(rule, n.args...) // the node id stays last
 	}
@@ -63,13 +68,22 @@ func TestExistingActorOnlyInTheBucket(t *testing.T) {
 	b.start()
 	want(b, "/actor/probe/child/tokens", 200, "kept", "b")
 	want(b, "/actor/probe/nobody/tokens", 404, "", "")
+	want(b, "/actor/probe/room%201/tokens", 404, "", "")
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if c, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(b.url, "http")+"/actor/probe/nobody/ws", nil); err == nil || resp == nil || resp.StatusCode != 404 {
+		if c != nil {
+			c.CloseNow()
+		}
+		t.Fatalf("a WebSocket to an unknown name through b: %v %v, want 404", resp, err)
+	}
 	// a again, with child's database on its disk: the holder, b, answers.
 	a.start()
 	want(a, "/actor/probe/child/tokens", 200, "kept", "b")
 	want(a, "/actor/probe/ghost/tokens", 404, "", "")
 
 	// A listing held by the bucket: b gives it up after ReadSilence (5 s).
-	relay.Hold(actorListings(name))
+	relay.Hold(actorListings(name, "pre/"))
 	resp, err := http.Get(b.url + "/actor/probe/ghost/tokens")
 	if err != nil {
 		t.Fatal(err)
@@ -104,10 +118,10 @@ func TestExistingActorOnlyInTheBucket(t *testing.T) {
 	}
 	var child bool
 	for _, e := range keys {
-		if strings.Contains(e.Key, "/nobody") || strings.Contains(e.Key, "/ghost") {
+		if strings.Contains(e.Key, "/nobody") || strings.Contains(e.Key, "/ghost") || strings.Contains(e.Key, "/room") {
 			t.Errorf("an unknown name left %s in the bucket", e.Key)
 		}
-		child = child || strings.Contains(e.Key, "actors/default/probe/child/")
+		child = child || strings.HasPrefix(e.Key, "pre/"+app.Default.StateRoot()+"actors/default/probe/child/")
 	}
 	if !child {
 		t.Fatalf("no history of child among the bucket's keys: %d listed", len(keys))
