@@ -115,7 +115,7 @@ func TestConformanceBucketPassesAndFails(t *testing.T) {
 		}
 	}
 	// --quick describes its own sizes, not the defaults (issue 12).
-	for _, want := range []string{"17 rules: 17 passed, 0 failed\n2 capabilities: 2 present\n", "whole and ranged (4 MiB)\n",
+	for _, want := range []string{"18 rules: 18 passed, 0 failed\n2 capabilities: 2 present\n", "whole and ranged (4 MiB)\n",
 		"(300 keys)\n", "every round (4 writers, 3 rounds)\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q:\n%s", want, out)
@@ -139,7 +139,7 @@ func TestConformanceBucketPassesAndFails(t *testing.T) {
 		"(WasmKeep does not need it: the kernel never relies on the order of keys that first differ at a /)",
 		"passed  ListPages ",
 		"whole and ranged (1000 bytes)\n",
-		"17 rules: 17 passed, 0 failed\n2 capabilities: 0 present, lacking ConditionalDelete and ListByteOrder, which WasmKeep does not need\n",
+		"18 rules: 18 passed, 0 failed\n2 capabilities: 0 present, lacking ConditionalDelete and ListByteOrder, which WasmKeep does not need\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q:\n%s", want, out)
@@ -157,8 +157,8 @@ func TestConformanceBucketPassesAndFails(t *testing.T) {
 		"round 0: 3 of 3 writers",
 		"passed  ListPages ",
 		"lacks   ConditionalDelete ",
-		"17 rules: 8 passed, 9 failed\n2 capabilities: 1 present, lacking ConditionalDelete, which WasmKeep does not need\n",
-		"wasmkeep: bucket plugin memory failed 9 of 17 conformance rules",
+		"18 rules: 9 passed, 9 failed\n2 capabilities: 1 present, lacking ConditionalDelete, which WasmKeep does not need\n",
+		"wasmkeep: bucket plugin memory failed 9 of 18 conformance rules",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q:\n%s", want, out)
@@ -202,7 +202,7 @@ func TestConformanceBucketStandard(t *testing.T) {
 		cmd := exec.Command(bin, "conformance", "bucket", "--quick")
 		cmd.Env = append(withoutWasmkeepVars(), "WASMKEEP_BUCKET__FS__DIR="+dir)
 		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "bucket plugin fs (bucket/v1)") || !strings.Contains(string(out), "17 rules: 17 passed, 0 failed") {
+		if err != nil || !strings.Contains(string(out), "bucket plugin fs (bucket/v1)") || !strings.Contains(string(out), "18 rules: 18 passed, 0 failed") {
 			t.Fatalf("the fs bucket: %v\n%s", err, out)
 		}
 		b, err := fsbucket.Open(dir)
@@ -224,14 +224,14 @@ func TestConformanceBucketStandard(t *testing.T) {
 		cmd.Env = append(append(withoutWasmkeepVars(), srv.Environ()...),
 			"WASMKEEP_BUCKET__USE=s3", "WASMKEEP_BUCKET__S3__BUCKET="+srv.NewBucket(t))
 		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "bucket plugin s3 (bucket/v1)") || !strings.Contains(string(out), "17 rules: 17 passed, 0 failed") {
+		if err != nil || !strings.Contains(string(out), "bucket plugin s3 (bucket/v1)") || !strings.Contains(string(out), "18 rules: 18 passed, 0 failed") {
 			t.Errorf("VersityGW: %v\n%s", err, out)
 		}
 	})
 
 	// A bucket that does not exist, and an endpoint where nothing listens:
 	// the cause is said once and no rule runs (issue 12: a missing bucket
-	// printed the same failure for each of the 17 rules).
+	// printed the same failure for each of the 18 rules).
 	t.Run("S3Unusable", func(t *testing.T) {
 		srv := s3test.Start(t)
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -251,7 +251,7 @@ func TestConformanceBucketStandard(t *testing.T) {
 				out, err := cmd.CombinedOutput()
 				if exitCode(err) != 1 || strings.Count(string(out), c.says) != 1 || regexp.MustCompile(`(?m)^(passed|FAILED) `).Match(out) ||
 					!strings.Contains(string(out), "the bucket cannot be used, so no further rule was run: List buckettest/") ||
-					!strings.Contains(string(out), "(after 0 of 19 checks)") {
+					!strings.Contains(string(out), "(after 0 of 20 checks)") {
 					t.Errorf("%v, want exit status 1, %q said once and no rule run:\n%s", err, c.says, out)
 				}
 			})
@@ -267,7 +267,7 @@ func TestConformanceBucketStandard(t *testing.T) {
 		}
 		yaml := "bucket:\n  use: process\n  process:\n    path: " + provider + "\n    settings: {dir: " + t.TempDir() + "}\n"
 		out, err := runConformance(t, bin, yaml, "--quick")
-		if err != nil || !strings.Contains(out, "bucket plugin process (bucket/v1)") || !strings.Contains(out, "17 rules: 17 passed, 0 failed") {
+		if err != nil || !strings.Contains(out, "bucket plugin process (bucket/v1)") || !strings.Contains(out, "18 rules: 18 passed, 0 failed") {
 			t.Errorf("the fs bucket out of process: %v\n%s", err, out)
 		}
 	})

@@ -38,6 +38,7 @@ func TestFlawsCaught(t *testing.T) {
 		{"LikeMinIO", Flaws{IgnoreDeleteIfVersion: true, ListByDirectory: true}, nil, []string{"ConditionalDelete", "ListByteOrder"}},
 		{"StartAfterInByteOrder", Flaws{ListByDirectory: true, StartAfterInByteOrder: true}, []string{"ListPages"}, []string{"ListByteOrder"}},
 		{"RefuseDeleteIfVersion", Flaws{RefuseDeleteIfVersion: true}, nil, []string{"ConditionalDelete"}},
+		{"TornGets", Flaws{TornGets: true}, []string{"GetDuringReplace"}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			results, err := Check(t.Context(), NewMemory(c.flaws), Options{Quick: true}, nil)

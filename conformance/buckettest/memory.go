@@ -23,6 +23,7 @@ type Memory struct {
 	mu    sync.Mutex
 	objs  map[string]memObject
 	seq   uint64
+	gets  uint64 // Gets of torn objects (TornGets)
 }
 
 // Flaws make a Memory bucket break the contract on purpose.
@@ -37,6 +38,10 @@ type Flaws struct {
 	ListByDirectory       bool // List walks directories, each in name order: d/x before d-/x
 	// Flaws the contract does not allow:
 	IgnoreIfAbsent bool // a Put with IfAbsent overwrites an existing object (s3rver)
+	// Every other Get of an object replaced tornAfter times or more reads
+	// the body before the last replace with the version after it
+	// (VersityGW's posix --sidecar during a replace).
+	TornGets bool
 	// With ListByDirectory, StartAfter is counted in byte order, so a page
 	// going on from the last key skips keys (MinIO's StartAfter, which
 	// bucket-s3 avoids by paging with continuation tokens).
@@ -44,10 +49,16 @@ type Flaws struct {
 }
 
 type memObject struct {
-	data    []byte
-	version bucket.Version
-	mod     time.Time
+	data     []byte
+	version  bucket.Version
+	mod      time.Time
+	prev     []byte // the body before the last replace (TornGets)
+	replaces int
 }
+
+// tornAfter is how many replaces an object takes before TornGets tears
+// its Gets: more than any rule but GetDuringReplace makes.
+const tornAfter = 50
 
 var _ bucket.Bucket = (*Memory)(nil)
 
@@ -71,6 +82,11 @@ func (m *Memory) Get(ctx context.Context, key string, opts bucket.GetOptions) (*
 	}
 	m.mu.Lock()
 	o, ok := m.objs[key]
+	if m.flaws.TornGets && o.replaces >= tornAfter {
+		if m.gets++; m.gets%2 == 0 {
+			o.data = o.prev
+		}
+	}
 	m.mu.Unlock()
 	if !ok {
 		return nil, fmt.Errorf("%s: %w", key, bucket.ErrNotFound)
@@ -111,7 +127,12 @@ func (m *Memory) Put(ctx context.Context, key string, body io.Reader, size int64
 	}
 	m.seq++
 	v := bucket.Version(fmt.Sprintf("v%d", m.seq))
-	m.objs[key] = memObject{data: data, version: v, mod: time.Now()}
+	old, replaced := m.objs[key]
+	next := memObject{data: data, version: v, mod: time.Now()}
+	if replaced {
+		next.prev, next.replaces = old.data, old.replaces+1
+	}
+	m.objs[key] = next
 	if err != nil {
 		return "", err
 	}

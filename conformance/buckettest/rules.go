@@ -2,6 +2,7 @@ package buckettest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,6 +33,7 @@ var rules = []Rule{
 	{Name: "BodySize", Summary: "a body shorter or longer than its declared size writes nothing", check: bodySize},
 	{Name: "RaceCreate", Summary: "writers racing to create one key: exactly one wins, every round", check: raceCreate, sizes: raceSizes},
 	{Name: "RaceReplace", Summary: "writers racing to replace one version: exactly one wins, every round", check: raceReplace, sizes: raceSizes},
+	{Name: "GetDuringReplace", Summary: "Gets racing replaces each read one write whole: never a later write's version with an earlier write's body", check: getDuringReplace, sizes: replaceReadSizes},
 	{Name: "Probe", Summary: "the start-time probe (bucket.Probe) passes", check: probe},
 
 	// Capabilities: reported, not required (package bucket: what the
@@ -45,6 +47,14 @@ var rules = []Rule{
 func listSizes(o Options) string  { return fmt.Sprintf("%d keys", o.ListKeys) }
 func largeSizes(o Options) string { return byteSize(o.LargeSize) }
 func raceSizes(o Options) string  { return fmt.Sprintf("%d writers, %d rounds", o.Writers, o.Rounds) }
+func replaceReadSizes(o Options) string {
+	return fmt.Sprintf("%d replaces, %d readers", replaces(o), replaceReaders)
+}
+
+// replaces is how many times GetDuringReplace replaces its object.
+func replaces(o Options) int { return 100 + 20*o.Rounds }
+
+const replaceReaders = 3
 
 // byteSize names n in the largest binary unit that divides it.
 func byteSize(n int64) string {
@@ -764,6 +774,96 @@ func raceReplace(e *env) error {
 		if v, err = e.race(round, k, at(v)); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// getDuringReplace replaces one object again and again, each write
+// conditioned on the last, while readers Get it. A read that pairs an
+// earlier write's body with a later write's version would let its reader
+// replace, at that version, what it never read: two nodes then each win
+// one ownership record (VersityGW's posix --sidecar stored the new ETag
+// before the new body, and Gets read the two unlocked). The version a Get
+// gives for each write is learned by the writer's own Get after it, while
+// only readers run; the readers' pairs are judged against those at the end.
+func getDuringReplace(e *env) error {
+	k := e.key("object")
+	v, err := e.put(k, []byte("write 0"), create)
+	if err != nil {
+		return err
+	}
+	type read struct {
+		write   int
+		version bucket.Version
+	}
+	var (
+		mu      sync.Mutex
+		reads   []read
+		readErr error
+		wg      sync.WaitGroup
+		done    = make(chan struct{})
+	)
+	for range replaceReaders {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				data, obj, err := e.get(k, bucket.GetOptions{})
+				var w int
+				if err == nil {
+					if _, serr := fmt.Sscanf(string(data), "write %d", &w); serr != nil {
+						err = fmt.Errorf("Get %s read %s, which no Put wrote", k, quote(data))
+					}
+				}
+				mu.Lock()
+				if err != nil {
+					readErr = cmp.Or(readErr, err)
+				} else {
+					reads = append(reads, read{w, obj.Version})
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	writeOf := map[bucket.Version]int{} // a Get's version of each write
+	err = func() error {
+		for w := 1; w <= replaces(e.opts); w++ {
+			if v, err = e.put(k, fmt.Appendf(nil, "write %d", w), at(v)); err != nil {
+				return err
+			}
+			data, obj, err := e.get(k, bucket.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if string(data) != fmt.Sprintf("write %d", w) {
+				return fmt.Errorf("Get %s after write %d read %s", k, w, quote(data))
+			}
+			writeOf[obj.Version] = w
+		}
+		return nil
+	}()
+	close(done)
+	wg.Wait()
+	if err = cmp.Or(err, readErr); err != nil {
+		return err
+	}
+	torn := 0
+	var first string
+	for _, r := range reads {
+		if w, ok := writeOf[r.version]; ok && w > r.write {
+			if torn++; torn == 1 {
+				first = fmt.Sprintf("write %d's body with write %d's version %s", r.write, w, r.version)
+			}
+		}
+	}
+	if torn > 0 {
+		return fmt.Errorf("%d of %d Gets racing %d replaces read an earlier write's body with a later write's version, first %s", torn, len(reads), replaces(e.opts), first)
 	}
 	return nil
 }

@@ -31,9 +31,12 @@ const API = "bucket/v1"
 
 // Bucket is what a bucket plugin's New returns. It is safe for concurrent use.
 type Bucket interface {
-	// Get reads an object, whole or a byte range of it, with its version.
-	// A missing key is ErrNotFound; a range that does not start inside the
-	// object is ErrRange.
+	// Get reads an object, whole or a byte range of it, with its version:
+	// the body and the version of one write, also while another replaces
+	// it (a later write's version with an earlier body would let the
+	// reader replace, at that version, what it never read). A missing key
+	// is ErrNotFound; a range that does not start inside the object is
+	// ErrRange.
 	Get(ctx context.Context, key string, opts GetOptions) (*Object, error)
 	// Put writes size bytes of body under a condition and returns the new
 	// version; body is read once, as a stream. A condition that does not

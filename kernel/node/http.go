@@ -116,15 +116,7 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		n.refuse(w, err)
 		return
 	}
-	// Every request here comes from outside; refused ones create nothing.
-	switch {
-	case c.access.Mode == access.Internal:
-		n.metrics.Refused(metrics.RefusedAccess)
-		http.Error(w, "class "+strconv.Quote(route.Class)+" is internal: outside requests are refused", http.StatusForbidden)
-		return
-	case !c.access.AllowsCreate(route.Name) && !n.exists(c, route.Name):
-		n.metrics.Refused(metrics.RefusedAccess)
-		http.Error(w, "unknown actor "+strconv.Quote(route.Name), http.StatusNotFound)
+	if !n.allowed(w, r, c, route) {
 		return
 	}
 	if websocket.IsUpgrade(r) {
@@ -153,6 +145,36 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case <-r.Context().Done():
 		// The client left; a queued event will not run, a started one ends on its own.
 	}
+}
+
+// allowed applies the class's access rule to an outside request placed
+// here, this node's or the holder's (a forwarded request is checked again
+// where it runs), or answers it: 403 for an internal class, 404 for a name
+// an existing class does not let it create and that does not exist, 503
+// with Retry-After when whether it exists cannot be told now. A refused
+// request creates nothing.
+func (n *Node) allowed(w http.ResponseWriter, r *http.Request, c *class, route address.Route) bool {
+	if c.access.Mode == access.Internal {
+		n.metrics.Refused(metrics.RefusedAccess)
+		http.Error(w, "class "+strconv.Quote(route.Class)+" is internal: outside requests are refused", http.StatusForbidden)
+		return false
+	}
+	if c.access.AllowsCreate(route.Name) {
+		return true
+	}
+	found, err := n.exists(r.Context(), c, route.Name)
+	switch {
+	case err != nil && r.Context().Err() != nil: // the client left
+	case err != nil:
+		n.metrics.Refused(metrics.RefusedUnavailable)
+		n.log.Warn("whether the actor exists could not be checked in the bucket", "actor", n.actorKey(c, route.Name), "err", err)
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "whether the actor exists cannot be checked now, retry", http.StatusServiceUnavailable)
+	case !found:
+		n.metrics.Refused(metrics.RefusedAccess)
+		http.Error(w, "unknown actor "+strconv.Quote(route.Name), http.StatusNotFound)
+	}
+	return err == nil && found
 }
 
 // bodyDeadline gives r's body Options.BodyTimeout to arrive, on whichever

@@ -500,17 +500,27 @@ func (n *Node) queued() (sum int) {
 	return sum
 }
 
-// exists reports whether the actor is resident or has a database. A
-// database that cannot be checked counts as missing: refusing creates
-// nothing.
-func (n *Node) exists(c *class, name string) bool {
+// exists reports whether the actor exists for its class's access rule
+// (book ADR 0010): it is resident, has a database here, or, on a node with
+// a bucket, has history there, so an actor no node holds is reached
+// through any node. Nothing is created. A database that cannot be checked
+// counts as missing (refusing creates nothing); a bucket that cannot be
+// listed is an error, since the actor may well exist.
+func (n *Node) exists(ctx context.Context, c *class, name string) (bool, error) {
 	n.mu.Lock()
 	a := n.actors[n.actorKey(c, name)]
 	n.mu.Unlock()
 	if a != nil && !a.deleted.Load() {
-		return true
+		return true, nil
 	}
-	return n.hasDatabase(abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: name})
+	addr := abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: name}
+	switch {
+	case n.hasDatabase(addr):
+		return true, nil
+	case n.replicas == nil:
+		return false, nil
+	}
+	return n.replicas.Exists(ctx, addr)
 }
 
 // hasDatabase asks storage whether the actor has a database; an error

@@ -106,9 +106,7 @@ func followApp(ctx context.Context, c *clusterNode, a app.Name, explicit bool, o
 			log.Warn("the app has no version deployed: the node serves the classes of its own flags, if any, until wasmkeep deploy gives it one", "app", a.String(), "classes", len(own.actors))
 		}
 	}
-	f := newFollower(c, a, from, dir, period)
-	f.replaced = own.access
-	f.log = log
+	f := newFollower(c, a, from, dir, period, own.access, log)
 	opts.Behind = func(uint64) { f.Wake() }
 	return f, deployed, nil
 }
@@ -116,7 +114,7 @@ func followApp(ctx context.Context, c *clusterNode, a app.Name, explicit bool, o
 // loadOnce is one attempt of firstVersion, bounded as the follower's
 // updates are: a bucket read that never answers is tried again.
 func loadOnce(ctx context.Context, c *clusterNode, a app.Name, dir string) (deploys.Loaded, error) {
-	ctx, cancel := context.WithTimeout(ctx, deploys.UpdateTimeout)
+	ctx, cancel := clock.WithTimeout(ctx, clock.Real, deploys.UpdateTimeout)
 	defer cancel()
 	return deploys.Load(ctx, c.bucket, a, dir)
 }
@@ -162,9 +160,10 @@ type follower struct {
 }
 
 // newFollower follows a for n from the version it serves (first, zero
-// for none), every period.
-func newFollower(c *clusterNode, a app.Name, first deploys.Current, dir string, period time.Duration) *follower {
-	f := &follower{lease: c.Member.Lease, applied: first, since: time.Now()}
+// for none), every period; replaced are the node's own access rules, which
+// the app's first version replaces.
+func newFollower(c *clusterNode, a app.Name, first deploys.Current, dir string, period time.Duration, replaced map[string]access.Access, log *slog.Logger) *follower {
+	f := &follower{lease: c.Member.Lease, replaced: replaced, log: log, applied: first, since: time.Now()}
 	f.Follower = deploys.NewFollower(deploys.FollowerConfig{
 		Bucket: c.bucket, App: a, Dir: dir, Period: period, Applied: first,
 		Apply: func(ctx context.Context, l deploys.Loaded) error {

@@ -52,6 +52,26 @@ func (r *Replicas) Open(ctx context.Context, addr abi.Address, gen uint64, valid
 	return st, db, err
 }
 
+// Exists reports whether the actor has any history in the bucket, for the
+// access rule existing (book ADR 0010): one listing of its prefix that
+// reads no further than the first key, given up after ReadSilence and
+// not sent again (the refused request's client retries). A deleted
+// actor's reset and its snapshot are history too, so it still exists
+// (book ADR 0028): no key tells them apart from any other.
+func (r *Replicas) Exists(ctx context.Context, addr abi.Address) (bool, error) {
+	prefix, err := history.Prefix(Actor(addr))
+	if err != nil {
+		return false, err
+	}
+	lctx, cancel := clock.WithTimeout(ctx, r.cfg.Clock, ReadSilence)
+	defer cancel()
+	page, err := r.cfg.Bucket.List(lctx, prefix, bucket.ListOptions{Limit: 1})
+	if err != nil {
+		return false, fmt.Errorf("replication: list %s: %w", prefix, err)
+	}
+	return len(page.Entries) > 0, nil
+}
+
 func (r *Replicas) open(ctx context.Context, addr abi.Address, gen uint64, valid Valid) (*Stream, storage.DB, error) {
 	a := Actor(addr)
 	prefix, err := history.Prefix(a)

@@ -441,3 +441,59 @@ func TestOpenBehindTheHistoryRefused(t *testing.T) {
 	st.Close(context.Background())
 	db.Close()
 }
+
+// listSpy records the listings it passes on, and refuses them with err.
+type listSpy struct {
+	bucket.Bucket
+	lists []bucket.ListOptions
+	err   error
+}
+
+func (b *listSpy) List(ctx context.Context, prefix string, opts bucket.ListOptions) (bucket.ListPage, error) {
+	b.lists = append(b.lists, opts)
+	if b.err != nil {
+		return bucket.ListPage{}, b.err
+	}
+	return b.Bucket.List(ctx, prefix, opts)
+}
+
+// Exists is one listing of the actor's prefix that stops at the first key:
+// no history is no, any is yes, an actor whose name starts another's is
+// not that one, and a listing the bucket refuses is an error, not a no.
+// (Planted bug: a listing without its limit reads a whole page of keys.)
+func TestExists(t *testing.T) {
+	w := newWorld(t)
+	spy := &listSpy{Bucket: w.b}
+	r := w.node(newDriver())
+	r.cfg.Bucket = spy
+	exists := func(a abi.Address) bool {
+		t.Helper()
+		ok, err := r.Exists(context.Background(), a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if exists(addr) {
+		t.Fatal("an actor with no history exists")
+	}
+	w.write(addr, 1, 3, 5)
+	if !exists(addr) {
+		t.Fatal("an actor with history does not exist")
+	}
+	if exists(abi.Address{Tenant: addr.Tenant, Class: addr.Class, Name: addr.Name[:3]}) {
+		t.Fatalf("%s exists because %s does", addr.Name[:3], addr.Name)
+	}
+	if len(spy.lists) != 3 {
+		t.Fatalf("%d listings for 3 checks", len(spy.lists))
+	}
+	for _, o := range spy.lists {
+		if o != (bucket.ListOptions{Limit: 1}) {
+			t.Fatalf("a check listed with %+v, want a limit of 1", o)
+		}
+	}
+	spy.err = fmt.Errorf("%w: the store is down", bucket.ErrTransient)
+	if ok, err := r.Exists(context.Background(), addr); ok || !errors.Is(err, bucket.ErrTransient) {
+		t.Fatalf("a refused listing: %v %v, want the bucket's error", ok, err)
+	}
+}

@@ -218,6 +218,11 @@ func TestDeleteResetAndErase(t *testing.T) {
 		if k := w.keys(); len(k) != 2 || k[0] != snap.Rel() || k[1] != reset.Rel() {
 			t.Fatalf("after the erase the bucket holds %v, want the reset %s and its snapshot", k, reset)
 		}
+		// No key tells the two apart from any actor's history: a deleted
+		// actor still exists for the access rule existing (book ADR 0028).
+		if ok, err := w.node(newDriver()).Exists(context.Background(), addr); !ok || err != nil {
+			t.Fatalf("a deleted actor's existence: %v %v, want it to exist", ok, err)
+		}
 		_, db2 := w.open(w.node(newDriver()), 3, newHold())
 		if !sameState(db2.Pages(), empty) {
 			t.Fatal("a restore after the delete is not the empty database")

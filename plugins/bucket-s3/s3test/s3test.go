@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"golang.org/x/sys/unix"
 
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	s3bucket "github.com/wasmkeep/wasmkeep/plugins/bucket-s3"
@@ -91,13 +92,12 @@ func StartServer(dir string) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{AccessKey: "wasmkeep-test", SecretKey: "wasmkeep-test-secret", Dir: filepath.Join(dir, "root"), done: make(chan struct{})}
-	// Object metadata goes to a sidecar directory rather than extended
-	// attributes, which not every file system under a CI runner has.
-	sidecar := filepath.Join(dir, "meta")
-	for _, d := range []string{s.Dir, sidecar} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, err
-		}
+	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	meta, err := metadataStore(s.Dir, filepath.Join(dir, "meta"))
+	if err != nil {
+		return nil, err
 	}
 	// A port that was free a moment ago; if another process takes it
 	// first, the server exits and the wait below says so.
@@ -113,8 +113,9 @@ func StartServer(dir string) (*Server, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	s.cmd = exec.Command(bin, "--access", s.AccessKey, "--secret", s.SecretKey, "--region", Region,
-		"--port", addr, "--quiet", "posix", "--sidecar", sidecar, s.Dir)
+	args := append([]string{"--access", s.AccessKey, "--secret", s.SecretKey, "--region", Region,
+		"--port", addr, "--quiet", "posix"}, meta...)
+	s.cmd = exec.Command(bin, append(args, s.Dir)...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
@@ -237,4 +238,25 @@ func (s *Server) PutRaw(t testing.TB, bucketName, key string, body []byte) {
 	if err != nil {
 		t.Fatalf("putting %q on versitygw: %v", key, err)
 	}
+}
+
+// metadataStore is where the server keeps object metadata: in extended
+// attributes of the objects' files (no flags), or, on a file system
+// without user attributes, in a sidecar directory. The sidecar tears reads:
+// VersityGW v1.8.0 stores a replace's ETag there before it links the new
+// body, and a Get reads the two unlocked, so a Get racing a conditional Put
+// can pair the old body with the new ETag, and two nodes then each win one
+// ownership record (the conformance rule GetDuringReplace). It is used
+// only where attributes are not, and says so.
+func metadataStore(root, sidecar string) ([]string, error) {
+	const probe = "user.wasmkeep-probe"
+	if err := unix.Setxattr(root, probe, []byte("1"), 0); err == nil {
+		unix.Removexattr(root, probe) //nolint:errcheck // a leftover attribute on a test directory is harmless
+		return nil, nil
+	}
+	fmt.Fprintf(os.Stderr, "s3test: %s has no user extended attributes: VersityGW keeps metadata in a sidecar directory, whose Gets may pair an old body with a new ETag during a replace\n", root)
+	if err := os.MkdirAll(sidecar, 0o755); err != nil {
+		return nil, err
+	}
+	return []string{"--sidecar", sidecar}, nil
 }
