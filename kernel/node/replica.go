@@ -215,10 +215,10 @@ func (a *actor) ship(ctx context.Context) error {
 	return err
 }
 
-// afterAnswer ships what the event committed, checkpoints what is shipped
-// and takes a periodic snapshot when one is due, or starts a deleted
-// actor's erase: after the event's answer, never on its path, and before
-// the next event.
+// afterAnswer ships what the event committed, removes the alarm's index
+// entries it replaced, checkpoints what is shipped and takes a periodic
+// snapshot when one is due, or starts a deleted actor's erase: after the
+// event's answer, never on its path, and before the next event.
 func (a *actor) afterAnswer(ctx context.Context) {
 	if e := a.erasing; e != nil && e.done == nil {
 		a.startErase(ctx, e)
@@ -228,6 +228,7 @@ func (a *actor) afterAnswer(ctx context.Context) {
 	if a.ship(ctx) != nil || a.stream == nil {
 		return
 	}
+	a.removeReplaced(ctx)
 	if err := a.stream.Checkpoint(ctx); err != nil {
 		a.node.log.Warn("checkpoint", "actor", a.key, "err", err)
 	}
@@ -288,9 +289,11 @@ func (a *actor) giveUp(ctx context.Context) {
 // what is left and afterwards releases the hold (hibernation, a clean
 // stop, giving the actor up). A deleted actor's erase still running is
 // stopped first: what it left is history no restore reads, collected
-// after the actor's next snapshot.
+// after the actor's next snapshot. Index entries still waiting to be
+// removed stay: extra entries, removed as stale once delivered.
 func (a *actor) closeHeld(ctx context.Context) {
 	a.stopErase()
+	a.replaced = nil
 	if a.stream != nil {
 		if err := a.stream.Close(ctx); err != nil {
 			a.node.log.Warn("closing the actor's replication: its last writes may not be in the bucket", "actor", a.key, "err", err)

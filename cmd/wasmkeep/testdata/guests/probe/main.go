@@ -198,6 +198,11 @@ func serve(w wasmkeep.ResponseWriter, r *wasmkeep.Request) {
 	case "/alarm-set":
 		ms, _ := strconv.Atoi(q.Get("in"))
 		wasmkeep.SetAlarm(time.Now().UnixMilli() + int64(ms))
+		if q.Get("durable") == "1" { // made durable within the event, by an exec-durable after it
+			_, err := wasmkeep.ExecDurable("CREATE TABLE IF NOT EXISTS alarm_durable (v)")
+			answer(w, "set", err)
+			return
+		}
 		fmt.Fprint(w, "set")
 	case "/alarm-get":
 		if at, ok := wasmkeep.GetAlarm(); ok {
