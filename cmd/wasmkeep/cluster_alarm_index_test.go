@@ -39,9 +39,10 @@ func (f *failingIndex) Put(ctx context.Context, key string, body io.Reader, size
 // alarm (issue 26, item 1; book ADR 0009, point 2): a set alarm has one
 // entry, under the holder's generation; a moved one a new entry, the old
 // one removed, and the database (so the state shipped) names the new one;
-// a cleared one none. When the entry cannot be listed, the actor is given
-// up, with a plain write and with an exec-durable alike: the event's alarm
-// is lost, and the bucket's state still names the entry that exists.
+// a cleared one has none, nor has a deleted actor. When the entry cannot
+// be listed, the actor is given up, with a plain write and with an
+// exec-durable alike: the event's alarm is lost, and the bucket's state
+// still names the entry that exists.
 func TestTheOwnerKeepsTheAlarmIndex(t *testing.T) {
 	mem := buckettest.NewMemory(buckettest.Flaws{})
 	fb := &failingIndex{Bucket: mem}
@@ -149,6 +150,17 @@ func TestTheOwnerKeepsTheAlarmIndex(t *testing.T) {
 		t.Fatalf("a move made durable: %d %q", code, body)
 	}
 	due(entries(1)[0], 2*time.Hour, generation(mb))
+
+	// Deleted, plainly and durably, the actor's state names no entry: none
+	// is left.
+	for _, how := range []string{"", "?durable=1"} {
+		b.expect("GET", "/actor/probe/x/alarm-set?in=3600000", "", 200, "set")
+		entries(1)
+		if code, body := b.do("GET", "/actor/probe/x/delete"+how, ""); code != 200 || !strings.HasPrefix(body, "<nil>") {
+			t.Fatalf("delete%s: %d %q", how, code, body)
+		}
+		entries(0)
+	}
 }
 
 // recordedEntry is the entry x's database records (alarm_indexed), read

@@ -74,10 +74,16 @@ func (a *actor) indexAlarm(ctx context.Context) error {
 	if _, err := a.db.HostExec(ctx, "INSERT OR REPLACE INTO "+metaTable+" (key, value) VALUES ('"+indexedKey+"', ?)", text(listed.Encode())); err != nil {
 		return err
 	}
-	if !named.None() {
-		a.replaced = append(a.replaced, named)
-	}
+	a.replace(named)
 	return nil
+}
+
+// replace keeps entry x, which the state no longer names, for
+// removeReplaced.
+func (a *actor) replace(x alarmindex.Indexed) {
+	if !x.None() {
+		a.replaced = append(a.replaced, x)
+	}
 }
 
 // errIndex is what an event answers when its alarm could not be listed:
@@ -94,25 +100,28 @@ func (a *actor) abandonForIndex(err error) {
 }
 
 // removeReplaced removes the entries a.replaced holds, once the state that
-// replaced them is in the bucket (every commit so far acknowledged): under
-// the stream's generation, none above it (R3). One that stays (a failed or
-// refused delete) is an extra entry, removed as stale once it is
-// delivered.
-func (a *actor) removeReplaced(ctx context.Context) {
+// replaced them is in the bucket (every commit so far acknowledged, or a
+// delete's reset, whose state names none): under the hold's generation
+// gen, none above it (R3). One that stays (a failed or refused delete) is
+// an extra entry, removed as stale once it is delivered.
+func (a *actor) removeReplaced(ctx context.Context, gen uint64) {
 	replaced := a.replaced
 	a.replaced = nil
 	if len(replaced) == 0 {
 		return
 	}
-	current, err := readIndexed(ctx, a.db)
-	if err != nil {
-		a.node.log.Warn("reading the alarm's entry: the entries it replaced stay", "actor", a.key, "err", err)
-		return
+	var current alarmindex.Indexed // none, after a delete (its database is closed)
+	if a.db != nil {
+		var err error
+		if current, err = readIndexed(ctx, a.db); err != nil {
+			a.node.log.Warn("reading the alarm's entry: the entries it replaced stay", "actor", a.key, "err", err)
+			return
+		}
 	}
 	c := a.node.opts.Cluster
 	for _, x := range replaced {
 		dctx, cancel := clock.WithTimeout(ctx, a.node.clock, replication.UploadAttempt)
-		err := alarmindex.RemoveReplaced(dctx, c.Member.State, replication.Actor(a.addr), x, current, a.stream.Generation())
+		err := alarmindex.RemoveReplaced(dctx, c.Member.State, replication.Actor(a.addr), x, current, gen)
 		cancel()
 		if err != nil {
 			a.node.log.Warn("removing the alarm's replaced entry", "actor", a.key, "entry", x, "err", err)

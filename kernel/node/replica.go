@@ -217,10 +217,12 @@ func (a *actor) ship(ctx context.Context) error {
 
 // afterAnswer ships what the event committed, removes the alarm's index
 // entries it replaced, checkpoints what is shipped and takes a periodic
-// snapshot when one is due, or starts a deleted actor's erase: after the
-// event's answer, never on its path, and before the next event.
+// snapshot when one is due, or, for a deleted actor, removes its entries
+// and starts its erase: after the event's answer, never on its path, and
+// before the next event.
 func (a *actor) afterAnswer(ctx context.Context) {
 	if e := a.erasing; e != nil && e.done == nil {
+		a.removeReplaced(ctx, e.stream.Generation()) // the reset is acknowledged
 		a.startErase(ctx, e)
 		return
 	}
@@ -228,7 +230,7 @@ func (a *actor) afterAnswer(ctx context.Context) {
 	if a.ship(ctx) != nil || a.stream == nil {
 		return
 	}
-	a.removeReplaced(ctx)
+	a.removeReplaced(ctx, a.stream.Generation())
 	if err := a.stream.Checkpoint(ctx); err != nil {
 		a.node.log.Warn("checkpoint", "actor", a.key, "err", err)
 	}
@@ -354,6 +356,13 @@ func (a *actor) resetHeld(ctx context.Context) error {
 			a.state.unheld = true
 		}
 		return err
+	}
+	// The reset's state names no alarm entry: the one named until now
+	// goes with those the event replaced, after the answer.
+	if named, err := readIndexed(ctx, a.db); err != nil {
+		n.log.Warn("reading the deleted actor's alarm entry: it stays until it is delivered", "actor", a.key, "err", err)
+	} else {
+		a.replace(named)
 	}
 	stream := a.stream
 	a.stream = nil // nothing more is shipped: the database goes

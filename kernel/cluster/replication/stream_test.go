@@ -113,7 +113,7 @@ func TestCaptureFailureKeepsPosition(t *testing.T) {
 
 // An abandoned stream ships nothing more, not even at Close: a restore
 // holds what was shipped before, not the commit after it (what the alarm
-// index could not list). (Planted bug: Close shipping what is left.)
+// index could not list). (Planted bug: an Abandon that leaves the stream running.)
 func TestAbandonShipsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w, st, db, rng := start(t, 6)
