@@ -39,7 +39,8 @@ func (f *failingIndex) Put(ctx context.Context, key string, body io.Reader, size
 // alarm (issue 26, item 1; book ADR 0009, point 2): a set alarm has one
 // entry, under the holder's generation; a moved one a new entry, the old
 // one removed, and the database (so the state shipped) names the new one;
-// a cleared one has none, nor has a deleted actor. When the entry cannot
+// a cleared one has none, nor has one that fired, nor a deleted actor; a
+// failing handler's retry is listed. When the entry cannot
 // be listed, the actor is given up, with a plain write and with an
 // exec-durable alike: the event's alarm is lost, and the bucket's state
 // still names the entry that exists.
@@ -50,9 +51,9 @@ func TestTheOwnerKeepsTheAlarmIndex(t *testing.T) {
 	classes := map[string]string{"probe": probe(t)}
 	owned := ownership.Actor{Tenant: "default", Class: "probe", Name: "x"}
 
-	// entries are the index's entries, read until they are want many (an
-	// event's replaced entry is removed after its answer).
-	entries := func(want int) []alarmindex.Key {
+	// entriesUntil reads the index's entries until ok accepts them (an
+	// event's replaced entry is removed after its answer), for at most 5 s.
+	entriesUntil := func(what string, ok func([]alarmindex.Key) bool) []alarmindex.Key {
 		t.Helper()
 		var keys []alarmindex.Key
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -68,14 +69,17 @@ func TestTheOwnerKeepsTheAlarmIndex(t *testing.T) {
 				}
 				keys = append(keys, k)
 			}
-			if len(keys) == want || time.Now().After(deadline) {
-				break
+			if ok(keys) {
+				return keys
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the index holds %v, want %s", keys, what)
 			}
 		}
-		if len(keys) != want {
-			t.Fatalf("the index holds %v, want %d entries", keys, want)
-		}
-		return keys
+	}
+	entries := func(want int) []alarmindex.Key {
+		t.Helper()
+		return entriesUntil(fmt.Sprintf("%d entries", want), func(keys []alarmindex.Key) bool { return len(keys) == want })
 	}
 	// due checks that k lists x's alarm about in from now, under gen.
 	due := func(k alarmindex.Key, in time.Duration, gen uint64) {
@@ -150,6 +154,24 @@ func TestTheOwnerKeepsTheAlarmIndex(t *testing.T) {
 		t.Fatalf("a move made durable: %d %q", code, body)
 	}
 	due(entries(1)[0], 2*time.Hour, generation(mb))
+
+	// An alarm that fired and succeeded leaves no entry; a failing
+	// handler's retry is listed at its time.
+	b.expect("GET", "/actor/probe/x/alarm-set?in=200", "", 200, "set")
+	entries(0)
+	b.expect("POST", "/actor/probe/x/exec", "CREATE TABLE fail_alarm (v)", 200, "ok 0")
+	b.expect("GET", "/actor/probe/x/alarm-set?in=200", "", 200, "set")
+	first := entries(1)[0]
+	retry := entriesUntil("the retry's entry", func(keys []alarmindex.Key) bool { return len(keys) == 1 && keys[0].At > first.At })[0]
+	if code, body := b.do("GET", "/actor/probe/x/alarm-get", ""); code != 200 || body == "none" {
+		t.Fatalf("alarm-get during the retries: %d %q", code, body)
+	}
+	if code, body := b.do("POST", "/actor/probe/x/exec", "DROP TABLE fail_alarm"); code != 200 || !strings.HasPrefix(body, "ok ") {
+		t.Fatalf("dropping fail_alarm: %d %q", code, body)
+	}
+	b.expect("GET", "/actor/probe/x/alarm-clear", "", 200, "cleared")
+	entries(0)
+	t.Logf("retry listed %v after the first attempt's time", time.UnixMilli(retry.At).Sub(time.UnixMilli(first.At)))
 
 	// Deleted, plainly and durably, the actor's state names no entry: none
 	// is left.
