@@ -152,9 +152,10 @@ func indexedAt(t *testing.T, dataDir, name string) (int64, bool) {
 // The failure count goes on through a failed run that sets the alarm (a
 // handler that reschedules itself and fails backs off: 1 s, then 2 s), and
 // a set outside a failed run starts it again. The node's alarm index lists
-// the retry time.
+// the retry time. The actors hibernate between their first and second
+// attempts: the count is read from the database.
 func TestAlarmRetryRules(t *testing.T) {
-	n, m := newManualNode(t, node.Options{})
+	n, m := newManualNode(t, node.Options{IdleTimeout: 500 * time.Millisecond})
 	ms := func(v int64) string { return strconv.FormatInt(v, 10) }
 	path := func(name, p string) string { return "/actor/probe/" + name + "/" + p }
 	exec := func(name, sql string) {
@@ -200,7 +201,9 @@ func TestAlarmRetryRules(t *testing.T) {
 	// it failed (a count reset by its set would retry after 1 s, and one
 	// that did not move the same time would fire in a loop).
 	exec("later", "DELETE FROM alarm_then")
-	m.Advance(time.Second)
+	m.Advance(600 * time.Millisecond)
+	waitFor(t, 10*time.Second, "the actors to hibernate", func() bool { return n.metric("wasmkeep_actors_resident") == 0 })
+	m.Advance(400 * time.Millisecond)
 	waitAttempts(2, "same", "soon", "plain")
 	for _, name := range []string{"same", "soon", "plain"} {
 		wantAt(name, "at "+ms(t0+3000))
