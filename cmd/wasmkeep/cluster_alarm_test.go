@@ -157,17 +157,16 @@ func alarmRuns(t *testing.T, n *bucketNode, name string) []int64 {
 
 // A failing handler's backoff survives a takeover (issue 26, item 2): two
 // nodes on one bucket. The probe's actor f, held by a, fails every on-alarm;
-// after its third failure, shipped by an exec-durable, a is killed
-// (SIGKILL) with the fourth attempt due 4 s after the third. A request
-// through b takes f over and finds that retry time in get-alarm; b's first
-// attempt comes no earlier, and the one after it 8 s later: the backoff of
-// the count a committed (four failures in a row). A count kept only in the
-// memory of a's process would start again on b, whose second attempt would
-// then come 1 s after its first, not 8 s (run with the count in a map of
-// the process's: 1,001 ms); and a retry time kept only there
-// would have b run the alarm as soon as it took f over. The windows are
-// generous above (a loaded machine, a takeover after the due time) and
-// tight below: a retry never comes early.
+// after its third failure, shipped by an exec-durable, a is killed (SIGKILL)
+// with the fourth attempt due 4 s after the third. A request through b takes
+// f over and finds that retry time in get-alarm; b's first attempt comes no
+// earlier, and the one after it 8 s later: the backoff of the count a
+// committed (four failures in a row). A count kept only in the memory of a's
+// process would start again on b, whose second attempt would then come 1 s
+// after its first, not 8 s (run with the count in a map of the process's:
+// 1,001 ms); and a retry time kept only there would have b run the alarm as
+// soon as it took f over. The windows are generous above (a loaded machine,
+// a takeover after the due time) and tight below: a retry never comes early.
 func TestAlarmBackoffSurvivesATakeover(t *testing.T) {
 	t.Parallel()
 	bucketURL := "file://" + memDir(t)
