@@ -64,7 +64,7 @@ func init() {
 			wasmkeep.SetAlarm(at)
 		}
 		// While the table alarm_then has a row, the alarm is set to the time
-		// that fired plus its in ms, or cleared if in is NULL.
+		// that fired plus its in_ms, or cleared if in_ms is NULL.
 		var then any
 		if wasmkeep.QueryRow("SELECT in_ms FROM alarm_then").Scan(&then) == nil {
 			if in, ok := then.(int64); ok {
