@@ -89,9 +89,8 @@ func alarmClear(ctx context.Context, st *eventState, _ runtime.Memory, _ []uint6
 
 // runAlarm handles a due alarm: on-alarm runs if the alarm is still due (the
 // schedule may be stale); success clears it, unless the handler set or
-// cleared the alarm itself;
-// failure schedules a retry (alarm.RetryDelay), the count kept in the
-// database.
+// cleared the alarm itself; failure schedules a retry (alarm.Retry), the
+// count kept in the database and read here, before the handler runs.
 func (a *actor) runAlarm(ctx context.Context) error {
 	at, failures, ok, err := alarm.Read(ctx, a.db)
 	if err != nil {
@@ -113,11 +112,12 @@ func (a *actor) runAlarm(ctx context.Context) error {
 	// A handler that succeeded after setting or clearing the alarm decided
 	// what comes next, even one that set the same time again (a queue whose
 	// backlog shares one due time). A failure is retried with the backoff
-	// unless the handler moved the alarm, so that a handler failing at once
-	// cannot fire itself in a loop.
+	// unless the handler cleared the alarm or set it past the retry, so
+	// that a handler failing at once cannot fire itself in a loop, even
+	// one that sets its alarm for now before it fails.
 	switch {
 	case hookErr != nil:
-		err = alarm.Retry(context.Background(), a.db, at, failures, a.node.clock.Now())
+		err = alarm.Retry(context.Background(), a.db, failures, a.node.clock.Now())
 	case !a.state.alarmTouched:
 		err = alarm.Done(context.Background(), a.db, at, failures)
 	}
@@ -139,7 +139,7 @@ func (a *actor) alarmNotRun() {
 	}
 	a.db.EndEvent(context.Background())
 	if at, failures, ok, err := alarm.Read(context.Background(), a.db); err == nil && ok && at <= a.node.clock.Now().UnixMilli() {
-		if err := alarm.Retry(context.Background(), a.db, at, failures, a.node.clock.Now()); err != nil {
+		if err := alarm.Retry(context.Background(), a.db, failures, a.node.clock.Now()); err != nil {
 			a.node.log.Error("rescheduling alarm", "actor", a.key, "err", err)
 		}
 	}

@@ -67,13 +67,17 @@ func Done(ctx context.Context, db storage.DB, at, failures int64) error {
 	return err
 }
 
-// Retry counts a failed attempt of the alarm at (after failures) and moves
-// it to the next attempt, RetryDelay after now, unless the event set
-// another alarm meanwhile.
-func Retry(ctx context.Context, db storage.DB, at, failures int64, now time.Time) error {
+// Retry counts a failed attempt of an alarm that had failed failures times
+// in a row before it (as read before the handler ran, book ADR 0009,
+// decision 3): whatever alarm the handler left due before the next attempt,
+// the one that ran or one it set meanwhile (for now, or again for the same
+// time), moves to that attempt, RetryDelay after now; one it set later
+// stands, and a clear stands. Either way the count goes on from failures: a
+// set inside the failed run resets nothing, so a handler that reschedules
+// itself and fails still backs off.
+func Retry(ctx context.Context, db storage.DB, failures int64, now time.Time) error {
 	next := now.Add(RetryDelay(failures + 1)).UnixMilli()
-	_, err := db.HostExec(ctx, "UPDATE "+table+" SET at = ?, failures = failures + 1 WHERE at = ? AND failures = ?",
-		integer(next), integer(at), integer(failures))
+	_, err := db.HostExec(ctx, "UPDATE "+table+" SET at = max(at, ?), failures = ?", integer(next), integer(failures+1))
 	return err
 }
 
