@@ -53,9 +53,15 @@ func (n *Node) forward(w http.ResponseWriter, r *http.Request, e *placement.Else
 		kind = metrics.ForwardWebSocket
 	}
 	failure := ""
-	if f := n.opts.Cluster.Peers.Forward(w, r, e.Owner.Node); f != nil {
+	status, f := n.opts.Cluster.Peers.Forward(w, r, e.Owner.Node)
+	if f != nil {
 		failure = f.Kind.String()
 		n.log.Debug("forward failed", "node", e.Owner.Node, "err", f)
+	}
+	if f != nil || status == http.StatusServiceUnavailable {
+		// Not the holder, or not now: the client retries, and its next
+		// request reads the record rather than an owner hint.
+		n.forgetOwner(e.Addr)
 	}
 	cm.Forwarded(kind, failure)
 }

@@ -34,8 +34,9 @@ const (
 // answer: 503 with Retry-After (nothing sent, a connection that could not
 // be opened or that failed before the answer), or 504 without one when a
 // written request got no answer in time (it may have run; an upgrade gets
-// the 503). It returns the failure, for counting, or nil.
-func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string) *Failure {
+// the 503). It returns the holder's status (0 with no answer) and the
+// failure, for counting, or nil.
+func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string) (int, *Failure) {
 	upgrade := isUpgrade(r.Header)
 	out := r.Clone(r.Context())
 	out.RequestURI = ""
@@ -51,7 +52,7 @@ func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string) *
 	var f *Failure
 	if errors.As(err, &f) {
 		if r.Context().Err() != nil {
-			return f // the client left: nobody to answer
+			return 0, f // the client left: nobody to answer
 		}
 		switch {
 		case f.Kind == NoAnswer && !upgrade:
@@ -63,12 +64,12 @@ func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string) *
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, msgNotAnswered, http.StatusServiceUnavailable)
 		}
-		return f
+		return 0, f
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		n.join(w, resp)
-		return nil
+		return resp.StatusCode, nil
 	}
 	h := w.Header()
 	removeHopByHop(resp.Header, false)
@@ -77,7 +78,7 @@ func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string) *
 	}
 	w.WriteHeader(resp.StatusCode)
 	io.Copy(w, resp.Body)
-	return nil
+	return resp.StatusCode, nil
 }
 
 // join relays an upgraded connection: the 101 to the client, then bytes

@@ -178,7 +178,7 @@ func TestNoRouteToAnotherApp(t *testing.T) {
 		t.Fatalf("a peer of another app: %v, want NoRoute naming both apps", err)
 	}
 	w := httptest.NewRecorder()
-	if n.Forward(w, httptest.NewRequest("GET", "/actor/c/n", nil), "b") == nil || w.Code != http.StatusServiceUnavailable {
+	if _, f := n.Forward(w, httptest.NewRequest("GET", "/actor/c/n", nil), "b"); f == nil || w.Code != http.StatusServiceUnavailable {
 		t.Errorf("forwarding to a peer of another app: %d, want 503", w.Code)
 	}
 	if got := p.requests.Load(); got != 0 {
