@@ -50,6 +50,7 @@ func (o Owned) Place(ctx context.Context, addr abi.Address) (Owner, error) {
 	if routed(ctx) {
 		if rec, ok := o.Hints.Get(key); ok {
 			if owner, live := o.peer(rec); live {
+				owner.Hint = true
 				return owner, nil
 			}
 		}

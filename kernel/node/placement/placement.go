@@ -55,6 +55,7 @@ func routed(ctx context.Context) bool { return ctx.Value(routedKey{}) != nil }
 type Owner struct {
 	Node string // the node id of the node that holds the actor; "" for this node
 	Addr string // where that node takes requests from its peers
+	Hint bool   // told by an owner hint, not read from the record now
 }
 
 // Here is the Owner that means this node.
