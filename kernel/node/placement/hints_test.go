@@ -98,8 +98,9 @@ func TestOwnedHints(t *testing.T) {
 		t.Helper()
 		r.reads = 0
 		got, err := o.Place(ctx, addr)
-		if err != nil || got.Node != node || r.reads != reads {
-			t.Fatalf("%s: %+v %v after %d reads; want node %q after %d", what, got, err, r.reads, node, reads)
+		hinted := node != "" && reads == 0
+		if err != nil || got.Node != node || r.reads != reads || got.Hint != hinted {
+			t.Fatalf("%s: %+v %v after %d reads; want node %q after %d, told by a hint: %v", what, got, err, r.reads, node, reads, hinted)
 		}
 	}
 
