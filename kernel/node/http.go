@@ -106,15 +106,23 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	// Where the actor runs comes first: the access rule may read this
-	// node's storage, which only the holder's is.
-	if err := n.place(r.Context(), c, route.Name); err != nil {
+	// node's storage, which only the holder's is. A request no node
+	// forwarded yet may follow an owner hint; one forwarded already is
+	// placed from the record, as any event run here, and so is one whose
+	// hint failed untouched (forward).
+	ctx := r.Context()
+	if r.Header.Get(peers.ForwardedHeader) == "" {
+		ctx = placement.Routed(ctx)
+	}
+	for err := n.place(ctx, c, route.Name); err != nil; err = n.place(r.Context(), c, route.Name) {
 		var elsewhere *placement.Elsewhere
-		if errors.As(err, &elsewhere) && n.opts.Cluster != nil {
-			n.forward(w, r, elsewhere)
+		if !errors.As(err, &elsewhere) || n.opts.Cluster == nil {
+			n.refuse(w, err)
 			return
 		}
-		n.refuse(w, err)
-		return
+		if n.forward(w, r, elsewhere) {
+			return
+		}
 	}
 	if !n.allowed(w, r, c, route) {
 		return

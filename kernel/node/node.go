@@ -67,7 +67,7 @@ type Options struct {
 	Stateless     string                       // module file of the stateless component ("" for none)
 	Logger        *slog.Logger
 	Placement     placement.Placement // [Local] where each actor runs: asked before every delivery
-	Clock         clock.Clock         // [clock.Real] what idle timeouts, alarms, admission waits, WebSocket pings and metrics read and wait on
+	Clock         clock.Clock         // [clock.Real] what idle timeouts, alarms, admission waits, WebSocket pings, owner hints and metrics read and wait on
 	Cluster       *Cluster            // [nil: a node alone] the bucket and the membership of a node with a bucket (replica.go)
 
 	// A node started from a deployed version (deploy.go): its id and seq,
@@ -170,15 +170,16 @@ func (o Options) withDefaults() Options {
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = 16 << 20
 	}
+	if o.Clock == nil {
+		o.Clock = clock.Real
+	}
 	if o.Placement == nil && o.Cluster != nil {
 		m := o.Cluster.Member
-		o.Placement = placement.Owned{Records: m.Owners, View: m.View, Self: m.Lease.NodeID(), Key: ownerKey}
+		o.Placement = placement.Owned{Records: m.Owners, View: m.View, Self: m.Lease.NodeID(), Key: ownerKey,
+			Hints: placement.NewHints(o.Clock, placement.MaxHints)}
 	}
 	if o.Placement == nil {
 		o.Placement = placement.Local{}
-	}
-	if o.Clock == nil {
-		o.Clock = clock.Real
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -473,6 +474,14 @@ func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) er
 // access check, which reads this node's storage).
 func (n *Node) place(ctx context.Context, c *class, name string) error {
 	return placement.Check(ctx, n.opts.Placement, abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: name})
+}
+
+// forgetOwner drops the owner hint the placement may keep for addr
+// (placement.Hinted): it proved wrong, or this node acquired the actor.
+func (n *Node) forgetOwner(addr abi.Address) {
+	if h, ok := n.opts.Placement.(placement.Hinted); ok {
+		h.Forget(addr)
+	}
 }
 
 // countRefusal counts a request or call that deliver refused.
