@@ -117,7 +117,7 @@ func (a *actor) runAlarm(ctx context.Context) error {
 	// one that sets its alarm for now before it fails.
 	switch {
 	case hookErr != nil:
-		err = alarm.Retry(context.Background(), a.db, failures, a.node.clock.Now())
+		err = alarm.Retry(context.Background(), a.db, at, failures, a.node.clock.Now())
 	case !a.state.alarmTouched:
 		err = alarm.Done(context.Background(), a.db, at, failures)
 	}
@@ -139,7 +139,7 @@ func (a *actor) alarmNotRun() {
 	}
 	a.db.EndEvent(context.Background())
 	if at, failures, ok, err := alarm.Read(context.Background(), a.db); err == nil && ok && at <= a.node.clock.Now().UnixMilli() {
-		if err := alarm.Retry(context.Background(), a.db, failures, a.node.clock.Now()); err != nil {
+		if err := alarm.Retry(context.Background(), a.db, at, failures, a.node.clock.Now()); err != nil {
 			a.node.log.Error("rescheduling alarm", "actor", a.key, "err", err)
 		}
 	}
