@@ -1,0 +1,234 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/callsign"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/peers"
+	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
+	"github.com/wasmkeep/wasmkeep/kernel/node/websocket"
+)
+
+// The failover wait (book, "When a node dies: what a caller sees"; ADR
+// 1049): an outside GET or HEAD without a body, or a WebSocket upgrade,
+// for an actor whose holder is suspected gone is kept until the actor can
+// be placed again, instead of a 503 at once. The front door's placement
+// loop (ServeHTTP) is the only place that keeps one; what follows is its
+// parts.
+
+// NoFailoverWait is Options.FailoverWait turned off (--failover-wait-secs 0).
+const NoFailoverWait time.Duration = -1
+
+// DefaultMaxConnections is Options.MaxConnections at 0 (node.max_connections).
+const DefaultMaxConnections = 10000
+
+// keptPerActor caps the requests kept at once for one actor.
+const keptPerActor = 64
+
+// FailoverWaitFor is the default failover wait for lease settings s: the
+// takeover (ttl + grace), the watch before a fence, one heartbeat period
+// for a node that learns of another's fence at its next listing, and a
+// second over which the kept requests are spread; in whole seconds,
+// rounded up (25 s with the defaults).
+func FailoverWaitFor(s nodelease.Settings) time.Duration {
+	d := s.Takeover() + s.Watch() + s.Period() + time.Second
+	return (d + time.Second - 1) / time.Second * time.Second
+}
+
+// keepable reports whether r may be kept: from outside (neither forwarded
+// by a node nor signed), and either a WebSocket upgrade or a GET or HEAD
+// with no body. Anything with a body is never kept, so no write runs late
+// for a caller that gave up.
+func keepable(r *http.Request) bool {
+	if r.Header.Get(peers.ForwardedHeader) != "" || r.Header.Get(callsign.SignatureHeader) != "" {
+		return false
+	}
+	if websocket.IsUpgrade(r) {
+		return true
+	}
+	noBody := r.ContentLength == 0 && (r.Body == nil || r.Body == http.NoBody)
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && noBody
+}
+
+// suspected returns the record of an event's holder that kept it from
+// running here while its node is not live and its actors not free yet
+// (openDatabase's "the actor's node is not reachable").
+func suspected(err error) (ownership.Record, bool) {
+	var held *ownership.HeldError
+	if errors.As(err, &held) {
+		return held.Record, true
+	}
+	return ownership.Record{}, false
+}
+
+// keeping counts the requests kept at once, on the node and by actor.
+type keeping struct {
+	mu    sync.Mutex
+	max   int // a quarter of the node's connection limit
+	total int
+	by    map[string]int
+}
+
+func newKeeping(connections int) *keeping {
+	return &keeping{max: connections / 4, by: map[string]int{}}
+}
+
+// take takes a place for a request for the actor key, unless the node or
+// the actor has its share kept already.
+func (k *keeping) take(key string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.total >= k.max || k.by[key] >= keptPerActor {
+		return false
+	}
+	k.total++
+	k.by[key]++
+	return true
+}
+
+// done gives back a place take gave.
+func (k *keeping) done(key string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.total--
+	if k.by[key]--; k.by[key] == 0 {
+		delete(k.by, key)
+	}
+}
+
+// tried is how one try of the front door's placement loop answered.
+type tried struct {
+	sentTo string // the node it was forwarded to; "" when answered here
+	ran    bool   // answered here by the actor (its response, or the 101)
+}
+
+// waitOutcome is how a kept request's wait ended once a try answered it,
+// with holder the node suspected.
+func waitOutcome(holder string, t tried) string {
+	switch {
+	case t.sentTo == holder:
+		return metrics.WaitOwnerAlive
+	case t.sentTo != "":
+		return metrics.WaitForwarded
+	case t.ran:
+		return metrics.WaitServed
+	}
+	return metrics.WaitAnsweredOther
+}
+
+// kept is one request's failover wait: nil for a request that is never
+// kept.
+type kept struct {
+	n      *Node
+	kind   string // metrics.ForwardRequest or ForwardWebSocket
+	key    string // the actor's
+	holder ownership.Record
+	until  time.Time // zero until it holds a place
+	ended  bool      // counted: it was over the caps, or its wait ended
+}
+
+// keepFor returns r's wait, or nil when r is never kept: the wait off, a
+// node alone, or a request keepable does not take.
+func (n *Node) keepFor(r *http.Request, key string) *kept {
+	if n.opts.Cluster == nil || n.opts.FailoverWait <= 0 || !keepable(r) {
+		return nil
+	}
+	kind := metrics.ForwardRequest
+	if websocket.IsUpgrade(r) {
+		kind = metrics.ForwardWebSocket
+	}
+	return &kept{n: n, kind: kind, key: key}
+}
+
+// hold reports whether the request is kept now that a try found its
+// actor's holder suspected (the try answers it otherwise: the 503 at
+// once). Its first hold takes a place, or counts it over_cap.
+func (k *kept) hold(holder ownership.Record) bool {
+	if k == nil || k.ended {
+		return false
+	}
+	if k.until.IsZero() {
+		if !k.n.keeping.take(k.key) {
+			k.end(metrics.WaitOverCap)
+			return false
+		}
+		k.until = k.n.clock.Now().Add(k.n.opts.FailoverWait)
+	}
+	k.holder = holder
+	return true
+}
+
+// end counts how the wait ended and gives its place back.
+func (k *kept) end(outcome string) {
+	if k == nil || k.ended {
+		return
+	}
+	k.ended = true
+	k.n.opts.Cluster.Metrics.FailoverWait(k.kind, outcome)
+	if outcome != metrics.WaitOverCap {
+		k.n.keeping.done(k.key)
+	}
+}
+
+// answered ends a held wait with how the try t answered it.
+func (k *kept) answered(t tried) {
+	if k != nil && !k.until.IsZero() {
+		k.end(waitOutcome(k.holder.Node, t))
+	}
+}
+
+// wait waits until placement is worth asking again, about once a second
+// (the first time at a random point in the second, so the requests kept
+// for a node's actors do not ask together), and returns "", or ends the
+// wait and returns how. It asks again once the holder is live in this
+// node's view (alive, or restarted) or its lease frees the actor; while
+// its heartbeat is only stale, nothing is read from the bucket.
+func (k *kept) wait(ctx context.Context) string {
+	n, m := k.n, k.n.opts.Cluster.Member
+	d := rand.N(time.Second) + 1
+	for {
+		until := k.until.Sub(n.clock.Now())
+		t := n.clock.NewTimer(max(0, min(d, until)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return k.stop(metrics.WaitLeft)
+		case <-n.leaving:
+			t.Stop()
+			return k.stop(metrics.WaitShutdown)
+		case <-t.C():
+		}
+		d = time.Second
+		now := n.clock.Now()
+		peer, err := m.View.Live(k.holder.Node)
+		switch {
+		case !m.Lease.Valid():
+			return k.stop(metrics.WaitLeaseLost)
+		case !now.Before(k.until):
+			return k.stop(metrics.WaitExpired)
+		case err == nil || peer.ID != "" && peer.Object.Frees(k.holder.Instance, now, m.Lease.Settings()):
+			return ""
+		}
+	}
+}
+
+func (k *kept) stop(outcome string) string {
+	k.end(outcome)
+	return outcome
+}
+
+// refuseKept answers a kept request whose wait ended unserved: never run.
+func refuseKept(w http.ResponseWriter, outcome string) {
+	if outcome == metrics.WaitLeft {
+		return
+	}
+	w.Header().Set("Retry-After", "1")
+	http.Error(w, "the actor's node is not reachable; retry", http.StatusServiceUnavailable)
+}
