@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/callsign"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/membership"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/peers"
@@ -187,15 +188,12 @@ func (k *kept) answered(t tried) {
 // wait waits until placement is worth asking again, about once a second
 // (the first time at a random point in the second, so the requests kept
 // for a node's actors do not ask together), and returns "", or ends the
-// wait and returns how. It asks again once the holder is live in this
-// node's view (alive, or restarted) or its lease frees the actor; while
-// its heartbeat is only stale, nothing is read from the bucket.
+// wait and returns how (tick decides).
 func (k *kept) wait(ctx context.Context) string {
 	n, m := k.n, k.n.opts.Cluster.Member
 	d := rand.N(time.Second) + 1
 	for {
-		until := k.until.Sub(n.clock.Now())
-		t := n.clock.NewTimer(max(0, min(d, until)))
+		t := n.clock.NewTimer(max(0, min(d, k.until.Sub(n.clock.Now()))))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -206,17 +204,35 @@ func (k *kept) wait(ctx context.Context) string {
 		case <-t.C():
 		}
 		d = time.Second
-		now := n.clock.Now()
 		peer, err := m.View.Live(k.holder.Node)
-		switch {
-		case !m.Lease.Valid():
-			return k.stop(metrics.WaitLeaseLost)
-		case !now.Before(k.until):
-			return k.stop(metrics.WaitExpired)
-		case err == nil || peer.ID != "" && peer.Object.Frees(k.holder.Instance, now, m.Lease.Settings()):
+		switch v := tick(n.clock.Now(), k.until, m.Lease.Valid(), k.holder, peer, err == nil, m.Lease.Settings()); v {
+		case askAgain:
 			return ""
+		case "":
+		default:
+			return k.stop(v)
 		}
 	}
+}
+
+// askAgain is tick's word for placing a kept request again.
+const askAgain = "ask"
+
+// tick decides, at one of a kept request's ticks at now, whether it ends
+// (lease_lost, expired), is placed again (askAgain: the holder, as this
+// node's view has it, is live, in its process or a new one, or its lease
+// frees the actor), or waits on (""). While the holder's heartbeat is
+// only stale nothing is asked: no bucket request is made for it.
+func tick(now, until time.Time, leaseValid bool, holder ownership.Record, peer membership.Peer, live bool, s nodelease.Settings) string {
+	switch {
+	case !leaseValid:
+		return metrics.WaitLeaseLost
+	case !now.Before(until):
+		return metrics.WaitExpired
+	case live || peer.ID != "" && peer.Err == nil && peer.Object.Frees(holder.Instance, now, s):
+		return askAgain
+	}
+	return ""
 }
 
 func (k *kept) stop(outcome string) string {

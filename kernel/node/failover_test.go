@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/callsign"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/membership"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/peers"
@@ -133,5 +135,73 @@ func TestSuspected(t *testing.T) {
 		if _, ok := suspected(err); ok {
 			t.Errorf("suspected(%v) = true", err)
 		}
+	}
+}
+
+// At each tick a kept request ends when this node's lease is not valid or
+// the wait ran out, is placed again once the holder is live or its lease
+// frees the actor, and otherwise waits on without asking anything.
+func TestTick(t *testing.T) {
+	s := nodelease.DefaultSettings()
+	at := time.Unix(1000, 0) // the holder's last lease write
+	until := at.Add(40 * time.Second)
+	holder := ownership.Record{Node: "a", Instance: "i", Generation: 1}
+	stale := membership.Peer{ID: "a", Object: nodelease.Object{State: nodelease.Live, Instance: "i", WrittenAt: at}}
+	fenced := membership.Peer{ID: "a", Object: nodelease.Object{State: nodelease.Fenced, Instance: "i", WrittenAt: at}}
+	unreadable := fenced
+	unreadable.Err = errors.New("not a node lease")
+	for _, c := range []struct {
+		name  string
+		now   time.Time
+		valid bool
+		peer  membership.Peer
+		live  bool
+		want  string
+	}{
+		{"stale heartbeat", at.Add(12 * time.Second), true, stale, false, ""},
+		{"stale long after", at.Add(30 * time.Second), true, stale, false, ""},
+		{"gone from the view", at.Add(30 * time.Second), true, membership.Peer{}, false, ""},
+		{"fenced, not free yet", at.Add(15*time.Second - 1), true, fenced, false, ""},
+		{"fenced and free", at.Add(15 * time.Second), true, fenced, false, askAgain},
+		{"unreadable lease", at.Add(20 * time.Second), true, unreadable, false, ""},
+		{"alive again", at.Add(12 * time.Second), true, stale, true, askAgain},
+		{"restarted", at.Add(12 * time.Second), true, membership.Peer{ID: "a", Object: nodelease.Object{State: nodelease.Live, Instance: "j", WrittenAt: at.Add(11 * time.Second)}}, false, askAgain},
+		{"expired", until, true, fenced, false, metrics.WaitExpired},
+		{"own lease not valid", at.Add(20 * time.Second), false, fenced, true, metrics.WaitLeaseLost},
+	} {
+		if got := tick(c.now, until, c.valid, holder, c.peer, c.live, s); got != c.want {
+			t.Errorf("%s: tick = %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// A request kept over the caps is answered at once (hold false) and
+// holds no place, even at a later try; an ended wait gives its place
+// back; with the wait off nothing is kept.
+func TestKeptHoldsAPlace(t *testing.T) {
+	n := &Node{opts: Options{FailoverWait: time.Second, Cluster: &Cluster{Metrics: metrics.NewCluster()}},
+		clock: clock.NewManual(time.Unix(0, 0)), keeping: newKeeping(4)} // one place
+	get := httptest.NewRequest(http.MethodGet, "/actor/c/x/", nil)
+	holder := ownership.Record{Node: "a", Instance: "i"}
+	first, second := n.keepFor(get, "x"), n.keepFor(get, "y")
+	if !first.hold(holder) || !first.hold(holder) {
+		t.Fatal("the first kept request was not kept, or not at its second try")
+	}
+	if second.hold(holder) {
+		t.Fatal("a request over the node's quarter was kept")
+	}
+	first.answered(tried{ran: true})
+	if n.keeping.total != 0 || second.hold(holder) {
+		t.Fatalf("after the first ended: %d places taken; the one over the caps kept at a later try", n.keeping.total)
+	}
+	if !n.keepFor(get, "y").hold(holder) {
+		t.Error("a place given back was not taken again")
+	}
+	n.opts.FailoverWait = NoFailoverWait
+	if n.keepFor(get, "z") != nil {
+		t.Error("a request kept with the wait off")
+	}
+	if n.keepFor(httptest.NewRequest(http.MethodPost, "/actor/c/x/", nil), "x") != nil {
+		t.Error("a POST kept")
 	}
 }
