@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/peers"
 )
 
@@ -39,11 +41,29 @@ func timedAsk(ctx context.Context, method, u string) timedReply {
 		retryAfter: resp.Header.Get("Retry-After"), took: time.Since(start)}
 }
 
+// timedDial opens a WebSocket at u: the 101 (code, node) and the first
+// message (body), or the client's error.
+func timedDial(ctx context.Context, u string) timedReply {
+	start := time.Now()
+	conn, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(u, "http"), nil)
+	if err != nil {
+		return timedReply{took: time.Since(start), err: err}
+	}
+	defer conn.CloseNow()
+	r := timedReply{reply: reply{code: resp.StatusCode, node: resp.Header.Get(peers.NodeHeader)}, took: time.Since(start)}
+	read, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, b, err := conn.Read(read)
+	r.body, r.err = string(b), err
+	return r
+}
+
 // The failover wait (issue 26, item 5; book, "When a node dies: what a
 // caller sees"). Four nodes; probe/p1 is held by a, which is SIGKILLed.
 // Once a left the others' view, at the same moment:
 //   - a GET through b (the default wait) gets one slow 200 from the node
-//     that took p1 over, not a 503;
+//     that took p1 over, not a 503, and an upgrade for the room r1, also
+//     held by a, one 101 from the node that took r1;
 //   - a POST through b gets the 503 at once, before that 200;
 //   - a GET through b whose client gives up after 1 s is never run;
 //   - a GET through c (--failover-wait-secs 1) gets the 503 after 1 s;
@@ -57,6 +77,9 @@ func TestFailoverWait(t *testing.T) {
 	bucketURL := "file://" + memDir(t)
 	a, b, c, d := newPeerNode(t, bucketURL, failoverLease, "a"), newPeerNode(t, bucketURL, failoverLease, "b"),
 		newPeerNode(t, bucketURL, failoverLease, "c"), newPeerNode(t, bucketURL, failoverLease, "d")
+	for _, n := range []*bucketNode{a, b, c, d} {
+		n.args = append(n.args, "--actor", "room="+room(t))
+	}
 	b.args = append(b.args, "--metrics-listen", "127.0.0.1:0")
 	c.args = append(c.args, "--failover-wait-secs", "1", "--metrics-listen", "127.0.0.1:0")
 	d.args = append(d.args, "--failover-wait-secs", "0")
@@ -65,6 +88,9 @@ func TestFailoverWait(t *testing.T) {
 	const p1 = "/actor/probe/p1"
 	if r := ask(t, "GET", a.url+p1+"/token?t=first"); r.code != 200 || r.node != "a" {
 		t.Fatalf("the first write on a: %+v", r)
+	}
+	if got := readText(t, dialNode(t, a, "/actor/room/r1/")); got != "welcome 1" {
+		t.Fatalf("the room r1 on a: %q", got)
 	}
 	page := func(n *bucketNode) string {
 		r := ask(t, "GET", "http://"+metricsAddr(t, n.logs)+"/metrics")
@@ -95,16 +121,22 @@ func TestFailoverWait(t *testing.T) {
 	defer leave()
 	replies := make(chan timedReply, 5)
 	go func() { replies <- timedAsk(ctx, "GET", b.url+p1+"/token?t=kept") }()
+	upgraded := make(chan timedReply, 1)
+	go func() { upgraded <- timedDial(ctx, b.url+"/actor/room/r1/") }()
 	post := timedAsk(ctx, "POST", b.url+p1+"/token?t=post")
 	left := timedAsk(leaving, "GET", b.url+p1+"/token?t=left")
 	expired := timedAsk(ctx, "GET", c.url+p1+"/token?t=expired")
 	off := timedAsk(ctx, "GET", d.url+p1+"/token?t=off")
-	kept := <-replies
-	t.Logf("kept GET through b: %d from %q after %v; POST %v, expired %v, off %v",
-		kept.code, kept.node, kept.took.Round(time.Millisecond), post.took, expired.took, off.took)
+	kept, upgrade := <-replies, <-upgraded
+	t.Logf("kept GET through b: %d from %q after %v; kept upgrade: %d from %q after %v; POST %v, expired %v, off %v",
+		kept.code, kept.node, kept.took.Round(time.Millisecond), upgrade.code, upgrade.node, upgrade.took.Round(time.Millisecond),
+		post.took, expired.took, off.took)
 
 	if kept.err != nil || kept.code != 200 || kept.node == "a" || kept.node == "" {
 		t.Errorf("the kept GET through b: %+v, want one 200 from the node that took p1 over\n%s", kept, cl.lines("p1", "fence", "took over"))
+	}
+	if upgrade.err != nil || upgrade.code != http.StatusSwitchingProtocols || upgrade.node == "a" || upgrade.node == "" || !strings.HasPrefix(upgrade.body, "welcome") {
+		t.Errorf("the kept upgrade through b: %+v, want one 101 from the node that took r1 over", upgrade)
 	}
 	if post.code != 503 || post.retryAfter != "1" || post.took > 5*time.Second || post.took >= kept.took {
 		t.Errorf("the POST through b: %+v, want the 503 at once", post)
@@ -124,16 +156,18 @@ func TestFailoverWait(t *testing.T) {
 	if got := strings.Fields(r.body); r.code != 200 || !slices.Equal(got, []string{"first", "kept"}) {
 		t.Errorf("p1's tokens: %+v, want first and kept only: the kept GET ran once, no other request ran", r)
 	}
-	waits := func(n *bucketNode, outcome string) float64 {
-		return max(0, metricValue(page(n), `wasmkeep_failover_waits_total{kind="request",outcome="`+outcome+`"}`))
+	waits := func(n *bucketNode, kind, outcome string) float64 {
+		return max(0, metricValue(page(n), `wasmkeep_failover_waits_total{kind="`+kind+`",outcome="`+outcome+`"}`))
 	}
-	if got := waits(b, "served") + waits(b, "forwarded"); got != 1 {
-		t.Errorf("b counted %v kept GETs served or forwarded, want 1", got)
+	for _, kind := range []string{"request", "websocket"} {
+		if got := waits(b, kind, "served") + waits(b, kind, "forwarded"); got != 1 {
+			t.Errorf("b counted %v kept %ss served or forwarded, want 1", got, kind)
+		}
 	}
-	if got := waits(b, "left"); got != 1 {
+	if got := waits(b, "request", "left"); got != 1 {
 		t.Errorf("b counted %v kept GETs whose client left, want 1", got)
 	}
-	if got := waits(c, "expired"); got != 1 {
+	if got := waits(c, "request", "expired"); got != 1 {
 		t.Errorf("c counted %v expired waits, want 1", got)
 	}
 	if t.Failed() {
