@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -203,5 +204,42 @@ func TestKeptHoldsAPlace(t *testing.T) {
 	}
 	if n.keepFor(httptest.NewRequest(http.MethodPost, "/actor/c/x/", nil), "x") != nil {
 		t.Error("a POST kept")
+	}
+}
+
+// A kept request's wait ends at once, its place given back, when its
+// client leaves (never answered) or the node begins to stop.
+func TestKeptWaitEnds(t *testing.T) {
+	n := &Node{opts: Options{FailoverWait: time.Minute, Cluster: &Cluster{Metrics: metrics.NewCluster()}},
+		clock: clock.NewManual(time.Unix(0, 0)), keeping: newKeeping(40), leaving: make(chan struct{})}
+	get := httptest.NewRequest(http.MethodGet, "/actor/c/x/", nil)
+	holder := ownership.Record{Node: "a", Instance: "i"}
+
+	k := n.keepFor(get, "x")
+	k.hold(holder)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if got := k.wait(ctx); got != metrics.WaitLeft {
+		t.Errorf("the client left: the wait ended %q", got)
+	}
+	w := httptest.NewRecorder()
+	refuseKept(w, metrics.WaitLeft)
+	if w.Code != http.StatusOK || w.Body.Len() != 0 {
+		t.Errorf("a request whose client left was answered: %d %q", w.Code, w.Body)
+	}
+
+	k = n.keepFor(get, "x")
+	k.hold(holder)
+	n.beginStop()
+	if got := k.wait(context.Background()); got != metrics.WaitShutdown {
+		t.Errorf("the node began to stop: the wait ended %q", got)
+	}
+	w = httptest.NewRecorder()
+	refuseKept(w, metrics.WaitShutdown)
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" || !strings.Contains(w.Body.String(), "not reachable") {
+		t.Errorf("the 503 of a wait that ended: %d %q %q", w.Code, w.Header(), w.Body)
+	}
+	if n.keeping.total != 0 {
+		t.Errorf("%d places still taken", n.keeping.total)
 	}
 }
