@@ -59,8 +59,11 @@ func timedDial(ctx context.Context, u string) timedReply {
 }
 
 // The failover wait (issue 26, item 5; book, "When a node dies: what a
-// caller sees"). Four nodes; probe/p1 is held by a, which is SIGKILLed.
-// Once a left the others' view, at the same moment:
+// caller sees"). Four nodes; probe/p1 and p2 are held by a, which is
+// SIGKILLed. While a is still in b's view, the POST that finds its death
+// out gets the 503 "did not answer", and a GET for p2 that follows is
+// kept (a connection to a failed) and gets one slow 200. Once a left the
+// others' view, at the same moment:
 //   - a GET through b (the default wait) gets one slow 200 from the node
 //     that took p1 over, not a 503, and an upgrade for the room r1, also
 //     held by a, one 101 from the node that took r1;
@@ -85,9 +88,11 @@ func TestFailoverWait(t *testing.T) {
 	d.args = append(d.args, "--failover-wait-secs", "0")
 	cl := &killCluster{nodes: []*bucketNode{a, b, c, d}, urls: make([]string, 4)}
 	cl.startAll(t)
-	const p1 = "/actor/probe/p1"
-	if r := ask(t, "GET", a.url+p1+"/token?t=first"); r.code != 200 || r.node != "a" {
-		t.Fatalf("the first write on a: %+v", r)
+	const p1, p2 = "/actor/probe/p1", "/actor/probe/p2"
+	for _, p := range []string{p1, p2} {
+		if r := ask(t, "GET", a.url+p+"/token?t=first"); r.code != 200 || r.node != "a" {
+			t.Fatalf("the first write on a: %+v", r)
+		}
 	}
 	if got := readText(t, dialNode(t, a, "/actor/room/r1/")); got != "welcome 1" {
 		t.Fatalf("the room r1 on a: %q", got)
@@ -97,10 +102,24 @@ func TestFailoverWait(t *testing.T) {
 		return r.body
 	}
 	a.kill()
+	ctx := context.Background()
 
 	// While a is still in a node's view, a request for p1 is sent to a and
-	// refused at its connection: not the wait's (what it does not cover).
-	// A POST, never kept, says when a left: the 503 "not reachable".
+	// refused at its connection: the request that finds the death out gets
+	// the 503 "did not answer". The GETs that follow for a's actors are
+	// kept from then on, though a is still in the view: one for p2 gets the
+	// slow 200 too. (Only if the first POST was that one: a may have left
+	// b's view already.)
+	early := make(chan timedReply, 1)
+	if r := ask(t, "POST", b.url+p1+"/token?t=probe"); r.code == 503 && strings.Contains(r.body, "did not answer") {
+		go func() { early <- timedAsk(ctx, "GET", b.url+p2+"/token?t=early") }()
+	} else {
+		t.Logf("the first POST through b after the kill: %+v; no early GET", r)
+		close(early)
+	}
+
+	// A POST, never kept, says when a left a node's view: the 503 "not
+	// reachable".
 	gone := func(n *bucketNode) {
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 			r := ask(t, "POST", n.url+p1+"/token?t=probe")
@@ -116,7 +135,6 @@ func TestFailoverWait(t *testing.T) {
 	gone(c)
 	gone(d)
 
-	ctx := context.Background()
 	leaving, leave := context.WithTimeout(ctx, time.Second)
 	defer leave()
 	replies := make(chan timedReply, 5)
@@ -128,6 +146,8 @@ func TestFailoverWait(t *testing.T) {
 	expired := timedAsk(ctx, "GET", c.url+p1+"/token?t=expired")
 	off := timedAsk(ctx, "GET", d.url+p1+"/token?t=off")
 	kept, upgrade := <-replies, <-upgraded
+	earlyGET, sent := <-early
+	t.Logf("early GET: %d from %q after %v", earlyGET.code, earlyGET.node, earlyGET.took.Round(time.Millisecond))
 	t.Logf("kept GET through b: %d from %q after %v; kept upgrade: %d from %q after %v; POST %v, expired %v, off %v",
 		kept.code, kept.node, kept.took.Round(time.Millisecond), upgrade.code, upgrade.node, upgrade.took.Round(time.Millisecond),
 		post.took, expired.took, off.took)
@@ -137,6 +157,9 @@ func TestFailoverWait(t *testing.T) {
 	}
 	if upgrade.err != nil || upgrade.code != http.StatusSwitchingProtocols || upgrade.node == "a" || upgrade.node == "" || !strings.HasPrefix(upgrade.body, "welcome") {
 		t.Errorf("the kept upgrade through b: %+v, want one 101 from the node that took r1 over", upgrade)
+	}
+	if sent && (earlyGET.err != nil || earlyGET.code != 200 || earlyGET.node == "a" || earlyGET.node == "") {
+		t.Errorf("the GET for p2 through b after a's refused connection: %+v, want one 200 from the node that took p2 over", earlyGET)
 	}
 	if post.code != 503 || post.retryAfter != "1" || post.took > 5*time.Second || post.took >= kept.took {
 		t.Errorf("the POST through b: %+v, want the 503 at once", post)
@@ -156,12 +179,18 @@ func TestFailoverWait(t *testing.T) {
 	if got := strings.Fields(r.body); r.code != 200 || !slices.Equal(got, []string{"first", "kept"}) {
 		t.Errorf("p1's tokens: %+v, want first and kept only: the kept GET ran once, no other request ran", r)
 	}
+	if r := ask(t, "GET", b.url+p2+"/tokens"); sent && (r.code != 200 || !slices.Equal(strings.Fields(r.body), []string{"first", "early"})) {
+		t.Errorf("p2's tokens: %+v, want first and early", r)
+	}
 	waits := func(n *bucketNode, kind, outcome string) float64 {
 		return max(0, metricValue(page(n), `wasmkeep_failover_waits_total{kind="`+kind+`",outcome="`+outcome+`"}`))
 	}
-	for _, kind := range []string{"request", "websocket"} {
-		if got := waits(b, kind, "served") + waits(b, kind, "forwarded"); got != 1 {
-			t.Errorf("b counted %v kept %ss served or forwarded, want 1", got, kind)
+	for kind, want := range map[string]float64{"request": 1, "websocket": 1} {
+		if kind == "request" && sent {
+			want++ // the early GET
+		}
+		if got := waits(b, kind, "served") + waits(b, kind, "forwarded"); got != want {
+			t.Errorf("b counted %v kept %ss served or forwarded, want %v", got, kind, want)
 		}
 	}
 	if got := waits(b, "request", "left"); got != 1 {

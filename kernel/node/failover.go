@@ -104,6 +104,64 @@ func (k *keeping) done(key string) {
 	}
 }
 
+// unreachable is the second reason to keep a request: a peer still live
+// in the view to which this node could not open a connection. It is
+// suspected from that failure until this node's view shows a lease write
+// of it more than twice the allowed clock skew later (it is alive: sent to
+// as usual), and then not again for a horizon (10 s), so a lasting fault
+// costs one 503 per horizon, not a wait per request.
+type unreachable struct {
+	mu      sync.Mutex
+	since   map[string]time.Time // by node: the failed connection
+	cleared map[string]time.Time // by node: when it proved alive
+}
+
+func newUnreachable() *unreachable {
+	return &unreachable{since: map[string]time.Time{}, cleared: map[string]time.Time{}}
+}
+
+// failed records that no connection to node could be opened at now.
+func (u *unreachable) failed(node string, now time.Time, s nodelease.Settings) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if c, ok := u.cleared[node]; ok && now.Sub(c) < s.Horizon() {
+		return
+	}
+	delete(u.cleared, node)
+	if _, ok := u.since[node]; !ok {
+		u.since[node] = now
+	}
+}
+
+// suspected reports whether node is suspected at now, with peer its lease
+// as this node's view has it: a live write dated after the failure by more
+// than twice the skew clears it.
+func (u *unreachable) suspected(node string, peer membership.Peer, now time.Time, s nodelease.Settings) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	since, ok := u.since[node]
+	if !ok {
+		return false
+	}
+	if peer.Err == nil && peer.Object.State == nodelease.Live && peer.Object.WrittenAt.After(since.Add(2*s.MaxSkew)) {
+		delete(u.since, node)
+		u.cleared[node] = now
+		return false
+	}
+	return true
+}
+
+// keepFrom reports whether a request placed on peer, a live node, is kept
+// instead of sent: peer is suspected unreachable, and k keeps it.
+func (n *Node) keepFrom(k *kept, peer string) bool {
+	if k == nil {
+		return false
+	}
+	m := n.opts.Cluster.Member
+	p, _ := m.View.Live(peer)
+	return n.unreachable.suspected(peer, p, n.clock.Now(), m.Lease.Settings()) && k.hold(ownership.Record{Node: peer})
+}
+
 // tried is how one try of the front door's placement loop answered.
 type tried struct {
 	sentTo string // the node it was forwarded to; "" when answered here

@@ -243,3 +243,42 @@ func TestKeptWaitEnds(t *testing.T) {
 		t.Errorf("%d places still taken", n.keeping.total)
 	}
 }
+
+// A live peer this node could not connect to is suspected until a lease
+// write of it more than twice the skew after the failure shows, then not
+// again for a horizon.
+func TestUnreachable(t *testing.T) {
+	s := nodelease.DefaultSettings() // skew 1 s, horizon 10 s
+	at := time.Unix(1000, 0)         // the failed connection
+	u := newUnreachable()
+	lease := func(written time.Duration) membership.Peer {
+		return membership.Peer{ID: "a", Object: nodelease.Object{State: nodelease.Live, Instance: "i", WrittenAt: at.Add(written)}}
+	}
+	if u.suspected("a", lease(0), at, s) {
+		t.Fatal("a peer suspected before any failure")
+	}
+	u.failed("a", at, s)
+	u.failed("a", at.Add(time.Second), s) // the first failure counts
+	if !u.suspected("a", lease(-time.Second), at.Add(time.Second), s) || !u.suspected("a", lease(2*time.Second), at.Add(3*time.Second), s) {
+		t.Fatal("not suspected with no write more than 2 s after the failure")
+	}
+	if u.suspected("b", lease(0), at, s) {
+		t.Fatal("another peer suspected")
+	}
+	if u.suspected("a", lease(2*time.Second+time.Millisecond), at.Add(4*time.Second), s) {
+		t.Fatal("still suspected after a write 2 s after the failure")
+	}
+	u.failed("a", at.Add(13*time.Second), s) // within 10 s of proving alive
+	if u.suspected("a", lease(2*time.Second+time.Millisecond), at.Add(13*time.Second), s) {
+		t.Fatal("suspected again within the horizon")
+	}
+	u.failed("a", at.Add(14*time.Second), s)
+	if !u.suspected("a", lease(12*time.Second), at.Add(14*time.Second), s) {
+		t.Fatal("not suspected after a failure past the horizon")
+	}
+	fenced := lease(30 * time.Second)
+	fenced.Object.State = nodelease.Fenced
+	if !u.suspected("a", fenced, at.Add(31*time.Second), s) {
+		t.Error("a fenced lease cleared the suspicion")
+	}
+}

@@ -141,6 +141,9 @@ func (n *Node) serveActor(w http.ResponseWriter, r *http.Request, c *class, rout
 			n.refuse(w, err)
 			return tried{}, false
 		}
+		if n.keepFrom(k, elsewhere.Owner.Node) {
+			return tried{}, true
+		}
 		if n.forward(w, r, elsewhere) {
 			return tried{sentTo: elsewhere.Owner.Node}, false
 		}

@@ -246,11 +246,13 @@ type Node struct {
 	leaving  chan struct{} // closed once stopping begins: kept requests end (beginStop)
 	leave    sync.Once
 	keeping  *keeping // the requests kept through a failover (failover.go)
-	alarms   *alarm.Schedule
-	index    *alarm.Index // the pending alarms of the tenant's actors, for a start
-	metrics  *metrics.Metrics
-	fetch    *fetch.Fetcher
-	ws       *websocket.Hub
+	// unreachable are the live peers no connection could be opened to
+	unreachable *unreachable
+	alarms      *alarm.Schedule
+	index       *alarm.Index // the pending alarms of the tenant's actors, for a start
+	metrics     *metrics.Metrics
+	fetch       *fetch.Fetcher
+	ws          *websocket.Hub
 
 	guestLogs *guestlog.Sink // what guests print, rate-limited and counted
 }
@@ -290,12 +292,13 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		stateDir: filepath.Join(opts.DataDir, filepath.FromSlash(opts.App.StateRoot())),
 		swapped:  make(chan struct{}),
 		actors:   map[string]*actor{}, closing: map[string]*actor{},
-		slots:     make(chan struct{}, opts.MaxInstances),
-		alarms:    alarm.NewSchedule(),
-		fetch:     fetcher,
-		guestLogs: guestlog.NewSink(opts.Logger, opts.Clock, opts.GuestLogRate),
-		leaving:   make(chan struct{}),
-		keeping:   newKeeping(opts.MaxConnections),
+		slots:       make(chan struct{}, opts.MaxInstances),
+		alarms:      alarm.NewSchedule(),
+		fetch:       fetcher,
+		guestLogs:   guestlog.NewSink(opts.Logger, opts.Clock, opts.GuestLogRate),
+		leaving:     make(chan struct{}),
+		keeping:     newKeeping(opts.MaxConnections),
+		unreachable: newUnreachable(),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.ws = websocket.NewHub(n.ctx, n.clock, websocket.Options{
