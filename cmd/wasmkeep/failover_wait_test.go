@@ -80,12 +80,16 @@ func TestFailoverWait(t *testing.T) {
 	bucketURL := "file://" + memDir(t)
 	a, b, c, d := newPeerNode(t, bucketURL, failoverLease, "a"), newPeerNode(t, bucketURL, failoverLease, "b"),
 		newPeerNode(t, bucketURL, failoverLease, "c"), newPeerNode(t, bucketURL, failoverLease, "d")
-	for _, n := range []*bucketNode{a, b, c, d} {
-		n.args = append(n.args, "--actor", "room="+room(t))
+	// Flags go first: the cluster's logs name each node by its last one,
+	// its --node-id.
+	for n, flags := range map[*bucketNode][]string{
+		a: nil,
+		b: {"--metrics-listen", "127.0.0.1:0"},
+		c: {"--failover-wait-secs", "1", "--metrics-listen", "127.0.0.1:0"},
+		d: {"--failover-wait-secs", "0"},
+	} {
+		n.args = append(append(flags, "--actor", "room="+room(t)), n.args...)
 	}
-	b.args = append(b.args, "--metrics-listen", "127.0.0.1:0")
-	c.args = append(c.args, "--failover-wait-secs", "1", "--metrics-listen", "127.0.0.1:0")
-	d.args = append(d.args, "--failover-wait-secs", "0")
 	cl := &killCluster{nodes: []*bucketNode{a, b, c, d}, urls: make([]string, 4)}
 	cl.startAll(t)
 	const p1, p2 = "/actor/probe/p1", "/actor/probe/p2"
