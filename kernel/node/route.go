@@ -62,6 +62,9 @@ func (n *Node) forward(w http.ResponseWriter, r *http.Request, e *placement.Else
 		failure = f.Kind.String()
 		n.log.Debug("forward failed", "node", e.Owner.Node, "err", f)
 	}
+	if f != nil && f.Kind == peers.NoConnect { // the book's second reason to keep the next ones (failover.go)
+		n.unreachable.failed(e.Owner.Node, n.clock.Now(), n.opts.Cluster.Member.Lease.Settings())
+	}
 	if f != nil || status == http.StatusServiceUnavailable {
 		// Not the holder, or not now: the next request for the actor reads
 		// the record rather than an owner hint.
