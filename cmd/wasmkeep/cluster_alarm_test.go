@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/node/alarm"
 )
 
 // Alarms follow their actor (issue 24, item 2): three nodes on one bucket.
@@ -103,21 +105,7 @@ func TestAlarmsFollowTheirActor(t *testing.T) {
 				continue
 			}
 			waiting++
-			r, err := sendBody(durabilityClient, "POST", probeURL(b, p.name, "query"), "SELECT at FROM alarm_attempts")
-			if err != nil || r.node != "b" {
-				t.Fatalf("%s's alarm runs read through b: %+v %v, want an answer from b\n%s", p.name, r, err, b.logs)
-			}
-			at, ok := strings.CutPrefix(r.body, "ok ")
-			if !ok || at == "" { // before the first run the table does not exist
-				continue
-			}
-			for _, ms := range strings.Split(at, ",") {
-				v, err := strconv.ParseInt(ms, 10, 64)
-				if err != nil {
-					t.Fatalf("%s's alarm runs: %q", p.name, r.body)
-				}
-				p.fired = append(p.fired, v)
-			}
+			p.fired = alarmRuns(t, b, p.name)
 		}
 	}
 	for _, p := range alarms {
@@ -136,6 +124,108 @@ func TestAlarmsFollowTheirActor(t *testing.T) {
 		}
 		t.Logf("%s's alarm (its holder's %s) fired on b at +%v: %v after its time, %v after b took it", p.name, p.how,
 			since(at), at.Sub(p.due).Round(time.Millisecond), at.Sub(p.woken).Round(time.Millisecond))
+	}
+	if t.Failed() {
+		t.Logf("b:\n%s", b.logs)
+	}
+	b.stop()
+}
+
+// alarmRuns are the times (the guest's clock, ms) on-alarm ran for the
+// probe's actor name, as it recorded them in the table alarm_attempts, read
+// through n, which must answer itself; none before the first run.
+func alarmRuns(t *testing.T, n *bucketNode, name string) []int64 {
+	t.Helper()
+	r, err := sendBody(durabilityClient, "POST", n.url+"/actor/probe/"+name+"/query", "SELECT at FROM alarm_attempts ORDER BY rowid")
+	if err != nil || r.node != n.id() {
+		t.Fatalf("%s's alarm runs read through %s: %+v %v, want an answer from it\n%s", name, n.id(), r, err, n.logs)
+	}
+	at, ok := strings.CutPrefix(r.body, "ok ")
+	if !ok || at == "" { // before the first run the table does not exist
+		return nil
+	}
+	var runs []int64
+	for _, ms := range strings.Split(at, ",") {
+		v, err := strconv.ParseInt(ms, 10, 64)
+		if err != nil {
+			t.Fatalf("%s's alarm runs: %q", name, r.body)
+		}
+		runs = append(runs, v)
+	}
+	return runs
+}
+
+// A failing handler's backoff survives a takeover (issue 26, item 2): two
+// nodes on one bucket. The probe's actor f, held by a, fails every on-alarm;
+// after its third failure, shipped by an exec-durable, a is killed (SIGKILL)
+// with the fourth attempt due 4 s after the third. A request through b takes
+// f over and finds that retry time in get-alarm; b's first attempt comes no
+// earlier, and the one after it 8 s later: the backoff of the count a
+// committed (four failures in a row). A count kept only in the memory of a's
+// process would start again on b, whose second attempt would then come 1 s
+// after its first, not 8 s (run with the count in a map of the process's:
+// 1,001 ms); and a retry time kept only there would have b run the alarm as
+// soon as it took f over. The windows are generous above (a loaded machine,
+// a takeover after the due time) and tight below: a retry never comes early.
+func TestAlarmBackoffSurvivesATakeover(t *testing.T) {
+	t.Parallel()
+	bucketURL := "file://" + memDir(t)
+	c := &killCluster{urls: make([]string, 2)}
+	for _, id := range []string{"a", "b"} {
+		c.nodes = append(c.nodes, newPeerNode(t, bucketURL, nil, id))
+	}
+	c.startAll(t)
+	a, b := c.nodes[0], c.nodes[1]
+	send := func(n *bucketNode, method, path, body, want string) {
+		t.Helper()
+		if r, err := sendBody(durabilityClient, method, n.url+"/actor/probe/f/"+path, body); err != nil || r != (reply{200, want, n.id()}) {
+			t.Fatalf("%s %s on %s: %+v %v, want %q\n%s", method, path, n.id(), r, err, want, c.logs())
+		}
+	}
+	const failed = 3 // on a
+	send(a, "POST", "exec", "CREATE TABLE fail_alarm (x)", "ok 0")
+	send(a, "GET", "alarm-set?in=0", "", "set")
+	waitFor(t, 30*time.Second, "a's failed attempts", func() bool { return len(alarmRuns(t, a, "f")) >= failed })
+	send(a, "POST", "exec-durable", "CREATE TABLE shipped (v)", "ok 0")
+	a.kill()
+	killed := time.Now().UnixMilli()
+
+	r, tries := retryWhile503(t, "GET", b.url+"/actor/probe/f/alarm-get?at=1", func(int) string { return "" })
+	woken := time.Now().UnixMilli()
+	at, err := strconv.ParseInt(strings.TrimPrefix(r.body, "at "), 10, 64)
+	if r.code != 200 || r.node != "b" || err != nil {
+		t.Fatalf("f woken on b after a's SIGKILL: %+v, want its pending alarm from b\n%s", r, c.logs())
+	}
+
+	// Every run, a's and b's, read through b until b ran two.
+	var onA, onB []int64
+	waitFor(t, 60*time.Second, "b's second attempt", func() bool {
+		onA, onB = nil, nil
+		for _, ms := range alarmRuns(t, b, "f") {
+			if ms < killed {
+				onA = append(onA, ms)
+			} else {
+				onB = append(onB, ms)
+			}
+		}
+		return len(onB) >= 2
+	})
+	t.Logf("f's runs on a at %v, a killed at %d, taken by b at %d after %d 503s with its alarm at %d, runs on b at %v", onA, killed, woken, tries, at, onB)
+	if len(onA) < failed {
+		t.Fatalf("b sees %d of a's runs, want %d (shipped before the kill)", len(onA), failed)
+	}
+	// The attempt a committed: RetryDelay(failures) after its last run, or
+	// a later one if b ran it before the request.
+	retry := onA[len(onA)-1] + alarm.RetryDelay(int64(len(onA))).Milliseconds()
+	if at < retry {
+		t.Errorf("get-alarm on b: %d, want the retry a committed, %d or later", at, retry)
+	}
+	if onB[0] < retry {
+		t.Errorf("b's first attempt at %d, %d ms before the retry a committed (%d)", onB[0], retry-onB[0], retry)
+	}
+	want := alarm.RetryDelay(int64(len(onA) + 1)).Milliseconds()
+	if gap := onB[1] - onB[0]; gap < want || gap > want+10_000 {
+		t.Errorf("b's second attempt %d ms after its first, want %d (the backoff after %d failures in a row)", gap, want, len(onA)+1)
 	}
 	if t.Failed() {
 		t.Logf("b:\n%s", b.logs)

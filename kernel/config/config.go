@@ -112,10 +112,13 @@ type Node struct {
 	LogLevel  string `koanf:"log_level" oneof:"debug,info,warn,error" help:"the least severe log lines written: debug, info, warn or error"`
 
 	// The limits of the README's table, in its order.
-	MaxQueuedEvents        int           `koanf:"max_queued_events" help:"events queued per actor; more are answered 429"`
-	MaxBodyBytes           int64         `koanf:"max_body_bytes" help:"bytes of a request body (and of an actor_call's); more are answered 413"`
-	RequestBodyTimeout     time.Duration `koanf:"request_body_timeout" help:"time a client has to send a request's body once its headers arrived; past it 408 and the connection closes"`
-	MaxConnections         int           `koanf:"max_connections" help:"client connections open at once, lowered to fit the open-files limit; more wait in the kernel's backlog"`
+	MaxQueuedEvents    int           `koanf:"max_queued_events" help:"events queued per actor; more are answered 429"`
+	MaxBodyBytes       int64         `koanf:"max_body_bytes" help:"bytes of a request body (and of an actor_call's); more are answered 413"`
+	RequestBodyTimeout time.Duration `koanf:"request_body_timeout" help:"time a client has to send a request's body once its headers arrived; past it 408 and the connection closes"`
+	MaxConnections     int           `koanf:"max_connections" help:"client connections open at once, lowered to fit the open-files limit; more wait in the kernel's backlog"`
+	// A pointer, since unset (the default, from the lease timings) and 0
+	// (off) differ; plugins.yaml gives it no value for that reason.
+	FailoverWaitSecs       *int          `koanf:"failover_wait_secs" help:"seconds a GET or HEAD without a body, or a WebSocket upgrade, for an actor whose node died is kept until the actor is taken over, instead of a 503 at once; default from the lease timings: ttl + grace + the watch before a fence + a heartbeat period + 1 (25), 0 turns it off"`
 	MaxHeaderFields        int           `koanf:"max_header_fields" help:"header fields of a request that reach an actor, Host included; more are answered 431"`
 	MaxHeaderBytes         int           `koanf:"max_header_bytes" help:"bytes of a request's header names and values and its target that reach an actor; more are answered 431"`
 	WallClock              time.Duration `koanf:"wall_clock" help:"wall time per event; past it the event answers 500 and its instance is discarded"`

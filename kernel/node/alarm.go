@@ -94,9 +94,8 @@ func alarmClear(ctx context.Context, st *eventState, _ runtime.Memory, _ []uint6
 
 // runAlarm handles a due alarm: on-alarm runs if the alarm is still due (the
 // schedule may be stale); success clears it, unless the handler set or
-// cleared the alarm itself;
-// failure schedules a retry (alarm.RetryDelay), the count kept in the
-// database.
+// cleared the alarm itself; failure schedules a retry (alarm.Retry), the
+// count kept in the database and read here, before the handler runs.
 func (a *actor) runAlarm(ctx context.Context) error {
 	at, failures, ok, err := alarm.Read(ctx, a.db)
 	if err != nil {
@@ -118,8 +117,9 @@ func (a *actor) runAlarm(ctx context.Context) error {
 	// A handler that succeeded after setting or clearing the alarm decided
 	// what comes next, even one that set the same time again (a queue whose
 	// backlog shares one due time). A failure is retried with the backoff
-	// unless the handler moved the alarm, so that a handler failing at once
-	// cannot fire itself in a loop.
+	// unless the handler cleared the alarm or set it past the retry, so
+	// that a handler failing at once cannot fire itself in a loop, even
+	// one that sets its alarm for now before it fails.
 	switch {
 	case hookErr != nil:
 		err = alarm.Retry(context.Background(), a.db, at, failures, a.node.clock.Now())

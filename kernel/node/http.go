@@ -105,46 +105,91 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	// Where the actor runs comes first: the access rule may read this
-	// node's storage, which only the holder's is.
-	if err := n.place(r.Context(), c, route.Name); err != nil {
-		var elsewhere *placement.Elsewhere
-		if errors.As(err, &elsewhere) && n.opts.Cluster != nil {
-			n.forward(w, r, elsewhere)
+	// A request for an actor whose holder is suspected gone may be kept
+	// (failover.go): each try places it afresh, after a wait, until it is
+	// answered or the wait ends.
+	k := n.keepFor(r, n.actorKey(c, route.Name))
+	for {
+		t, held := n.serveActor(w, r, c, route, k)
+		if !held {
+			k.answered(t)
 			return
 		}
-		n.refuse(w, err)
-		return
+		if outcome := k.wait(r.Context()); outcome != "" {
+			refuseKept(w, outcome)
+			return
+		}
+	}
+}
+
+// serveActor places an actor's request and answers it: forwarded to the
+// holder, or run here. It answers nothing, and reports held, when k keeps
+// the request because its actor's holder is suspected gone.
+func (n *Node) serveActor(w http.ResponseWriter, r *http.Request, c *class, route address.Route, k *kept) (t tried, held bool) {
+	// Where the actor runs comes first: the access rule may read this
+	// node's storage, which only the holder's is. A request no node
+	// forwarded yet may follow an owner hint; one forwarded already is
+	// placed from the record, as any event run here, and so is one whose
+	// hint failed untouched (forward).
+	ctx := r.Context()
+	if r.Header.Get(peers.ForwardedHeader) == "" {
+		ctx = placement.Routed(ctx)
+	}
+	for err := n.place(ctx, c, route.Name); err != nil; err = n.place(r.Context(), c, route.Name) {
+		var elsewhere *placement.Elsewhere
+		if !errors.As(err, &elsewhere) || n.opts.Cluster == nil {
+			n.refuse(w, err)
+			return tried{}, false
+		}
+		if n.keepFrom(k, elsewhere.Owner.Node) {
+			return tried{}, true
+		}
+		if n.forward(w, r, elsewhere) {
+			return tried{sentTo: elsewhere.Owner.Node}, false
+		}
 	}
 	if !n.allowed(w, r, c, route) {
-		return
+		return tried{}, false
 	}
 	if websocket.IsUpgrade(r) {
 		path := route.Rest
 		if r.URL.RawQuery != "" {
 			path += "?" + r.URL.RawQuery
 		}
-		n.serveWebSocket(w, r, c, route.Name, path)
-		return
+		return n.serveWebSocket(w, r, c, route.Name, path, k)
 	}
 	payload, ok := n.readRequest(w, r, route.Rest)
 	if !ok {
-		return
+		return tried{}, false
 	}
 	ev := &event{ctx: r.Context(), payload: payload, reply: make(chan outcome, 1), placed: true}
 	if err := n.deliver(r.Context(), c, route.Name, ev); err != nil {
 		n.refuse(w, err)
-		return
+		return tried{}, false
 	}
 	select {
 	case out := <-ev.reply:
+		if holder, ok := suspected(out.err); ok && k.hold(holder) {
+			return tried{}, true
+		}
 		if n.forwardUnrun(w, r, out, payload) {
-			return
+			return tried{sentTo: sentTo(out.err)}, false
 		}
 		writeOutcome(w, out)
+		return tried{ran: out.err == nil}, false
 	case <-r.Context().Done():
 		// The client left; a queued event will not run, a started one ends on its own.
+		return tried{}, false
 	}
+}
+
+// sentTo is the node an event not run here was sent on to.
+func sentTo(err error) string {
+	var e *placement.Elsewhere
+	if errors.As(err, &e) {
+		return e.Owner.Node
+	}
+	return ""
 }
 
 // allowed applies the class's access rule to an outside request placed

@@ -67,8 +67,15 @@ type Options struct {
 	Stateless     string                       // module file of the stateless component ("" for none)
 	Logger        *slog.Logger
 	Placement     placement.Placement // [Local] where each actor runs: asked before every delivery
-	Clock         clock.Clock         // [clock.Real] what idle timeouts, alarms, admission waits, WebSocket pings and metrics read and wait on
+	Clock         clock.Clock         // [clock.Real] what idle timeouts, alarms, admission waits, WebSocket pings, owner hints and metrics read and wait on
 	Cluster       *Cluster            // [nil: a node alone] the bucket and the membership of a node with a bucket (replica.go)
+	// How long a request for an actor whose holder is suspected gone is
+	// kept until it can be placed again (failover.go); NoFailoverWait
+	// for none. [FailoverWaitFor the lease's settings; none alone]
+	FailoverWait time.Duration
+	// The connection limit serve fitted to the open-files limit: a quarter
+	// of it is how many requests the node keeps at once. [DefaultMaxConnections]
+	MaxConnections int
 
 	// A node started from a deployed version (deploy.go): its id and seq,
 	// which stamp Classes from the start (0: --actor classes, never
@@ -164,21 +171,28 @@ func (o Options) withDefaults() Options {
 	if o.GuestLogRate == 0 {
 		o.GuestLogRate = guestlog.DefaultRate
 	}
+	if o.FailoverWait == 0 && o.Cluster != nil {
+		o.FailoverWait = FailoverWaitFor(o.Cluster.Member.Lease.Settings())
+	}
+	if o.MaxConnections == 0 {
+		o.MaxConnections = DefaultMaxConnections
+	}
 	if o.MaxFetches == 0 {
 		o.MaxFetches = 256
 	}
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = 16 << 20
 	}
+	if o.Clock == nil {
+		o.Clock = clock.Real
+	}
 	if o.Placement == nil && o.Cluster != nil {
 		m := o.Cluster.Member
-		o.Placement = placement.Owned{Records: m.Owners, View: m.View, Self: m.Lease.NodeID(), Key: ownerKey}
+		o.Placement = placement.Owned{Records: m.Owners, View: m.View, Self: m.Lease.NodeID(), Key: ownerKey,
+			Hints: placement.NewHints(o.Clock, placement.MaxHints)}
 	}
 	if o.Placement == nil {
 		o.Placement = placement.Local{}
-	}
-	if o.Clock == nil {
-		o.Clock = clock.Real
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -229,11 +243,16 @@ type Node struct {
 	replicas *replication.Replicas // with a bucket: the actors' replication (replica.go); nil on a node alone
 
 	stopping atomic.Bool
-	alarms   *alarm.Schedule
-	index    *alarm.Index // the pending alarms of the tenant's actors, for a start
-	metrics  *metrics.Metrics
-	fetch    *fetch.Fetcher
-	ws       *websocket.Hub
+	leaving  chan struct{} // closed once stopping begins: kept requests end (beginStop)
+	leave    sync.Once
+	keeping  *keeping // the requests kept through a failover (failover.go)
+	// unreachable are the live peers no connection could be opened to
+	unreachable *unreachable
+	alarms      *alarm.Schedule
+	index       *alarm.Index // the pending alarms of the tenant's actors, for a start
+	metrics     *metrics.Metrics
+	fetch       *fetch.Fetcher
+	ws          *websocket.Hub
 
 	guestLogs *guestlog.Sink // what guests print, rate-limited and counted
 }
@@ -273,10 +292,13 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		stateDir: filepath.Join(opts.DataDir, filepath.FromSlash(opts.App.StateRoot())),
 		swapped:  make(chan struct{}),
 		actors:   map[string]*actor{}, closing: map[string]*actor{},
-		slots:     make(chan struct{}, opts.MaxInstances),
-		alarms:    alarm.NewSchedule(),
-		fetch:     fetcher,
-		guestLogs: guestlog.NewSink(opts.Logger, opts.Clock, opts.GuestLogRate),
+		slots:       make(chan struct{}, opts.MaxInstances),
+		alarms:      alarm.NewSchedule(),
+		fetch:       fetcher,
+		guestLogs:   guestlog.NewSink(opts.Logger, opts.Clock, opts.GuestLogRate),
+		leaving:     make(chan struct{}),
+		keeping:     newKeeping(opts.MaxConnections),
+		unreachable: newUnreachable(),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.ws = websocket.NewHub(n.ctx, n.clock, websocket.Options{
@@ -377,7 +399,7 @@ func (n *Node) GuestLogDropped() int64 { return n.guestLogs.Dropped() }
 // to grace to finish, actors finish their queued events, and every database
 // is closed cleanly.
 func (n *Node) Shutdown(srv *http.Server, grace time.Duration) error {
-	n.stopping.Store(true)
+	n.beginStop()
 	// The grace is the operator's wall time, and net/http polls its idle
 	// connections on timers of its own: the wall clock, not n.clock.
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
@@ -387,6 +409,12 @@ func (n *Node) Shutdown(srv *http.Server, grace time.Duration) error {
 	n.hibernateAll()
 	n.Close()
 	return err
+}
+
+// beginStop takes no new events and ends the kept requests.
+func (n *Node) beginStop() {
+	n.stopping.Store(true)
+	n.leave.Do(func() { close(n.leaving) })
 }
 
 // hibernateAll asks every actor to finish its queue and close, and waits.
@@ -402,7 +430,7 @@ func (n *Node) hibernateAll() {
 // Close releases the engine and stops running guests. Actors still resident
 // are closed first.
 func (n *Node) Close() {
-	n.stopping.Store(true) // no new events (Shutdown set it already; other callers may not have)
+	n.beginStop() // no new events (Shutdown began it already; other callers may not have)
 	n.hibernateAll()
 	if n.index != nil {
 		n.index.Close()
@@ -473,6 +501,14 @@ func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) er
 // access check, which reads this node's storage).
 func (n *Node) place(ctx context.Context, c *class, name string) error {
 	return placement.Check(ctx, n.opts.Placement, abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: name})
+}
+
+// forgetOwner drops the owner hint the placement may keep for addr
+// (placement.Hinted): it proved wrong, or this node acquired the actor.
+func (n *Node) forgetOwner(addr abi.Address) {
+	if h, ok := n.opts.Placement.(placement.Hinted); ok {
+		h.Forget(addr)
+	}
 }
 
 // countRefusal counts a request or call that deliver refused.

@@ -120,6 +120,7 @@ func (a *actor) openDatabase(ctx context.Context) (storage.DB, error) {
 		}
 		return nil, unavailable("the node cannot take the actor now, retry", err)
 	}
+	n.forgetOwner(a.addr) // a hint learned before must not route its requests once it is released
 	start := n.clock.Now()
 	stream, db, err := n.replicas.Open(ctx, a.addr, hold.Generation, replication.HoldValid(owners, hold))
 	if err == nil && hold.TookOver {

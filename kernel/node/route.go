@@ -33,31 +33,45 @@ import (
 // finish in, the callee; the body is the error's text.
 const callErrorHeader = "x-wasmkeep-call-error"
 
-// forward sends an outside request for an actor peer holds on to it, once.
-// A request another node forwarded already is not sent on again: 503.
-func (n *Node) forward(w http.ResponseWriter, r *http.Request, e *placement.Elsewhere) {
+// forward sends an outside request for an actor peer holds on to it, once,
+// and reports whether it answered w. A request another node forwarded
+// already is not sent on again: 503. One placed by an owner hint that
+// failed untouched (nothing sent, its body unread: the owner stopped
+// since) is not answered: the hint is dropped and the caller places it
+// again from the record.
+func (n *Node) forward(w http.ResponseWriter, r *http.Request, e *placement.Elsewhere) bool {
 	cm := n.opts.Cluster.Metrics
 	if r.Header.Get(peers.ForwardedHeader) != "" {
 		n.refuse(w, e)
-		return
+		return true
 	}
 	if r.ContentLength > n.opts.MaxBodyBytes {
 		// The holder would refuse it unread and close the connection while
 		// the body is still being sent: a 503 here, for a request that can
 		// never succeed. The answer is the holder's, given here.
 		http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
-		return
+		return true
 	}
 	kind := metrics.ForwardRequest
 	if websocket.IsUpgrade(r) {
 		kind = metrics.ForwardWebSocket
 	}
 	failure := ""
-	if f := n.opts.Cluster.Peers.Forward(w, r, e.Owner.Node); f != nil {
+	status, f := n.opts.Cluster.Peers.Forward(w, r, e.Owner.Node, e.Owner.Hint)
+	if f != nil {
 		failure = f.Kind.String()
 		n.log.Debug("forward failed", "node", e.Owner.Node, "err", f)
 	}
+	if f != nil && f.Kind == peers.NoConnect { // the book's second reason to keep the next ones (failover.go)
+		n.unreachable.failed(e.Owner.Node, n.clock.Now(), n.opts.Cluster.Member.Lease.Settings())
+	}
+	if f != nil || status == http.StatusServiceUnavailable {
+		// Not the holder, or not now: the next request for the actor reads
+		// the record rather than an owner hint.
+		n.forgetOwner(e.Addr)
+	}
 	cm.Forwarded(kind, failure)
+	return f == nil || !f.Untouched
 }
 
 // forwardUnrun forwards a request whose event did not run because another
@@ -75,8 +89,7 @@ func (n *Node) forwardUnrun(w http.ResponseWriter, r *http.Request, out outcome,
 		return false
 	}
 	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(req.Body)), int64(len(req.Body))
-	n.forward(w, r, e)
-	return true
+	return n.forward(w, r, e)
 }
 
 // believesCalls reports whether a signed call arriving as r is taken for

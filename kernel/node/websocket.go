@@ -32,14 +32,15 @@ type wsEvent struct {
 
 // serveWebSocket runs on-websocket-open, then answers the upgrade: accepted,
 // or closed with 1008 and the guest's reason. The socket then reads until
-// it closes.
-func (n *Node) serveWebSocket(w http.ResponseWriter, r *http.Request, c *class, name, path string) {
+// it closes. Like serveActor, it answers nothing and reports held when k
+// keeps the upgrade.
+func (n *Node) serveWebSocket(w http.ResponseWriter, r *http.Request, c *class, name, path string, k *kept) (t tried, held bool) {
 	s, err := n.ws.Reserve(n.actorKey(c, name))
 	if err != nil {
 		n.metrics.Refused(metrics.RefusedCapacity)
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "too many WebSockets, retry", http.StatusServiceUnavailable)
-		return
+		return tried{}, false
 	}
 	ev := &event{ctx: r.Context(), payload: []byte(path), reply: make(chan outcome, 1),
 		ws: &wsEvent{hook: abi.ExportOnWebSocketOpen, conn: s.ID}, placed: true} // by ServeHTTP
@@ -49,10 +50,10 @@ func (n *Node) serveWebSocket(w http.ResponseWriter, r *http.Request, c *class, 
 			n.countRefusal(err)
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, "too many events for this actor, retry", http.StatusServiceUnavailable)
-			return
+			return tried{}, false
 		}
 		n.refuse(w, err)
-		return
+		return tried{}, false
 	}
 	var out outcome
 	select {
@@ -66,14 +67,18 @@ func (n *Node) serveWebSocket(w http.ResponseWriter, r *http.Request, c *class, 
 			n.metrics.Refused(metrics.RefusedAccess)
 			http.Error(w, "unknown actor "+strconv.Quote(name), http.StatusNotFound)
 		}
-		return
+		return tried{}, false
+	}
+	if holder, ok := suspected(out.err); ok && r.Context().Err() == nil && k.hold(holder) {
+		n.ws.Release(s)
+		return tried{}, true
 	}
 	var elsewhere *placement.Elsewhere
 	if errors.As(out.err, &elsewhere) && n.opts.Cluster != nil && r.Context().Err() == nil {
 		// Taken by another node before it woke here: relayed there, once.
 		n.ws.Release(s)
 		n.forward(w, r, elsewhere)
-		return
+		return tried{sentTo: elsewhere.Owner.Node}, false
 	}
 	if out.err != nil {
 		reason := "refused"
@@ -82,10 +87,12 @@ func (n *Node) serveWebSocket(w http.ResponseWriter, r *http.Request, c *class, 
 			reason = strings.TrimPrefix(f.public, "actor error: ")
 		}
 		n.ws.Refuse(w, r, s, reason)
-		return
+		return tried{}, false
 	}
+	k.answered(tried{ran: true}) // kept no longer while the socket lasts
 	n.ws.Show(s)
 	n.ws.Serve(w, r, s, &wsActor{n: n, class: c.name, name: name})
+	return tried{ran: true}, false
 }
 
 // wsActor delivers a socket's events to its actor (websocket.Actor), each

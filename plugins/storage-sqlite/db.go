@@ -65,6 +65,7 @@ type db struct {
 	// spent); threadStart the CPU clock of thread threadID at its first
 	// guest statement, if threadRead.
 	cpuUsed     time.Duration
+	cpuSpent    bool // the budget was found spent: no later clock read undoes it
 	threadStart time.Duration
 	threadID    int
 	threadRead  bool
@@ -203,7 +204,7 @@ func (d *db) EndEvent(context.Context) error {
 	if d.c.inTx() {
 		err = d.rollback()
 	}
-	d.cpuUsed, d.threadRead, d.written, d.aborted = 0, false, 0, false
+	d.cpuUsed, d.cpuSpent, d.threadRead, d.written, d.aborted = 0, false, false, 0, false
 	d.endDeadlineWatch()
 	d.c.rest()
 	return err
@@ -275,6 +276,11 @@ func (d *db) guestRun(ctx context.Context, sql string, params []abi.Value, w *ab
 	n, err := d.run(e, w)
 	d.endGuest()
 	d.cpuUsed += d.statementCPU()
+	// Stopped by its CPU watch: the event's budget is spent, whichever
+	// thread's clock a later check reads (a caller whose goroutine is not
+	// locked may be found on the event's first thread, whose clock missed
+	// the statement's CPU).
+	d.cpuSpent = d.cpuSpent || d.cpuOver.Load()
 	d.written += d.c.pagesWritten() * d.pageSize
 	if err != nil {
 		return 0, d.failed(ctx, err, inTx)
@@ -605,13 +611,17 @@ func isSchemaTable(name string) bool {
 // another thread, is charged the count as it is: that thread's clock says
 // nothing of the event's.
 func (d *db) spent() bool {
+	if d.cpuSpent {
+		return true
+	}
 	if d.cpuUsed < d.opts.SQLCPUPerEvent {
 		return false
 	}
 	if unix.Gettid() == d.threadID {
 		d.cpuUsed = min(d.cpuUsed, cputime.Thread()-d.threadStart)
 	}
-	return d.cpuUsed >= d.opts.SQLCPUPerEvent
+	d.cpuSpent = d.cpuUsed >= d.opts.SQLCPUPerEvent
+	return d.cpuSpent
 }
 
 // progress is the progress handler: it stops the running statement at its

@@ -5,6 +5,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 type latencies struct {
 	direct, forwarded     []time.Duration // GET /echo straight to the holder, and through another node
 	callLocal, callRemote []time.Duration // /call of an actor on the same node, and from another node
+	getsPerForward        float64         // the forwarding node's bucket GETs per request it forwarded
 }
 
 // probe is one request the latency rows time: it must answer 200 for
@@ -77,7 +80,55 @@ func (c *config) latencies(stdout io.Writer, cl *cluster) (latencies, error) {
 	if err != nil {
 		return latencies{}, err
 	}
-	return latencies{direct: s[0], forwarded: s[1], callLocal: s[2], callRemote: s[3]}, nil
+	perForward, err := getsPerForward(b, probe{"GET", b.URL() + "/actor/probe/lat/echo", a.id, "GET /echo"}, c.samples)
+	if err != nil {
+		return latencies{}, err
+	}
+	return latencies{direct: s[0], forwarded: s[1], callLocal: s[2], callRemote: s[3], getsPerForward: perForward}, nil
+}
+
+// The series getsPerForward reads on a node's metrics page.
+var (
+	bucketGetsRE = regexp.MustCompile(`(?m)^wasmkeep_bucket_requests_total\{operation="get",status="[a-z_]+"\} (\S+)$`)
+	forwardsRE   = regexp.MustCompile(`(?m)^wasmkeep_forwards_total\{kind="request"\} (\S+)$`)
+)
+
+// getsPerForward sends p, a request n forwards, times times, one at a
+// time, and returns n's bucket GETs (every one: its heartbeat listing's
+// lease reads too) per request it forwarded meanwhile, from its metrics
+// page: the owner hints' measure (issue 26, item 6; goal under 0.1).
+func getsPerForward(n *node, p probe, times int) (float64, error) {
+	count := func() (gets, forwards float64, err error) {
+		page, err := expect("GET", n.metrics+"/metrics", "")
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, m := range bucketGetsRE.FindAllStringSubmatch(page, -1) {
+			v, _ := strconv.ParseFloat(m[1], 64)
+			gets += v
+		}
+		if m := forwardsRE.FindStringSubmatch(page); m != nil {
+			forwards, _ = strconv.ParseFloat(m[1], 64)
+		}
+		return gets, forwards, nil
+	}
+	gets0, forwards0, err := count()
+	if err != nil {
+		return 0, err
+	}
+	for range times {
+		if _, err := p.once(); err != nil {
+			return 0, err
+		}
+	}
+	gets1, forwards1, err := count()
+	if err != nil {
+		return 0, err
+	}
+	if forwards1 == forwards0 {
+		return 0, fmt.Errorf("node %s forwarded none of %d requests", n.id, times)
+	}
+	return (gets1 - gets0) / (forwards1 - forwards0), nil
 }
 
 func us(d time.Duration) float64 { return measure.Us(d) }
@@ -105,6 +156,12 @@ func latencyRows(stdout io.Writer, samples int, lat map[string]latencies) []meas
 			row("get_forward_added_p50_"+mode, us(added[mode]), "us"),
 			row("get_forwarded_ratio_p50_"+mode, ratio, "x"))
 	}
+	fmt.Fprintf(stdout, "bucket GETs per forwarded request (the forwarding node's, %d forwarded):", samples)
+	for _, mode := range []string{"tls", "plain"} {
+		fmt.Fprintf(stdout, " %s %.3f", mode, lat[mode].getsPerForward)
+		rows = append(rows, row("forward_bucket_gets_per_request_"+mode, lat[mode].getsPerForward, "gets"))
+	}
+	fmt.Fprintln(stdout)
 	tls := added["tls"] - added["plain"]
 	fmt.Fprintf(stdout, "what TLS adds to a forwarded GET (added p50, tls - plain): %.1f µs\n", us(tls))
 	rows = append(rows, row("get_forward_tls_added_p50", us(tls), "us"))

@@ -17,6 +17,9 @@
 //     ("tls", the default) and on one in --cluster-plaintext accept mode
 //     without listeners ("plain"): the difference of the two added
 //     latencies is what TLS adds.
+//   - bucket GETs per forwarded request: the GET /echo above, -samples
+//     times through the other node, which counts its bucket requests and
+//     forwards on its metrics page (owner hints keep it under 0.1).
 //   - actors.call across nodes against on one node: an actor's /call (an
 //     actors.call of another actor's /echo) where both are on one node and
 //     where the caller is on another node, interleaved, in both modes.
@@ -164,7 +167,7 @@ type node struct {
 	srv     measure.Wasmkeep
 	dataDir string
 	logPath string
-	metrics string // its metrics page's base URL, in the deploy cluster
+	metrics string // its metrics page's base URL
 	*measure.Running
 }
 
@@ -210,13 +213,15 @@ func (c *config) startCluster(stdout io.Writer, mode string) (*cluster, error) {
 			srv.Env = shortLease
 		}
 		n := &node{id: id, srv: srv, dataDir: filepath.Join(dir, id), logPath: filepath.Join(dir, id+".log")}
+		addr, err := measure.FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		n.metrics = "http://" + addr
+		n.srv.ServeArgs = append(n.srv.ServeArgs, "--metrics-listen", addr)
 		if mode == "deploy" {
-			addr, err := measure.FreeAddr()
-			if err != nil {
-				return nil, err
-			}
-			n.srv.Guest, n.metrics = "", "http://"+addr // its classes come from the version
-			n.srv.ServeArgs = append(n.srv.ServeArgs, "--app", deployApp, "--metrics-listen", addr)
+			n.srv.Guest = "" // its classes come from the version
+			n.srv.ServeArgs = append(n.srv.ServeArgs, "--app", deployApp)
 		}
 		cl.nodes = append(cl.nodes, n)
 	}

@@ -421,14 +421,14 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	}
 	maxConns := ns.MaxConnections
 	if maxConns == 0 {
-		maxConns = defaultMaxConnections
+		maxConns = node.DefaultMaxConnections
 	}
 	fit := fitOpenFiles(files, cn != nil && cn.listener != nil, maxConns, opts.WithDefaults().MaxInstances)
 	if fit.lowered {
 		log.Warn("the open-files limit lowers the connections and resident actors: raise it (LimitNOFILE, ulimit -n)",
 			"open_files", files, "max_connections", fit.connections, "max_instances", fit.instances)
 	}
-	opts.MaxInstances = fit.instances
+	opts.MaxInstances, opts.MaxConnections = fit.instances, fit.connections
 	opts.App, opts.Logger = served, log
 	if cn != nil {
 		opts.Cluster = cn.Cluster

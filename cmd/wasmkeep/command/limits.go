@@ -19,6 +19,7 @@ func limits(ns config.Node) node.Options {
 		HostCPUBudget: ms(ns.HostCPUMS),
 		MaxInstances:  ns.MaxInstances,
 		GuestLogRate:  guestLogRate(ns.GuestLogRate),
+		FailoverWait:  failoverWait(ns.FailoverWaitSecs),
 		NoPreinit:     ns.Preinit == "off",
 
 		QueueLimit:      ns.MaxQueuedEvents,
@@ -48,8 +49,17 @@ func limits(ns config.Node) node.Options {
 	}
 }
 
-// defaultMaxConnections is node.max_connections at 0.
-const defaultMaxConnections = 10000
+// failoverWait maps node.failover_wait_secs to node.Options, where 0 is
+// the default (from the lease timings) and off is node.NoFailoverWait.
+func failoverWait(secs *int) time.Duration {
+	switch {
+	case secs == nil:
+		return 0
+	case *secs == 0:
+		return node.NoFailoverWait
+	}
+	return time.Duration(*secs) * time.Second
+}
 
 // Open files the fit keeps for everything else (the cache, logs, outbound
 // connections, the bucket's), the cluster listener's connections (a share

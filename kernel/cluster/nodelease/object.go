@@ -107,6 +107,17 @@ type Object struct {
 	Info      Info
 }
 
+// Frees reports whether o, a node's lease read at now, frees the actors
+// whose records name that node's process instance: a live lease of
+// another instance at once (the node restarted), a fenced or released
+// one once ttl + grace passed since its written_at on this clock.
+func (o Object) Frees(instance string, now time.Time, s Settings) bool {
+	if o.State == Live {
+		return o.Instance != instance
+	}
+	return !now.Before(o.WrittenAt.Add(s.Takeover()))
+}
+
 // Key is the bucket key of a node's lease.
 func Key(nodeID string) string { return Prefix + nodeID }
 

@@ -308,10 +308,8 @@ func (o *Owners) free(ctx context.Context, r Record) (bool, error) {
 		return false, fmt.Errorf("ownership: reading nodes/%s: %w", r.Node, err)
 	case !n.Found || n.Err != nil:
 		return false, nil
-	case n.Object.State == nodelease.Live:
-		return n.Object.Instance != r.Instance, nil
 	}
-	return !o.clk.Now().Before(n.Object.WrittenAt.Add(o.s.Takeover())), nil
+	return n.Object.Frees(r.Instance, o.clk.Now(), o.s), nil
 }
 
 // Acquire takes the actor for this process, under the actor's lock: the

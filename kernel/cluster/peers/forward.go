@@ -34,8 +34,13 @@ const (
 // answer: 503 with Retry-After (nothing sent, a connection that could not
 // be opened or that failed before the answer), or 504 without one when a
 // written request got no answer in time (it may have run; an upgrade gets
-// the 503). It returns the failure, for counting, or nil.
-func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string) *Failure {
+// the 503). It returns the holder's status (0 with no answer) and the
+// failure, for counting, or nil.
+//
+// With again set, a request that failed untouched (not sent, and nothing
+// of its body read) is not answered: the failure says so (Untouched), and
+// the caller may send it elsewhere.
+func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string, again bool) (int, *Failure) {
 	upgrade := isUpgrade(r.Header)
 	out := r.Clone(r.Context())
 	out.RequestURI = ""
@@ -44,6 +49,8 @@ func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string) *
 	callsign.Strip(out.Header) // a client's are never believed, only what a node sets or signs
 	removeHopByHop(out.Header, upgrade)
 	out.Header.Set(ForwardedHeader, n.cfg.Self)
+	body := &watchedBody{ReadCloser: r.Body}
+	out.Body = body
 	if r.ContentLength == 0 {
 		out.Body = nil
 	}
@@ -51,7 +58,11 @@ func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string) *
 	var f *Failure
 	if errors.As(err, &f) {
 		if r.Context().Err() != nil {
-			return f // the client left: nobody to answer
+			return 0, f // the client left: nobody to answer
+		}
+		if again && !f.Sent() && !body.read {
+			f.Untouched = true
+			return 0, f
 		}
 		switch {
 		case f.Kind == NoAnswer && !upgrade:
@@ -63,12 +74,12 @@ func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string) *
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, msgNotAnswered, http.StatusServiceUnavailable)
 		}
-		return f
+		return 0, f
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		n.join(w, resp)
-		return nil
+		return resp.StatusCode, nil
 	}
 	h := w.Header()
 	removeHopByHop(resp.Header, false)
@@ -77,7 +88,18 @@ func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string) *
 	}
 	w.WriteHeader(resp.StatusCode)
 	io.Copy(w, resp.Body)
-	return nil
+	return resp.StatusCode, nil
+}
+
+// watchedBody is a request's body that says whether it was read from.
+type watchedBody struct {
+	io.ReadCloser
+	read bool
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	b.read = true
+	return b.ReadCloser.Read(p)
 }
 
 // join relays an upgraded connection: the 101 to the client, then bytes

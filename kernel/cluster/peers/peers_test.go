@@ -178,7 +178,7 @@ func TestNoRouteToAnotherApp(t *testing.T) {
 		t.Fatalf("a peer of another app: %v, want NoRoute naming both apps", err)
 	}
 	w := httptest.NewRecorder()
-	if n.Forward(w, httptest.NewRequest("GET", "/actor/c/n", nil), "b") == nil || w.Code != http.StatusServiceUnavailable {
+	if _, f := n.Forward(w, httptest.NewRequest("GET", "/actor/c/n", nil), "b", false); f == nil || w.Code != http.StatusServiceUnavailable {
 		t.Errorf("forwarding to a peer of another app: %d, want 503", w.Code)
 	}
 	if got := p.requests.Load(); got != 0 {
@@ -197,7 +197,7 @@ func TestForward(t *testing.T) {
 		io.WriteString(w, "from b "+r.Host)
 	})
 	n, _, _ := network(t, p.url, 200*time.Millisecond)
-	front := startPeer(t, func(w http.ResponseWriter, r *http.Request) { n.Forward(w, r, "b") })
+	front := startPeer(t, func(w http.ResponseWriter, r *http.Request) { n.Forward(w, r, "b", false) })
 	req, _ := http.NewRequest("POST", front.url+"/actor/c/n", strings.NewReader("body"))
 	req.Header.Set("X-Wasmkeep-Caller", "default/forged/x")
 	req.Host = "example.test"
@@ -232,6 +232,19 @@ func TestForward(t *testing.T) {
 	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" {
 		t.Errorf("a holder that is gone: %d, Retry-After %q; want 503 with 1", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
+
+	// Asked to (a request an owner hint placed), Forward leaves one that
+	// failed untouched unanswered, its body unread, for the caller to
+	// send elsewhere.
+	w := httptest.NewRecorder()
+	req = httptest.NewRequest("POST", "/actor/c/n", strings.NewReader("body"))
+	_, f := n.Forward(w, req, "b", true)
+	if f == nil || !f.Untouched || f.Kind != NoConnect || w.Body.Len() != 0 || len(w.Header()) != 0 {
+		t.Fatalf("an untouched failure, asked to leave it: %v, answered %d %q", f, w.Code, w.Body)
+	}
+	if b, _ := io.ReadAll(req.Body); string(b) != "body" {
+		t.Errorf("the body after an untouched failure: %q, want it whole", b)
+	}
 }
 
 // An upgrade the holder accepts is joined both ways; once the holder is
@@ -245,7 +258,7 @@ func TestRelayCutWhenPeerDistrusted(t *testing.T) {
 		io.Copy(c, rw) // echo until cut
 	})
 	n, _, clk := network(t, p.url, 5*time.Second)
-	front := startPeer(t, func(w http.ResponseWriter, r *http.Request) { n.Forward(w, r, "b") })
+	front := startPeer(t, func(w http.ResponseWriter, r *http.Request) { n.Forward(w, r, "b", false) })
 	c, err := net.Dial("tcp", strings.TrimPrefix(front.url, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -280,7 +293,7 @@ func TestForwardSkipsInterimAnswers(t *testing.T) {
 		io.WriteString(w, "got "+string(b))
 	})
 	n, _, _ := network(t, p.url, 5*time.Second)
-	front := startPeer(t, func(w http.ResponseWriter, r *http.Request) { n.Forward(w, r, "b") })
+	front := startPeer(t, func(w http.ResponseWriter, r *http.Request) { n.Forward(w, r, "b", false) })
 	for i, body := range []string{"one", "two"} {
 		req, _ := http.NewRequest("POST", front.url+"/actor/c/n", strings.NewReader(body))
 		req.Header.Set("Expect", "100-continue")

@@ -33,6 +33,9 @@ type Failure struct {
 	Peer string
 	Kind Kind
 	Err  error
+	// Untouched is set by Forward on a request it did not answer: not
+	// sent, its body unread.
+	Untouched bool
 }
 
 func (f *Failure) Error() string {

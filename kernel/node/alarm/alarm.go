@@ -67,15 +67,26 @@ func Done(ctx context.Context, db storage.DB, at, failures int64) error {
 	return err
 }
 
-// Retry counts a failed attempt of the alarm at (after failures) and moves
-// it to the next attempt, RetryDelay after now, unless the event set
-// another alarm meanwhile.
+// Retry counts a failed attempt of the alarm at, which had failed failures
+// times in a row before it (as read before the handler ran, book ADR 0009,
+// decision 3). An alarm the handler left at that time or earlier (the one
+// that ran, the same time set again) moves to the next attempt, RetryDelay
+// after now. One it set for another time stands, but no sooner than
+// RetryFloor from now, so a handler that sets its alarm for now and fails
+// does not fire itself in a tight loop; this keeps the SDK's workflows'
+// own watchdog, whose backoff may start below the book's second (the
+// book moves such an alarm to the retry time too). A clear stands. The
+// count goes on from failures: a set inside the failed run resets
+// nothing, so a handler that reschedules itself and fails still backs off.
 func Retry(ctx context.Context, db storage.DB, at, failures int64, now time.Time) error {
 	next := now.Add(RetryDelay(failures + 1)).UnixMilli()
-	_, err := db.HostExec(ctx, "UPDATE "+table+" SET at = ?, failures = failures + 1 WHERE at = ? AND failures = ?",
-		integer(next), integer(at), integer(failures))
+	_, err := db.HostExec(ctx, "UPDATE "+table+" SET at = CASE WHEN at <= ? THEN ? ELSE max(at, ?) END, failures = ?",
+		integer(at), integer(next), integer(now.Add(RetryFloor).UnixMilli()), integer(failures+1))
 	return err
 }
+
+// RetryFloor is the soonest a failed on-alarm's handler-set alarm fires.
+const RetryFloor = 100 * time.Millisecond
 
 // RetryDelay is the wait before attempt n+1 after n failures in a row: 1 s,
 // doubling up to 5 min.

@@ -25,6 +25,7 @@ type Cluster struct {
 	forwards         *prometheus.CounterVec
 	forwardFailures  *prometheus.CounterVec
 	failovers        prometheus.Counter
+	failoverWaits    *prometheus.CounterVec
 	failoverRestore  prometheus.Histogram
 	listing          prometheus.Histogram
 	listingFailures  prometheus.Counter
@@ -75,6 +76,9 @@ func NewCluster() *Cluster {
 		failovers: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wasmkeep_failovers_total", Help: "Actors this node took over whose ownership record still named another process, freed because it was fenced, released or replaced by a new process.",
 		}),
+		failoverWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmkeep_failover_waits_total", Help: "Requests (request) and WebSocket upgrades (websocket) for an actor whose node was dead or stopping that this node kept until the actor could be taken over, instead of answering 503 at once, by how the wait ended: served (taken here and answered), forwarded (another node took it first: sent there once), owner_alive (the owner proved alive: sent to it as usual), expired (the wait ran out: 503), shutdown and lease_lost (this node began to stop, or its own lease is not valid: 503), left (the client left: never run), answered_other (asked for here and answered otherwise, or the client left during that try); over_cap: would have been kept, answered 503 at once because the node or the actor had its share kept already.",
+		}, []string{"kind", "outcome"}),
 		failoverRestore: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "wasmkeep_failover_restore_seconds", Help: "A failover's restore: listing the actor's history and rebuilding its database from the bucket.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
@@ -96,7 +100,7 @@ func NewCluster() *Cluster {
 func (m *Metrics) Register(c *Cluster) {
 	m.reg.MustRegister(c.durableWrite, c.restore, c.restoreFailures, c.snapshotFailures, c.collected,
 		c.collectFailures, c.bucketRequests, c.leaseWrites, c.leaseFailures, c.fences, c.forwards, c.forwardFailures,
-		c.failovers, c.failoverRestore, c.listing, c.listingFailures, c.listingSkipped)
+		c.failovers, c.failoverWaits, c.failoverRestore, c.listing, c.listingFailures, c.listingSkipped)
 }
 
 // DurableWrite observes one acknowledged segment.
@@ -157,6 +161,25 @@ func (c *Cluster) Forwarded(kind, failure string) {
 func (c *Cluster) FailedOver(restore time.Duration) {
 	c.failovers.Inc()
 	c.failoverRestore.Observe(restore.Seconds())
+}
+
+// How a failover wait ended: wasmkeep_failover_waits_total's outcomes.
+const (
+	WaitServed        = "served"
+	WaitForwarded     = "forwarded"
+	WaitOwnerAlive    = "owner_alive"
+	WaitExpired       = "expired"
+	WaitShutdown      = "shutdown"
+	WaitLeaseLost     = "lease_lost"
+	WaitLeft          = "left"
+	WaitAnsweredOther = "answered_other"
+	WaitOverCap       = "over_cap"
+)
+
+// FailoverWait counts a request of kind (ForwardRequest or
+// ForwardWebSocket) kept through a failover, by how its wait ended.
+func (c *Cluster) FailoverWait(kind, outcome string) {
+	c.failoverWaits.WithLabelValues(kind, outcome).Inc()
 }
 
 // Listed observes a heartbeat listing.

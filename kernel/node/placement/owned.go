@@ -24,12 +24,19 @@ type Records interface {
 // earlier process of a live node leaves it here, where waking it acquires
 // it (restoring it first) if the record is free by then, and refuses it
 // while the holder's lease may still be valid.
+//
+// A record that names a live peer is kept as a hint (Hints, HintTTL), and
+// a routing question (Routed: an outside request not forwarded yet) is
+// answered from it while its node is still live in the view, with no
+// bucket request. Any other event reads the record, so only forwarding
+// ever follows a hint, and the holder still checks its own hold.
 type Owned struct {
 	Records Records
 	View    *membership.View
 	Self    string
 	// Key names an actor in its ownership record.
-	Key func(abi.Address) (ownership.Actor, error)
+	Key   func(abi.Address) (ownership.Actor, error)
+	Hints *Hints
 }
 
 func (o Owned) Place(ctx context.Context, addr abi.Address) (Owner, error) {
@@ -40,16 +47,42 @@ func (o Owned) Place(ctx context.Context, addr abi.Address) (Owner, error) {
 	if _, ok := o.Records.Owns(key); ok {
 		return Here, nil
 	}
-	rec, found, err := o.Records.Owner(ctx, key)
-	switch {
-	case err != nil:
-		return Here, err
-	case !found || rec.Nobody() || rec.Node == o.Self:
-		return Here, nil
+	if routed(ctx) {
+		if rec, ok := o.Hints.Get(key); ok {
+			if owner, live := o.peer(rec); live {
+				owner.Hint = true
+				return owner, nil
+			}
+		}
 	}
+	rec, found, err := o.Records.Owner(ctx, key)
+	if err != nil {
+		return Here, err
+	}
+	if found && !rec.Nobody() && rec.Node != o.Self {
+		if owner, ok := o.peer(rec); ok {
+			o.Hints.Put(key, rec)
+			return owner, nil
+		}
+	}
+	o.Hints.Forget(key)
+	return Here, nil
+}
+
+// peer is the live peer that holds what rec names: its node, in the
+// process rec names.
+func (o Owned) peer(rec ownership.Record) (Owner, bool) {
 	peer, err := o.View.Live(rec.Node)
 	if err != nil || peer.Object.Instance != rec.Instance {
-		return Here, nil
+		return Here, false
 	}
-	return Owner{Node: rec.Node, Addr: peer.Object.Info.Advertise}, nil
+	return Owner{Node: rec.Node, Addr: peer.Object.Info.Advertise}, true
+}
+
+// Forget drops the hint of addr's owner: forwarding to it failed or was
+// refused, or this node acquired the actor.
+func (o Owned) Forget(addr abi.Address) {
+	if key, err := o.Key(addr); err == nil {
+		o.Hints.Forget(key)
+	}
 }

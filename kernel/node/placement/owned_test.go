@@ -57,7 +57,7 @@ func TestOwned(t *testing.T) {
 		{"the record unread", records{err: down}, "", down},
 	} {
 		r := c.r
-		o := Owned{Records: &r, View: view, Self: "a", Key: key}
+		o := Owned{Records: &r, View: view, Self: "a", Key: key, Hints: NewHints(clk, MaxHints)}
 		got, err := o.Place(context.Background(), addr)
 		if got.Node != c.owner || !errors.Is(err, c.err) || (c.err == nil && err != nil) {
 			t.Errorf("%s: %+v %v; want node %q, error %v", c.name, got, err, c.owner, c.err)
@@ -68,7 +68,7 @@ func TestOwned(t *testing.T) {
 	}
 	clk.Advance(s.Horizon())
 	r := records{found: true, rec: ownership.Record{Node: "b", Instance: "ib", Generation: 3}}
-	if got, _ := (Owned{Records: &r, View: view, Self: "a", Key: key}).Place(context.Background(), addr); got != Here {
+	if got, _ := (Owned{Records: &r, View: view, Self: "a", Key: key, Hints: NewHints(clk, MaxHints)}).Place(context.Background(), addr); got != Here {
 		t.Errorf("a peer past its horizon: %+v, want Here", got)
 	}
 }

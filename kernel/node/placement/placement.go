@@ -29,10 +29,33 @@ type Placement interface {
 	Place(ctx context.Context, addr abi.Address) (Owner, error)
 }
 
+// Hinted is a Placement that keeps owner hints (Owned). The node tells it
+// when one proved wrong (forwarding to the owner failed, or the peer
+// answered 503) and when it acquired the actor itself: Forget.
+type Hinted interface {
+	Placement
+	Forget(addr abi.Address)
+}
+
+type routedKey struct{}
+
+// Routed marks ctx as a routing question: placing an outside request or
+// upgrade that no node forwarded yet, which is only sent on where the
+// answer says (or run here if it says Here, after its own hold check). Its
+// placement may answer from an owner hint. Every other event (an alarm, a
+// call, a forwarded request, a socket's message) is placed from the
+// record.
+func Routed(ctx context.Context) context.Context {
+	return context.WithValue(ctx, routedKey{}, true)
+}
+
+func routed(ctx context.Context) bool { return ctx.Value(routedKey{}) != nil }
+
 // Owner is where an actor runs: Here, or another node.
 type Owner struct {
 	Node string // the node id of the node that holds the actor; "" for this node
 	Addr string // where that node takes requests from its peers
+	Hint bool   // told by an owner hint, not read from the record now
 }
 
 // Here is the Owner that means this node.

@@ -63,6 +63,17 @@ func init() {
 			at, _ := wasmkeep.GetAlarm()
 			wasmkeep.SetAlarm(at)
 		}
+		// While the table alarm_then has a row, the alarm is set to the time
+		// that fired plus its in_ms, or cleared if in_ms is NULL.
+		var then any
+		if wasmkeep.QueryRow("SELECT in_ms FROM alarm_then").Scan(&then) == nil {
+			if in, ok := then.(int64); ok {
+				at, _ := wasmkeep.GetAlarm()
+				wasmkeep.SetAlarm(at + in)
+			} else {
+				wasmkeep.ClearAlarm()
+			}
+		}
 		var failing int64
 		wasmkeep.QueryRow("SELECT count(*) FROM sqlite_master WHERE name = 'fail_alarm'").Scan(&failing)
 		if failing > 0 {
@@ -195,20 +206,26 @@ func serve(w wasmkeep.ResponseWriter, r *wasmkeep.Request) {
 		err := del()
 		_, werr := wasmkeep.Exec("CREATE TABLE IF NOT EXISTS after_delete (v)")
 		fmt.Fprintf(w, "%v; %v", err, werr)
-	case "/alarm-set":
-		ms, _ := strconv.Atoi(q.Get("in"))
-		wasmkeep.SetAlarm(time.Now().UnixMilli() + int64(ms))
+	case "/alarm-set": // ?in= ms from now (the wall clock), or ?at= ms since the epoch; ?durable=1 makes it durable within the event
+		at, err := strconv.ParseInt(q.Get("at"), 10, 64)
+		if err != nil {
+			ms, _ := strconv.Atoi(q.Get("in"))
+			at = time.Now().UnixMilli() + int64(ms)
+		}
+		wasmkeep.SetAlarm(at)
 		if q.Get("durable") == "1" { // made durable within the event, by an exec-durable after it
 			_, err := wasmkeep.ExecDurable("CREATE TABLE IF NOT EXISTS alarm_durable (v)")
 			answer(w, "set", err)
 			return
 		}
 		fmt.Fprint(w, "set")
-	case "/alarm-get":
-		if at, ok := wasmkeep.GetAlarm(); ok {
-			fmt.Fprintf(w, "in %d", at-time.Now().UnixMilli())
-		} else {
+	case "/alarm-get": // "in <ms from now>", or with ?at=1 "at <ms since the epoch>"
+		if at, ok := wasmkeep.GetAlarm(); !ok {
 			fmt.Fprint(w, "none")
+		} else if q.Get("at") != "" {
+			fmt.Fprintf(w, "at %d", at)
+		} else {
+			fmt.Fprintf(w, "in %d", at-time.Now().UnixMilli())
 		}
 	case "/alarm-clear":
 		wasmkeep.ClearAlarm()
