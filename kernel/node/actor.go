@@ -9,6 +9,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/alarmindex"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/replication"
 	"github.com/wasmkeep/wasmkeep/kernel/cputime"
@@ -81,9 +82,10 @@ type actor struct {
 	deleted    atomic.Bool // deleted and not created again: no longer "exists" for access rules
 
 	db       storage.DB
-	hold     ownership.Hold      // with a bucket: the actor's hold while its database is open
-	stream   *replication.Stream // with a bucket: the hold's replication, nil on a node alone
-	erasing  *erasure            // a delete's history to erase after the answer
+	hold     ownership.Hold       // with a bucket: the actor's hold while its database is open
+	stream   *replication.Stream  // with a bucket: the hold's replication, nil on a node alone
+	erasing  *erasure             // a delete's history to erase after the answer
+	replaced []alarmindex.Indexed // the alarm's index entries an event replaced, removed once it is shipped
 	inst     runtime.Instance
 	instTier runtime.Tier // the code inst runs (runtime.Tiered)
 	needInit bool
@@ -236,10 +238,14 @@ func (a *actor) answer(ev *event, out outcome) {
 	ev.reply <- out
 }
 
-func (a *actor) runEvent(ev *event) outcome {
+func (a *actor) runEvent(ev *event) (out outcome) {
 	st := &a.state
 	*st = eventState{actor: a, out: st.out[:0], params: st.params[:0], chain: ev.chain}
-	defer a.endEvent()
+	defer func() {
+		if err := a.endEvent(); err != nil {
+			out = outcome{err: err}
+		}
+	}()
 	notRun := func(err error) outcome {
 		if ev.alarm {
 			a.alarmNotRun()
@@ -303,8 +309,10 @@ func (a *actor) runEvent(ev *event) outcome {
 
 // endEvent rolls back what the event left open and carries out a
 // delete-self: the next event then starts a fresh actor (a new database, a
-// new instance, on-init again).
-func (a *actor) endEvent() {
+// new instance, on-init again). A held actor's changed alarm is listed in
+// the bucket's index before anything of the event is shipped; if it cannot
+// be, the actor is given up and the event answers the failure returned.
+func (a *actor) endEvent() error {
 	st := &a.state
 	st.pending = nil
 	if a.db != nil {
@@ -324,7 +332,16 @@ func (a *actor) endEvent() {
 	}
 	if st.unheld {
 		a.giveUp(context.Background())
+		return nil
 	}
+	if st.alarmTouched && a.stream != nil && a.db != nil {
+		if err := a.indexAlarm(context.Background()); err != nil {
+			a.abandonForIndex(err)
+			a.giveUp(context.Background())
+			return unavailable("the node gave the actor up: "+errIndex.Error()+"; the event's writes since the last durable one are lost, retry", err)
+		}
+	}
+	return nil
 }
 
 // openDB opens the actor's database unless it is open (or the class has

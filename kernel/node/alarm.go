@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/alarmindex"
 	"github.com/wasmkeep/wasmkeep/kernel/node/alarm"
 	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
@@ -53,6 +54,10 @@ func alarmSet(ctx context.Context, st *eventState, _ runtime.Memory, s []uint64)
 	}
 	st.alarmTouched = true
 	a := st.actor
+	if at := int64(s[0]); a.stream != nil && (at < 0 || at > alarmindex.MaxAt) {
+		// Its entry could not be listed: every event would give the actor up.
+		faultf("set-alarm: %d ms is outside 0 to %d, what the bucket's alarm index holds", at, int64(alarmindex.MaxAt))
+	}
 	if err := a.node.index.Lower(a.key, a.class.name, a.addr.Name, int64(s[0])); err != nil {
 		faultf("set-alarm: %v", err)
 	}

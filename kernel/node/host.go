@@ -238,12 +238,22 @@ var errUnheld = storage.Errorf(abi.SQLInternal, "this node no longer holds the a
 
 // shipDurable makes an exec-durable's commit durable in the bucket when the
 // actor is held: it ships it and returns once the bucket acknowledged it
-// under the acknowledgement rule. A stream that ended refuses the event's
-// later storage calls; the actor is given up when the event ends.
+// under the acknowledgement rule, an alarm the event changed listed in the
+// bucket's index first (indexAlarm), under the stream's generation. A
+// stream that ended, or one abandoned because the alarm could not be
+// listed, refuses the event's later storage calls; the actor is given up
+// when the event ends.
 func (st *eventState) shipDurable(ctx context.Context) error {
 	a := st.actor
 	if a.stream == nil || faultAckEarly(a) {
 		return nil
+	}
+	if st.alarmTouched {
+		if err := a.indexAlarm(ctx); err != nil {
+			a.abandonForIndex(err)
+			st.unheld = true
+			return storage.Errorf(abi.SQLInternal, "committed here, but not made durable: %v", errIndex)
+		}
 	}
 	_, err := a.stream.Ship(ctx)
 	if err == nil {

@@ -216,12 +216,14 @@ func (a *actor) ship(ctx context.Context) error {
 	return err
 }
 
-// afterAnswer ships what the event committed, checkpoints what is shipped
-// and takes a periodic snapshot when one is due, or starts a deleted
-// actor's erase: after the event's answer, never on its path, and before
-// the next event.
+// afterAnswer ships what the event committed, removes the alarm's index
+// entries it replaced, checkpoints what is shipped and takes a periodic
+// snapshot when one is due, or, for a deleted actor, removes its entries
+// and starts its erase: after the event's answer, never on its path, and
+// before the next event.
 func (a *actor) afterAnswer(ctx context.Context) {
 	if e := a.erasing; e != nil && e.done == nil {
+		a.removeReplaced(ctx, e.stream.Generation()) // the reset is acknowledged
 		a.startErase(ctx, e)
 		return
 	}
@@ -229,6 +231,7 @@ func (a *actor) afterAnswer(ctx context.Context) {
 	if a.ship(ctx) != nil || a.stream == nil {
 		return
 	}
+	a.removeReplaced(ctx, a.stream.Generation())
 	if err := a.stream.Checkpoint(ctx); err != nil {
 		a.node.log.Warn("checkpoint", "actor", a.key, "err", err)
 	}
@@ -289,9 +292,11 @@ func (a *actor) giveUp(ctx context.Context) {
 // what is left and afterwards releases the hold (hibernation, a clean
 // stop, giving the actor up). A deleted actor's erase still running is
 // stopped first: what it left is history no restore reads, collected
-// after the actor's next snapshot.
+// after the actor's next snapshot. Index entries still waiting to be
+// removed stay: extra entries, removed as stale once delivered.
 func (a *actor) closeHeld(ctx context.Context) {
 	a.stopErase()
+	a.replaced = nil
 	if a.stream != nil {
 		if err := a.stream.Close(ctx); err != nil {
 			a.node.log.Warn("closing the actor's replication: its last writes may not be in the bucket", "actor", a.key, "err", err)
@@ -352,6 +357,13 @@ func (a *actor) resetHeld(ctx context.Context) error {
 			a.state.unheld = true
 		}
 		return err
+	}
+	// The reset's state names no alarm entry: the one named until now
+	// goes with those the event replaced, after the answer.
+	if named, err := readIndexed(ctx, a.db); err != nil {
+		n.log.Warn("reading the deleted actor's alarm entry: it stays until it is delivered", "actor", a.key, "err", err)
+	} else {
+		a.replace(named)
 	}
 	stream := a.stream
 	a.stream = nil // nothing more is shipped: the database goes

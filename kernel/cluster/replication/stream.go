@@ -91,8 +91,19 @@ func (r *Replicas) NewStream(a history.Actor, gen uint64, valid Valid, db storag
 // last acknowledged segment, or where it started.
 func (s *Stream) Head() history.Pos { return s.head }
 
+// Generation is the hold's generation, which every segment of the
+// stream carries.
+func (s *Stream) Generation() uint64 { return s.gen }
+
 // Err is why the stream ended, nil while it runs.
 func (s *Stream) Err() error { return s.err }
+
+// Abandon ends the stream where it is, for err: what the database
+// committed since the last Ship is never shipped, not even by Close. The
+// caller gives the actor up when the bucket must not hold those commits
+// (an alarm the index could not list): they are lost with the local copy,
+// which no later hold uses unless it is the bucket's head.
+func (s *Stream) Abandon(err error) { s.fail(err) }
 
 // Shipped is one Ship's outcome.
 type Shipped struct {

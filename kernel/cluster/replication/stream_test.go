@@ -111,6 +111,31 @@ func TestCaptureFailureKeepsPosition(t *testing.T) {
 	})
 }
 
+// An abandoned stream ships nothing more, not even at Close: a restore
+// holds what was shipped before, not the commit after it (what the alarm
+// index could not list). (Planted bug: an Abandon that leaves the stream running.)
+func TestAbandonShipsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w, st, db, rng := start(t, 6)
+		randomTxn(db, rng)
+		mustShip(t, st)
+		want, head := db.Pages(), st.Head()
+		randomTxn(db, rng)
+		st.Abandon(errors.New("the alarm could not be listed"))
+		if _, err := st.Ship(context.Background()); !errors.Is(err, ErrDone) {
+			t.Fatalf("a Ship after Abandon: %v, want ErrDone", err)
+		}
+		if err := st.Close(context.Background()); err != nil || st.Head() != head {
+			t.Fatalf("Close after Abandon: %v at %s, want nothing shipped from %s", err, st.Head(), head)
+		}
+		db.Close()
+		_, db2 := w.open(w.node(newDriver()), 2, newHold())
+		if !sameState(db2.Pages(), want) {
+			t.Fatal("the restore holds the commit made after the last Ship")
+		}
+	})
+}
+
 // A failed periodic snapshot is counted, fails nothing, and is tried again
 // only after a write and 30 s, then 8 writes later, then 64; a success
 // resets the count. (Planted bugs: retrying at every event, or forgetting

@@ -206,13 +206,18 @@ func serve(w wasmkeep.ResponseWriter, r *wasmkeep.Request) {
 		err := del()
 		_, werr := wasmkeep.Exec("CREATE TABLE IF NOT EXISTS after_delete (v)")
 		fmt.Fprintf(w, "%v; %v", err, werr)
-	case "/alarm-set": // ?in= ms from now (the wall clock), or ?at= ms since the epoch
+	case "/alarm-set": // ?in= ms from now (the wall clock), or ?at= ms since the epoch; ?durable=1 makes it durable within the event
 		at, err := strconv.ParseInt(q.Get("at"), 10, 64)
 		if err != nil {
 			ms, _ := strconv.Atoi(q.Get("in"))
 			at = time.Now().UnixMilli() + int64(ms)
 		}
 		wasmkeep.SetAlarm(at)
+		if q.Get("durable") == "1" { // made durable within the event, by an exec-durable after it
+			_, err := wasmkeep.ExecDurable("CREATE TABLE IF NOT EXISTS alarm_durable (v)")
+			answer(w, "set", err)
+			return
+		}
 		fmt.Fprint(w, "set")
 	case "/alarm-get": // "in <ms from now>", or with ?at=1 "at <ms since the epoch>"
 		if at, ok := wasmkeep.GetAlarm(); !ok {
