@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 )
 
@@ -197,4 +198,27 @@ func Collect(ctx context.Context, b bucket.Bucket, p Place, retention time.Durat
 		deleted = append(deleted, objs[j].seq)
 	}
 	return deleted, nil
+}
+
+// Apps lists the apps under the bucket that have secrets (a
+// secrets/current), sorted: what rotate-key --all re-seals.
+func Apps(ctx context.Context, b bucket.Bucket) ([]app.Name, error) {
+	entries, err := bucket.ListAll(ctx, b, app.DeployPrefix)
+	if err != nil {
+		return nil, err
+	}
+	var out []app.Name
+	for _, e := range entries {
+		// apps/<t>/<a>/secrets/current, picked by its parts, whatever
+		// order the store lists in.
+		parts := strings.Split(strings.TrimPrefix(e.Key, app.DeployPrefix), "/")
+		if len(parts) != 4 || parts[2] != app.SecretsDir || parts[3] != "current" {
+			continue
+		}
+		if a := (app.Name{Tenant: parts[0], App: parts[1]}); a.Check() == nil {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, func(x, y app.Name) int { return strings.Compare(x.String(), y.String()) })
+	return out, nil
 }
