@@ -8,8 +8,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
 )
 
@@ -216,5 +218,38 @@ func TestSecretsRotateAll(t *testing.T) {
 	if out := s.must("", "rotate-key", "--all", "--key", old, "--new-key", nu, "--nodes-have-new-key"); strings.Count(out, "already") != 3 {
 		t.Errorf("a second rotation:\n%s", out)
 	}
+	s.noValueInOutputs()
+}
+
+// set, unset and reset refuse, without --force, while a live node of the
+// app does not say in its heartbeat that it reads secrets; a node of
+// another app, or one that reads them, does not stop them.
+func TestSecretsRefusedWhileNodesDoNotReadThem(t *testing.T) {
+	s := newSecretsCLI(t)
+	key := s.newKey("secrets.key")
+	heartbeat := func(app string, reads bool) {
+		t.Helper()
+		b, err := fsbucket.Open(s.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		data := nodelease.Object{State: nodelease.Live, Instance: "i1", Seq: 1, WrittenAt: time.Now(),
+			Info: nodelease.Info{App: app, Secrets: reads}}.Encode()
+		if _, err := b.Put(t.Context(), nodelease.Key("n1"), strings.NewReader(string(data)), int64(len(data)), bucket.Condition{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set := []string{"--app", "acme/shop", "--key", key, "--class", "api", "TOKEN"}
+	heartbeat("acme/shop", false)
+	s.fails("live nodes of acme/shop do not read secrets from the bucket (an older version, or run without --secrets-key): n1", "sk_live_FIRST_VALUE", "set", set...)
+	heartbeat("acme/shop", false)
+	s.must("sk_live_FIRST_VALUE", "set", append(set, "--force")...)
+	heartbeat("acme/shop", false)
+	s.fails("n1", "", "unset", "--app", "acme/shop", "--key", key, "--class", "api", "TOKEN")
+	heartbeat("acme/blog", false)
+	s.must("sk_live_FIRST_VALUE\n", "set", set...)
+	heartbeat("acme/shop", true)
+	s.must("", "unset", "--app", "acme/shop", "--key", key, "--class", "api", "TOKEN")
 	s.noValueInOutputs()
 }

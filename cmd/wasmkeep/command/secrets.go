@@ -18,7 +18,9 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/deploys"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/secrets"
 	"github.com/wasmkeep/wasmkeep/kernel/config"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
@@ -39,7 +41,9 @@ type secretsFlags struct {
 	files           []string
 	from            string
 	nodesHaveNewKey bool
+	force           bool
 	cluster         clusterFlags
+	lease           nodelease.Settings // the configuration's lease timings, once the bucket is open
 }
 
 func (f *secretsFlags) bindApp(fl *pflag.FlagSet) {
@@ -49,6 +53,11 @@ func (f *secretsFlags) bindApp(fl *pflag.FlagSet) {
 
 func (f *secretsFlags) bindKeys(fl *pflag.FlagSet, help string) {
 	fl.StringArrayVar(&f.keys, "key", nil, help)
+}
+
+// bindForce is for the commands that change values (set, unset, reset).
+func (f *secretsFlags) bindForce(fl *pflag.FlagSet) {
+	fl.BoolVar(&f.force, "force", false, "change the secrets while a live node of the app does not read them (an older node, or one run without them): it serves the names as unset")
 }
 
 func (f *secretsFlags) bindNodesHaveNewKey(fl *pflag.FlagSet) {
@@ -116,6 +125,7 @@ names are kept. Given two --key, the change is sealed with the first.`,
 	fl.StringArrayVar(&f.files, "file", nil, "NAME=PATH: NAME's value is PATH's content, as written (repeatable; all in one change)")
 	fl.StringVar(&f.from, "from", "", "a FILE of entries in the plaintext format, any classes, all in one change")
 	f.bindNodesHaveNewKey(fl)
+	f.bindForce(fl)
 	return cmd
 }
 
@@ -148,6 +158,7 @@ func unsetCommand(reg *plugin.Registry) *cobra.Command {
 	f.bindKeys(fl, "the secrets key FILE (repeatable: during a key change, the change is sealed with the first)")
 	fl.StringVar(&f.class, "class", "", "the class the names are for")
 	f.bindNodesHaveNewKey(fl)
+	f.bindForce(fl)
 	return cmd
 }
 
@@ -158,7 +169,7 @@ func listSecretsCommand(reg *plugin.Registry) *cobra.Command {
 		Short: "List an app's secrets: classes and names, never values",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withSecrets(cmd, reg, f, func(ctx context.Context, b bucket.Bucket, p secrets.Place, keys []secrets.Key) error {
+			return withSecrets(cmd, reg, &f, func(ctx context.Context, b bucket.Bucket, p secrets.Place, keys []secrets.Key) error {
 				cur, err := secrets.Read(ctx, b, p, keys)
 				if err != nil {
 					return err
@@ -237,6 +248,7 @@ opening the current set. Give every node NEW first, and say so with
 	cmd.Flags().StringVar(&f.newKey, "new-key", "", "the key FILE to seal under")
 	cmd.Flags().StringVar(&f.from, "from", "", "the whole set, a FILE in the plaintext format")
 	f.bindNodesHaveNewKey(cmd.Flags())
+	f.bindForce(cmd.Flags())
 	return cmd
 }
 
@@ -355,7 +367,12 @@ func secretsWrite(cmd *cobra.Command, reg *plugin.Registry, f secretsFlags, c se
 	if f.newKey != "" {
 		f.keys = append([]string{f.newKey}, f.keys...)
 	}
-	return withSecrets(cmd, reg, f, func(ctx context.Context, b bucket.Bucket, p secrets.Place, keys []secrets.Key) error {
+	return withSecrets(cmd, reg, &f, func(ctx context.Context, b bucket.Bucket, p secrets.Place, keys []secrets.Key) error {
+		if cmd.Flags().Lookup("force") != nil && !f.force {
+			if err := refuseSecretsUnread(ctx, b, p.App, f.lease); err != nil {
+				return err
+			}
+		}
 		c.Seal, c.Open = keys[0], keys[1:]
 		res, err := secrets.Write(ctx, b, p, c)
 		if err != nil {
@@ -371,6 +388,21 @@ func secretsWrite(cmd *cobra.Command, reg *plugin.Registry, f secretsFlags, c se
 		collectSecrets(ctx, cmd, b, p)
 		return nil
 	})
+}
+
+// refuseSecretsUnread refuses a change while a live node of the app does
+// not read secrets, as its heartbeat says (line 11), counted live with the
+// lease timings cluster status uses; heartbeats that cannot be read refuse
+// it too.
+func refuseSecretsUnread(ctx context.Context, b bucket.Bucket, a app.Name, s nodelease.Settings) error {
+	ids, err := cluster.SecretsUnread(ctx, b, a, s, time.Now())
+	if err != nil {
+		return fmt.Errorf("the nodes' heartbeats cannot be read to check that they read secrets (--force changes them anyway): %w", err)
+	}
+	if len(ids) > 0 {
+		return fmt.Errorf("live nodes of %s do not read secrets from the bucket (an older version, or run without --secrets-key): %s; they would serve the names as unset. Upgrade them or give them the key, or --force", a, strings.Join(ids, ", "))
+	}
+	return nil
 }
 
 func orNone(seq uint64) string {
@@ -439,7 +471,7 @@ func rotateKey(cmd *cobra.Command, reg *plugin.Registry, f secretsFlags) error {
 	if err != nil {
 		return err
 	}
-	b, p, err := openSecretsBucket(cmd, reg, f)
+	b, p, err := openSecretsBucket(cmd, reg, &f)
 	if err != nil {
 		return err
 	}
@@ -476,7 +508,7 @@ func rotateKey(cmd *cobra.Command, reg *plugin.Registry, f secretsFlags) error {
 
 // withSecrets loads the keys, then opens the bucket and runs do on the
 // app's place.
-func withSecrets(cmd *cobra.Command, reg *plugin.Registry, f secretsFlags, do func(context.Context, bucket.Bucket, secrets.Place, []secrets.Key) error) error {
+func withSecrets(cmd *cobra.Command, reg *plugin.Registry, f *secretsFlags, do func(context.Context, bucket.Bucket, secrets.Place, []secrets.Key) error) error {
 	a, err := app.Parse(f.app)
 	if err != nil {
 		return fmt.Errorf("--app: %w", err)
@@ -516,11 +548,12 @@ func loadKeys(paths []string) ([]secrets.Key, error) {
 
 // openSecretsBucket opens the bucket as deploy does; the place it returns
 // has the bucket's prefix, which sealing binds.
-func openSecretsBucket(cmd *cobra.Command, reg *plugin.Registry, f secretsFlags) (bucket.Bucket, secrets.Place, error) {
-	b, ch, err := chosenBucket(reg, "", f.cluster.layers(cmd.Flags())...)
+func openSecretsBucket(cmd *cobra.Command, reg *plugin.Registry, f *secretsFlags) (bucket.Bucket, secrets.Place, error) {
+	b, cfg, ch, err := chosenConfig(reg, "", f.cluster.layers(cmd.Flags())...)
 	if err != nil {
 		return nil, secrets.Place{}, err
 	}
+	f.lease = cfg.Cluster.Lease()
 	return b, secrets.Place{Prefix: bucketPrefix(ch)}, nil
 }
 
