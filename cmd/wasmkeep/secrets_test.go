@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/secrets"
 	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
 )
 
@@ -252,4 +254,46 @@ func TestSecretsRefusedWhileNodesDoNotReadThem(t *testing.T) {
 	heartbeat("acme/shop", true)
 	s.must("", "unset", "--app", "acme/shop", "--key", key, "--class", "api", "TOKEN")
 	s.noValueInOutputs()
+}
+
+// What set stores, read back with the key: exactly one trailing newline
+// or CRLF removed from stdin, a --file taken as written, --from's entries
+// whole. Sealed for the file bucket's place: no prefix.
+func TestSecretsCLIValues(t *testing.T) {
+	s := newSecretsCLI(t)
+	keyFile := s.newKey("secrets.key")
+	set := func(stdin, name string) {
+		s.must(stdin, "set", "--app", "acme/shop", "--key", keyFile, "--class", "api", name)
+	}
+	set("one\n", "LF")
+	set("two\r\n", "CRLF")
+	set("three\n\n", "TWO_LF")
+	set("four", "NONE")
+	pemText := "-----BEGIN-----\nPEM_LINE_VALUE\n-----END-----\n"
+	s.must("", "set", "--app", "acme/shop", "--key", keyFile, "--class", "api", "--file", "PEM="+writeFile(t, "pem", pemText))
+	s.must("", "set", "--app", "acme/shop", "--key", keyFile, "--from", writeFile(t, "from", "hub X 3\na\nb\n"))
+	key, err := secrets.LoadKeyFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := fsbucket.Open(s.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	cur, err := secrets.Read(t.Context(), b, secrets.Place{App: app.Name{Tenant: "acme", App: "shop"}}, []secrets.Key{key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ class, name, want string }{
+		{"api", "LF", "one"}, {"api", "CRLF", "two"}, {"api", "TWO_LF", "three\n"}, {"api", "NONE", "four"},
+		{"api", "PEM", pemText}, {"hub", "X", "a\nb"},
+	} {
+		if v, _ := cur.Set.Value(c.class, c.name); v != c.want {
+			t.Errorf("%s %s = %q; want %q", c.class, c.name, v, c.want)
+		}
+	}
+	if cur.Seq != 6 {
+		t.Errorf("seq %d; want one per set", cur.Seq)
+	}
 }

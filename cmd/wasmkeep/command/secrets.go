@@ -237,7 +237,6 @@ opening the current set. Give every node NEW first, and say so with
 			if err != nil {
 				return err
 			}
-			f.keys = nil
 			return secretsWrite(cmd, reg, f, secrets.Change{Reset: true, NodesHaveKey: true, Apply: func(s *secrets.Set) error {
 				*s = set.Clone()
 				return nil
@@ -263,8 +262,8 @@ func secretsSet(cmd *cobra.Command, reg *plugin.Registry, f secretsFlags, args [
 		}
 	}
 	sources := 0
-	for _, given := range []bool{len(args) > 0, len(f.files) > 0, f.from != ""} {
-		if given {
+	for _, source := range []bool{len(args) > 0, len(f.files) > 0, f.from != ""} {
+		if source {
 			sources++
 		}
 	}
@@ -293,9 +292,9 @@ func secretsSet(cmd *cobra.Command, reg *plugin.Registry, f secretsFlags, args [
 		if len(data) > secrets.MaxPlaintext {
 			return fmt.Errorf("the value on stdin is over %d bytes", secrets.MaxPlaintext)
 		}
-		v := strings.TrimSuffix(strings.TrimSuffix(string(data), "\n"), "\r")
-		if !strings.HasSuffix(string(data), "\n") {
-			v = string(data)
+		v := string(data)
+		if line, ok := strings.CutSuffix(v, "\n"); ok {
+			v = strings.TrimSuffix(line, "\r") // exactly one \n or \r\n
 		}
 		if err := given.Put(f.class, args[0], v); err != nil {
 			return err
@@ -306,15 +305,17 @@ func secretsSet(cmd *cobra.Command, reg *plugin.Registry, f secretsFlags, args [
 			if !ok || name == "" || path == "" {
 				return errors.New("--file: want NAME=PATH")
 			}
+			// The name is quoted only once Put found it a name: a value
+			// typed in its place must not be echoed.
+			data, err := readBounded(path)
+			if err != nil {
+				return fmt.Errorf("--file: %w", err)
+			}
 			if _, twice := given.Value(f.class, name); twice {
 				return fmt.Errorf("--file: %s given twice", name)
 			}
-			data, err := readBounded(path)
-			if err != nil {
-				return fmt.Errorf("--file %s: %w", name, err)
-			}
 			if err := given.Put(f.class, name, string(data)); err != nil {
-				return fmt.Errorf("--file %s=%s: %w", name, path, err)
+				return fmt.Errorf("--file ...=%s: %w", path, err)
 			}
 		}
 	}
