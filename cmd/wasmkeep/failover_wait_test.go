@@ -77,6 +77,7 @@ func timedDial(ctx context.Context, u string) timedReply {
 // say which ran: the first write on a and the kept GET, nothing else.
 // Timings are checked only as orders and generous bounds.
 func TestFailoverWait(t *testing.T) {
+	engineNeutral(t)
 	bucketURL := "file://" + memDir(t)
 	a, b, c, d := newPeerNode(t, bucketURL, failoverLease, "a"), newPeerNode(t, bucketURL, failoverLease, "b"),
 		newPeerNode(t, bucketURL, failoverLease, "c"), newPeerNode(t, bucketURL, failoverLease, "d")

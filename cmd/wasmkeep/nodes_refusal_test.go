@@ -148,6 +148,7 @@ func stranger(t *testing.T, addr string, certs []tls.Certificate, path string) (
 }
 
 func TestNodeRefusals(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	dir := memDir(t)
 	bucketURL := "file://" + dir
