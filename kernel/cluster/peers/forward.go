@@ -39,7 +39,9 @@ const (
 //
 // With again set, a request that failed untouched (not sent, and nothing
 // of its body read) is not answered: the failure says so (Untouched), and
-// the caller may send it elsewhere.
+// the caller may send it elsewhere. Without it, an upgrade the holder
+// refused at the handshake is sent once more after this node's next
+// heartbeat (resend.go), the client waiting.
 func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string, again bool) (int, *Failure) {
 	upgrade := isUpgrade(r.Header)
 	out := r.Clone(r.Context())
@@ -54,7 +56,11 @@ func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string, a
 	if r.ContentLength == 0 {
 		out.Body = nil
 	}
+	beat := n.afterBeat()
 	resp, err := n.Send(r.Context(), peer, out)
+	if upgrade && out.Body == nil && !again && n.waitToResend(r.Context(), err, beat) {
+		resp, err = n.Send(r.Context(), peer, out) // refused at the handshake: sent once more (resend.go)
+	}
 	var f *Failure
 	if errors.As(err, &f) {
 		if r.Context().Err() != nil {
