@@ -25,8 +25,12 @@ const (
 const (
 	msgNotAnswered = "the actor's node did not answer; retry"
 	msgLate        = "the actor's node did not answer in time"
-	msgUnreachable = "the actor's node is not reachable; retry"
 )
+
+// MsgUnreachable is the 503's text for a request whose actor's node
+// cannot be reached: no route to it, its lease not run out yet, or a
+// request kept through a failover whose wait ended unserved.
+const MsgUnreachable = "the actor's node is not reachable; retry"
 
 // Forward sends an outside request on to peer, the actor's holder, once,
 // and answers w with the holder's answer, or, for a WebSocket upgrade the
@@ -75,7 +79,7 @@ func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string, a
 			http.Error(w, msgLate, http.StatusGatewayTimeout)
 		case f.Kind == NoRoute:
 			w.Header().Set("Retry-After", "1")
-			http.Error(w, msgUnreachable, http.StatusServiceUnavailable)
+			http.Error(w, MsgUnreachable, http.StatusServiceUnavailable)
 		default:
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, msgNotAnswered, http.StatusServiceUnavailable)
