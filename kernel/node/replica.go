@@ -113,7 +113,7 @@ func (a *actor) openDatabase(ctx context.Context) (storage.DB, error) {
 			return nil, &placement.Elsewhere{Addr: a.addr, Owner: placement.Owner{Node: held.Record.Node}}
 		}
 		// Its holder stopped writing its lease and is not fenced yet.
-		return nil, unavailable("the actor's node is not reachable; retry", err)
+		return nil, unavailable(peers.MsgUnreachable, err)
 	case err != nil:
 		if !errors.Is(err, ownership.ErrLeaseInvalid) { // a lapse says so once, in its own line
 			n.log.Warn("the node cannot take the actor now", "actor", a.key, "err", err)
