@@ -30,6 +30,7 @@ import (
 // heartbeat: answered by t. A t that keeps refusing fails the call with
 // "refused this node's certificate", having run nothing.
 func TestResendAfterRefusal(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	dir := memDir(t)
 	a := newBucketNode(t, "file://"+dir, steadyLease)
