@@ -487,3 +487,38 @@ func TestAnAlarmFromSingleNodeDataIsListedBeforeItsFirstUpload(t *testing.T) {
 		t.Fatalf("the database records %q, want %q", got, entries[0].Indexed().Encode())
 	}
 }
+
+// A stale time delivered while the committed alarm is due runs on-alarm
+// for that alarm, and its entries go after the event whatever on-alarm
+// did (book ADR 0009, point 4): failed, the entry spared is the retry's;
+// having deleted the actor, none is.
+func TestStaleEntriesGoWhenOnAlarmFailsOrDeletes(t *testing.T) {
+	mem := buckettest.NewMemory(buckettest.Flaws{})
+	state := bucket.Under(mem, app.Default.StateRoot())
+	a, ma := clusterNodeOn(t, mem, "a", map[string]string{"probe": probe(t)})
+	for _, c := range []struct {
+		name, table string
+		left        int // entries once it settled: the retry's, or none
+	}{{"f", "fail_alarm", 1}, {"d", "delete_on_alarm", 0}} {
+		act := probeActor(c.name)
+		a.expect("POST", "/actor/probe/"+c.name+"/exec", "CREATE TABLE "+c.table+" (v)", 200, "ok 0")
+		due := time.Now().Add(2 * time.Second).UnixMilli()
+		a.expect("GET", fmt.Sprintf("/actor/probe/%s/alarm-set?at=%d", c.name, due), "", 200, "set")
+		h, ok := ma.Owners.Owns(ownership.Actor{Tenant: "default", Class: "probe", Name: c.name})
+		if !ok {
+			t.Fatalf("a does not hold %s", c.name)
+		}
+		stale := due + 100
+		listEntry(t, state, act, stale, h.Generation)
+		// The timer delivers the stale time in place of the alarm's, once
+		// the alarm is due.
+		a.node.ArmAlarm("probe", c.name, time.UnixMilli(stale))
+		waitFor(t, 10*time.Second, c.name+"'s entries settled", func() bool {
+			keys := entriesOf(t, state, act, -1)
+			return len(keys) == c.left && !slices.ContainsFunc(keys, func(k alarmindex.Key) bool { return k.At == stale || k.At == due })
+		})
+	}
+	if got := onAlarmRan(t, a, "f"); got != "ok 1" {
+		t.Fatalf("f's on-alarm did not run: %q", got)
+	}
+}
