@@ -299,7 +299,6 @@ func entriesOf(t *testing.T, state bucket.Bucket, a history.Actor, at int64) []a
 	return keys
 }
 
-
 // listEntry puts an entry for a at at under generation gen, as an owner
 // that held it would have.
 func listEntry(t *testing.T, state bucket.Bucket, a history.Actor, at int64, gen uint64) alarmindex.Key {

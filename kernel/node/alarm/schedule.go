@@ -36,8 +36,8 @@ type Item struct {
 	// never At.
 	At    time.Time
 	due   time.Time
-	tries       int // admission refusals in a row
-	index       int
+	tries int // admission refusals in a row
+	index int
 }
 
 type alarmHeap []*Item
