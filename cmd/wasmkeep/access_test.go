@@ -48,6 +48,7 @@ func noFileFor(t *testing.T, data string, encoded ...string) {
 }
 
 func TestAccessOpenIsTheDefault(t *testing.T) {
+	engineNeutral(t)
 	data := t.TempDir()
 	n := startNode(t, node.Options{DataDir: data, Classes: map[string]string{"counter": counter(t)},
 		Access: map[string]access.Access{"counter": mustAccess(t, "open")}})
@@ -60,6 +61,7 @@ func TestAccessOpenIsTheDefault(t *testing.T) {
 // Under existing, a name created earlier under open stays reachable, and a
 // new one answers 404 and creates nothing.
 func TestAccessExisting(t *testing.T) {
+	engineNeutral(t)
 	data := t.TempDir()
 	classes := map[string]string{"counter": counter(t)}
 	n := startNode(t, node.Options{DataDir: data, Classes: classes})
@@ -104,6 +106,7 @@ func TestAccessExistingNames(t *testing.T) {
 // internal refuses every outside request, to a new name or an existing one;
 // other classes keep their own rules.
 func TestAccessInternal(t *testing.T) {
+	engineNeutral(t)
 	data := t.TempDir()
 	classes := map[string]string{"counter": counter(t), "probe": probe(t)}
 	n := startNode(t, node.Options{DataDir: data, Classes: classes})
@@ -131,6 +134,7 @@ func TestAccessForAClassNotServedIsRefused(t *testing.T) {
 // The binary refuses bad rules from --access and node.access, and a flag
 // overrides the file for its class (the class's rule is logged as it loads).
 func TestAccessConfiguration(t *testing.T) {
+	engineNeutral(t)
 	bin := wasmkeepBinary(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "plugins.yaml")

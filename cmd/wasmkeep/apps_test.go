@@ -25,6 +25,7 @@ import (
 // acme/a, reaches acme/a's actor: the same requests on one app do share
 // it.
 func TestTwoAppsOneBucket(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	bucketDir := memDir(t)
 	bucketURL := "file://" + bucketDir

@@ -20,6 +20,7 @@ import (
 // whichever is later, for a loaded machine); how late each fired is logged.
 // (An alarm whose actor nobody wakes is issue 26's.)
 func TestAlarmsFollowTheirActor(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	bucketURL := "file://" + memDir(t)
 	c := &killCluster{urls: make([]string, 3)}
@@ -168,6 +169,7 @@ func alarmRuns(t *testing.T, n *bucketNode, name string) []int64 {
 // soon as it took f over. The windows are generous above (a loaded machine,
 // a takeover after the due time) and tight below: a retry never comes early.
 func TestAlarmBackoffSurvivesATakeover(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	bucketURL := "file://" + memDir(t)
 	c := &killCluster{urls: make([]string, 2)}

@@ -82,6 +82,7 @@ const busyEvent = 6000
 // first lease write and exits within a millisecond, before it answers
 // anything: the hold keeps open the window a throttled node has.
 func TestFrozenHolderAnswersNothingStale(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	srv := startS3(t)
 	bucketName := srv.NewBucket(t)

@@ -67,6 +67,7 @@ func TestClusterKill(t *testing.T) {
 		})
 	}
 	t.Run("control", func(t *testing.T) {
+		engineNeutral(t)
 		// One pass, each kill deleting the data directory: the nodes
 		// answer writes they have not shipped.
 		r := killRun(t, buildWasmkeep(t, "wasmkeep_faults"), "file://"+memDir(t), []string{killEarlyAckEnv},
@@ -423,6 +424,7 @@ func killRun(t *testing.T, bin, bucketURL string, env []string, size killSizes) 
 // wasmkeep_faults has; and `go version -m`
 // shows which tags each was built with.
 func TestFaultHookOnlyInTestBuild(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	for bin, want := range map[string]bool{wasmkeepBinary(t): false, buildWasmkeep(t, "wasmkeep_faults"): true} {
 		b, err := os.ReadFile(bin)

@@ -37,6 +37,7 @@ var steadyLease = []string{"WASMKEEP_CLUSTER__TTL=4s", "WASMKEEP_CLUSTER__SAFETY
 // start, naming the first, having served nothing; once the first stops
 // cleanly (its lease written released), the second starts.
 func TestNodeIDTwinRefused(t *testing.T) {
+	engineNeutral(t)
 	bin := wasmkeepBinary(t)
 	bucketURL := "file://" + t.TempDir()
 	env := append(withoutWasmkeepVars(), shortLease...)
@@ -168,6 +169,7 @@ func metricValue(page, series string) float64 {
 // a restart restores the actor from the bucket (counted too) with every
 // acknowledged write.
 func TestClusterMetricsAndRestore(t *testing.T) {
+	engineNeutral(t)
 	bin := wasmkeepBinary(t)
 	bucketURL, data := "file://"+t.TempDir(), t.TempDir()
 	env := append(withoutWasmkeepVars(), shortLease...)
@@ -277,6 +279,7 @@ func wantCluster(t *testing.T, bin string, env []string, bucketURL string, code 
 // Bad flags, a bucket the build cannot open and one that does not answer
 // exit with 2.
 func TestClusterStatusAndForget(t *testing.T) {
+	engineNeutral(t)
 	bin := wasmkeepBinary(t)
 	bucketURL := "file://" + t.TempDir()
 	env := append(withoutWasmkeepVars(), shortLease...)
@@ -332,6 +335,7 @@ func TestClusterStatusAndForget(t *testing.T) {
 // once. On S3 (VersityGW) the folder marker "nodes/" a console creates,
 // which the key rule refuses to read, is shown the same way.
 func TestClusterStrayKeysUnderNodes(t *testing.T) {
+	engineNeutral(t)
 	bin := wasmkeepBinary(t)
 	dir := t.TempDir()
 	bucketURL := "file://" + dir
@@ -386,6 +390,7 @@ func TestClusterStrayKeysUnderNodes(t *testing.T) {
 // the id. A fence of an id with no lease creates one, fenced; a second
 // fence leaves it.
 func TestClusterFence(t *testing.T) {
+	engineNeutral(t)
 	bin := wasmkeepBinary(t)
 	dir := t.TempDir()
 	bucketURL := "file://" + dir

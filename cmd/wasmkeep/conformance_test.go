@@ -49,6 +49,7 @@ func bucketBuild(t *testing.T) string {
 // fails (exit status 1, the broken rules named) a transport plugin that does
 // not authenticate: the kernel's plaintext one, in a custom build.
 func TestConformanceTransport(t *testing.T) {
+	engineNeutral(t)
 	run := func(bin, yaml string) (string, error) {
 		cfg := filepath.Join(t.TempDir(), "plugins.yaml")
 		if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
@@ -82,6 +83,7 @@ func TestConformanceTransport(t *testing.T) {
 // passes it, and fails it (exit status 1, each broken rule named with its
 // reason) once plugins.yaml makes it ignore conditions.
 func TestConformanceBucketPassesAndFails(t *testing.T) {
+	engineNeutral(t)
 	bin := bucketBuild(t)
 	// The build lacks bucket-fs, which the embedded defaults choose: it
 	// serves on those defaults, and the command that needs a bucket says
@@ -177,6 +179,7 @@ func exitCode(err error) int {
 // The standard build (one binary for the subtests: linking it is most of
 // their time).
 func TestConformanceBucketStandard(t *testing.T) {
+	engineNeutral(t)
 	bin := wasmkeepBinary(t)
 
 	// A bucket it lacks, or none chosen, is an error that says so, before

@@ -21,6 +21,7 @@ import (
 // command exits with status 2 before doing anything, the message naming the
 // plugin, both versions and what to do (issue 13, item 4; ADR 1002).
 func TestBuildWithStalePluginIsRefused(t *testing.T) {
+	engineNeutral(t)
 	bin := filepath.Join(t.TempDir(), "wasmkeep-stale")
 	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/stalebuild").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

@@ -86,6 +86,7 @@ import (
 // 1 s leases lapsed beside it (TestFirstRequestRaceForwards, "the node lost
 // the actor during the event", on a clean clone).
 func TestDeployAndRollbackUnderLoad(t *testing.T) {
+	engineNeutral(t)
 	t.Run("seq rule", func(t *testing.T) {
 		r := deployUnderLoad(t, wasmkeepBinary(t), nil)
 		r.log(t)

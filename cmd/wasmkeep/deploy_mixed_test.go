@@ -18,6 +18,7 @@ import (
 // run with the seq check removed (a faults build), shows b answering from
 // v1 on the migrated data: the test can fail.
 func TestMixedVersionsNeverRunOldCode(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	r := mixedVersions(t, wasmkeepBinary(t), nil)
 	if r.code != http.StatusServiceUnavailable {
@@ -26,6 +27,7 @@ func TestMixedVersionsNeverRunOldCode(t *testing.T) {
 }
 
 func TestMixedVersionsControl(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	r := mixedVersions(t, buildWasmkeep(t, "wasmkeep_faults"), []string{"WASMKEEPTEST_SKIP_SEQ_CHECK=1"})
 	if r.code != http.StatusOK || !strings.HasPrefix(r.body, "version=1 inits=1,2") {
@@ -137,6 +139,7 @@ func TestNodeBehindAVersionItCannotBuild(t *testing.T) {
 // Once an app has deployed, its version is the only source of its classes,
 // rules and front: serve --app refuses the node's own, saying what to run.
 func TestServeAppRefusesNodeClassesOnceDeployed(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	d := newDeployer(t)
 	d.must("--actor", "counter="+counter(t))

@@ -76,6 +76,7 @@ func writeFile(t *testing.T, name, data string) string {
 // refused naming the class and the reason, before anything is uploaded;
 // so is a rule for a class the version does not have.
 func TestDeployRefusesBeforeUpload(t *testing.T) {
+	engineNeutral(t)
 	d := newDeployer(t)
 	good := counter(t)
 	for file, want := range map[string]string{
@@ -107,6 +108,7 @@ func TestDeployRefusesBeforeUpload(t *testing.T) {
 // --allow-reopen; --list shows the versions and cluster status the
 // current one; configuration values never reach the output, and secret-looking ones are warned about by name.
 func TestDeployRollbackList(t *testing.T) {
+	engineNeutral(t)
 	d := newDeployer(t)
 	good := counter(t)
 	env := writeFile(t, "hub.env", "# comment\nURL=https://example.com\nAPI_TOKEN=hunter2-secret\n")
@@ -161,6 +163,7 @@ func TestDeployRollbackList(t *testing.T) {
 // deterministic race is kernel/cluster/deploys' TestPublishConflict; here
 // the processes race for real until one conflict shows.
 func TestDeployConcurrentConflict(t *testing.T) {
+	engineNeutral(t)
 	d := newDeployer(t)
 	d.must("--actor", "counter="+counter(t))
 	landed, conflicts := 1, 0
@@ -234,6 +237,7 @@ func (d deployer) current() []string {
 // rollback refuse, saying to deploy the classes again; --actor repairs
 // it, with a warning naming the missing version.
 func TestDeployOverMissingVersion(t *testing.T) {
+	engineNeutral(t)
 	d := newDeployer(t)
 	good := counter(t)
 	d.must("--actor", "counter="+good)
@@ -255,6 +259,7 @@ func TestDeployOverMissingVersion(t *testing.T) {
 // A first deploy over the versions of an app whose current is gone is
 // refused, naming --seq-floor; with it the seq is the floor.
 func TestDeploySeqFloor(t *testing.T) {
+	engineNeutral(t)
 	d := newDeployer(t)
 	good := counter(t)
 	d.must("--actor", "counter="+good)
@@ -280,6 +285,7 @@ var deployedRE = regexp.MustCompile(`version ([0-9a-f]{16}) is current, seq (\d+
 // follows within a few heartbeats; a current deleted by hand is warned
 // about while the node still serves its version.
 func TestDeployFollowedInStatus(t *testing.T) {
+	engineNeutral(t)
 	d := newDeployer(t)
 	bucketURL := "file://" + d.dir
 	env := append(withoutWasmkeepVars(), shortLease...)

@@ -520,6 +520,7 @@ func durableAcrossStopsAndKills(t *testing.T, n *bucketNode, size durabilitySize
 // deleted. The control runs the same check, which must see the loss, so
 // the check cannot pass by seeing nothing.
 func TestDurableWritesSurviveStopAndKill(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	t.Run("bucket-fs", func(t *testing.T) {
 		// History is collected as soon as a snapshot allows (retention
@@ -573,6 +574,7 @@ func TestDurableWritesSurviveStopAndKill(t *testing.T) {
 // the S3 client's backoff before its resend (up to 2 s) would lapse it,
 // and the writes would fail for that.
 func TestDurableWritesWithLostReplies(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	n, relay, bucketName := relayedNode(t)
 	names := counterNames(10)
@@ -665,6 +667,7 @@ func TestRestoreOverManyWrites(t *testing.T) {
 // are served. Once the segment is repaired, the next event restores the
 // actor with every write.
 func TestRestoreRefusesBrokenHistory(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	bucketDir := memDir(t)
 	n := newBucketNode(t, "file://"+bucketDir, nil)
@@ -797,6 +800,7 @@ func sameDigests(before, after map[string]string, part string) bool {
 // take longer than 25 s. Once the bucket answers, the next request
 // restores the actor.
 func TestRestoreBoundedWhenBucketHangs(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	n, relay, bucketName := relayedNode(t)
 	n.start()
@@ -840,6 +844,7 @@ func TestRestoreBoundedWhenBucketHangs(t *testing.T) {
 // Were the restore cut at the wall clock, the actor could never be
 // restored: every event would start it again and cut it again.
 func TestRestoreLongerThanWallClock(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	n, relay, bucketName := relayedNode(t)
 	n.args = append(n.args, "--wall-clock", "2s")

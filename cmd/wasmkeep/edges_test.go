@@ -134,6 +134,7 @@ func TestFallbackRootsWithoutSystemRoots(t *testing.T) {
 // first stops, another starts (issue 24, item 14). Before the lock both
 // served, and the second's requests for the same actors answered 500.
 func TestSecondProcessOnADataDirectoryRefused(t *testing.T) {
+	engineNeutral(t)
 	bin := wasmkeepBinary(t)
 	data, bucketDir := t.TempDir(), t.TempDir()
 	args := []string{"--data-dir", data, "--actor", "counter=" + counter(t)}
@@ -173,6 +174,7 @@ func TestSecondProcessOnADataDirectoryRefused(t *testing.T) {
 // served meanwhile, and a new one is served once their time is up. Before,
 // a body was read with no time limit and every connection was accepted.
 func TestSlowClientsDoNotHoldTheNode(t *testing.T) {
+	engineNeutral(t)
 	const slow, maxConns = 300, 40
 	bin := wasmkeepBinary(t)
 	url, cmd, logs := serveBinary(t, bin, withoutWasmkeepVars(), "--data-dir", t.TempDir(), "--actor", "counter="+counter(t),

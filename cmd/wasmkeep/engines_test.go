@@ -51,6 +51,7 @@ func TestValuesRoundTrip(t *testing.T) {
 // ready), give the same observable results: statuses, bodies and headers,
 // failures included, CPU budget and memory limit too.
 func TestEnginesAgree(t *testing.T) {
+	engineNeutral(t)
 	engines := []string{"wazero/off", "wazero/fast", "wazero/on", "wasmtime/off", "wasmtime/fast", "wasmtime/on"}
 	for _, in := range plugins() {
 		if in.Kind == plugin.Runtime && in.Name == "wasmtime" && in.Unavailable != "" {

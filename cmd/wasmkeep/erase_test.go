@@ -42,13 +42,20 @@ func (g *gatedDeletes) Delete(ctx context.Context, key string, cond bucket.Condi
 // short lease timings and every actor placed here.
 func clusterNodeOn(t *testing.T, b bucket.Bucket, id string, classes map[string]string) (*testNode, *cluster.Member) {
 	t.Helper()
+	return clusterNodeIn(t, b, id, classes, "")
+}
+
+// clusterNodeIn is clusterNodeOn on the data directory dataDir ("" for a
+// new one).
+func clusterNodeIn(t *testing.T, b bucket.Bucket, id string, classes map[string]string, dataDir string) (*testNode, *cluster.Member) {
+	t.Helper()
 	s := nodelease.Settings{TTL: time.Second, Grace: 500 * time.Millisecond, Safety: 300 * time.Millisecond, MaxSkew: 100 * time.Millisecond}
 	m, err := cluster.Join(t.Context(), cluster.Config{Bucket: b, Clock: clock.Real, Settings: s, NodeID: id,
 		Instance: id + "1", Info: nodelease.Info{Advertise: "http://127.0.0.1:1"}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tn := startNode(t, node.Options{Classes: classes, Placement: placement.Local{},
+	tn := startNode(t, node.Options{Classes: classes, Placement: placement.Local{}, DataDir: dataDir,
 		Cluster: &node.Cluster{Member: m, Metrics: metrics.NewCluster()}})
 	return tn, m
 }

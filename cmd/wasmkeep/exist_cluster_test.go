@@ -36,6 +36,7 @@ func actorListings(bucketName, prefix string) func(*http.Request) bool {
 // from the disk alone answers child 404 through b; a listing that fails
 // counted as no answers ghost 404.)
 func TestExistingActorOnlyInTheBucket(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	srv := startS3(t)
 	name := srv.NewBucket(t)

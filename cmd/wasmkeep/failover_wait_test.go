@@ -77,6 +77,7 @@ func timedDial(ctx context.Context, u string) timedReply {
 // say which ran: the first write on a and the kept GET, nothing else.
 // Timings are checked only as orders and generous bounds.
 func TestFailoverWait(t *testing.T) {
+	engineNeutral(t)
 	bucketURL := "file://" + memDir(t)
 	a, b, c, d := newPeerNode(t, bucketURL, failoverLease, "a"), newPeerNode(t, bucketURL, failoverLease, "b"),
 		newPeerNode(t, bucketURL, failoverLease, "c"), newPeerNode(t, bucketURL, failoverLease, "d")
@@ -127,7 +128,7 @@ func TestFailoverWait(t *testing.T) {
 	gone := func(n *bucketNode) {
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 			r := ask(t, "POST", n.url+p1+"/token?t=probe")
-			if r.code == 503 && strings.Contains(r.body, "not reachable") {
+			if r.code == 503 && strings.Contains(r.body, peers.MsgUnreachable) {
 				return
 			}
 			if r.code != 503 || time.Now().After(deadline) {
@@ -171,11 +172,11 @@ func TestFailoverWait(t *testing.T) {
 	if left.err == nil {
 		t.Errorf("the GET whose client gave up after 1 s was answered: %+v", left)
 	}
-	if expired.code != 503 || !strings.Contains(expired.body, "not reachable") || expired.retryAfter != "1" ||
+	if expired.code != 503 || !strings.Contains(expired.body, peers.MsgUnreachable) || expired.retryAfter != "1" ||
 		expired.took < 900*time.Millisecond || expired.took > 10*time.Second {
 		t.Errorf("the GET through c, a wait of 1 s: %+v, want the 503 after about 1 s", expired)
 	}
-	if off.code != 503 || !strings.Contains(off.body, "not reachable") || off.took > 5*time.Second {
+	if off.code != 503 || !strings.Contains(off.body, peers.MsgUnreachable) || off.took > 5*time.Second {
 		t.Errorf("the control, a GET through d with no wait: %+v, want the 503 at once", off)
 	}
 

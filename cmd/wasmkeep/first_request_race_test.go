@@ -17,6 +17,7 @@ import (
 // (found by the kill test's bench, issue 15). The leases are steady: a
 // lapse under the suite's load is another test's subject.
 func TestFirstRequestRaceForwards(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	bucketURL := "file://" + memDir(t)
 	c := &killCluster{urls: make([]string, 3)}

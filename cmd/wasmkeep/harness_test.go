@@ -45,6 +45,22 @@ var (
 // of budgets set their own; those that hold work to the default name it.
 const suiteCPUBudget = 250 * time.Millisecond
 
+// engineNeutral marks a test whose outcome no engine or SQLite driver can
+// change: a cluster protocol (ownership, leases, forwarding, deploys,
+// failover), the command line and its builds, a bucket's or a transport's
+// conformance, a control's planted fault. scripts/test runs this suite a
+// second time on the other engine and driver with ENGINE_PASS=1, and that
+// pass skips these: they ran in the first, and would add ten minutes to CI
+// and test nothing new. What an engine or a driver does (guests, limits,
+// host calls, SQL, sockets, replication's capture and restore, one
+// cluster kill test) runs in both passes.
+func engineNeutral(t *testing.T) {
+	t.Helper()
+	if os.Getenv("ENGINE_PASS") != "" {
+		t.Skip("the same on every engine and SQLite driver: run in the suite's first pass")
+	}
+}
+
 func TestMain(m *testing.M) {
 	if os.Getenv("WASMKEEP_NODE__CPU_BUDGET_MS") == "" {
 		os.Setenv("WASMKEEP_NODE__CPU_BUDGET_MS", strconv.Itoa(int(suiteCPUBudget.Milliseconds())))

@@ -56,6 +56,7 @@ func rawGet(t testing.TB, tn *testNode, path string, count, size int) (int, stri
 // the front door accepted, failed the counter with "exceeded its CPU budget").
 // The stateless component has the same caps.
 func TestRequestHeaderCaps(t *testing.T) {
+	engineNeutral(t)
 	// The default budget: the caps are there so headers parse inside it.
 	tn := startNode(t, node.Options{Classes: map[string]string{"counter": counter(t)}, Stateless: site(t), CPUBudget: 50 * time.Millisecond})
 	const path = "/actor/counter/a"

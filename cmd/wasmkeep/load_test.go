@@ -92,6 +92,7 @@ func withoutWasmkeepVars() []string {
 // SIGTERM: in-flight requests finish, then the process exits cleanly with
 // every database closed.
 func TestSIGTERMFinishesInFlightRequests(t *testing.T) {
+	engineNeutral(t)
 	bin := wasmkeepBinary(t)
 	data := t.TempDir()
 	url, cmd, logs := serveBinary(t, bin, nil, "--data-dir", data, "--actor", "probe="+probe(t))
@@ -125,6 +126,7 @@ func TestSIGTERMFinishesInFlightRequests(t *testing.T) {
 // A CGO_ENABLED=0 build works without the cgo plugins, and asking it for one
 // says that this build lacks it and how to get one that has it.
 func TestPureGoBuild(t *testing.T) {
+	engineNeutral(t)
 	bin := filepath.Join(t.TempDir(), "wasmkeep")
 	build := exec.Command("go", "build", "-o", bin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")

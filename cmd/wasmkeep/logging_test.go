@@ -12,6 +12,7 @@ import (
 // file or a variable) leaves out lines below it; a value that is neither is
 // refused naming the key, the flag and the valid values.
 func TestLogFormatAndLevel(t *testing.T) {
+	engineNeutral(t)
 	bin := wasmkeepBinary(t)
 	dir := t.TempDir()
 	actor := "probe=" + probe(t)

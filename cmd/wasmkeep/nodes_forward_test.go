@@ -10,6 +10,7 @@ import (
 // Requests forwarded between real nodes get the answer they would get from
 // the holder directly (issue 15, item 2).
 func TestForwardedRequests(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	bucketURL := "file://" + memDir(t)
 	a, b := newPeerNode(t, bucketURL, nil, "a"), newPeerNode(t, bucketURL, nil, "b")
@@ -56,6 +57,7 @@ func TestForwardedRequests(t *testing.T) {
 // hint that named it costs no 503: the request reads the record and takes
 // the actor where it landed, at once.
 func TestForwardingFollowsTheOwnerHint(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	bucketURL := "file://" + memDir(t)
 	a, b := newPeerNode(t, bucketURL, steadyLease, "a"), newPeerNode(t, bucketURL, steadyLease, "b")

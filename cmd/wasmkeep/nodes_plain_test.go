@@ -16,6 +16,7 @@ import (
 // c's actors, since c publishes a TLS address and they have no
 // certificate, is ADR 1028's rule; it is logged here, not asserted.)
 func TestPlainNodes(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	bucketURL := "file://" + memDir(t)
 	plain := []string{"WASMKEEP_CLUSTER__CLUSTER_LISTEN="}

@@ -148,6 +148,7 @@ func stranger(t *testing.T, addr string, certs []tls.Certificate, path string) (
 }
 
 func TestNodeRefusals(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	dir := memDir(t)
 	bucketURL := "file://" + dir
@@ -317,6 +318,7 @@ func TestNodeRefusals(t *testing.T) {
 type forgedPeer struct {
 	id   string
 	tr   *mtlstransport.Transport
+	info nodelease.Info // what its lease says besides its pin
 	b    bucket.Bucket
 	stop chan struct{}
 	done chan struct{}
@@ -329,11 +331,19 @@ func newForgedPeer(t *testing.T, dir, id string) *forgedPeer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startForgedPeer(t, dir, id, tr, nodelease.Info{Advertise: "http://127.0.0.1:1", ClusterAddr: "https://127.0.0.1:1"})
+}
+
+// startForgedPeer starts the lease of a forged peer whose transport is tr
+// and whose lease says info.
+func startForgedPeer(t *testing.T, dir, id string, tr *mtlstransport.Transport, info nodelease.Info) *forgedPeer {
+	t.Helper()
 	b, err := fsbucket.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &forgedPeer{id: id, tr: tr, b: b, stop: make(chan struct{}), done: make(chan struct{})}
+	info.Version, info.Pins = "test", []string{tr.Pin()}
+	p := &forgedPeer{id: id, tr: tr, info: info, b: b, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		for seq := uint64(1); ; seq++ {
@@ -354,8 +364,7 @@ func newForgedPeer(t *testing.T, dir, id string) *forgedPeer {
 }
 
 func (p *forgedPeer) write(state nodelease.State, seq uint64) error {
-	o := nodelease.Object{State: state, Instance: "forgedpeer", Seq: seq, WrittenAt: time.Now(), Info: nodelease.Info{
-		Version: "test", Advertise: "http://127.0.0.1:1", ClusterAddr: "https://127.0.0.1:1", Pins: []string{p.tr.Pin()}}}
+	o := nodelease.Object{State: state, Instance: "forgedpeer", Seq: seq, WrittenAt: time.Now(), Info: p.info}
 	body := o.Encode()
 	_, err := p.b.Put(context.Background(), nodelease.Key(p.id), bytes.NewReader(body), int64(len(body)), bucket.Condition{})
 	return err

@@ -104,6 +104,7 @@ func threeNodes(t *testing.T, bucketURL string, env []string) {
 }
 
 func TestThreeNodes(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	t.Run("bucket-fs", func(t *testing.T) { threeNodes(t, "file://"+memDir(t), nil) })
 	t.Run("bucket-s3", func(t *testing.T) {
@@ -116,6 +117,7 @@ func TestThreeNodes(t *testing.T) {
 // closes its WebSockets with 1012 before any other node may take their
 // actors; once its writes land again it serves the room again.
 func TestLeaseLapseClosesSockets(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	n, relay, bucketName := relayedNode(t)
 	n.args = append(n.args, "--actor", "room="+room(t))
@@ -158,6 +160,7 @@ func TestLeaseLapseClosesSockets(t *testing.T) {
 // peer starts after the lapse, so that it is in no view the lapsed node
 // took before it.
 func TestLapsedNodeRunsNoEvent(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	srv := startS3(t)
 	bucketName := srv.NewBucket(t)

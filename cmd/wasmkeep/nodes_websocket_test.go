@@ -74,6 +74,7 @@ func chat(t *testing.T, clients map[string]*websocket.Conn) {
 }
 
 func TestRelayedWebSockets(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	bucketURL := "file://" + memDir(t)
 	a, b, c := newRoomNode(t, bucketURL, "a"), newRoomNode(t, bucketURL, "b"), newRoomNode(t, bucketURL, "c")

@@ -14,6 +14,7 @@ import (
 // directories outside the checkout, builds both, and serves the actor with
 // the custom server.
 func TestBuildsOutsideTheCheckout(t *testing.T) {
+	engineNeutral(t)
 	root := repoRoot(t)
 	run := func(dir string, env []string, args ...string) {
 		t.Helper()

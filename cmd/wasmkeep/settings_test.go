@@ -16,6 +16,7 @@ import (
 // or from WASMKEEP_* variables too, and so do the classes served; the
 // "serving" line names the SQLite driver.
 func TestSettingsWithoutFlags(t *testing.T) {
+	engineNeutral(t)
 	bin := wasmkeepBinary(t)
 	dir := t.TempDir()
 	write := func(name, text string) string {

@@ -12,6 +12,7 @@ import (
 // the checkout has changes), the Go that built it, and each engine and
 // SQLite driver in the build with its library's version, as go.mod pins it.
 func TestVersion(t *testing.T) {
+	engineNeutral(t)
 	// -buildvcs=true: a GOFLAGS of -buildvcs=false would leave the commit out.
 	bin := t.TempDir() + "/wasmkeep"
 	if out, err := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".").CombinedOutput(); err != nil {
@@ -61,6 +62,7 @@ func TestVersion(t *testing.T) {
 
 // A CGO_ENABLED=0 build says it lacks wasmtime and mattn.
 func TestVersionWithoutCgo(t *testing.T) {
+	engineNeutral(t)
 	bin := t.TempDir() + "/wasmkeep"
 	build := exec.Command("go", "build", "-o", bin, ".")
 	build.Env = append(build.Environ(), "CGO_ENABLED=0")

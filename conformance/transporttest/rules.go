@@ -16,7 +16,7 @@ var rules = []Rule{
 	{Name: "RoundTrip", Summary: "bytes sent either way arrive intact, over a connection dialed each way (a short message and 1 MiB)", check: roundTrip},
 	{Name: "PeerOf", Summary: "each end's PeerOf names the other node at the pin it publishes, each transport's pin its own (declared unauthenticated: Pin is \"\" and PeerOf fails with ErrUnauthenticated)", check: peerOf},
 	{Name: "DialUntrusted", Summary: "Dial to a peer outside the trusted set (or trusted at no pin, when authenticating) fails with ErrUntrusted and connects to nothing", check: dialUntrusted},
-	{Name: "ListenUntrusted", Summary: "a listener refuses a node outside its trusted set, or trusted at another pin: Dial fails and the accepted end's PeerOf wraps ErrUntrusted", check: listenUntrusted, Authenticated: true},
+	{Name: "ListenUntrusted", Summary: "a listener refuses a node outside its trusted set, or trusted at another pin: Dial fails with ErrRefused and the accepted end's PeerOf wraps ErrUntrusted", check: listenUntrusted, Authenticated: true},
 	{Name: "WrongPin", Summary: "Dial fails with ErrUntrusted when the node at the address proves another pin than the peer's: a wrong pin, or another node's address", check: wrongPin, Authenticated: true},
 	{Name: "TrustDropCuts", Summary: "Trust without a peer cuts its connections, dialed and accepted, at once on both ends; other peers' stay usable; it is refused after", check: trustDropCuts},
 	{Name: "TrustPinChangeCuts", Summary: "Trust naming a new pin for a peer cuts its connections at the old one, at once on both ends", check: trustPinChangeCuts},
@@ -165,8 +165,9 @@ func dialUntrusted(e *env) error {
 	return nil
 }
 
-// refusedAtListen dials from a to b, which must refuse a: Dial fails, and
-// the connection b accepted fails PeerOf with ErrUntrusted and reads
+// refusedAtListen dials from a to b, which must refuse a: Dial fails with
+// ErrRefused (the caller may send again once b trusts it), and the
+// connection b accepted fails PeerOf with ErrUntrusted and reads
 // nothing.
 func (e *env) refusedAtListen(what string, a, b *node) error {
 	d, err := a.tr.Dial(e.ctx, b.id, b.addr)
@@ -178,6 +179,9 @@ func (e *env) refusedAtListen(what string, a, b *node) error {
 			return fmt.Errorf("%s: %s accepted %s (PeerOf %+v)", what, b.id, a.id, got.peer)
 		}
 		return fmt.Errorf("%s: Dial succeeded though %s refused %s: a returned connection must be accepted by both ends", what, b.id, a.id)
+	}
+	if !errors.Is(err, transport.ErrRefused) {
+		return fmt.Errorf("%s: Dial %s, which refused %s: %v, want an error wrapping ErrRefused", what, b.id, a.id, err)
 	}
 	// The refused connection is the one b accepted last: its PeerOf failed.
 	timeout := time.After(e.opts.Wait)

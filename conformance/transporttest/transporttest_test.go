@@ -1,6 +1,8 @@
 package transporttest_test
 
 import (
+	"context"
+	"errors"
 	"maps"
 	"net"
 	"slices"
@@ -46,6 +48,18 @@ func (m misnamed) PeerOf(c net.Conn) (transport.Peer, error) {
 	return p, err
 }
 
+// refusalUntyped reports a refusal at the handshake as any other failed
+// dial: the caller cannot tell it may send again.
+type refusalUntyped struct{ transport.Transport }
+
+func (r refusalUntyped) Dial(ctx context.Context, peer transport.NodeID, addr string) (net.Conn, error) {
+	c, err := r.Transport.Dial(ctx, peer, addr)
+	if errors.Is(err, transport.ErrRefused) {
+		err = errors.New(err.Error())
+	}
+	return c, err
+}
+
 func names(rules []transporttest.Rule) []string {
 	var out []string
 	for _, r := range rules {
@@ -69,6 +83,7 @@ func flawed(f transporttest.Factory, wrap func(transport.Transport) transport.Tr
 func TestFlawsCaught(t *testing.T) {
 	addOnly := func(tr transport.Transport) transport.Transport { return &addsOnly{Transport: tr} }
 	misname := func(tr transport.Transport) transport.Transport { return misnamed{tr} }
+	untyped := func(tr transport.Transport) transport.Transport { return refusalUntyped{tr} }
 	neverDrops := []string{"TrustDropCuts", "TrustAgain", "TrustRace"}
 	for _, c := range []struct {
 		name string
@@ -81,6 +96,7 @@ func TestFlawsCaught(t *testing.T) {
 		{"mtls/TrustAddsOnly", flawed(mtls, addOnly), transporttest.Options{}, neverDrops},
 		{"plaintext/TrustAddsOnly", flawed(plain, addOnly), transporttest.Options{Unauthenticated: true}, neverDrops},
 		{"mtls/PeerOfMisnamed", flawed(mtls, misname), transporttest.Options{}, []string{"PeerOf"}},
+		{"mtls/RefusalUntyped", flawed(mtls, untyped), transporttest.Options{}, []string{"ListenUntrusted", "TrustDropCuts"}},
 		// Plaintext that does not say so: every rule wants PeerOf to work,
 		// or a peer at no pin refused.
 		{"plaintext/Undeclared", plain, transporttest.Options{}, names(transporttest.Rules())},

@@ -304,5 +304,5 @@ func refuseKept(w http.ResponseWriter, outcome string) {
 		return
 	}
 	w.Header().Set("Retry-After", "1")
-	http.Error(w, "the actor's node is not reachable; retry", http.StatusServiceUnavailable)
+	http.Error(w, peers.MsgUnreachable, http.StatusServiceUnavailable)
 }

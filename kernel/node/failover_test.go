@@ -129,7 +129,7 @@ func TestWaitOutcome(t *testing.T) {
 // live, makes a request keepable; other failures do not.
 func TestSuspected(t *testing.T) {
 	rec := ownership.Record{Node: "a", Instance: "i", Generation: 3}
-	if got, ok := suspected(unavailable("the actor's node is not reachable; retry", &ownership.HeldError{Record: rec})); !ok || got != rec {
+	if got, ok := suspected(unavailable(peers.MsgUnreachable, &ownership.HeldError{Record: rec})); !ok || got != rec {
 		t.Errorf("suspected(held by a) = %+v, %v", got, ok)
 	}
 	for _, err := range []error{nil, unavailable("the node cannot take the actor now, retry", ownership.ErrLeaseInvalid), errors.New("other")} {
@@ -239,7 +239,7 @@ func TestKeptWaitEnds(t *testing.T) {
 	}
 	w = httptest.NewRecorder()
 	refuseKept(w, metrics.WaitShutdown)
-	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" || !strings.Contains(w.Body.String(), "not reachable") {
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" || !strings.Contains(w.Body.String(), peers.MsgUnreachable) {
 		t.Errorf("the 503 of a wait that ended: %d %q %q", w.Code, w.Header(), w.Body)
 	}
 	if n.keeping.total != 0 {

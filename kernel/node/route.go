@@ -219,7 +219,9 @@ func (n *Node) callHere(ctx context.Context, c *class, name string, req abi.Requ
 
 // callPeer sends a call to the node that holds the callee, signed with
 // its caller and chain, and reads the callee's answer or call-error. A
-// call that may have reached the peer is never sent again.
+// call that may have reached the peer is never sent again; one it refused
+// at the handshake is, once, after this node's next heartbeat
+// (peers.Network.Call).
 func (n *Node) callPeer(ctx context.Context, peer string, c *class, name string, req abi.Request, caller string, chain []string) callResult {
 	cl := n.opts.Cluster
 	if cl.Signer == nil {
@@ -240,7 +242,7 @@ func (n *Node) callPeer(ctx context.Context, peer string, c *class, name string,
 		}
 	}
 	cl.Signer.Sign(callsign.Call{Target: peer, App: n.opts.App.String(), Method: req.Method, Path: hr.URL.RequestURI(), Body: req.Body, Caller: caller, Chain: chain}, hr.Header)
-	resp, err := cl.Peers.Send(ctx, peer, hr)
+	resp, err := cl.Peers.Call(ctx, peer, hr)
 	if err != nil {
 		cl.Metrics.Forwarded(metrics.ForwardCall, failureKind(err))
 		if ctx.Err() != nil {

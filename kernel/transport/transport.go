@@ -58,7 +58,10 @@ type Transport interface {
 	// set, or trusted at no pin ("") by a transport that authenticates, is
 	// refused before anything is sent to addr; a peer that does not
 	// prove it is peer, before any byte of the caller's is sent. Both
-	// errors wrap ErrUntrusted. ctx bounds the dial and the handshake.
+	// errors wrap ErrUntrusted. A far end that refuses this node at the
+	// handshake (it does not trust this node's pin now) fails Dial with
+	// an error wrapping ErrRefused. ctx bounds the dial and the
+	// handshake.
 	Dial(ctx context.Context, peer NodeID, addr string) (net.Conn, error)
 	// PeerOf names the authenticated peer of a connection from this
 	// transport's Listen or Dial, completing its handshake if it has not
@@ -104,6 +107,12 @@ type Peer struct {
 // ErrUntrusted: the peer is not in the trusted set at the pin it proved (or
 // at all), or no longer is (a connection Trust cut).
 var ErrUntrusted = errors.New("transport: peer not trusted")
+
+// ErrRefused: the far end refused this node at the handshake: it does not
+// trust this node's pin now (its view has not listed this node's latest
+// heartbeat yet, or saw it expire). Nothing of the caller's was sent, so
+// the peer read nothing. Only a transport that authenticates returns it.
+var ErrRefused = errors.New("transport: the peer refused this node")
 
 // ErrUnauthenticated: the transport does not authenticate its peers, so it
 // cannot name a connection's peer (PeerOf on the plaintext transport).

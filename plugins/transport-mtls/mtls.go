@@ -188,7 +188,10 @@ func (m *Transport) Dial(ctx context.Context, peer transport.NodeID, addr string
 		tc.SetReadDeadline(deadline)
 		var b [1]byte
 		if _, err := io.ReadFull(tc, b[:]); err != nil {
-			return fmt.Errorf("the server did not accept this node (is this node's pin live in its view?): %w", err)
+			if refusedBy(err) {
+				return fmt.Errorf("%w (is this node's pin live in its view?): %w", transport.ErrRefused, err)
+			}
+			return fmt.Errorf("the server did not accept this node: %w", err)
 		}
 		tc.SetReadDeadline(time.Time{})
 		if b[0] != accepted {
@@ -201,6 +204,14 @@ func (m *Transport) Dial(ctx context.Context, peer transport.NodeID, addr string
 		return nil, fmt.Errorf("mtls: dial %s at %s: %w", peer, addr, err)
 	}
 	return c, nil
+}
+
+// refusedBy reports whether err is a TLS alert the server sent: its
+// verifier refused this node's certificate (bad_certificate), where a
+// server that accepts writes the acceptance byte instead.
+func refusedBy(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "remote error"
 }
 
 // PeerOf completes conn's handshake if it has not run, and names the peer

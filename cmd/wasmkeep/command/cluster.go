@@ -136,9 +136,14 @@ func joinCluster(ctx context.Context, cfg *config.Config, served app.Name, liste
 	cm := cn.Metrics
 	cn.bucket = bucket.Counting(raw, cm.BucketRequest)
 	var network *peers.Network // set before the listing starts
+	beats := peers.NewHeartbeats()
 	m, err := cluster.Join(ctx, cluster.Config{
 		Bucket: cn.bucket, App: served, Clock: clock.Real, Settings: c.Lease(), NodeID: c.NodeID, Instance: newInstance(),
-		Info: info, Logger: log, Lost: lost, LeaseWrote: cm.LeaseWrote,
+		Info: info, Logger: log, Lost: lost,
+		LeaseWrote: func(err error) {
+			cm.LeaseWrote(err)
+			beats.Wrote(err)
+		},
 		Fenced: func(peer string) {
 			cm.Fence()
 			log.Warn("fenced a node that stopped renewing its lease: its actors are free", "node_id", peer)
@@ -159,7 +164,7 @@ func joinCluster(ctx context.Context, cfg *config.Config, served app.Name, liste
 	}
 	cn.Member = m
 	network = peers.New(peers.Config{Self: c.NodeID, App: served.String(), View: m.View, Secure: cn.secure, Plain: cn.plain,
-		Clock: clock.Real, Logger: log, AnswerTimeout: cfg.Node.WallClock})
+		Clock: clock.Real, Logger: log, AnswerTimeout: cfg.Node.WallClock, Heartbeats: beats, Period: c.Lease().Period()})
 	cn.Peers = network
 	cn.Signer, cn.Verifier = callSecret(ctx, cn.bucket, c.NodeID, log)
 	log.Info("joined the cluster", "node_id", c.NodeID, "app", served.String(), "bucket", ch.Info.ID(), "advertise", info.Advertise,

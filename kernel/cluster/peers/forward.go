@@ -25,8 +25,12 @@ const (
 const (
 	msgNotAnswered = "the actor's node did not answer; retry"
 	msgLate        = "the actor's node did not answer in time"
-	msgUnreachable = "the actor's node is not reachable; retry"
 )
+
+// MsgUnreachable is the 503's text for a request whose actor's node
+// cannot be reached: no route to it, its lease not run out yet, or a
+// request kept through a failover whose wait ended unserved.
+const MsgUnreachable = "the actor's node is not reachable; retry"
 
 // Forward sends an outside request on to peer, the actor's holder, once,
 // and answers w with the holder's answer, or, for a WebSocket upgrade the
@@ -39,7 +43,9 @@ const (
 //
 // With again set, a request that failed untouched (not sent, and nothing
 // of its body read) is not answered: the failure says so (Untouched), and
-// the caller may send it elsewhere.
+// the caller may send it elsewhere. Without it, an upgrade the holder
+// refused at the handshake is sent once more after this node's next
+// heartbeat (resend.go), the client waiting.
 func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string, again bool) (int, *Failure) {
 	upgrade := isUpgrade(r.Header)
 	out := r.Clone(r.Context())
@@ -54,7 +60,11 @@ func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string, a
 	if r.ContentLength == 0 {
 		out.Body = nil
 	}
+	beat := n.afterBeat()
 	resp, err := n.Send(r.Context(), peer, out)
+	if upgrade && out.Body == nil && !again && n.waitToResend(r.Context(), err, beat) {
+		resp, err = n.Send(r.Context(), peer, out) // refused at the handshake: sent once more (resend.go)
+	}
 	var f *Failure
 	if errors.As(err, &f) {
 		if r.Context().Err() != nil {
@@ -69,7 +79,7 @@ func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string, a
 			http.Error(w, msgLate, http.StatusGatewayTimeout)
 		case f.Kind == NoRoute:
 			w.Header().Set("Retry-After", "1")
-			http.Error(w, msgUnreachable, http.StatusServiceUnavailable)
+			http.Error(w, MsgUnreachable, http.StatusServiceUnavailable)
 		default:
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, msgNotAnswered, http.StatusServiceUnavailable)

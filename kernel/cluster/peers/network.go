@@ -18,6 +18,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/membership"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	"github.com/wasmkeep/wasmkeep/kernel/transport"
 )
 
@@ -37,6 +38,11 @@ type Config struct {
 	// DialTimeout bounds opening a connection (5 s); AnswerTimeout the
 	// wait for a written request's answer (the event wall clock, 30 s).
 	DialTimeout, AnswerTimeout time.Duration
+	// Heartbeats are this node's lease writes landing, for the resend of
+	// a call or upgrade a peer refused at the handshake (resend.go); nil:
+	// never resent. Period is the heartbeat period (the defaults' 3 s).
+	Heartbeats *Heartbeats
+	Period     time.Duration
 }
 
 // Network is this node's connections to its peers.
@@ -57,6 +63,9 @@ func New(cfg Config) *Network {
 	}
 	if cfg.AnswerTimeout == 0 {
 		cfg.AnswerTimeout = 30 * time.Second
+	}
+	if cfg.Period == 0 {
+		cfg.Period = nodelease.DefaultSettings().Period()
 	}
 	return &Network{cfg: cfg, pools: map[string]*pool{}, skipped: map[string]time.Time{}}
 }

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/transport"
 )
 
 // Kind is how a request to a peer failed, which decides what its caller
@@ -36,6 +38,12 @@ type Failure struct {
 	// Untouched is set by Forward on a request it did not answer: not
 	// sent, its body unread.
 	Untouched bool
+	// Refused: not sent, because the peer refused this node at the TLS
+	// handshake (transport.ErrRefused), or closed a new authenticated
+	// connection before a byte of the request was written. The peer read
+	// nothing, and may trust this node once it listed its next heartbeat
+	// (resend.go).
+	Refused bool
 }
 
 func (f *Failure) Error() string {
@@ -43,6 +51,9 @@ func (f *Failure) Error() string {
 	case NoRoute:
 		return f.Err.Error()
 	case NoConnect:
+		if f.Refused {
+			return fmt.Sprintf("node %s refused this node's certificate: %v", f.Peer, f.Err)
+		}
 		return fmt.Sprintf("node %s is not reachable: %v", f.Peer, f.Err)
 	case NoAnswer:
 		return fmt.Sprintf("node %s did not answer in time", f.Peer)
@@ -69,7 +80,7 @@ func (n *Network) Send(ctx context.Context, peer string, req *http.Request) (*ht
 	for {
 		c, err := p.get(ctx)
 		if err != nil {
-			return nil, &Failure{Peer: peer, Kind: NoConnect, Err: err}
+			return nil, &Failure{Peer: peer, Kind: NoConnect, Err: err, Refused: errors.Is(err, transport.ErrRefused)}
 		}
 		resp, written, err := n.exchange(ctx, p, c, req)
 		if err == nil {
@@ -85,7 +96,9 @@ func (n *Network) Send(ctx context.Context, peer string, req *http.Request) (*ht
 			kind = NoAnswer
 		}
 		if !written {
-			kind = NoConnect
+			// A new connection the peer accepted and closed before the
+			// request left is taken for a refusal: one can close it so.
+			return nil, &Failure{Peer: peer, Kind: NoConnect, Err: err, Refused: !c.reused && transport.Authenticates(p.route.tr)}
 		}
 		return nil, &Failure{Peer: peer, Kind: kind, Err: err}
 	}
