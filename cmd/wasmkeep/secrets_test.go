@@ -92,6 +92,7 @@ func (s *secretsCLI) noValueInOutputs() {
 // others can read, another key, an altered object, a value on the command
 // line), rotation and reset. No output of any command holds a value.
 func TestSecretsCLI(t *testing.T) {
+	engineNeutral(t)
 	s := newSecretsCLI(t)
 	key := s.newKey("secrets.key")
 	if info, err := os.Stat(key); err != nil || info.Mode().Perm() != 0o600 {
@@ -183,6 +184,7 @@ func readFile(t *testing.T, path string) string {
 // Several set commands at once on one bucket: each lands as its own seq,
 // the losers retrying on the winners' sets, and no name is lost.
 func TestSecretsConcurrentSets(t *testing.T) {
+	engineNeutral(t)
 	s := newSecretsCLI(t)
 	key := s.newKey("secrets.key")
 	const n = 4
@@ -206,6 +208,7 @@ func TestSecretsConcurrentSets(t *testing.T) {
 
 // rotate-key --all re-seals every app with secrets under the prefix.
 func TestSecretsRotateAll(t *testing.T) {
+	engineNeutral(t)
 	s := newSecretsCLI(t)
 	old, nu := s.newKey("old.key"), s.newKey("new.key")
 	for _, a := range []string{"acme/shop", "acme/blog", "beta/shop"} {
@@ -227,6 +230,7 @@ func TestSecretsRotateAll(t *testing.T) {
 // app does not say in its heartbeat that it reads secrets; a node of
 // another app, or one that reads them, does not stop them.
 func TestSecretsRefusedWhileNodesDoNotReadThem(t *testing.T) {
+	engineNeutral(t)
 	s := newSecretsCLI(t)
 	key := s.newKey("secrets.key")
 	heartbeat := func(app string, reads bool) {
@@ -260,6 +264,7 @@ func TestSecretsRefusedWhileNodesDoNotReadThem(t *testing.T) {
 // or CRLF removed from stdin, a --file taken as written, --from's entries
 // whole. Sealed for the file bucket's place: no prefix.
 func TestSecretsCLIValues(t *testing.T) {
+	engineNeutral(t)
 	s := newSecretsCLI(t)
 	keyFile := s.newKey("secrets.key")
 	set := func(stdin, name string) {
