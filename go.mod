@@ -28,6 +28,7 @@ require (
 	github.com/wasmkeep/wasmkeep/kernel/abi v0.0.0-00010101000000-000000000000
 	github.com/wasmkeep/wasmkeep/sdk/go v0.0.0-00010101000000-000000000000
 	gocloud.dev v0.49.0
+	golang.org/x/crypto v0.59.0
 	golang.org/x/crypto/x509roots/fallback v0.0.0-20261030153154-30a33513ff6d
 	golang.org/x/net v0.63.0
 	golang.org/x/sys v0.50.0

@@ -59,5 +59,14 @@ const StatePrefix = "state/"
 // live: apps/<tenant>/<app>/.
 func (n Name) DeployRoot() string { return DeployPrefix + n.Tenant + "/" + n.App + "/" }
 
+// SecretsRoot is where the app's sealed secrets and their current
+// pointer live (ADR 1050), beside its versions: apps/<tenant>/<app>/secrets/.
+// A version id is 16 hex digits, so never SecretsDir.
+func (n Name) SecretsRoot() string { return n.DeployRoot() + SecretsDir + "/" }
+
+// SecretsDir is the directory of a deploy root that holds secrets, not a
+// version.
+const SecretsDir = "secrets"
+
 // DeployPrefix is where every app's deploy root is.
 const DeployPrefix = "apps/"

@@ -347,3 +347,21 @@ func ServedVersions(ctx context.Context, b bucket.Bucket, a app.Name) (map[strin
 	}
 	return served, nil
 }
+
+// SecretsUnread lists the live nodes of app a, by the lease timings s at
+// now, whose heartbeat does not say they read the app's secrets: an older
+// node, or one run without them. A secrets change would reach them as
+// unset values (wasmkeep secrets refuses it without --force).
+func SecretsUnread(ctx context.Context, b bucket.Bucket, a app.Name, s nodelease.Settings, now time.Time) ([]string, error) {
+	peers, err := membership.List(ctx, b, nil)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, p := range peers {
+		if p.Live(now, s) && p.Object.Info.App == a.String() && !p.Object.Info.Secrets {
+			ids = append(ids, p.ID)
+		}
+	}
+	return ids, nil
+}

@@ -551,3 +551,20 @@ func TestPublishLostCurrent(t *testing.T) {
 		t.Errorf("a first deploy tried again: %+v", r)
 	}
 }
+
+// The app's secrets (ADR 1050) sit beside its versions and are not one: a
+// first deploy is not refused as a lost current because of them, and List
+// does not show them.
+func TestSecretsAreNotAVersion(t *testing.T) {
+	b := newBucket()
+	for _, key := range []string{shop.SecretsRoot() + "current", shop.SecretsRoot() + "0000000000000001"} {
+		if _, err := b.Put(t.Context(), key, strings.NewReader("x"), 1, bucket.Condition{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := publish(t, b, Draft{Classes: map[string][]byte{"a": []byte("v1")}})
+	_, versions, err := List(t.Context(), b, shop)
+	if err != nil || len(versions) != 1 || versions[0].ID != r.To.Version {
+		t.Errorf("List = %+v, %v; want only %s", versions, err, r.To.Version)
+	}
+}

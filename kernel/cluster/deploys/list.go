@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/app"
@@ -63,7 +62,7 @@ func List(ctx context.Context, b bucket.Bucket, a app.Name) (Current, []Version,
 	}
 	others := map[string]bool{}
 	for _, e := range entries {
-		if v, _, ok := strings.Cut(strings.TrimPrefix(e.Key, k.root), "/"); ok {
+		if v, ok := k.versionDir(e.Key); ok {
 			others[v] = true
 		}
 	}

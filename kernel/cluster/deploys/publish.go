@@ -124,7 +124,7 @@ func refuseLostCurrent(ctx context.Context, b bucket.Bucket, a app.Name, k keys,
 		return err
 	}
 	for _, e := range entries {
-		if v, _, ok := strings.Cut(strings.TrimPrefix(e.Key, k.root), "/"); ok && v != id {
+		if v, ok := k.versionDir(e.Key); ok && v != id {
 			return fmt.Errorf("app %s has versions in the bucket (%s) but no %s: it was deleted, or restored from an older backup (or another first deploy is writing one). "+
 				"A new deploy would start again at seq 1, perhaps below the seq its actors recorded, and older code could then run on their data: "+
 				"give --seq-floor above every seq the nodes served (SERVING in wasmkeep cluster status)", a, k.dir(v), k.current())

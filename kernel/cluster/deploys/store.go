@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/app"
@@ -33,6 +34,13 @@ func (k keys) dir(v string) string       { return k.root + v + "/" }
 func (k keys) manifest(v string) string  { return k.dir(v) + "manifest" }
 func (k keys) module(v, c string) string { return k.dir(v) + c + ".wasm" }
 func (k keys) config(v, c string) string { return k.dir(v) + c + ".config" }
+
+// versionDir is the directory under the root that key is in, other than
+// the app's secrets (ADR 1050), which are not a version.
+func (k keys) versionDir(key string) (string, bool) {
+	v, _, ok := strings.Cut(strings.TrimPrefix(key, k.root), "/")
+	return v, ok && v != app.SecretsDir
+}
 
 // front's key cannot be a class's: a class name starts with a letter.
 func (k keys) front(v string) string { return k.dir(v) + "_front.wasm" }

@@ -245,15 +245,19 @@ func TestSettingsValidate(t *testing.T) {
 func TestObjectRoundTrip(t *testing.T) {
 	o := Object{State: Fenced, Instance: "abc", Seq: 7, WrittenAt: time.UnixMilli(1234567),
 		Info: Info{Version: "v1", Advertise: "http://a:1", App: "acme/shop", ClusterAddr: "https://a:7443", Pins: []string{"p1", "p2"},
-			Serving: Serving{Version: "9cf4de9152d8dd29", Seq: 3, Since: time.UnixMilli(1000)}.String(), Behind: "class chat: needs host function x"}}
+			Serving: Serving{Version: "9cf4de9152d8dd29", Seq: 3, Since: time.UnixMilli(1000)}.String(), Behind: "class chat: needs host function x", Secrets: true}}
 	got, err := Decode(o.Encode())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.State != o.State || got.Instance != o.Instance || got.Seq != o.Seq || !got.WrittenAt.Equal(o.WrittenAt) ||
 		got.Info.Advertise != o.Info.Advertise || got.Info.App != o.Info.App || got.Info.ClusterAddr != o.Info.ClusterAddr || len(got.Info.Pins) != 2 ||
-		got.Info.Serving != o.Info.Serving || got.Info.Behind != o.Info.Behind {
+		got.Info.Serving != o.Info.Serving || got.Info.Behind != o.Info.Behind || !got.Info.Secrets {
 		t.Fatalf("round trip: %+v, want %+v", got, o)
+	}
+	o.Info.Secrets = false
+	if got, err := Decode(o.Encode()); err != nil || got.Info.Secrets {
+		t.Errorf("a node that does not read secrets: %+v, %v", got.Info, err)
 	}
 	if sv, err := ParseServing(got.Info.Serving); err != nil || sv.Version != "9cf4de9152d8dd29" || sv.Seq != 3 || !sv.Since.Equal(time.UnixMilli(1000)) {
 		t.Errorf("ParseServing(%q) = %+v, %v", got.Info.Serving, sv, err)

@@ -47,6 +47,10 @@ type Info struct {
 	// Behind is why it cannot apply the app's current version, one line,
 	// or "" when it is not behind.
 	Behind string
+	// Secrets says the node reads its app's secrets from the bucket (ADR
+	// 1050): wasmkeep secrets refuses, without --force, a change while a
+	// live node of the app does not.
+	Secrets bool
 }
 
 // Serving is a deployed version a node runs: the version's id, the seq
@@ -94,6 +98,7 @@ func ParseServing(line string) (Serving, error) {
 //	<pins, comma-separated>
 //	<serving: version seq since, or empty>
 //	<behind: why, or empty>
+//	<"secrets" if it reads the app's secrets; absent if not>
 //
 // Seq counts the process's live writes, so every write the lease
 // conditions on has content of its own (a version token may hash the
@@ -178,14 +183,20 @@ func (o Object) Encode() []byte {
 		b.WriteString(field(f))
 		b.WriteByte('\n')
 	}
+	if o.Info.Secrets {
+		b.WriteString(secretsLine + "\n")
+	}
 	return b.Bytes()
 }
+
+// secretsLine is line 11 of a node that reads its app's secrets.
+const secretsLine = "secrets"
 
 // Decode parses an object; anything but format 3 is an error.
 func Decode(data []byte) (Object, error) {
 	var lines []string
 	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() && len(lines) < 10 {
+	for sc.Scan() && len(lines) < 11 {
 		lines = append(lines, sc.Text())
 	}
 	if len(lines) < 3 || lines[0] != Header {
@@ -221,7 +232,7 @@ func Decode(data []byte) (Object, error) {
 		}
 		return ""
 	}
-	o.Info = Info{Version: get(3), Advertise: get(4), App: get(5), ClusterAddr: get(6), Serving: get(8), Behind: get(9)}
+	o.Info = Info{Version: get(3), Advertise: get(4), App: get(5), ClusterAddr: get(6), Serving: get(8), Behind: get(9), Secrets: get(10) == secretsLine}
 	if p := get(7); p != "" {
 		o.Info.Pins = strings.Split(p, ",")
 	}
