@@ -42,15 +42,21 @@ func (g *gatedDeletes) Delete(ctx context.Context, key string, cond bucket.Condi
 // short lease timings and every actor placed here.
 func clusterNodeOn(t *testing.T, b bucket.Bucket, id string, classes map[string]string) (*testNode, *cluster.Member) {
 	t.Helper()
+	return clusterNodeWith(t, b, id, classes, node.Options{})
+}
+
+// clusterNodeWith is clusterNodeOn's node with opts's other settings.
+func clusterNodeWith(t *testing.T, b bucket.Bucket, id string, classes map[string]string, opts node.Options) (*testNode, *cluster.Member) {
+	t.Helper()
 	s := nodelease.Settings{TTL: time.Second, Grace: 500 * time.Millisecond, Safety: 300 * time.Millisecond, MaxSkew: 100 * time.Millisecond}
 	m, err := cluster.Join(t.Context(), cluster.Config{Bucket: b, Clock: clock.Real, Settings: s, NodeID: id,
 		Instance: id + "1", Info: nodelease.Info{Advertise: "http://127.0.0.1:1"}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tn := startNode(t, node.Options{Classes: classes, Placement: placement.Local{},
-		Cluster: &node.Cluster{Member: m, Metrics: metrics.NewCluster()}})
-	return tn, m
+	opts.Classes, opts.Placement = classes, placement.Local{}
+	opts.Cluster = &node.Cluster{Member: m, Metrics: metrics.NewCluster()}
+	return startNode(t, opts), m
 }
 
 // A deleted actor's history is erased off its mailbox (issue 24, item 7d):
