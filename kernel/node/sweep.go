@@ -150,7 +150,7 @@ func (n *Node) sweepShards() []string {
 
 // alarmBusy reports whether this node has k's actor's alarm in flight or
 // holds a time for it that an offer of k would not move (a retry, or an
-// earlier time). A shortened name is not resolved here (a GET each): its
+// earlier time: Schedule.Holds). A shortened name is not resolved here (a GET each): its
 // offer is refused the same way.
 func (n *Node) alarmBusy(k alarmindex.Key, now time.Time) bool {
 	a, hashed, err := k.Actor()
@@ -159,5 +159,5 @@ func (n *Node) alarmBusy(k alarmindex.Key, now time.Time) bool {
 		return false
 	}
 	key := n.actorKey(cl, a.Name)
-	return n.alarmEvents.has(key) || n.alarms.Holds(key, time.UnixMilli(k.At), now, longestBackoff)
+	return n.alarmEvents.has(key) || n.alarms.Holds(key, now, longestBackoff)
 }

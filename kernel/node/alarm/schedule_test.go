@@ -99,7 +99,7 @@ func TestScheduleOffer(t *testing.T) {
 	s.Set("t/c/retrying", "c", "retrying", now.Add(retry))
 	s.Set("t/c/later", "c", "later", now.Add(retry+time.Millisecond))
 	for key, want := range map[string]bool{"t/c/none": true, "t/c/earlier": false, "t/c/retrying": false, "t/c/later": true} {
-		if held := s.Holds(key, overdue, now, retry); held == want {
+		if held := s.Holds(key, now, retry); held == want {
 			t.Errorf("Holds(%s) = %v before the offer", key, held)
 		}
 		name := strings.TrimPrefix(key, "t/c/")
