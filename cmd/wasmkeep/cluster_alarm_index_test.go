@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,7 +19,9 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/alarmindex"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
+	"github.com/wasmkeep/wasmkeep/kernel/node"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
 
@@ -208,4 +212,312 @@ func recordedEntry(t *testing.T, tn *testNode) string {
 		t.Fatal(err)
 	}
 	return string(v.Bytes)
+}
+
+// recordingBucket keeps, in order, the key of every PUT and DELETE that
+// reached the bucket.
+type recordingBucket struct {
+	bucket.Bucket
+	mu     sync.Mutex
+	writes []string // "PUT <key>" or "DELETE <key>"
+}
+
+func (r *recordingBucket) Put(ctx context.Context, key string, body io.Reader, size int64, cond bucket.Condition) (bucket.Version, error) {
+	v, err := r.Bucket.Put(ctx, key, body, size, cond)
+	if err == nil {
+		r.record("PUT " + key)
+	}
+	return v, err
+}
+
+func (r *recordingBucket) Delete(ctx context.Context, key string, cond bucket.Condition) error {
+	err := r.Bucket.Delete(ctx, key, cond)
+	if err == nil {
+		r.record("DELETE " + key)
+	}
+	return err
+}
+
+func (r *recordingBucket) record(w string) {
+	r.mu.Lock()
+	r.writes = append(r.writes, w)
+	r.mu.Unlock()
+}
+
+// since is every write recorded from the n-th on.
+func (r *recordingBucket) since(n int) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.writes[n:])
+}
+
+func (r *recordingBucket) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.writes)
+}
+
+// firstWrite is the index in writes of the first that starts with prefix,
+// -1 if none does.
+func firstWrite(writes []string, prefix string) int {
+	return slices.IndexFunc(writes, func(w string) bool { return strings.HasPrefix(w, prefix) })
+}
+
+// probeActor is the probe class's actor name, in the bucket's terms.
+func probeActor(name string) history.Actor {
+	return history.Actor{Tenant: "default", Class: "probe", Name: name}
+}
+
+// historyPrefix is the full key prefix of a's history in the default app.
+func historyPrefix(t *testing.T, a history.Actor) string {
+	t.Helper()
+	p, err := history.Prefix(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return app.Default.StateRoot() + p
+}
+
+// entriesOf reads a's entries in the index, all of them (at < 0) or at
+// one time.
+func entriesOf(t *testing.T, state bucket.Bucket, a history.Actor, at int64) []alarmindex.Key {
+	t.Helper()
+	listed, err := bucket.ListAll(t.Context(), state, alarmindex.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []alarmindex.Key
+	for _, e := range listed {
+		k, err := alarmindex.ParseKey(e.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k.Class == a.Class && k.Name == a.Name && (at < 0 || k.At == at) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// listEntry puts an entry for a at at under generation gen, as an owner
+// that held it would have.
+func listEntry(t *testing.T, state bucket.Bucket, a history.Actor, at int64, gen uint64) alarmindex.Key {
+	t.Helper()
+	k, err := alarmindex.List(t.Context(), state, a, at, gen, alarmindex.RandomNonces)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// alarmEvents is the series that counts the alarm events a node ran.
+const alarmEvents = `wasmkeep_events_total{class="probe",kind="alarm",outcome="ok"}`
+
+// onAlarmRan answers "ok 1" once name's on-alarm ran (the probe's first
+// attempt creates alarm_attempts), "ok 0" before.
+func onAlarmRan(t *testing.T, tn *testNode, name string) string {
+	t.Helper()
+	_, body := tn.do("POST", "/actor/probe/"+name+"/query", "SELECT count(*) FROM sqlite_master WHERE name = 'alarm_attempts'")
+	return body
+}
+
+// A delivered time the committed alarm no longer holds is stale (book ADR
+// 0009, point 4): after the delivery its entries are removed, the
+// committed alarm's entry is kept (R2), a newer owner's entry survives
+// (R3), and on-alarm does not run. An owner that has uploaded nothing
+// under its hold ships the owner_fence change before it removes anything.
+func TestDeliveryRemovesStaleEntries(t *testing.T) {
+	mem := buckettest.NewMemory(buckettest.Flaws{})
+	rec := &recordingBucket{Bucket: mem}
+	state := bucket.Under(mem, app.Default.StateRoot())
+	classes := map[string]string{"probe": probe(t)}
+	x := probeActor("x")
+
+	a, ma := clusterNodeOn(t, rec, "a", classes)
+	a.expect("GET", "/actor/probe/x/alarm-set?in=3600000", "", 200, "set")
+	named := entriesOf(t, state, x, -1)
+	if len(named) != 1 {
+		t.Fatalf("x's entries: %v, want the alarm's", named)
+	}
+	h, ok := ma.Owners.Owns(ownership.Actor{Tenant: "default", Class: "probe", Name: "x"})
+	if !ok {
+		t.Fatal("a does not hold x")
+	}
+	gen := h.Generation
+
+	// The holder, which uploaded under its hold, removes its own stale
+	// entry and leaves a newer owner's.
+	stale := time.Now().Add(-time.Minute).UnixMilli()
+	own := listEntry(t, state, x, stale, gen)
+	newer := listEntry(t, state, x, stale, gen+1000)
+	a.node.ArmAlarm("probe", "x", time.UnixMilli(stale))
+	waitFor(t, 10*time.Second, "the stale entry's removal", func() bool { return !slices.Contains(entriesOf(t, state, x, stale), own) })
+	if got := entriesOf(t, state, x, stale); !slices.Equal(got, []alarmindex.Key{newer}) {
+		t.Fatalf("entries at the stale time: %v, want the newer owner's %s only", got, newer)
+	}
+	if got := entriesOf(t, state, x, named[0].At); !slices.Equal(got, named) {
+		t.Fatalf("entries at the alarm's time: %v, want %v", got, named)
+	}
+	if got := onAlarmRan(t, a, "x"); got != "ok 0" {
+		t.Fatalf("on-alarm ran for a stale time: %q", got)
+	}
+	a.expect("GET", "/actor/probe/x/alarm-get?at=1", "", 200, fmt.Sprintf("at %d", named[0].At))
+	a.stop()
+
+	// Another node restores x and has uploaded nothing when a stale time
+	// is delivered: it fences first.
+	b, _ := clusterNodeOn(t, rec, "b", classes)
+	stale2 := stale - 1000
+	older := listEntry(t, state, x, stale2, gen)
+	mark := rec.len()
+	b.node.ArmAlarm("probe", "x", time.UnixMilli(stale2))
+	waitFor(t, 10*time.Second, "the stale entry's removal by b", func() bool { return len(entriesOf(t, state, x, stale2)) == 0 })
+	writes := rec.since(mark)
+	fenced, removed := firstWrite(writes, "PUT "+historyPrefix(t, x)), firstWrite(writes, "DELETE "+app.Default.StateRoot()+older.String())
+	if fenced < 0 || removed < fenced {
+		t.Fatalf("b's writes: %q, want the fence's upload before the stale entry's delete", writes)
+	}
+	if got := entriesOf(t, state, x, named[0].At); !slices.Equal(got, named) {
+		t.Fatalf("entries at the alarm's time after b's delivery: %v, want %v", got, named)
+	}
+	if n := b.metric("wasmkeep_wakes_total"); n != 0 {
+		t.Fatalf("b woke x %v times for a stale time, want 0", n)
+	}
+}
+
+// An alarm delivery creates no actor (book ADR 0009, point 4 and R2): for
+// an actor the bucket never had, its entry stays, nothing is uploaded, no
+// database is left and the actor is released at once; for a deleted
+// actor, the entry is removed without running the actor, and no database
+// is left either.
+func TestAlarmDeliveryCreatesNoActor(t *testing.T) {
+	mem := buckettest.NewMemory(buckettest.Flaws{})
+	rec := &recordingBucket{Bucket: mem}
+	state := bucket.Under(mem, app.Default.StateRoot())
+	classes := map[string]string{"probe": probe(t)}
+	hasDatabase := func(tn *testNode, name string) bool {
+		t.Helper()
+		ok, err := tn.storage.Exists(t.Context(), filepath.Join(tn.dataDir, filepath.FromSlash(app.Default.StateRoot())),
+			abi.Address{Tenant: "default", Class: "probe", Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+
+	a, ma := clusterNodeOn(t, rec, "a", classes)
+	y := probeActor("y")
+	at := time.Now().Add(-time.Minute).UnixMilli()
+	entry := listEntry(t, state, y, at, 1)
+	a.node.ArmAlarm("probe", "y", time.UnixMilli(at))
+	waitFor(t, 10*time.Second, "the delivery to y", func() bool { return a.metric(alarmEvents) == 1 })
+	waitFor(t, 10*time.Second, "y released", func() bool {
+		_, held := ma.Owners.Owns(ownership.Actor{Tenant: "default", Class: "probe", Name: "y"})
+		return !held
+	})
+	if got := entriesOf(t, state, y, -1); !slices.Equal(got, []alarmindex.Key{entry}) {
+		t.Fatalf("y's entries: %v, want %s to stay", got, entry)
+	}
+	for _, w := range rec.since(0) {
+		if strings.HasPrefix(w, "PUT "+historyPrefix(t, y)) {
+			t.Fatalf("the delivery uploaded %s", w)
+		}
+	}
+	if hasDatabase(a, "y") {
+		t.Fatal("the delivery left a database for y")
+	}
+	if n := a.metric("wasmkeep_wakes_total"); n != 0 {
+		t.Fatalf("a woke y %v times, want 0", n)
+	}
+
+	// z had an alarm and was deleted; a stale entry delivered by another
+	// node is removed without running z.
+	z := probeActor("z")
+	a.expect("GET", "/actor/probe/z/alarm-set?in=3600000", "", 200, "set")
+	if code, body := a.do("GET", "/actor/probe/z/delete", ""); code != 200 || !strings.HasPrefix(body, "<nil>") {
+		t.Fatalf("delete: %d %q", code, body)
+	}
+	a.stop()
+	b, mb := clusterNodeOn(t, rec, "b", classes)
+	listEntry(t, state, z, at, 1)
+	b.node.ArmAlarm("probe", "z", time.UnixMilli(at))
+	waitFor(t, 10*time.Second, "the removal of z's entry", func() bool { return len(entriesOf(t, state, z, -1)) == 0 })
+	waitFor(t, 10*time.Second, "z given up", func() bool {
+		_, held := mb.Owners.Owns(ownership.Actor{Tenant: "default", Class: "probe", Name: "z"})
+		return !held
+	})
+	if hasDatabase(b, "z") {
+		t.Fatal("the delivery left a database for the deleted z")
+	}
+	if n := b.metric("wasmkeep_wakes_total"); n != 0 {
+		t.Fatalf("b woke the deleted z %v times, want 0", n)
+	}
+}
+
+// R4 (book ADR 0009): an alarm in a node's own data from before it joined
+// a cluster is listed, and the entry recorded, before the actor's first
+// upload, so the first state in the bucket names an entry that exists.
+func TestAnAlarmFromSingleNodeDataIsListedBeforeItsFirstUpload(t *testing.T) {
+	dir := t.TempDir()
+	classes := map[string]string{"probe": probe(t)}
+	solo := startNode(t, node.Options{Classes: classes, DataDir: dir})
+	solo.expect("GET", "/actor/probe/x/alarm-set?in=3600000", "", 200, "set")
+	solo.stop()
+
+	mem := buckettest.NewMemory(buckettest.Flaws{})
+	rec := &recordingBucket{Bucket: mem}
+	state := bucket.Under(mem, app.Default.StateRoot())
+	x := probeActor("x")
+	a, _ := clusterNodeIn(t, rec, "a", classes, dir)
+	if code, body := a.do("GET", "/actor/probe/x/alarm-get", ""); code != 200 || !strings.HasPrefix(body, "in 3") {
+		t.Fatalf("alarm-get on the joined node: %d %q", code, body)
+	}
+	a.stop()
+	entries := entriesOf(t, state, x, -1)
+	if len(entries) != 1 {
+		t.Fatalf("x's entries: %v, want the alarm's", entries)
+	}
+	writes := rec.since(0)
+	listed, uploaded := firstWrite(writes, "PUT "+app.Default.StateRoot()+alarmindex.Prefix), firstWrite(writes, "PUT "+historyPrefix(t, x))
+	if listed < 0 || uploaded < listed {
+		t.Fatalf("the bucket's writes: %q, want the alarm's entry before x's first upload", writes)
+	}
+	if got := recordedEntry(t, a); got != entries[0].Indexed().Encode() {
+		t.Fatalf("the database records %q, want %q", got, entries[0].Indexed().Encode())
+	}
+}
+
+// A stale time delivered while the committed alarm is due runs on-alarm
+// for that alarm, and its entries go after the event whatever on-alarm
+// did (book ADR 0009, point 4): failed, the entry spared is the retry's;
+// having deleted the actor, none is.
+func TestStaleEntriesGoWhenOnAlarmFailsOrDeletes(t *testing.T) {
+	mem := buckettest.NewMemory(buckettest.Flaws{})
+	state := bucket.Under(mem, app.Default.StateRoot())
+	a, ma := clusterNodeOn(t, mem, "a", map[string]string{"probe": probe(t)})
+	for _, c := range []struct {
+		name, table string
+		left        int // entries once it settled: the retry's, or none
+	}{{"f", "fail_alarm", 1}, {"d", "delete_on_alarm", 0}} {
+		act := probeActor(c.name)
+		a.expect("POST", "/actor/probe/"+c.name+"/exec", "CREATE TABLE "+c.table+" (v)", 200, "ok 0")
+		due := time.Now().Add(2 * time.Second).UnixMilli()
+		a.expect("GET", fmt.Sprintf("/actor/probe/%s/alarm-set?at=%d", c.name, due), "", 200, "set")
+		h, ok := ma.Owners.Owns(ownership.Actor{Tenant: "default", Class: "probe", Name: c.name})
+		if !ok {
+			t.Fatalf("a does not hold %s", c.name)
+		}
+		stale := due + 100
+		listEntry(t, state, act, stale, h.Generation)
+		// The timer delivers the stale time in place of the alarm's, once
+		// the alarm is due.
+		a.node.ArmAlarm("probe", c.name, time.UnixMilli(stale))
+		waitFor(t, 10*time.Second, c.name+"'s entries settled", func() bool {
+			keys := entriesOf(t, state, act, -1)
+			return len(keys) == c.left && !slices.ContainsFunc(keys, func(k alarmindex.Key) bool { return k.At == stale || k.At == due })
+		})
+	}
+	if got := onAlarmRan(t, a, "f"); got != "ok 1" {
+		t.Fatalf("f's on-alarm did not run: %q", got)
+	}
 }

@@ -45,6 +45,13 @@ func clusterNodeOn(t *testing.T, b bucket.Bucket, id string, classes map[string]
 	return clusterNodeWith(t, b, id, classes, node.Options{})
 }
 
+// clusterNodeIn is clusterNodeOn on the data directory dataDir ("" for a
+// new one).
+func clusterNodeIn(t *testing.T, b bucket.Bucket, id string, classes map[string]string, dataDir string) (*testNode, *cluster.Member) {
+	t.Helper()
+	return clusterNodeWith(t, b, id, classes, node.Options{DataDir: dataDir})
+}
+
 // clusterNodeWith is clusterNodeOn's node with opts's other settings.
 func clusterNodeWith(t *testing.T, b bucket.Bucket, id string, classes map[string]string, opts node.Options) (*testNode, *cluster.Member) {
 	t.Helper()

@@ -28,6 +28,7 @@ type event struct {
 	reply   chan outcome    // buffered: the actor never waits for the sender
 	chain   []string        // actors waiting in the call chain that sent it (calls only)
 	alarm   bool            // the pending alarm is due (no payload, no reply read)
+	at      int64           // an alarm's: the time it was delivered for, ms (alarm.Item.At)
 	ws      *wsEvent        // a WebSocket event; payload is what its hook finds pending
 	placed  bool            // the front door asked the placement for it already (place)
 	class   *class          // the class it took where it arrived (deliver): it runs on it (upToDate)
@@ -251,10 +252,13 @@ func (a *actor) runEvent(ev *event) (out outcome) {
 	}()
 	notRun := func(err error) outcome {
 		if ev.alarm {
-			a.alarmNotRun()
+			a.alarmNotRun(ev.at)
 		}
 		return outcome{err: err}
 	}
+	// An alarm delivered to a node with no copy of the actor must not
+	// create it (book ADR 0009, point 4 and R2).
+	created := ev.alarm && a.db == nil && a.node.replicas != nil && !a.class.stateless && !a.node.hasDatabase(a.addr)
 
 	// The database before the event's wall clock starts: with a bucket,
 	// opening it may restore it, under the restore's own bounds (restore
@@ -269,6 +273,13 @@ func (a *actor) runEvent(ev *event) (out outcome) {
 		return outcome{err: err} // its alarm left the timer with the class
 	} else if err != nil {
 		return notRun(err)
+	}
+	if ev.alarm {
+		if due, err := a.alarmDue(a.node.ctx, ev.at, created); err != nil {
+			return notRun(err)
+		} else if !due {
+			return outcome{}
+		}
 	}
 	// The wall-clock limit stays on the wall clock: calls and fetches read
 	// the event's deadline back (ctx.Deadline), which a deadline armed on
@@ -368,8 +379,17 @@ func (a *actor) openDB(ctx context.Context) error {
 	if a.stream != nil {
 		// A hold starts here: the actor's pending alarm, restored with its
 		// database or kept by another node until now, is armed on this
-		// node's timer (a node alone armed it from its index at start).
+		// node's timer (a node alone armed it from its index at start),
+		// and listed in the bucket's index unless the database names its
+		// entry already: an alarm from before joining the cluster is
+		// listed before the hold's first upload (R4), and nothing is
+		// uploaded if it cannot be.
 		a.scheduleFrom(ctx)
+		if err := a.indexAlarm(ctx); err != nil {
+			a.abandonForIndex(err)
+			a.giveUp(ctx)
+			return unavailable("the node gave the actor up: "+errIndex.Error()+"; retry", err)
+		}
 	}
 	return nil
 }

@@ -136,10 +136,11 @@ func (a *actor) runAlarm(ctx context.Context) error {
 // alarmNotRun handles a due alarm whose event failed before on-alarm could
 // run (the actor could not wake, or on-init failed): it is an attempt that
 // failed, retried with the same backoff, so the alarm is neither lost nor
-// retried in a tight loop.
-func (a *actor) alarmNotRun() {
+// retried in a tight loop. Without a database, the time delivered (at) is
+// delivered again.
+func (a *actor) alarmNotRun(at int64) {
 	if a.db == nil {
-		a.node.alarms.Set(a.key, a.class.name, a.addr.Name, a.node.clock.Now().Add(alarm.RetryDelay(1)))
+		a.node.alarms.SetAt(a.key, a.class.name, a.addr.Name, time.UnixMilli(at), a.node.clock.Now().Add(alarm.RetryDelay(1)))
 		return
 	}
 	a.db.EndEvent(context.Background())
@@ -160,7 +161,7 @@ func (n *Node) deliverAlarm(it *alarm.Item) {
 		return
 	}
 	// deliver's admission gives up after AdmissionWait on n.clock.
-	ev := &event{ctx: n.ctx, alarm: true, reply: make(chan outcome, 1)}
+	ev := &event{ctx: n.ctx, alarm: true, at: it.At.UnixMilli(), reply: make(chan outcome, 1)}
 	key := n.actorKey(c, it.Name)
 	n.alarmEvents.add(key) // until answered (actor.answer): the sweep leaves it out
 	if err := n.deliver(n.ctx, c, it.Name, ev); err != nil {
@@ -227,4 +228,12 @@ func (n *Node) loadAlarms(ctx context.Context) error {
 	})
 	n.index = ix
 	return err
+}
+
+// ArmAlarm has the node's timer deliver class/name's alarm for the time
+// at, as the sweep does with an index entry: the actor is taken (restored
+// from the bucket), and a time its committed alarm no longer holds is
+// stale, its entries removed.
+func (n *Node) ArmAlarm(class, name string, at time.Time) {
+	n.alarms.Set(n.opts.App.Tenant+"/"+class+"/"+name, class, name, at)
 }

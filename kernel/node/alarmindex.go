@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"errors"
+	"strconv"
+	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/alarmindex"
@@ -127,4 +129,162 @@ func (a *actor) removeReplaced(ctx context.Context, gen uint64) {
 			a.node.log.Warn("removing the alarm's replaced entry", "actor", a.key, "entry", x, "err", err)
 		}
 	}
+}
+
+// staleDelivery is an alarm delivered for a time the committed alarm does
+// not hold (book ADR 0009, point 4): the actor's entries at that time are
+// stale.
+type staleDelivery struct {
+	at      int64
+	created bool // the delivery created the actor's database here
+	// drop: created, and the actor has no state (no committed alarm, no
+	// on-init recorded: deleted since, or never initialised), so the copy
+	// is dropped once its entries are removed.
+	drop bool
+}
+
+// alarmDue reads the committed alarm of an actor an alarm was delivered
+// to for the time delivered, before anything of it runs: on-init and
+// on-alarm run only if that alarm is due, so a stale time never runs
+// on-alarm, and an actor with no state is not run, which would only
+// create it again. Otherwise the timer follows the database. With a
+// bucket, a delivered time the committed alarm does not hold is stale:
+// its entries are removed once the event is shipped (removeStale). An
+// actor the delivery found neither here (created) nor in the bucket is
+// given up at once, its entries left (leaveEntries).
+func (a *actor) alarmDue(ctx context.Context, delivered int64, created bool) (bool, error) {
+	if created && a.stream.Head().TXID == 0 {
+		a.leaveEntries(ctx, delivered, true)
+		return false, nil
+	}
+	at, _, pending, err := alarm.Read(ctx, a.db)
+	if err != nil {
+		return false, &failure{public: "internal error", cause: err}
+	}
+	st := &a.state
+	if a.stream != nil && (!pending || at != delivered) {
+		st.stale = &staleDelivery{at: delivered, created: created}
+	}
+	if pending && at <= a.node.clock.Now().UnixMilli() {
+		return true, nil
+	}
+	st.alarmTouched = true // a stale schedule: follow the database
+	if created && !pending {
+		_, initialised, err := metaValue(ctx, a.db, "init_version")
+		if err != nil {
+			return false, &failure{public: "internal error", cause: err}
+		}
+		st.stale.drop = !initialised
+	}
+	return false, nil
+}
+
+// removeStale removes the entries of a stale delivered time once the event
+// is shipped (book ADR 0009, point 4; R2, R3): every entry of the actor at
+// that time but the one the replicated state names (none after a delete)
+// and a newer owner's. s is the stream that shipped that state: the
+// hold's, or a delete's. An owner that has uploaded nothing under its
+// hold fences first (fence). A failure leaves the entries, removed when
+// the time is delivered again.
+func (a *actor) removeStale(ctx context.Context, s *replication.Stream) {
+	d := a.state.stale
+	a.state.stale = nil
+	if d == nil {
+		return
+	}
+	var named alarmindex.Indexed // none, after a delete (its database is closed)
+	if a.db != nil {
+		var err error
+		if named, err = readIndexed(ctx, a.db); err != nil {
+			a.node.log.Warn("reading the alarm's entry: the stale entries stay", "actor", a.key, "err", err)
+			return
+		}
+	}
+	req := alarmindex.Stale{Actor: replication.Actor(a.addr), At: d.at, Named: named, Replicated: true, Gen: s.Generation()}
+	for fenced := false; ; fenced = true {
+		head := s.Head()
+		req.Fenced, req.BucketHadNothing = head.Gen == req.Gen, head.TXID == 0
+		dctx, cancel := clock.WithTimeout(ctx, a.node.clock, replication.UploadAttempt)
+		r, err := alarmindex.RemoveStale(dctx, a.node.opts.Cluster.Member.State, req)
+		cancel()
+		switch {
+		case errors.Is(err, alarmindex.ErrNotFenced) && !fenced:
+			if err := a.fence(ctx); err != nil {
+				a.node.log.Warn("fencing the hold before removing stale alarm entries: they stay", "actor", a.key, "err", err)
+				return
+			}
+			continue
+		case errors.Is(err, alarmindex.ErrBucketHadNothing):
+			a.leaveEntries(ctx, d.at, d.created)
+			return
+		case err != nil:
+			a.node.log.Warn("removing stale alarm entries: they stay until delivered again", "actor", a.key, "at", d.at, "err", err)
+			return
+		}
+		a.node.log.Debug("stale alarm entries removed", "actor", a.key, "at", d.at, "removed", len(r.Removed), "newer", len(r.Newer))
+		if d.drop {
+			a.dropCopy(ctx)
+		}
+		return
+	}
+}
+
+// fenceKey is the metadata row of the one-line change that fences a hold:
+// the hold's generation.
+const fenceKey = "owner_fence"
+
+// fence ships the hold's one-line owner_fence change (book ADR 0009, R2):
+// until a hold has uploaded something of its own, an earlier owner's
+// upload landing late can still become the state and name an entry about
+// to be removed as stale. Shipped, the stream's head is the hold's own, so
+// a hold fences once at most.
+func (a *actor) fence(ctx context.Context) error {
+	if a.stream == nil || a.db == nil {
+		return errors.New("the actor is not held")
+	}
+	gen := strconv.FormatUint(a.stream.Generation(), 10)
+	if _, err := a.db.HostExec(ctx, "INSERT OR REPLACE INTO "+metaTable+" (key, value) VALUES ('"+fenceKey+"', ?)", text(gen)); err != nil {
+		return err
+	}
+	return a.ship(ctx)
+}
+
+// errNotCreated ends the stream of an actor an alarm delivery must not
+// create.
+var errNotCreated = errors.New("an alarm delivery does not create the actor")
+
+// leaveEntries gives up an actor whose delivered time found nothing in the
+// bucket, the hold having uploaded nothing (book ADR 0009, R2 and R4): its
+// entries stay, since a joining node's first snapshot may still land and
+// name one; nothing is uploaded, since fencing would create the actor in
+// the bucket, empty, over that node's data; the hold is released at once,
+// since held it would draw client requests here, whose first would create
+// it empty the same way; and the time is delivered again after the longest
+// backoff rather than on every sweep, unless the actor's own alarm is on
+// the timer. A database the delivery created goes (dropCopy).
+func (a *actor) leaveEntries(ctx context.Context, delivered int64, created bool) {
+	a.node.log.Info("an alarm delivered for an actor the bucket has nothing of: its entries stay, the actor is released", "actor", a.key, "at", delivered)
+	_, _, pending, err := alarm.Read(ctx, a.db)
+	if created {
+		a.dropCopy(ctx)
+	} else {
+		a.stream.Abandon(errNotCreated)
+		a.giveUp(ctx)
+	}
+	if err == nil && !pending {
+		a.node.alarms.SetAt(a.key, a.class.name, a.addr.Name, time.UnixMilli(delivered), a.node.clock.Now().Add(alarm.RetryMax))
+	}
+}
+
+// dropCopy gives up an actor and removes the database an alarm delivery
+// created here, uploading nothing more of it: the delivery leaves the
+// actor as it found it, not created here, nor resident for the access
+// rules.
+func (a *actor) dropCopy(ctx context.Context) {
+	a.stream.Abandon(errNotCreated)
+	a.giveUp(ctx)
+	if err := a.node.storage.Remove(ctx, a.node.stateDir, a.addr); err != nil {
+		a.node.log.Warn("removing the database an alarm delivery created", "actor", a.key, "err", err)
+	}
+	a.deleted.Store(true)
 }

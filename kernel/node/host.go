@@ -30,7 +30,8 @@ type eventState struct {
 	// or a delete's reset whose upload failed): storage calls are refused,
 	// and the actor is given up when the event ends.
 	unheld       bool
-	alarmTouched bool // set-alarm or clear-alarm ran: the timer follows the database
+	alarmTouched bool           // set-alarm or clear-alarm ran: the timer follows the database
+	stale        *staleDelivery // an alarm delivered for a time the committed alarm does not hold
 	responded    bool
 	resp         abi.Response // copied out of guest memory by respond
 	out          []byte       // encode buffer for host results

@@ -217,13 +217,14 @@ func (a *actor) ship(ctx context.Context) error {
 }
 
 // afterAnswer ships what the event committed, removes the alarm's index
-// entries it replaced, checkpoints what is shipped and takes a periodic
-// snapshot when one is due, or, for a deleted actor, removes its entries
-// and starts its erase: after the event's answer, never on its path, and
-// before the next event.
+// entries it replaced and those of a stale delivered time, checkpoints
+// what is shipped and takes a periodic snapshot when one is due, or, for a
+// deleted actor, removes its entries and starts its erase: after the
+// event's answer, never on its path, and before the next event.
 func (a *actor) afterAnswer(ctx context.Context) {
 	if e := a.erasing; e != nil && e.done == nil {
 		a.removeReplaced(ctx, e.stream.Generation()) // the reset is acknowledged
+		a.removeStale(ctx, e.stream)
 		a.startErase(ctx, e)
 		return
 	}
@@ -232,6 +233,9 @@ func (a *actor) afterAnswer(ctx context.Context) {
 		return
 	}
 	a.removeReplaced(ctx, a.stream.Generation())
+	if a.removeStale(ctx, a.stream); a.stream == nil { // given up
+		return
+	}
 	if err := a.stream.Checkpoint(ctx); err != nil {
 		a.node.log.Warn("checkpoint", "actor", a.key, "err", err)
 	}

@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"errors"
-	"math"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -28,11 +27,6 @@ const DefaultAlarmSweep = 10 * time.Second
 
 // NoAlarmSweep is Options.AlarmSweep turned off (--alarm-sweep-secs 0).
 const NoAlarmSweep time.Duration = -1
-
-// longestBackoff is a failing alarm's longest retry delay: a time the
-// timer holds within it of now is a retry, which a sweep never brings
-// forward.
-var longestBackoff = alarm.RetryDelay(math.MaxInt64)
 
 // alarmEvents counts, by actor key, the alarm events this node's timer
 // queued that have not been answered: the sweep leaves those actors out.
@@ -121,7 +115,7 @@ func (n *Node) sweepOnce(ctx context.Context, cursor string, margin time.Duratio
 			return "", err
 		}
 		cl := n.class(a.Class)
-		if cl == nil || !n.alarms.Offer(n.actorKey(cl, a.Name), a.Class, a.Name, time.UnixMilli(d.Key.At), now, longestBackoff) {
+		if cl == nil || !n.alarms.Offer(n.actorKey(cl, a.Name), a.Class, a.Name, time.UnixMilli(d.Key.At), now, alarm.RetryMax) {
 			continue
 		}
 		if d.Anyone {
@@ -159,5 +153,5 @@ func (n *Node) alarmBusy(k alarmindex.Key, now time.Time) bool {
 		return false
 	}
 	key := n.actorKey(cl, a.Name)
-	return n.alarmEvents.has(key) || n.alarms.Holds(key, now, longestBackoff)
+	return n.alarmEvents.has(key) || n.alarms.Holds(key, now, alarm.RetryMax)
 }

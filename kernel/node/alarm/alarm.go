@@ -26,10 +26,11 @@ const table = "_wasmkeep_alarm"
 // database that lacks it.
 const CreateTable = "CREATE TABLE IF NOT EXISTS " + table + " (id INTEGER PRIMARY KEY CHECK (id = 1), at INTEGER NOT NULL, failures INTEGER NOT NULL)"
 
-const (
-	retryFirst = time.Second
-	retryMax   = 5 * time.Minute
-)
+const retryFirst = time.Second
+
+// RetryMax is the longest backoff: a failed on-alarm's, and the wait
+// before an index entry the rules left standing is delivered again.
+const RetryMax = 5 * time.Minute
 
 func integer(i int64) abi.Value { return abi.Value{Kind: abi.KindInteger, Int: i} }
 
@@ -92,8 +93,8 @@ const RetryFloor = 100 * time.Millisecond
 // doubling up to 5 min.
 func RetryDelay(failures int64) time.Duration {
 	d := retryFirst
-	for i := int64(1); i < failures && d < retryMax; i++ {
+	for i := int64(1); i < failures && d < RetryMax; i++ {
 		d *= 2
 	}
-	return min(d, retryMax)
+	return min(d, RetryMax)
 }

@@ -31,9 +31,13 @@ type Schedule struct {
 type Item struct {
 	Key         string // the actor's key, tenant/class/name
 	Class, Name string
-	due         time.Time
-	tries       int // admission refusals in a row
-	index       int
+	// At is the alarm's time the delivery is for: what the actor's
+	// database or an index entry holds. Defer moves when it is delivered,
+	// never At.
+	At    time.Time
+	due   time.Time
+	tries int // admission refusals in a row
+	index int
 }
 
 type alarmHeap []*Item
@@ -55,21 +59,26 @@ func NewSchedule() *Schedule {
 }
 
 // Set schedules (or moves) an actor's alarm; Clear forgets it.
-func (s *Schedule) Set(key, class, name string, due time.Time) {
+func (s *Schedule) Set(key, class, name string, due time.Time) { s.SetAt(key, class, name, due, due) }
+
+// SetAt schedules the delivery of the actor's alarm at at for due: a
+// delivery tried again later keeps the time it is for.
+func (s *Schedule) SetAt(key, class, name string, at, due time.Time) {
 	s.mu.Lock()
-	s.set(key, class, name, due, 0)
+	s.set(key, class, name, at, due, 0)
 	s.mu.Unlock()
 	s.poke()
 }
 
-// set schedules the alarm with tries admission refusals; s.mu is held.
-func (s *Schedule) set(key, class, name string, due time.Time, tries int) {
+// set schedules the alarm at at for due, with tries admission refusals;
+// s.mu is held.
+func (s *Schedule) set(key, class, name string, at, due time.Time, tries int) {
 	if it := s.byKey[key]; it != nil {
-		it.due, it.tries = due, tries
+		it.At, it.due, it.tries = at, due, tries
 		heap.Fix(&s.items, it.index)
 		return
 	}
-	it := &Item{Key: key, Class: class, Name: name, due: due, tries: tries}
+	it := &Item{Key: key, Class: class, Name: name, At: at, due: due, tries: tries}
 	s.byKey[key] = it
 	heap.Push(&s.items, it)
 }
@@ -155,7 +164,7 @@ func (s *Schedule) Defer(it *Item, now time.Time) time.Duration {
 	s.mu.Lock()
 	retry := s.byKey[it.Key] == nil // an event may have rescheduled it meanwhile
 	if retry {
-		s.set(it.Key, it.Class, it.Name, now.Add(delay), it.tries+1)
+		s.set(it.Key, it.Class, it.Name, it.At, now.Add(delay), it.tries+1)
 	}
 	s.mu.Unlock()
 	if retry {
@@ -171,7 +180,7 @@ func (s *Schedule) Offer(key, class, name string, due, now time.Time, retry time
 	s.mu.Lock()
 	held := s.holds(key, now, retry)
 	if !held {
-		s.set(key, class, name, due, 0)
+		s.set(key, class, name, due, due, 0)
 	}
 	s.mu.Unlock()
 	if !held {

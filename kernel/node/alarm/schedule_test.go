@@ -49,15 +49,16 @@ func TestScheduleRun(t *testing.T) {
 func TestScheduleDefer(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	s := NewSchedule()
-	it := &Item{Key: "t/c/a", Class: "c", Name: "a"}
+	at := now.Add(-time.Minute)
+	it := &Item{Key: "t/c/a", Class: "c", Name: "a", At: at}
 	for tries, ceiling := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond} {
 		d := s.Defer(it, now)
 		if d < ceiling/2 || d > ceiling {
 			t.Fatalf("refusal %d: delay %v, want within [%v, %v]", tries+1, d, ceiling/2, ceiling)
 		}
 		next, _ := s.next(now.Add(d))
-		if next == nil || next.tries != tries+1 {
-			t.Fatalf("refusal %d: the alarm is not back with its count: %+v", tries+1, next)
+		if next == nil || next.tries != tries+1 || !next.At.Equal(at) {
+			t.Fatalf("refusal %d: the alarm is not back with its count and its time: %+v", tries+1, next)
 		}
 		it = next
 	}

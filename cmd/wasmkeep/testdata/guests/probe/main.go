@@ -74,6 +74,12 @@ func init() {
 				wasmkeep.ClearAlarm()
 			}
 		}
+		// While the table delete_on_alarm exists, on-alarm deletes the actor.
+		var deleting int64
+		wasmkeep.QueryRow("SELECT count(*) FROM sqlite_master WHERE name = 'delete_on_alarm'").Scan(&deleting)
+		if deleting > 0 {
+			return wasmkeep.DeleteSelf()
+		}
 		var failing int64
 		wasmkeep.QueryRow("SELECT count(*) FROM sqlite_master WHERE name = 'fail_alarm'").Scan(&failing)
 		if failing > 0 {
