@@ -31,7 +31,7 @@
 //     page), and the requests that failed meanwhile under a steady load
 //     through every node.
 //   - alarm recovery after the holder's death (alarms.go): on a fourth
-//     cluster at a tenth of the default timings, -alarms alarms due at
+//     cluster near a tenth of the default timings, -alarms alarms due at
 //     one instant on a node killed just before it: their lateness and the
 //     rate at which the two live nodes' sweeps recover them.
 //
