@@ -41,6 +41,12 @@ import (
 var alarmLease = []string{"WASMKEEP_CLUSTER__TTL=2s", "WASMKEEP_CLUSTER__GRACE=500ms", "WASMKEEP_CLUSTER__SAFETY=500ms",
 	"WASMKEEP_CLUSTER__MAX_SKEW=100ms", "WASMKEEP_NODE__ALARM_SWEEP_SECS=1"}
 
+// alarmCPUBudget lets a first instance's start (the Go runtime's) take a
+// second of CPU: at 50 ms, one in a few hundred took the actor's budget
+// on the loaded VM (500 "actor exceeded its CPU budget"), which is not
+// what these rows measure.
+const alarmCPUBudget = "--cpu-budget-ms=1000"
+
 // alarmMargin is ttl + grace under alarmLease.
 const alarmMargin = 2500 * time.Millisecond
 

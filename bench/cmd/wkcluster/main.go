@@ -224,7 +224,7 @@ func (c *config) startCluster(stdout io.Writer, mode string) (*cluster, error) {
 		}
 		if mode == "alarms" { // a holds every actor: none hibernates, releasing it
 			srv.Env = alarmLease
-			srv.ServeArgs = append(srv.ServeArgs, "--max-instances", strconv.Itoa(c.alarms+100))
+			srv.ServeArgs = append(srv.ServeArgs, "--max-instances", strconv.Itoa(c.alarms+100), alarmCPUBudget)
 		}
 		n := &node{id: id, srv: srv, dataDir: filepath.Join(dir, id), logPath: filepath.Join(dir, id+".log")}
 		addr, err := measure.FreeAddr()
