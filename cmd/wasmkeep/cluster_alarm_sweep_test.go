@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -323,17 +324,22 @@ func TestTheSweepDeliversAnAlarmNobodyHolds(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 			}
 			left := entries()
+			rec := httptest.NewRecorder()
+			b.node.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+			swept := metricValue(rec.Body.String(), `wasmkeep_alarm_sweep_deliveries_total{share="own"}`)
+			passes := metricValue(rec.Body.String(), `wasmkeep_alarm_sweeps_total{outcome="ok"}`)
 			read := time.Now().UnixMilli()
 			code, body := b.do("POST", "/actor/probe/y/query", "SELECT at FROM alarm_attempts")
 			ran := code == 200 && strings.HasPrefix(body, "ok ") && body != "ok "
 			if sweep < 0 {
-				if ran || left != 1 {
-					t.Fatalf("with the sweep off: the alarm ran %v (%d %q), %d entries left, want it not run and its entry left", ran, code, body, left)
+				if ran || left != 1 || passes != 0 {
+					t.Fatalf("with the sweep off: the alarm ran %v (%d %q), %d entries left, %v passes, want it not run, its entry left, no pass", ran, code, body, left, passes)
 				}
 				return
 			}
-			if left != 0 || !ran {
-				t.Fatalf("with the sweep: %d entries left, y's runs %d %q, want none left and one run\n%s", left, code, body, b.log)
+			if left != 0 || !ran || swept < 1 || passes < 1 {
+				t.Fatalf("with the sweep: %d entries left, y's runs %d %q, %v passes handed %v alarms to the timer; want none left, one run, the alarm handed over\n%s",
+					left, code, body, passes, swept, b.log)
 			}
 			at, err := strconv.ParseInt(strings.TrimPrefix(body, "ok "), 10, 64)
 			if err != nil || at > read || at < due {
