@@ -73,21 +73,26 @@ func (n *Node) sweepAlarms() {
 			continue
 		}
 		next, err := n.sweepOnce(n.ctx, cursor, margin, rng)
-		if err != nil {
-			if n.ctx.Err() == nil {
-				n.log.Warn("alarm sweep", "err", err)
-			}
-			c.Metrics.AlarmSweep(metrics.SweepFailed, 0, 0)
+		if err != nil && n.ctx.Err() == nil {
+			n.log.Warn("alarm sweep", "err", err)
 		}
 		cursor = next
 	}
 }
 
-// sweepOnce is one pass from cursor: it returns where the next resumes
-// ("" from the start, after an error too: a cursor the store no longer
-// takes costs one pass).
-func (n *Node) sweepOnce(ctx context.Context, cursor string, margin time.Duration, rng alarmindex.Rand) (string, error) {
+// sweepOnce is one pass from cursor, counted with the alarms it handed to
+// the timer: it returns where the next resumes ("" from the start, after
+// an error too: a cursor the store no longer takes costs one pass).
+func (n *Node) sweepOnce(ctx context.Context, cursor string, margin time.Duration, rng alarmindex.Rand) (_ string, err error) {
 	c := n.opts.Cluster
+	var own, anyone int
+	defer func() {
+		outcome := metrics.SweepOK
+		if err != nil {
+			outcome = metrics.SweepFailed
+		}
+		c.Metrics.AlarmSweep(outcome, own, anyone)
+	}()
 	now := n.clock.Now()
 	read, err := alarmindex.ReadOverdue(ctx, c.Member.State, n.opts.App.Tenant, alarmindex.Horizon(now, margin), cursor, 0)
 	if err != nil {
@@ -95,7 +100,7 @@ func (n *Node) sweepOnce(ctx context.Context, cursor string, margin time.Duratio
 	}
 	// Entries of classes this node does not serve use none of its share:
 	// another node delivers them once they are anyone's.
-	served := read.Keys[:0:0]
+	var served []alarmindex.Key
 	for _, k := range read.Keys {
 		if n.class(k.Class) != nil {
 			served = append(served, k)
@@ -105,7 +110,6 @@ func (n *Node) sweepOnce(ctx context.Context, cursor string, margin time.Duratio
 		Now: now, Margin: margin, Self: c.Member.Lease.NodeID(), Shards: n.sweepShards(), Rand: rng,
 		Busy: func(k alarmindex.Key) bool { return n.alarmBusy(k, now) },
 	})
-	var own, anyone int
 	for _, d := range plan {
 		a, err := alarmindex.ResolveActor(ctx, c.Member.State, d.Key)
 		if errors.Is(err, bucket.ErrNotFound) { // removed since the listing
@@ -124,7 +128,6 @@ func (n *Node) sweepOnce(ctx context.Context, cursor string, margin time.Duratio
 			own++
 		}
 	}
-	c.Metrics.AlarmSweep(metrics.SweepOK, own, anyone)
 	return read.Next, nil
 }
 
