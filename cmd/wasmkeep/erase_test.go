@@ -42,12 +42,18 @@ func (g *gatedDeletes) Delete(ctx context.Context, key string, cond bucket.Condi
 // short lease timings and every actor placed here.
 func clusterNodeOn(t *testing.T, b bucket.Bucket, id string, classes map[string]string) (*testNode, *cluster.Member) {
 	t.Helper()
-	return clusterNodeIn(t, b, id, classes, "")
+	return clusterNodeWith(t, b, id, classes, node.Options{})
 }
 
 // clusterNodeIn is clusterNodeOn on the data directory dataDir ("" for a
 // new one).
 func clusterNodeIn(t *testing.T, b bucket.Bucket, id string, classes map[string]string, dataDir string) (*testNode, *cluster.Member) {
+	t.Helper()
+	return clusterNodeWith(t, b, id, classes, node.Options{DataDir: dataDir})
+}
+
+// clusterNodeWith is clusterNodeOn's node with opts's other settings.
+func clusterNodeWith(t *testing.T, b bucket.Bucket, id string, classes map[string]string, opts node.Options) (*testNode, *cluster.Member) {
 	t.Helper()
 	s := nodelease.Settings{TTL: time.Second, Grace: 500 * time.Millisecond, Safety: 300 * time.Millisecond, MaxSkew: 100 * time.Millisecond}
 	m, err := cluster.Join(t.Context(), cluster.Config{Bucket: b, Clock: clock.Real, Settings: s, NodeID: id,
@@ -55,9 +61,9 @@ func clusterNodeIn(t *testing.T, b bucket.Bucket, id string, classes map[string]
 	if err != nil {
 		t.Fatal(err)
 	}
-	tn := startNode(t, node.Options{Classes: classes, Placement: placement.Local{}, DataDir: dataDir,
-		Cluster: &node.Cluster{Member: m, Metrics: metrics.NewCluster()}})
-	return tn, m
+	opts.Classes, opts.Placement = classes, placement.Local{}
+	opts.Cluster = &node.Cluster{Member: m, Metrics: metrics.NewCluster()}
+	return startNode(t, opts), m
 }
 
 // A deleted actor's history is erased off its mailbox (issue 24, item 7d):

@@ -118,7 +118,9 @@ type Node struct {
 	MaxConnections     int           `koanf:"max_connections" help:"client connections open at once, lowered to fit the open-files limit; more wait in the kernel's backlog"`
 	// A pointer, since unset (the default, from the lease timings) and 0
 	// (off) differ; plugins.yaml gives it no value for that reason.
-	FailoverWaitSecs       *int          `koanf:"failover_wait_secs" help:"seconds a GET or HEAD without a body, or a WebSocket upgrade, for an actor whose node died is kept until the actor is taken over, instead of a 503 at once; default from the lease timings: ttl + grace + the watch before a fence + a heartbeat period + 1 (25), 0 turns it off"`
+	FailoverWaitSecs *int `koanf:"failover_wait_secs" help:"seconds a GET or HEAD without a body, or a WebSocket upgrade, for an actor whose node died is kept until the actor is taken over, instead of a 503 at once; default from the lease timings: ttl + grace + the watch before a fence + a heartbeat period + 1 (25), 0 turns it off"`
+	// A pointer, since 0 (off) is not the default.
+	AlarmSweepSecs         *int          `koanf:"alarm_sweep_secs" help:"with a bucket: seconds between two sweeps of the app's overdue alarms in the bucket, which fire the alarms of a dead node's actors on the live nodes; 0 turns the sweep off"`
 	MaxHeaderFields        int           `koanf:"max_header_fields" help:"header fields of a request that reach an actor, Host included; more are answered 431"`
 	MaxHeaderBytes         int           `koanf:"max_header_bytes" help:"bytes of a request's header names and values and its target that reach an actor; more are answered 431"`
 	WallClock              time.Duration `koanf:"wall_clock" help:"wall time per event; past it the event answers 500 and its instance is discarded"`

@@ -236,6 +236,9 @@ func (a *actor) answer(ev *event, out outcome) {
 	if a.idleTimer != nil {
 		a.idleTimer.Reset(a.node.opts.IdleTimeout)
 	}
+	if ev.alarm {
+		a.node.alarmEvents.done(a.key)
+	}
 	ev.reply <- out
 }
 

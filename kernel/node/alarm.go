@@ -162,7 +162,10 @@ func (n *Node) deliverAlarm(it *alarm.Item) {
 	}
 	// deliver's admission gives up after AdmissionWait on n.clock.
 	ev := &event{ctx: n.ctx, alarm: true, at: it.At.UnixMilli(), reply: make(chan outcome, 1)}
+	key := n.actorKey(c, it.Name)
+	n.alarmEvents.add(key) // until answered (actor.answer): the sweep leaves it out
 	if err := n.deliver(n.ctx, c, it.Name, ev); err != nil {
+		n.alarmEvents.done(key)
 		var elsewhere *placement.Elsewhere
 		if errors.As(err, &elsewhere) {
 			n.log.Info("alarm left to the actor's holder", "actor", it.Key, "node", elsewhere.Owner.Node)

@@ -73,6 +73,10 @@ type Options struct {
 	// kept until it can be placed again (failover.go); NoFailoverWait
 	// for none. [FailoverWaitFor the lease's settings; none alone]
 	FailoverWait time.Duration
+	// How often a node with a bucket sweeps its app's overdue alarms in the
+	// bucket's index (sweep.go); NoAlarmSweep for never. [DefaultAlarmSweep
+	// with a bucket]
+	AlarmSweep time.Duration
 	// The connection limit serve fitted to the open-files limit: a quarter
 	// of it is how many requests the node keeps at once. [DefaultMaxConnections]
 	MaxConnections int
@@ -174,6 +178,9 @@ func (o Options) withDefaults() Options {
 	if o.FailoverWait == 0 && o.Cluster != nil {
 		o.FailoverWait = FailoverWaitFor(o.Cluster.Member.Lease.Settings())
 	}
+	if o.AlarmSweep == 0 && o.Cluster != nil {
+		o.AlarmSweep = DefaultAlarmSweep
+	}
 	if o.MaxConnections == 0 {
 		o.MaxConnections = DefaultMaxConnections
 	}
@@ -249,7 +256,9 @@ type Node struct {
 	// unreachable are the live peers no connection could be opened to
 	unreachable *unreachable
 	alarms      *alarm.Schedule
-	index       *alarm.Index // the pending alarms of the tenant's actors, for a start
+	alarmEvents alarmEvents   // the alarm events the timer queued, not answered yet (sweep.go)
+	sweepDone   chan struct{} // closed once the alarm sweep ended; nil without one
+	index       *alarm.Index  // the pending alarms of the tenant's actors, for a start
 	metrics     *metrics.Metrics
 	fetch       *fetch.Fetcher
 	ws          *websocket.Hub
@@ -350,6 +359,10 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		return nil, fmt.Errorf("reading pending alarms from %s: %w", n.stateDir, err)
 	}
 	go n.alarms.Run(n.ctx, n.clock, n.deliverAlarm)
+	if n.opts.Cluster != nil && n.opts.AlarmSweep > 0 {
+		n.sweepDone = make(chan struct{})
+		go n.sweepAlarms()
+	}
 	if _, alone := n.opts.Placement.(placement.Local); !alone {
 		go n.sweepOwners()
 	}
@@ -437,6 +450,9 @@ func (n *Node) Close() {
 	}
 	if n.cancel != nil {
 		n.cancel()
+	}
+	if n.sweepDone != nil {
+		<-n.sweepDone
 	}
 	n.applyMu.Lock()    // an Apply under way ends first; later ones see stopping
 	n.background.Wait() // pre-initialisations: no compile may outlive the engine

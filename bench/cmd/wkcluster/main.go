@@ -30,10 +30,14 @@
 //     serving the new version (wasmkeep_deploy_seq on each node's metrics
 //     page), and the requests that failed meanwhile under a steady load
 //     through every node.
+//   - alarm recovery after the holder's death (alarms.go): on a fourth
+//     cluster near a tenth of the default timings, -alarms alarms due at
+//     one instant on a node killed just before it: their lateness and the
+//     rate at which the two live nodes' sweeps recover them.
 //
 // It prints tables and writes <out>/<date>-<commit>-cluster.csv.
 //
-//	wkcluster -wasmkeep BIN -guest probe.wasm [-kills 20] [-samples 2000] [-deploys 20] [-quick]
+//	wkcluster -wasmkeep BIN -guest probe.wasm [-kills 20] [-samples 2000] [-deploys 20] [-alarms 1000] [-quick]
 package main
 
 import (
@@ -45,6 +49,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -64,6 +69,7 @@ type config struct {
 	kills           int
 	samples, warmup int
 	deploys         int
+	alarms          int
 	shortLease      bool
 	tmp, out        string
 }
@@ -76,6 +82,7 @@ func run(args []string, stdout io.Writer) error {
 	fl.IntVar(&c.kills, "kills", 20, "SIGKILLs of the takeover rows (about 20 s each at the default lease timings); 0: none")
 	fl.IntVar(&c.samples, "samples", 2000, "timed requests of each latency row; 0: no latency rows")
 	fl.IntVar(&c.deploys, "deploys", 20, "deploys of the rollout rows; 0: none")
+	fl.IntVar(&c.alarms, "alarms", 1000, "alarms of the alarm recovery rows; 0: none")
 	fl.BoolVar(&c.shortLease, "short-lease", false, "a 2 s node lease (WASMKEEP_CLUSTER__*) instead of the defaults: starts and takeovers in seconds, not the book's timings")
 	quick := fl.Bool("quick", false, "small counts and -short-lease: checks the harness, measures nothing worth keeping")
 	fl.StringVar(&c.out, "out", "bench/results", "where the CSV goes")
@@ -86,7 +93,7 @@ func run(args []string, stdout io.Writer) error {
 		return errors.New("-wasmkeep and -guest are required (bench/README.md, wkcluster)")
 	}
 	if *quick {
-		c.kills, c.samples, c.deploys, c.shortLease = 2, 100, 4, true
+		c.kills, c.samples, c.deploys, c.alarms, c.shortLease = 2, 100, 4, 50, true
 	}
 	c.warmup = max(c.samples/10, 20)
 	commit, err := measure.CheckoutCommit()
@@ -101,8 +108,8 @@ func run(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "wkcluster: %s at %s, data on %s, load %s\n", c.bin, commit, res.DataFS, measure.LoadAverage())
 
 	lat := map[string]latencies{}
-	nothing := map[string]bool{"tls": c.samples == 0 && c.kills == 0, "plain": c.samples == 0, "deploy": c.deploys == 0}
-	for _, mode := range []string{"tls", "plain", "deploy"} {
+	nothing := map[string]bool{"tls": c.samples == 0 && c.kills == 0, "plain": c.samples == 0, "deploy": c.deploys == 0, "alarms": c.alarms == 0}
+	for _, mode := range []string{"tls", "plain", "deploy", "alarms"} {
 		if nothing[mode] {
 			continue
 		}
@@ -120,6 +127,8 @@ func run(args []string, stdout io.Writer) error {
 		switch {
 		case mode == "deploy":
 			rows, err = c.rollouts(stdout, cl)
+		case mode == "alarms":
+			rows, err = c.alarmRecovery(stdout, cl)
 		case c.samples > 0:
 			lat[mode], err = c.latencies(stdout, cl)
 		}
@@ -154,7 +163,8 @@ var shortLease = []string{"WASMKEEP_CLUSTER__TTL=2s", "WASMKEEP_CLUSTER__GRACE=0
 // cluster is three nodes on one bucket.
 type cluster struct {
 	// tls: cluster listeners; plain: --cluster-plaintext accept; deploy:
-	// cluster listeners, the nodes serving deployApp
+	// cluster listeners, the nodes serving deployApp; alarms: cluster
+	// listeners, alarmLease
 	mode      string
 	bucketDir string // the bucket-fs directory
 	nodes     []*node
@@ -211,6 +221,10 @@ func (c *config) startCluster(stdout io.Writer, mode string) (*cluster, error) {
 		}
 		if c.shortLease {
 			srv.Env = shortLease
+		}
+		if mode == "alarms" { // a holds every actor: none hibernates, releasing it
+			srv.Env = alarmLease
+			srv.ServeArgs = append(srv.ServeArgs, "--max-instances", strconv.Itoa(c.alarms+100), alarmCPUBudget)
 		}
 		n := &node{id: id, srv: srv, dataDir: filepath.Join(dir, id), logPath: filepath.Join(dir, id+".log")}
 		addr, err := measure.FreeAddr()

@@ -20,6 +20,7 @@ func limits(ns config.Node) node.Options {
 		MaxInstances:  ns.MaxInstances,
 		GuestLogRate:  guestLogRate(ns.GuestLogRate),
 		FailoverWait:  failoverWait(ns.FailoverWaitSecs),
+		AlarmSweep:    alarmSweep(ns.AlarmSweepSecs),
 		NoPreinit:     ns.Preinit == "off",
 
 		QueueLimit:      ns.MaxQueuedEvents,
@@ -57,6 +58,18 @@ func failoverWait(secs *int) time.Duration {
 		return 0
 	case *secs == 0:
 		return node.NoFailoverWait
+	}
+	return time.Duration(*secs) * time.Second
+}
+
+// alarmSweep maps node.alarm_sweep_secs to node.Options, where 0 is
+// the default and off is node.NoAlarmSweep.
+func alarmSweep(secs *int) time.Duration {
+	switch {
+	case secs == nil:
+		return 0
+	case *secs == 0:
+		return node.NoAlarmSweep
 	}
 	return time.Duration(*secs) * time.Second
 }

@@ -172,3 +172,36 @@ func (s *Schedule) Defer(it *Item, now time.Time) time.Duration {
 	}
 	return delay
 }
+
+// Offer schedules an actor's alarm at due, an overdue entry a sweep read
+// in the bucket's index, unless a time the schedule holds for it wins
+// (Holds); it reports whether due was scheduled.
+func (s *Schedule) Offer(key, class, name string, due, now time.Time, retry time.Duration) bool {
+	s.mu.Lock()
+	held := s.holds(key, now, retry)
+	if !held {
+		s.set(key, class, name, due, due, 0)
+	}
+	s.mu.Unlock()
+	if !held {
+		s.poke()
+	}
+	return !held
+}
+
+// Holds reports whether the schedule holds a time for key that wins over
+// a sweep's offer (book ADR 0009, point 4: "a time it already holds
+// earlier, or within the longest backoff (a retry)"): one at most retry,
+// the longest backoff, from now. An offer is overdue, so a time held
+// earlier than it is within that too.
+func (s *Schedule) Holds(key string, now time.Time, retry time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.holds(key, now, retry)
+}
+
+// holds is Holds; s.mu is held.
+func (s *Schedule) holds(key string, now time.Time, retry time.Duration) bool {
+	it := s.byKey[key]
+	return it != nil && !it.due.After(now.Add(retry))
+}

@@ -86,3 +86,34 @@ func TestScheduleClearClass(t *testing.T) {
 		t.Errorf("due after ClearClass(a): %v, want %v", got, want)
 	}
 }
+
+// Offer (a sweep's overdue entry) takes an actor the schedule holds nothing
+// for, and one it holds a later time for beyond the retry window; a held
+// earlier time, or one within the window of now (a retry), wins and stays.
+// Holds says the same without changing anything.
+func TestScheduleOffer(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	const retry = 5 * time.Minute
+	overdue := now.Add(-20 * time.Second)
+	s := NewSchedule()
+	s.Set("t/c/earlier", "c", "earlier", overdue.Add(-time.Second))
+	s.Set("t/c/retrying", "c", "retrying", now.Add(retry))
+	s.Set("t/c/later", "c", "later", now.Add(retry+time.Millisecond))
+	for key, want := range map[string]bool{"t/c/none": true, "t/c/earlier": false, "t/c/retrying": false, "t/c/later": true} {
+		if held := s.Holds(key, now, retry); held == want {
+			t.Errorf("Holds(%s) = %v before the offer", key, held)
+		}
+		name := strings.TrimPrefix(key, "t/c/")
+		if got := s.Offer(key, "c", name, overdue, now, retry); got != want {
+			t.Errorf("Offer(%s) = %v, want %v", key, got, want)
+		}
+	}
+	var got []string
+	for it, _ := s.next(now); it != nil; it, _ = s.next(now) {
+		got = append(got, it.Name+"@"+it.due.Sub(now).String())
+	}
+	slices.Sort(got) // equal times pop in any order
+	if want := []string{"earlier@-21s", "later@-20s", "none@-20s"}; !slices.Equal(got, want) {
+		t.Errorf("due now after the offers: %v, want %v (retrying stays at +5m)", got, want)
+	}
+}

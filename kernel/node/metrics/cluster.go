@@ -30,6 +30,8 @@ type Cluster struct {
 	listing          prometheus.Histogram
 	listingFailures  prometheus.Counter
 	listingSkipped   prometheus.Counter
+	alarmSweeps      *prometheus.CounterVec
+	alarmSwept       *prometheus.CounterVec
 }
 
 // NewCluster returns the cluster's collectors.
@@ -93,6 +95,12 @@ func NewCluster() *Cluster {
 		listingSkipped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wasmkeep_listing_skipped_total", Help: "Keys under nodes/ a heartbeat listing could not read as a node lease (a folder marker, a deeper key, another format, a refused read), counted at each listing: left out, the rest of the listing used.",
 		}),
+		alarmSweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmkeep_alarm_sweeps_total", Help: "Passes of the alarm sweep over the app's overdue entries in the bucket's alarm index, by outcome: ok, or failed (a listing or a read of the bucket failed: the next pass starts over).",
+		}, []string{"outcome"}),
+		alarmSwept: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmkeep_alarm_sweep_deliveries_total", Help: "Overdue alarms the sweep handed to this node's timer, by share: own (this node's shard of the live nodes) or anyone (three margins overdue). Rising while no node died: alarms whose owner did not fire them in time.",
+		}, []string{"share"}),
 	}
 }
 
@@ -100,7 +108,14 @@ func NewCluster() *Cluster {
 func (m *Metrics) Register(c *Cluster) {
 	m.reg.MustRegister(c.durableWrite, c.restore, c.restoreFailures, c.snapshotFailures, c.collected,
 		c.collectFailures, c.bucketRequests, c.leaseWrites, c.leaseFailures, c.fences, c.forwards, c.forwardFailures,
-		c.failovers, c.failoverWaits, c.failoverRestore, c.listing, c.listingFailures, c.listingSkipped)
+		c.failovers, c.failoverWaits, c.failoverRestore, c.listing, c.listingFailures, c.listingSkipped,
+		c.alarmSweeps, c.alarmSwept)
+	for _, o := range []string{SweepOK, SweepFailed} {
+		c.alarmSweeps.WithLabelValues(o)
+	}
+	for _, s := range []string{SweptOwn, SweptAnyone} {
+		c.alarmSwept.WithLabelValues(s)
+	}
 }
 
 // DurableWrite observes one acknowledged segment.
@@ -194,3 +209,20 @@ func (c *Cluster) Listed(took time.Duration, err error) {
 // ListingSkipped counts a key of a heartbeat listing that is not a node
 // lease.
 func (c *Cluster) ListingSkipped() { c.listingSkipped.Inc() }
+
+// wasmkeep_alarm_sweeps_total's outcomes and
+// wasmkeep_alarm_sweep_deliveries_total's shares.
+const (
+	SweepOK     = "ok"
+	SweepFailed = "failed"
+	SweptOwn    = "own"
+	SweptAnyone = "anyone"
+)
+
+// AlarmSweep counts a pass of the alarm sweep and the alarms it handed to
+// the timer, from this node's shard (own) and as anyone's.
+func (c *Cluster) AlarmSweep(outcome string, own, anyone int) {
+	c.alarmSweeps.WithLabelValues(outcome).Inc()
+	c.alarmSwept.WithLabelValues(SweptOwn).Add(float64(own))
+	c.alarmSwept.WithLabelValues(SweptAnyone).Add(float64(anyone))
+}
