@@ -63,6 +63,7 @@ const (
 )
 
 func TestAlarmSweepFiresADeadNodesAlarms(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	t.Run("sweep", func(t *testing.T) {
 		t.Parallel()

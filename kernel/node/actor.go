@@ -342,7 +342,7 @@ func (a *actor) endEvent() error {
 		a.closeSocketsOnDelete()
 	}
 	if st.alarmTouched || st.deleteAtEnd || st.deleted {
-		a.scheduleFrom(context.Background())
+		a.scheduleFrom(context.Background(), false)
 	}
 	if st.unheld {
 		a.giveUp(context.Background())
@@ -384,7 +384,7 @@ func (a *actor) openDB(ctx context.Context) error {
 		// entry already: an alarm from before joining the cluster is
 		// listed before the hold's first upload (R4), and nothing is
 		// uploaded if it cannot be.
-		a.scheduleFrom(ctx)
+		a.scheduleFrom(ctx, true)
 		if err := a.indexAlarm(ctx); err != nil {
 			a.abandonForIndex(err)
 			a.giveUp(ctx)

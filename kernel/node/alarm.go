@@ -181,8 +181,10 @@ func (n *Node) deliverAlarm(it *alarm.Item) {
 }
 
 // scheduleFrom updates the node's timer and the alarm index from the
-// actor's database, after an event that may have changed its alarm.
-func (a *actor) scheduleFrom(ctx context.Context) {
+// actor's database, after an event that may have changed its alarm, or
+// as a hold starts (holdStart), when the alarm may be new to this node:
+// restored from the bucket or committed by the node that held the actor.
+func (a *actor) scheduleFrom(ctx context.Context, holdStart bool) {
 	if a.db == nil { // deleted
 		a.node.alarms.Clear(a.key)
 		if !a.node.hasDatabase(a.addr) { // removed for good: nothing left to sync
@@ -197,6 +199,13 @@ func (a *actor) scheduleFrom(ctx context.Context) {
 		return
 	case ok:
 		a.node.alarms.Set(a.key, a.class.name, a.addr.Name, time.UnixMilli(at))
+		// Indexed as an event indexes an alarm it sets, so Settle does not
+		// take it for one committed here without its entry.
+		if holdStart {
+			if err := a.node.index.Lower(a.key, a.class.name, a.addr.Name, at); err != nil {
+				a.node.log.Error("alarm index", "actor", a.key, "err", err)
+			}
+		}
 	default:
 		a.node.alarms.Clear(a.key)
 	}
