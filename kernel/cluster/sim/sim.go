@@ -106,8 +106,8 @@ type Result struct {
 	FirstListings int // joining nodes' alarms listed before their first upload (R4)
 	Aimed         int // faults aimed at a joining node's first upload
 	AlarmChecks   int // checks of the alarm invariant
-	Settings    string
-	Violations  []string
+	Settings      string
+	Violations    []string
 }
 
 // Failed reports whether an invariant broke.
