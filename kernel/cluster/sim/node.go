@@ -321,6 +321,10 @@ func (w *world) wake() {
 			if a, at, ok := w.sweepPick(); ok {
 				x, deliver = a, at
 			}
+		case 2:
+			// A node's timer firing for a time the alarm may no longer
+			// have (a stale registration).
+			deliver = alarmTimes[w.rng.IntN(len(alarmTimes))]
 		}
 	}
 	var ps []*process

@@ -101,10 +101,12 @@ type Result struct {
 	Listed        int // entries listed
 	Replaced      int // replaced entries removed after the replication
 	StaleRemoved  int // entries removed as stale
+	NewerKept     int // entries a stale cleanup kept as a newer owner's (R3)
 	OwnerFences   int // owner_fence uploads
 	HadNothing    int // stale cleanups refused: the bucket had nothing for the actor
 	FirstListings int // joining nodes' alarms listed before their first upload (R4)
-	Aimed         int // faults aimed at a joining node's first upload
+	Aimed         int // faults aimed at an upload (a joining node's first, and a few others)
+	Pauses        int // processes paused between an acknowledgement and a cleanup
 	AlarmChecks   int // checks of the alarm invariant
 	Settings      string
 	Violations    []string
@@ -116,8 +118,8 @@ func (r Result) Failed() bool { return len(r.Violations) > 0 }
 func (r Result) String() string {
 	alarms := ""
 	if r.AlarmChecks > 0 {
-		alarms = fmt.Sprintf("; alarms: %d listed, %d replaced removed, %d stale removed, %d owner fences, %d refused as the bucket had nothing, %d listed on joining, %d aimed faults, %d checks",
-			r.Listed, r.Replaced, r.StaleRemoved, r.OwnerFences, r.HadNothing, r.FirstListings, r.Aimed, r.AlarmChecks)
+		alarms = fmt.Sprintf("; alarms: %d listed, %d replaced removed, %d stale removed, %d newer kept, %d owner fences, %d refused as the bucket had nothing, %d listed on joining, %d aimed faults, %d pauses, %d checks",
+			r.Listed, r.Replaced, r.StaleRemoved, r.NewerKept, r.OwnerFences, r.HadNothing, r.FirstListings, r.Aimed, r.Pauses, r.AlarmChecks)
 	}
 	return fmt.Sprintf("%d steps, %d requests, %d holds, %d generations, %d events, %d acknowledged writes, %d restores, %d snapshots, %d objects collected, %d late uploads, %d late writes, %d fences, %d leases lost, %d twins refused, %d crashes, %d restarts, %d cuts, %d zombies, %d ties (%s), trace %016x",
 		r.Steps, r.Requests, r.Holds, r.Gens, r.Events, r.Acked, r.Restores, r.Snapshots, r.Collected, r.LateUploads, r.LateWrites, r.Fences, r.Lost, r.Twins, r.Crashes, r.Restarts, r.Cuts, r.Zombies, r.Ties, r.Settings, r.Hash) + alarms
@@ -191,6 +193,7 @@ type world struct {
 	states  map[statePos]alarmState
 	changed bool
 	joins   []join
+	pauses  []pause // under mu
 
 	mu        sync.Mutex // inbox, and what process goroutines record
 	inbox     []*request
@@ -299,6 +302,7 @@ func (w *world) loop() {
 			continue // what it started runs alone before the next step
 		}
 		w.checkReplication()
+		w.pauseAll()
 		w.checkAlarms()
 		w.check()
 		if w.stopping && w.quiet() {
