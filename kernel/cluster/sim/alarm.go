@@ -250,6 +250,19 @@ func (w *world) pauseAll() {
 	}
 }
 
+// staleOutcome names a RemoveStale's outcome for the trace.
+func staleOutcome(err error) string {
+	for _, e := range []error{alarmindex.ErrNotReplicated, alarmindex.ErrNotFenced, alarmindex.ErrBucketHadNothing} {
+		if errors.Is(err, e) {
+			return e.Error()
+		}
+	}
+	if err == nil {
+		return "ok"
+	}
+	return "failed"
+}
+
 // removeStale is RemoveStale, after a stall now and then once the hold
 // is fenced (before, it refuses without a request).
 func (p *process) removeStale(s alarmindex.Stale, rng *rand.Rand) (alarmindex.Removal, error) {
@@ -316,7 +329,7 @@ func (p *process) deliver(x ownership.Actor, r *resident, at int64, rng *rand.Ra
 		s.Fenced = true
 		rm, err = p.removeStale(s, rng)
 	}
-	w.note(p, "%s: stale %d naming %v: %d removed, %d newer kept: %v", x, at, cur.named, len(rm.Removed), len(rm.Newer), errKind(err))
+	w.note(p, "%s: stale %d naming %v: %d removed, %d newer kept: %v", x, at, cur.named, len(rm.Removed), len(rm.Newer), staleOutcome(err))
 	w.count(p, func(r *Result) {
 		r.StaleRemoved, r.NewerKept = r.StaleRemoved+len(rm.Removed), r.NewerKept+len(rm.Newer)
 	})
