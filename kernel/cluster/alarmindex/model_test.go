@@ -20,7 +20,7 @@ import (
 // by the owner before it, and deletes that land late. The invariant, "the
 // entry the replicated state names exists", is checked after every step.
 // Each unsafe variant the rules exclude is planted and caught. This is not
-// the node's simulation (kernel/cluster/sim, next): one actor, no crashes,
+// the node's simulation (kernel/cluster/sim, Config.Alarms): one actor, no crashes,
 // no joining node (R4).
 
 type variant int

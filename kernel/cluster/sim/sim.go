@@ -16,6 +16,11 @@
 // periodic snapshots and collection; every acknowledged write must be in
 // every later owner's restore.
 //
+// With Config.Alarms the owners also keep each actor's alarm in the
+// bucket's index with the real alarmindex functions (alarm.go), and the
+// check adds that the state the bucket holds names an existing entry for
+// its pending alarm.
+//
 // A run is a function of its seed. It runs inside a testing/synctest
 // bubble on one clock.Manual that only the scheduler moves: each step
 // fires one event of the scheduler's own (a request taking effect, a
