@@ -40,8 +40,11 @@ import (
 // upload, and a fault aimed at that upload (held at the bucket while the
 // node is cut off) lets another node be handed the entry while the bucket
 // has nothing for the actor. A process sometimes stalls between an
-// acknowledgement and its cleanup, as a paused process does, so a newer
-// owner can list in between (R3).
+// acknowledgement and its cleanup, or between a stale delivery's checks
+// and its cleanup's listing, as a paused process does: cut off until the
+// pause ends, the other faults waiting, while the actor is woken on the
+// other nodes and set to the stale time, so that a newer owner takes it
+// and lists there before the cleanup lists (R3).
 //
 // Checked after every step that changed the bucket: the state the bucket's
 // history holds for each actor (its restore plan's head) records a pending
@@ -133,13 +136,18 @@ func (p *process) attempt() (context.Context, context.CancelFunc) {
 }
 
 // nextAlarm is what an event leaves as the alarm: mostly as it was, else
-// a time or none.
-func nextAlarm(rng *rand.Rand, cur alarmState) alarmState {
+// a time or none. A time is favour when it is not 0: the time of a
+// stale cleanup another process stalled in (R3's race).
+func nextAlarm(rng *rand.Rand, cur alarmState, favour int64) alarmState {
 	switch rng.IntN(4) {
 	case 0:
 		return alarmState{named: cur.named}
 	case 1:
-		return alarmState{pending: true, at: alarmTimes[rng.IntN(len(alarmTimes))], named: cur.named}
+		at := alarmTimes[rng.IntN(len(alarmTimes))]
+		if favour != 0 {
+			at = favour
+		}
+		return alarmState{pending: true, at: at, named: cur.named}
 	}
 	return cur
 }
@@ -199,7 +207,7 @@ func (p *process) alarmEvent(x ownership.Actor, r *resident, next alarmState, rn
 		return true
 	}
 	cur, _ := alarmOf(r.db.Pages())
-	p.stall(rng)
+	p.stall(rng, stalled{})
 	ctx, cancel := p.attempt()
 	err := alarmindex.RemoveReplaced(ctx, p.state(), replication.Actor(addr(x)), replaced, cur.named, r.st.Generation())
 	cancel()
@@ -212,22 +220,72 @@ func (p *process) alarmEvent(x ownership.Actor, r *resident, next alarmState, rn
 // stall pauses p now and then, as a process stopped for seconds (a
 // pause of its machine): the scheduler cuts it off meanwhile, so its lease
 // is not renewed and may be fenced, and its hold taken, while the step it
-// was about to take waits, unchecked.
-func (p *process) stall(rng *rand.Rand) {
-	if rng.IntN(8) != 0 {
+// was about to take waits, unchecked, until the pause ends. The lease's
+// next write after the pause loses it, but the step goes first: its
+// requests are sent on waking. A stale cleanup (c.at not 0) stalls more
+// often and longer, so that its actor can be taken and listed at its time
+// meanwhile (R3).
+func (p *process) stall(rng *rand.Rand, c stalled) {
+	odds, lo, span := 8, 16000, 14000
+	if c.at != 0 {
+		odds, lo, span = 2, 25000, 15000
+	}
+	if rng.IntN(odds) != 0 {
 		return
 	}
-	d := time.Duration(16000+rng.IntN(14000)) * time.Millisecond
+	c.p = p
+	x := pause{c, time.Duration(lo+rng.IntN(span)) * time.Millisecond, make(chan struct{})}
 	p.w.mu.Lock()
-	p.w.pauses = append(p.w.pauses, pause{p, d})
+	p.w.pauses = append(p.w.pauses, x)
 	p.w.mu.Unlock()
-	clock.Sleep(p.ctx, p.clk, d+time.Millisecond) //nolint:errcheck // an ended process's requests fail anyway
+	select {
+	case <-x.over:
+	case <-p.ctx.Done():
+	}
 }
 
-// pause is a process stopped for a while.
+// pause is a process stopped for a while, in c; over is closed when it
+// goes on.
 type pause struct {
-	p *process
-	d time.Duration
+	c    stalled
+	d    time.Duration
+	over chan struct{}
+}
+
+// stalled is a process stopped before a step: before a stale cleanup of
+// x's entries at at (at not 0: until, the pause's end).
+type stalled struct {
+	p     *process
+	x     ownership.Actor
+	at    int64
+	until time.Time
+}
+
+// stalledCleanup is a stale cleanup stalled now, if any; expired ones are
+// dropped. The scheduler's alone.
+func (w *world) stalledCleanup() (stalled, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cleanups = slices.DeleteFunc(w.cleanups, func(c stalled) bool { return !w.clk.Now().Before(c.until) })
+	if len(w.cleanups) == 0 {
+		return stalled{}, false
+	}
+	return w.cleanups[0], true
+}
+
+// favour is the time of a stale cleanup of x's that another process than
+// p is stalled in (0: none): an event of p's sets its alarm there, as an
+// app setting the same time again does, so the cleanup, once it wakes,
+// lists a newer owner's entry (R3).
+func (w *world) favour(p *process, x ownership.Actor) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, c := range w.cleanups {
+		if c.x == x && c.p.n != p.n && w.clk.Now().Before(c.until) {
+			return c.at
+		}
+	}
+	return 0
 }
 
 // pauseAll cuts off the processes that stalled in the last step, each
@@ -237,16 +295,29 @@ func (w *world) pauseAll() {
 	ps := w.pauses
 	w.pauses = nil
 	w.mu.Unlock()
-	slices.SortStableFunc(ps, func(a, b pause) int { return cmp.Compare(a.p.index, b.p.index) })
+	slices.SortStableFunc(ps, func(a, b pause) int { return cmp.Compare(a.c.p.index, b.c.p.index) })
 	for _, x := range ps {
 		if slices.ContainsFunc(w.procs, func(p *process) bool { return p.cut && !p.zombie }) {
-			continue // two nodes of three away: nobody would take the actor
+			// Two nodes of three away, nobody would take the actor; or
+			// the node is cut off already: the step goes on at once.
+			close(x.over)
+			continue
 		}
-		p := x.p
-		p.cut = true
+		p := x.c.p
+		p.cut, p.paused = true, true
 		w.res.Pauses++
 		w.tracef("%s pauses for %v", p, x.d)
-		w.after(x.d, func() { p.heal() })
+		w.after(x.d, func() {
+			p.paused = false
+			p.heal()
+			close(x.over)
+		})
+		if x.c.at != 0 {
+			x.c.until = w.clk.Now().Add(x.d)
+			w.mu.Lock()
+			w.cleanups = append(w.cleanups, x.c)
+			w.mu.Unlock()
+		}
 	}
 }
 
@@ -265,9 +336,9 @@ func staleOutcome(err error) string {
 
 // removeStale is RemoveStale, after a stall now and then once the hold
 // is fenced (before, it refuses without a request).
-func (p *process) removeStale(s alarmindex.Stale, rng *rand.Rand) (alarmindex.Removal, error) {
+func (p *process) removeStale(x ownership.Actor, s alarmindex.Stale, rng *rand.Rand) (alarmindex.Removal, error) {
 	if s.Fenced {
-		p.stall(rng)
+		p.stall(rng, stalled{x: x, at: s.At})
 	}
 	ctx, cancel := p.attempt()
 	defer cancel()
@@ -312,14 +383,14 @@ func (p *process) deliver(x ownership.Actor, r *resident, at int64, rng *rand.Ra
 	cur, _ := alarmOf(r.db.Pages())
 	if cur.pending && cur.at == at {
 		w.note(p, "%s's alarm at %d fires", x, at)
-		next := nextAlarm(rng, alarmState{named: cur.named})
+		next := nextAlarm(rng, alarmState{named: cur.named}, w.favour(p, x))
 		return p.alarmEvent(x, r, next, rng)
 	}
 	head := r.st.Head()
 	s := alarmindex.Stale{Actor: replication.Actor(addr(x)), At: at, Named: cur.named,
 		Replicated: !r.unshipped && r.st.Err() == nil, Gen: r.st.Generation(),
 		Fenced: head.TXID != 0 && head.Gen == r.st.Generation(), BucketHadNothing: head.TXID == 0}
-	rm, err := p.removeStale(s, rng)
+	rm, err := p.removeStale(x, s, rng)
 	if errors.Is(err, alarmindex.ErrNotFenced) {
 		// owner_fence: one upload of its own ends the history, then again.
 		if !p.write(x, r, nil) {
@@ -327,7 +398,7 @@ func (p *process) deliver(x ownership.Actor, r *resident, at int64, rng *rand.Ra
 		}
 		w.count(p, func(r *Result) { r.OwnerFences++ })
 		s.Fenced = true
-		rm, err = p.removeStale(s, rng)
+		rm, err = p.removeStale(x, s, rng)
 	}
 	w.note(p, "%s: stale %d naming %v: %d removed, %d newer kept: %v", x, at, cur.named, len(rm.Removed), len(rm.Newer), staleOutcome(err))
 	w.count(p, func(r *Result) {
@@ -411,7 +482,7 @@ func (w *world) sweepPick() (ownership.Actor, int64, bool) {
 // has nothing for the actor, and a few others, which makes an earlier
 // owner's upload land after a new owner restored (a late commit).
 func (w *world) aimed(r *request) bool {
-	if !w.cfg.Alarms || r.op != opPut || w.stopping {
+	if !w.cfg.Alarms || r.op != opPut || w.stopping || w.pausing() {
 		return false
 	}
 	k, ok := strings.CutPrefix(r.key, simApp.StateRoot()+"actors/")

@@ -50,6 +50,7 @@ type process struct {
 
 	// The scheduler's alone:
 	cut      bool // partitioned from the bucket
+	paused   bool // stopped (alarm.go's stall): cut off until the pause ends
 	zombie   bool // cut off while a successor starts
 	handled  bool // its exit was seen
 	listing  bool // its listing runs
@@ -313,7 +314,14 @@ func (w *world) wake() {
 	seed := w.rng.Uint64()
 	var deliver int64
 	var joining *process
-	if w.cfg.Alarms {
+	c, stalled := w.stalledCleanup()
+	switch {
+	case stalled && w.rng.IntN(2) == 0:
+		// R3's race: the actor a paused stale cleanup concerns, woken on
+		// another node, which takes it once the paused one is fenced.
+		i := slices.Index(w.nodes, c.p.n)
+		n, x = w.nodes[(i+1+w.rng.IntN(len(w.nodes)-1))%len(w.nodes)], c.x
+	case w.cfg.Alarms:
 		switch w.rng.IntN(4) {
 		case 0:
 			joining, x = w.joinWake()
@@ -368,7 +376,7 @@ func (n *node) episode() {
 	w.mu.Lock()
 	ready := p != nil && p.member != nil && !p.dead && !p.stopping && p.lost == nil
 	w.mu.Unlock()
-	if !ready {
+	if !ready || w.pausing() {
 		w.after(w.faultGap(), n.episode)
 		return
 	}
@@ -405,8 +413,14 @@ func (n *node) episode() {
 	w.after(length+w.faultGap(), n.episode)
 }
 
+// pausing reports whether a process is paused (alarm.go's stall): the
+// other faults wait, so that the nodes left can take over meanwhile.
+func (w *world) pausing() bool {
+	return slices.ContainsFunc(w.procs, func(p *process) bool { return p.paused })
+}
+
 func (p *process) heal() {
-	if p.cut {
+	if p.cut && !p.paused {
 		p.cut = false
 		p.w.tracef("%s reconnects", p)
 	}

@@ -130,7 +130,7 @@ func (p *process) event(x ownership.Actor, r *resident, rng *rand.Rand) bool {
 		return p.write(x, r, nil)
 	}
 	cur, _ := alarmOf(r.db.Pages())
-	return p.alarmEvent(x, r, nextAlarm(rng, cur), rng)
+	return p.alarmEvent(x, r, nextAlarm(rng, cur, p.w.favour(p, x)), rng)
 }
 
 // write is one actor event's write: a page naming it, committed with more

@@ -195,10 +195,11 @@ type world struct {
 	// The alarm index's (alarm.go): what each shipped state records,
 	// whether the bucket changed since the last check, joining nodes'
 	// actors.
-	states  map[statePos]alarmState
-	changed bool
-	joins   []join
-	pauses  []pause // under mu
+	states   map[statePos]alarmState
+	changed  bool
+	joins    []join
+	pauses   []pause   // under mu
+	cleanups []stalled // stale cleanups stalled, under mu
 
 	mu        sync.Mutex // inbox, and what process goroutines record
 	inbox     []*request
