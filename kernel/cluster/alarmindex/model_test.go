@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/bugs"
 )
 
 // A seeded model of owners in turns on one actor, driving the real index
@@ -20,18 +20,25 @@ import (
 // by the owner before it, and deletes that land late. The invariant, "the
 // entry the replicated state names exists", is checked after every step.
 // Each unsafe variant the rules exclude is planted and caught. This is not
-// the node's simulation (kernel/cluster/sim, next): one actor, no crashes,
+// the node's simulation (kernel/cluster/sim, Config.Alarms): one actor, no crashes,
 // no joining node (R4).
 
 type variant int
 
 const (
 	safe          variant = iota
-	untagged              // one key per time, written unconditionally (no generation, no nonce)
-	noGenCheck            // R3 dropped: a cleanup removes newer owners' entries
-	noFence               // R2's fence dropped: an owner that uploaded nothing removes entries
+	untagged              // bugs.UntaggedAlarmKeys
+	noGenCheck            // bugs.SkipAlarmGenCheck
+	noFence               // bugs.SkipAlarmFence
 	notReplicated         // stale entries removed before the state naming the alarm is replicated
 )
+
+// plant sets the switches of internal/bugs that variant v plants (none
+// for removing before replicating, which the model plants itself: the
+// caller says whether its state is replicated) and clears the others.
+func plant(v variant) {
+	bugs.UntaggedAlarmKeys, bugs.SkipAlarmGenCheck, bugs.SkipAlarmFence = v == untagged, v == noGenCheck, v == noFence
+}
 
 func (v variant) String() string {
 	return [...]string{"safe", "untagged keys", "no generation check", "no fence", "removing before replicating"}[v]
@@ -91,16 +98,6 @@ type model struct {
 func (m *model) logf(format string, args ...any) { m.log = append(m.log, fmt.Sprintf(format, args...)) }
 
 func (m *model) put(at int64, gen uint64) Indexed {
-	if m.v == untagged {
-		k, err := KeyFor(alice, at, Tag{Gen: 1})
-		if err != nil {
-			panic(err)
-		}
-		if _, err := m.b.Put(ctx, k.String(), strings.NewReader(""), 0, bucket.Condition{}); err != nil {
-			panic(err)
-		}
-		return k.Indexed()
-	}
 	k, err := List(ctx, m.b, alice, at, gen, m.n)
 	if err != nil {
 		panic(err)
@@ -189,12 +186,7 @@ func (m *model) clean(o *modelOwner) {
 		return
 	}
 	s := Stale{Actor: alice, At: at, Named: o.view, Gen: o.gen, Fenced: o.fenced, Replicated: o.acked && !o.pending}
-	switch m.v {
-	case noGenCheck:
-		s.Gen = math.MaxUint64
-	case noFence:
-		s.Fenced = true
-	case notReplicated:
+	if m.v == notReplicated {
 		s.Replicated = true
 	}
 	_, err := RemoveStale(ctx, m.b, s)
@@ -232,6 +224,8 @@ func (m *model) violated() error {
 
 // runModel plays steps seeded by seed and returns the first violation.
 func runModel(v variant, seed uint64, steps int) ([]string, error) {
+	plant(v)
+	defer plant(safe)
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	m := &model{v: v, rng: rng, b: &randomLate{Bucket: view(), rng: rng}, n: NonceFunc(rng.Uint64), gen: 1}
 	m.cur = &modelOwner{gen: 1, acked: true}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/bugs"
 )
 
 // The owner keeps the index equal to the committed alarm (book ADR 0009,
@@ -56,12 +57,16 @@ const nonceDraws = 3
 // all is an extra entry, delivered once and then removed as stale).
 func List(ctx context.Context, b bucket.Bucket, a history.Actor, at int64, gen uint64, nonces Nonces) (Key, error) {
 	for range nonceDraws {
-		k, err := KeyFor(a, at, Tag{Gen: gen, Nonce: nonces.Nonce()})
+		tag, cond := Tag{Gen: gen, Nonce: nonces.Nonce()}, bucket.Condition{IfAbsent: true}
+		if bugs.UntaggedAlarmKeys {
+			tag, cond = Tag{Gen: 1}, bucket.Condition{}
+		}
+		k, err := KeyFor(a, at, tag)
 		if err != nil {
 			return Key{}, err
 		}
 		body := entryBody(k, a)
-		_, err = b.Put(ctx, k.String(), bytes.NewReader(body), int64(len(body)), bucket.Condition{IfAbsent: true})
+		_, err = b.Put(ctx, k.String(), bytes.NewReader(body), int64(len(body)), cond)
 		switch {
 		case err == nil:
 			return k, nil
@@ -177,8 +182,10 @@ func RemoveStale(ctx context.Context, b bucket.Bucket, s Stale) (Removal, error)
 		return r, ErrNotReplicated
 	case s.Fenced:
 	case s.BucketHadNothing:
-		return r, ErrBucketHadNothing
-	default:
+		if !bugs.ClearWithoutHistory {
+			return r, ErrBucketHadNothing
+		}
+	case !bugs.SkipAlarmFence:
 		return r, ErrNotFenced
 	}
 	if s.Gen == 0 {
@@ -204,7 +211,7 @@ func RemoveStale(ctx context.Context, b bucket.Bucket, s Stale) (Removal, error)
 		case k.Indexed() == s.Named:
 			r.Spared = append(r.Spared, k)
 			continue
-		case k.Tag.Gen > s.Gen:
+		case k.Tag.Gen > s.Gen && !bugs.SkipAlarmGenCheck:
 			r.Newer = append(r.Newer, k)
 			continue
 		}

@@ -224,6 +224,10 @@ func (w *world) dispatch(r *request) {
 		return
 	}
 	f := w.faultFor(r)
+	aimed := w.aimed(r)
+	if aimed {
+		f = fHeld
+	}
 	pre, post := w.latency(), w.latency()
 	w.tracef("send %s%s %v+%v", r, faultNames[f], pre, post)
 	injected := func(what string) result {
@@ -234,7 +238,11 @@ func (w *world) dispatch(r *request) {
 		w.after(pre, func() { w.answer(r, injected("failed")) })
 	case fHang:
 	case fHeld:
-		w.after(pre+w.held(), func() { w.land(r, true, post) })
+		hold := w.held()
+		if aimed {
+			hold = w.ms(25000, 45000) // past a takeover and a delivery elsewhere
+		}
+		w.after(pre+hold, func() { w.land(r, true, post) })
 	default:
 		w.after(pre, func() {
 			if w.land(r, false, post) && f == fLost {

@@ -27,6 +27,9 @@ type node struct {
 	id   string
 	cur  *process      // the newest process
 	disk *memdb.Driver // its data directory
+	// fresh: its data directory is new since the last start (a node may
+	// join with data of its own, alarm.go).
+	fresh bool
 }
 
 // process is one instance of a node: its own clock (skewed), its own view
@@ -47,6 +50,7 @@ type process struct {
 
 	// The scheduler's alone:
 	cut      bool // partitioned from the bucket
+	paused   bool // stopped (alarm.go's stall): cut off until the pause ends
 	zombie   bool // cut off while a successor starts
 	handled  bool // its exit was seen
 	listing  bool // its listing runs
@@ -101,6 +105,10 @@ func (n *node) start() {
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.quit, p.lostCh = make(chan struct{}), make(chan struct{})
 	w.procs = append(w.procs, p)
+	if n.fresh {
+		n.fresh = false
+		n.joinData()
+	}
 	if n.cur != nil {
 		w.res.Restarts++
 	}
@@ -152,8 +160,11 @@ func (p *process) main() {
 		p.resident = map[ownership.Actor]*resident{}
 		w.mu.Unlock()
 		if !dead {
-			for _, x := range w.actors {
+			for _, x := range slices.SortedFunc(maps.Keys(rs), func(a, b ownership.Actor) int { return strings.Compare(a.Key(), b.Key()) }) {
 				if r := rs[x]; r != nil {
+					w.mu.Lock()
+					w.register(x, r)
+					w.mu.Unlock()
 					r.st.Close(context.Background()) //nolint:errcheck // the next owner's restore decides
 					r.db.Close()
 				}
@@ -200,7 +211,7 @@ func (w *world) ran(p *process, x ownership.Actor, gen uint64) {
 // from an earlier session, or a new hold acquired and restored; a few
 // events, each a write shipped while owning it; then hibernation (the
 // stream closed, the hold released) or the actor stays resident.
-func (p *process) session(x ownership.Actor, seed uint64) {
+func (p *process) session(x ownership.Actor, seed uint64, deliver int64) {
 	w := p.w
 	defer func() {
 		w.mu.Lock()
@@ -244,6 +255,14 @@ func (p *process) session(x ownership.Actor, seed uint64) {
 		w.mu.Lock()
 		p.resident[x] = r
 		w.mu.Unlock()
+		if w.cfg.Alarms && !p.firstListing(x, r, rng) {
+			p.retire(x, r)
+			return
+		}
+	}
+	if deliver > 0 && !p.deliver(x, r, deliver, rng) {
+		p.retire(x, r)
+		return
 	}
 	owned := true
 	for range 1 + rng.IntN(16) {
@@ -256,7 +275,7 @@ func (p *process) session(x ownership.Actor, seed uint64) {
 			break
 		}
 		w.ran(p, x, r.hold.Generation)
-		if !p.write(x, r) {
+		if !p.event(x, r, rng) {
 			owned = false // the stream ended: stop acting as owner
 			break
 		}
@@ -278,7 +297,7 @@ func (p *process) retire(x ownership.Actor, r *resident) {
 		delete(p.resident, x)
 	}
 	w.mu.Unlock()
-	p.close(r)
+	p.close(x, r)
 	err := p.member.Owners.Release(p.ctx, r.hold)
 	w.note(p, "release %s generation %d: pending %v", x, r.hold.Generation, err != nil)
 }
@@ -293,18 +312,45 @@ func (w *world) wake() {
 	n := w.nodes[w.rng.IntN(len(w.nodes))]
 	x := w.actors[w.rng.IntN(len(w.actors))]
 	seed := w.rng.Uint64()
+	var deliver int64
+	var joining *process
+	c, stalled := w.stalledCleanup()
+	switch {
+	case stalled && w.rng.IntN(2) == 0:
+		// R3's race: the actor a paused stale cleanup concerns, woken on
+		// another node, which takes it once the paused one is fenced.
+		i := slices.Index(w.nodes, c.p.n)
+		n, x = w.nodes[(i+1+w.rng.IntN(len(w.nodes)-1))%len(w.nodes)], c.x
+	case w.cfg.Alarms:
+		switch w.rng.IntN(4) {
+		case 0:
+			joining, x = w.joinWake()
+		case 1:
+			if a, at, ok := w.sweepPick(); ok {
+				x, deliver = a, at
+			}
+		case 2:
+			// A node's timer firing for a time the alarm may no longer
+			// have (a stale registration).
+			deliver = alarmTimes[w.rng.IntN(len(alarmTimes))]
+		}
+	}
 	var ps []*process
 	for _, p := range w.procs {
 		if p.n == n {
 			ps = append(ps, p)
 		}
 	}
-	if len(ps) == 0 {
+	var p *process
+	switch {
+	case joining != nil:
+		p = joining
+	case x.Name == "" || len(ps) == 0:
 		return
-	}
-	p := ps[len(ps)-1]
-	if len(ps) > 1 && ps[len(ps)-2].zombie && w.rng.IntN(2) == 0 {
+	case len(ps) > 1 && ps[len(ps)-2].zombie && w.rng.IntN(2) == 0:
 		p = ps[len(ps)-2]
+	default:
+		p = ps[len(ps)-1]
 	}
 	w.mu.Lock()
 	ok := p.member != nil && !p.dead && !p.stopping && p.lost == nil && !p.busy[x]
@@ -313,8 +359,8 @@ func (w *world) wake() {
 	}
 	w.mu.Unlock()
 	if ok {
-		w.tracef("wake %s on %s", x, p)
-		w.spawn(func() { p.session(x, seed) })
+		w.tracef("wake %s on %s (delivering %d)", x, p, deliver)
+		w.spawn(func() { p.session(x, seed, deliver) })
 	}
 }
 
@@ -330,7 +376,7 @@ func (n *node) episode() {
 	w.mu.Lock()
 	ready := p != nil && p.member != nil && !p.dead && !p.stopping && p.lost == nil
 	w.mu.Unlock()
-	if !ready {
+	if !ready || w.pausing() {
 		w.after(w.faultGap(), n.episode)
 		return
 	}
@@ -341,7 +387,7 @@ func (n *node) episode() {
 		kept := w.rng.IntN(2) == 0
 		p.crash(kept)
 		if !kept {
-			n.disk = memdb.New()
+			n.disk, n.fresh = memdb.New(), true
 		}
 		w.after(length, n.start)
 	case x < 14:
@@ -355,7 +401,7 @@ func (n *node) episode() {
 		p.cut, p.zombie = true, true
 		w.res.Zombies++
 		w.tracef("%s cut off for %v, its successor starts on another disk", p, length)
-		n.disk = memdb.New()
+		n.disk, n.fresh = memdb.New(), true
 		w.after(w.ms(500, 3500), n.start)
 		w.after(length, func() { p.heal() })
 	default:
@@ -367,8 +413,14 @@ func (n *node) episode() {
 	w.after(length+w.faultGap(), n.episode)
 }
 
+// pausing reports whether a process is paused (alarm.go's stall): the
+// other faults wait, so that the nodes left can take over meanwhile.
+func (w *world) pausing() bool {
+	return slices.ContainsFunc(w.procs, func(p *process) bool { return p.paused })
+}
+
 func (p *process) heal() {
-	if p.cut {
+	if p.cut && !p.paused {
 		p.cut = false
 		p.w.tracef("%s reconnects", p)
 	}
@@ -493,7 +545,7 @@ func (w *world) reap() (spawned bool) {
 // check is the invariant at this instant: no two processes own one actor
 // (each by its own Owns: its hold and its lease's validity on its clock).
 func (w *world) check() {
-	for _, x := range w.actors {
+	for _, x := range w.allActors() {
 		var owners []string
 		for _, p := range w.procs {
 			w.mu.Lock()

@@ -16,16 +16,23 @@ func caught(t *testing.T, budget int, kinds []string, cfg func(seed uint64) Conf
 		if !res.Failed() {
 			continue
 		}
-		v := res.Violations[0]
-		t.Logf("caught at seed %d: %s\n  %s", seed, v, res)
-		for _, k := range kinds {
-			if strings.Contains(v, k) {
-				return
-			}
-		}
-		t.Fatalf("seed %d failed, but not as the bug would: %s", seed, v)
+		asTheBugWould(t, seed, res, kinds)
+		return
 	}
 	t.Fatalf("not caught in %d seeds", budget)
+}
+
+// asTheBugWould fails t unless res's first violation is one of kinds.
+func asTheBugWould(t *testing.T, seed uint64, res Result, kinds []string) {
+	t.Helper()
+	v := res.Violations[0]
+	t.Logf("caught at seed %d: %s\n  %s", seed, v, res)
+	for _, k := range kinds {
+		if strings.Contains(v, k) {
+			return
+		}
+	}
+	t.Fatalf("seed %d failed, but not as the bug would: %s", seed, v)
 }
 
 // Planted bug 1: the lease's writes lose their condition (renewals and

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 
@@ -36,6 +37,9 @@ type resident struct {
 	db      *memdb.DB
 	n       int      // writes this hold made
 	pending []string // committed, not acknowledged yet
+	// unshipped: something is committed that no acknowledged upload
+	// holds (a joining node's alarm listed before its first upload).
+	unshipped bool
 }
 
 type ack struct {
@@ -77,7 +81,7 @@ func writePage(id string) []byte {
 func writes(pages [][]byte) map[string]bool {
 	ids := map[string]bool{}
 	for _, p := range pages {
-		if i := bytes.IndexByte(p, 0); i > 0 {
+		if i := bytes.IndexByte(p, 0); i > 0 && string(p[:i]) != alarmMark {
 			ids[string(p[:i])] = true
 		}
 	}
@@ -119,17 +123,37 @@ func (p *process) open(x ownership.Actor, h ownership.Hold) (*resident, error) {
 	return &resident{hold: h, st: st, db: mdb}, nil
 }
 
-// write is one actor event's write: a page naming it, committed and
-// shipped; acknowledged writes are reported. It reports whether the
-// stream goes on.
-func (p *process) write(x ownership.Actor, r *resident) bool {
+// event is one actor event: its write, and with Config.Alarms a change of
+// its alarm kept in the index. It reports whether the stream goes on.
+func (p *process) event(x ownership.Actor, r *resident, rng *rand.Rand) bool {
+	if !p.w.cfg.Alarms {
+		return p.write(x, r, nil)
+	}
+	cur, _ := alarmOf(r.db.Pages())
+	return p.alarmEvent(x, r, nextAlarm(rng, cur, p.w.favour(p, x)), rng)
+}
+
+// write is one actor event's write: a page naming it, committed with more
+// (an alarm's pages) and shipped; acknowledged writes are reported. It
+// reports whether the stream goes on.
+func (p *process) write(x ownership.Actor, r *resident, more map[uint32][]byte) bool {
 	w := p.w
 	id := fmt.Sprintf("%s g%d w%d", x.Name, r.hold.Generation, r.n)
 	r.n++
-	if err := r.db.Commit(0, map[uint32][]byte{uint32(len(r.db.Pages())) + 1: writePage(id)}); err != nil {
+	pages := map[uint32][]byte{}
+	next := uint32(len(r.db.Pages())) + 1
+	for pgno, data := range more {
+		pages[pgno] = data
+		next = max(next, pgno+1)
+	}
+	pages[next] = writePage(id)
+	if err := r.db.Commit(0, pages); err != nil {
 		return false
 	}
 	r.pending = append(r.pending, id)
+	w.mu.Lock()
+	w.register(x, r)
+	w.mu.Unlock()
 	sh, err := r.st.Ship(p.ctx)
 	if err != nil {
 		w.note(p, "ship %s: %v", x, errKind(err))
@@ -139,7 +163,7 @@ func (p *process) write(x ownership.Actor, r *resident) bool {
 		w.mu.Lock()
 		w.acks = append(w.acks, ack{p, x, r.hold.Generation, r.pending, sh.Key})
 		w.mu.Unlock()
-		r.pending = nil
+		r.pending, r.unshipped = nil, false
 	}
 	if ok, err := r.st.Snapshot(p.ctx); err != nil {
 		w.note(p, "snapshot %s: %v", x, errKind(err))
@@ -153,7 +177,10 @@ func (p *process) write(x ownership.Actor, r *resident) bool {
 }
 
 // close ends a resident's stream (hibernation ships what is left).
-func (p *process) close(r *resident) {
+func (p *process) close(x ownership.Actor, r *resident) {
+	p.w.mu.Lock()
+	p.w.register(x, r)
+	p.w.mu.Unlock()
 	r.st.Close(p.ctx) //nolint:errcheck // the next owner's restore decides
 	r.db.Close()
 }
@@ -224,6 +251,9 @@ func (w *world) lacks(r restored, a ack) {
 // uploads) and objects collected.
 func (w *world) landed(r *request, res result) {
 	key, ok := strings.CutPrefix(r.key, simApp.StateRoot()+"actors/")
+	if res.err == nil && (r.op == opPut || r.op == opDelete) && strings.HasPrefix(r.key, simApp.StateRoot()) {
+		w.changed = true // the alarm invariant is checked again
+	}
 	if res.err != nil || !ok {
 		return
 	}

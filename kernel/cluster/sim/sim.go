@@ -16,6 +16,11 @@
 // periodic snapshots and collection; every acknowledged write must be in
 // every later owner's restore.
 //
+// With Config.Alarms the owners also keep each actor's alarm in the
+// bucket's index with the real alarmindex functions (alarm.go), and the
+// check adds that the state the bucket holds names an existing entry for
+// its pending alarm.
+//
 // A run is a function of its seed. It runs inside a testing/synctest
 // bubble on one clock.Manual that only the scheduler moves: each step
 // fires one event of the scheduler's own (a request taking effect, a
@@ -64,6 +69,11 @@ type Config struct {
 	// AckLateUploads plants bug 2: an upload is acknowledged without
 	// checking that the hold is still valid when it returned.
 	AckLateUploads bool
+	// Alarms runs the alarm index workload (alarm.go).
+	Alarms bool
+	// FirstUploadBeforeEntry plants an R4 violation: a joining node's
+	// first upload goes before the entry of the alarm it holds.
+	FirstUploadBeforeEntry bool
 	// TempDir is where restores build databases (a test's t.TempDir()).
 	TempDir string
 	// Trace, if set, gets every line of the trace.
@@ -92,16 +102,32 @@ type Result struct {
 	Cuts        int // partitions
 	Zombies     int // a process cut off while its successor starts
 	Ties        int // requests of one step with the same content (order not decided by content)
-	Settings    string
-	Violations  []string
+	// The alarm index (Config.Alarms):
+	Listed        int // entries listed
+	Replaced      int // replaced entries removed after the replication
+	StaleRemoved  int // entries removed as stale
+	NewerKept     int // entries a stale cleanup kept as a newer owner's (R3)
+	OwnerFences   int // owner_fence uploads
+	HadNothing    int // stale cleanups refused: the bucket had nothing for the actor
+	FirstListings int // joining nodes' alarms listed before their first upload (R4)
+	Aimed         int // faults aimed at an upload (a joining node's first, and a few others)
+	Pauses        int // processes paused between an acknowledgement and a cleanup
+	AlarmChecks   int // checks of the alarm invariant
+	Settings      string
+	Violations    []string
 }
 
 // Failed reports whether an invariant broke.
 func (r Result) Failed() bool { return len(r.Violations) > 0 }
 
 func (r Result) String() string {
+	alarms := ""
+	if r.AlarmChecks > 0 {
+		alarms = fmt.Sprintf("; alarms: %d listed, %d replaced removed, %d stale removed, %d newer kept, %d owner fences, %d refused as the bucket had nothing, %d listed on joining, %d aimed faults, %d pauses, %d checks",
+			r.Listed, r.Replaced, r.StaleRemoved, r.NewerKept, r.OwnerFences, r.HadNothing, r.FirstListings, r.Aimed, r.Pauses, r.AlarmChecks)
+	}
 	return fmt.Sprintf("%d steps, %d requests, %d holds, %d generations, %d events, %d acknowledged writes, %d restores, %d snapshots, %d objects collected, %d late uploads, %d late writes, %d fences, %d leases lost, %d twins refused, %d crashes, %d restarts, %d cuts, %d zombies, %d ties (%s), trace %016x",
-		r.Steps, r.Requests, r.Holds, r.Gens, r.Events, r.Acked, r.Restores, r.Snapshots, r.Collected, r.LateUploads, r.LateWrites, r.Fences, r.Lost, r.Twins, r.Crashes, r.Restarts, r.Cuts, r.Zombies, r.Ties, r.Settings, r.Hash)
+		r.Steps, r.Requests, r.Holds, r.Gens, r.Events, r.Acked, r.Restores, r.Snapshots, r.Collected, r.LateUploads, r.LateWrites, r.Fences, r.Lost, r.Twins, r.Crashes, r.Restarts, r.Cuts, r.Zombies, r.Ties, r.Settings, r.Hash) + alarms
 }
 
 // simApp is the app the simulated nodes serve: ownership, history and
@@ -166,6 +192,14 @@ type world struct {
 	// What replication acknowledged and restored, by actor.
 	acked      map[ownership.Actor][]ack
 	restoredBy map[ownership.Actor][]restored
+	// The alarm index's (alarm.go): what each shipped state records,
+	// whether the bucket changed since the last check, joining nodes'
+	// actors.
+	states   map[statePos]alarmState
+	changed  bool
+	joins    []join
+	pauses   []pause   // under mu
+	cleanups []stalled // stale cleanups stalled, under mu
 
 	mu        sync.Mutex // inbox, and what process goroutines record
 	inbox     []*request
@@ -193,14 +227,14 @@ func Run(cfg Config) Result {
 	w := &world{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5851f42d4c957f2d)),
 		clk: clock.NewManual(Epoch), trace: fnv.New64a(), store: buckettest.NewMemory(buckettest.Flaws{}),
 		mod: map[string]time.Time{}, holds: map[holdKey]holdID{}, top: map[ownership.Actor]uint64{},
-		acked: map[ownership.Actor][]ack{}, restoredBy: map[ownership.Actor][]restored{}}
+		acked: map[ownership.Actor][]ack{}, restoredBy: map[ownership.Actor][]restored{}, states: map[statePos]alarmState{}}
 	w.settings = w.drawSettings()
 	w.res.Settings = fmt.Sprintf("ttl %v grace %v safety %v max skew %v", w.settings.TTL, w.settings.Grace, w.settings.Safety, w.settings.MaxSkew)
 	for i := range cfg.Actors {
 		w.actors = append(w.actors, ownership.Actor{Tenant: "t", Class: "c", Name: fmt.Sprint(i)})
 	}
 	for i := range cfg.Nodes {
-		n := &node{w: w, id: fmt.Sprintf("n%d", i+1), disk: memdb.New()}
+		n := &node{w: w, id: fmt.Sprintf("n%d", i+1), disk: memdb.New(), fresh: true}
 		w.nodes = append(w.nodes, n)
 		w.after(w.ms(0, 2000), n.start)
 		w.after(w.faultGap(), n.episode)
@@ -274,6 +308,8 @@ func (w *world) loop() {
 			continue // what it started runs alone before the next step
 		}
 		w.checkReplication()
+		w.pauseAll()
+		w.checkAlarms()
 		w.check()
 		if w.stopping && w.quiet() {
 			w.tracef("end")

@@ -90,9 +90,16 @@ func TestSimulation(t *testing.T) {
 // A seed replays exactly: the same trace, line for line, and the same
 // counts, run after run (a difference names the first line that differs).
 func TestSameSeedSameTrace(t *testing.T) {
-	for seed := range uint64(20) {
+	sameTrace(t, 20, func(seed uint64) Config { return Config{Seed: seed} })
+	sameTrace(t, 10, alarmRun)
+}
+
+func sameTrace(t *testing.T, n uint64, cfg func(seed uint64) Config) {
+	for seed := range n {
 		var ta, tb strings.Builder
-		a, b := run(t, Config{Seed: seed, Trace: &ta}), run(t, Config{Seed: seed, Trace: &tb})
+		ca, cb := cfg(seed), cfg(seed)
+		ca.Trace, cb.Trace = &ta, &tb
+		a, b := run(t, ca), run(t, cb)
 		if fmt.Sprint(a) == fmt.Sprint(b) && ta.String() == tb.String() {
 			continue
 		}

@@ -22,6 +22,26 @@ var CollectSnapshot bool
 // another process holds the actor (issue 24, item 1).
 var SkipHoldCheck bool
 
+// UntaggedAlarmKeys: the alarm index writes one key per actor and time
+// (generation 1, nonce 0), unconditionally, as before tags (book ADR
+// 0009, R1): a delete sent for an earlier entry at that time, landing
+// late, removes a newer one.
+var UntaggedAlarmKeys bool
+
+// SkipAlarmGenCheck: a stale cleanup removes entries of generations above
+// its own (book ADR 0009, R3), which a newer owner wrote.
+var SkipAlarmGenCheck bool
+
+// SkipAlarmFence: a stale cleanup runs before the hold uploaded anything
+// (book ADR 0009, R2's fence), so an earlier owner's upload landing late
+// can name an entry it removed.
+var SkipAlarmFence bool
+
+// ClearWithoutHistory: a stale cleanup runs although the bucket had
+// nothing for the actor (book ADR 0009, R2 and R4), so a joining node's
+// first upload landing late can name an entry it removed.
+var ClearWithoutHistory bool
+
 // Reused is what Acquire takes off the next generation: 1 for a wake
 // while ReuseGeneration is planted, else 0.
 func Reused(wake bool) uint64 {
