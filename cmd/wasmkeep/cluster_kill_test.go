@@ -51,6 +51,7 @@ func killTestLong() bool { return os.Getenv("KILL_TEST_LONG") == "1" }
 const killEarlyAckEnv = "WASMKEEPTEST_EARLY_ACK=1s"
 
 func TestClusterKill(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	long := killTestLong()
 	size := killSizes{actors: 100, workers: 12, passes: 2}
@@ -67,7 +68,6 @@ func TestClusterKill(t *testing.T) {
 		})
 	}
 	t.Run("control", func(t *testing.T) {
-		engineNeutral(t)
 		// One pass, each kill deleting the data directory: the nodes
 		// answer writes they have not shipped.
 		r := killRun(t, buildWasmkeep(t, "wasmkeep_faults"), "file://"+memDir(t), []string{killEarlyAckEnv},

@@ -609,6 +609,7 @@ func manyWrites(t *testing.T) int {
 // snapshot every 64), a clean stop, the data directory deleted; the first
 // request restores the actor, with every write.
 func TestRestoreOverManyWrites(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	bucketDir := memDir(t)
 	n := newBucketNode(t, "file://"+bucketDir, steadyLease) // a lapse under load is other tests' subject

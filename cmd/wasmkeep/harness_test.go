@@ -52,8 +52,9 @@ const suiteCPUBudget = 250 * time.Millisecond
 // second time on the other engine and driver with ENGINE_PASS=1, and that
 // pass skips these: they ran in the first, and would add ten minutes to CI
 // and test nothing new. What an engine or a driver does (guests, limits,
-// host calls, SQL, sockets, replication's capture and restore, one
-// cluster kill test) runs in both passes.
+// host calls, SQL, sockets) runs in both passes; a driver's capture and
+// restore for replication are storagetest's Replication rules, which
+// plugins/storage-sqlite runs on both drivers.
 func engineNeutral(t *testing.T) {
 	t.Helper()
 	if os.Getenv("ENGINE_PASS") != "" {
