@@ -92,16 +92,17 @@ func alarmClear(ctx context.Context, st *eventState, _ runtime.Memory, _ []uint6
 	}
 }
 
-// runAlarm handles a due alarm: on-alarm runs if the alarm is still due (the
-// schedule may be stale); success clears it, unless the handler set or
-// cleared the alarm itself; failure schedules a retry (alarm.Retry), the
-// count kept in the database and read here, before the handler runs.
+// runAlarm handles a due alarm (alarmDue): on-alarm runs if the alarm is
+// due still, on-init having run since and possibly moved or cleared it;
+// success clears it, unless the handler set or cleared the alarm itself;
+// failure schedules a retry (alarm.Retry), the count kept in the database
+// and read here, before the handler runs.
 func (a *actor) runAlarm(ctx context.Context) error {
 	at, failures, ok, err := alarm.Read(ctx, a.db)
 	if err != nil {
 		return &failure{public: "internal error", cause: err}
 	}
-	if !ok || at > a.node.clock.Now().UnixMilli() {
+	if !a.alarmIsDue(at, ok) {
 		a.state.alarmTouched = true // a stale schedule: follow the database
 		return nil
 	}
@@ -133,6 +134,12 @@ func (a *actor) runAlarm(ctx context.Context) error {
 	return hookErr
 }
 
+// alarmIsDue reports whether a committed alarm (at, pending: alarm.Read)
+// is due now.
+func (a *actor) alarmIsDue(at int64, pending bool) bool {
+	return pending && at <= a.node.clock.Now().UnixMilli()
+}
+
 // alarmNotRun handles a due alarm whose event failed before on-alarm could
 // run (the actor could not wake, or on-init failed): it is an attempt that
 // failed, retried with the same backoff, so the alarm is neither lost nor
@@ -154,7 +161,11 @@ func (a *actor) alarmNotRun(at int64) {
 
 // deliverAlarm queues an alarm event; one refused admission (or an owner
 // not known now) is tried again with backoff and jitter. An actor another
-// node holds leaves this node's timer: the holder's fires it.
+// node holds leaves this node's timer: the holder's fires it. With a
+// bucket, unless this node has a database of it (or cannot tell), whose
+// alarm may be in no other (single-node data whose first upload failed,
+// book ADR 0009, R4): that is delivered again after the longest backoff,
+// as the holder parks an entry it found nothing for (leaveEntries).
 func (n *Node) deliverAlarm(it *alarm.Item) {
 	c := n.class(it.Class)
 	if c == nil { // a version dropped it as it came due
@@ -165,7 +176,12 @@ func (n *Node) deliverAlarm(it *alarm.Item) {
 	if err := n.deliver(n.ctx, c, it.Name, ev); err != nil {
 		var elsewhere *placement.Elsewhere
 		if errors.As(err, &elsewhere) {
-			n.log.Info("alarm left to the actor's holder", "actor", it.Key, "node", elsewhere.Owner.Node)
+			if n.replicas == nil || n.noDatabase(abi.Address{Tenant: n.opts.App.Tenant, Class: it.Class, Name: it.Name}) {
+				n.log.Info("alarm left to the actor's holder", "actor", it.Key, "node", elsewhere.Owner.Node)
+				return
+			}
+			n.alarms.SetAt(it.Key, it.Class, it.Name, it.At, n.clock.Now().Add(alarm.RetryMax))
+			n.log.Info("alarm of an actor held elsewhere, whose database is here: delivered again later", "actor", it.Key, "node", elsewhere.Owner.Node, "retry_in", alarm.RetryMax)
 			return
 		}
 		if errors.Is(err, errStopping) {
@@ -228,9 +244,9 @@ func (n *Node) loadAlarms(ctx context.Context) error {
 }
 
 // ArmAlarm has the node's timer deliver class/name's alarm for the time
-// at, as the sweep does with an index entry: the actor is taken (restored
-// from the bucket), and a time its committed alarm no longer holds is
-// stale, its entries removed.
+// at, an index entry's (what the sweep is to arm): the actor is taken
+// (restored from the bucket), and a time its committed alarm no longer
+// holds is stale, its entries removed.
 func (n *Node) ArmAlarm(class, name string, at time.Time) {
 	n.alarms.Set(n.opts.App.Tenant+"/"+class+"/"+name, class, name, at)
 }
