@@ -544,7 +544,7 @@ func (g *gatedLists) List(ctx context.Context, prefix string, opts bucket.ListOp
 
 // An alarm delivery that finds the actor nowhere writes nothing into the
 // database it opened, whatever ends the event next (review F1): here the
-// class is dropped while the restore lists the actor's history, so the
+// class is dropped while the delivery lists the actor's history, so the
 // event ends at the version check, and nothing of the actor is uploaded
 // (before the fix its empty txid 1 was, at the delivery's generation),
 // nor is a database left.
