@@ -17,11 +17,13 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/alarmindex"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
+	"github.com/wasmkeep/wasmkeep/kernel/node/alarm"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
 
@@ -522,17 +524,20 @@ func TestStaleEntriesGoWhenOnAlarmFailsOrDeletes(t *testing.T) {
 	}
 }
 
-// gatedLists holds every List under prefix until gate is closed, saying
-// so on entered (once).
+// gatedLists holds every List under prefix but the first pass ones until
+// gate is closed, saying so on entered (once). An acquisition lists the
+// actor's history (its generation), then its restore does.
 type gatedLists struct {
 	bucket.Bucket
 	prefix  string
+	pass    int32
+	passed  atomic.Int32
 	gate    chan struct{}
 	entered chan struct{}
 }
 
 func (g *gatedLists) List(ctx context.Context, prefix string, opts bucket.ListOptions) (bucket.ListPage, error) {
-	if strings.HasPrefix(prefix, g.prefix) {
+	if strings.HasPrefix(prefix, g.prefix) && g.passed.Add(1) > g.pass {
 		select {
 		case g.entered <- struct{}{}:
 		default:
@@ -597,5 +602,67 @@ func TestAnAlarmDeliveryFoundNowhereShipsNothingWhateverEndsIt(t *testing.T) {
 	if ok, err := a.storage.Exists(t.Context(), filepath.Join(a.dataDir, filepath.FromSlash(app.Default.StateRoot())),
 		abi.Address{Tenant: "default", Class: "probe", Name: "y"}); err != nil || ok {
 		t.Fatalf("y's database here: %v %v, want none", ok, err)
+	}
+}
+
+// A due alarm whose actor another node holds is not dropped by a node
+// that has the actor's database (review F3): there, single-node data
+// whose first upload failed, the alarm is in no other node's data, and
+// the holder, b, took the actor for an index entry it then found nothing
+// for. a's timer fires while b holds x (b's restore held up); a delivers
+// it again after the longest backoff, once b let x go, and on-alarm runs.
+// Before the fix a dropped it from its timer, and on-alarm never ran. a
+// places its actors as a node with a bucket does (placement.Owned, its
+// view of the peers kept by WatchPeers), on a clock of its own.
+func TestAnAlarmOfAnActorHeldElsewhereWhoseDatabaseIsHereIsNotDropped(t *testing.T) {
+	dir := t.TempDir()
+	classes := map[string]string{"probe": probe(t)}
+	solo := startNode(t, node.Options{Classes: classes, DataDir: dir})
+	solo.expect("GET", "/actor/probe/x/alarm-set?in=1000", "", 200, "set")
+	solo.stop()
+	due := time.Now().Add(time.Second)
+
+	mem := buckettest.NewMemory(buckettest.Flaws{})
+	x := probeActor("x")
+	gated := &gatedLists{Bucket: mem, prefix: historyPrefix(t, x), pass: 1, gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+	opened := false
+	defer func() {
+		if !opened {
+			close(gated.gate)
+		}
+	}()
+	b, mb := clusterNodeOn(t, gated, "b", classes)
+	b.node.ArmAlarm("probe", "x", due)
+	select {
+	case <-gated.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("b did not start x's restore")
+	}
+
+	m := clock.NewManual(time.Now())
+	a, ma := clusterNode(t, mem, "a", node.Options{Classes: classes, DataDir: dir, Clock: m})
+	go ma.WatchPeers(t.Context())
+	waitFor(t, 10*time.Second, "b live in a's view", func() bool { _, err := ma.View.Live("b"); return err == nil })
+	// As its start would from its own index (ADR 1018).
+	a.node.ArmAlarm("probe", "x", due)
+	m.Advance(time.Until(due) + time.Second)
+	waitFor(t, 10*time.Second, "a's delivery", func() bool {
+		m.Advance(10 * time.Millisecond)
+		return strings.Contains(a.log.String(), "held elsewhere") || strings.Contains(a.log.String(), "left to the actor's holder")
+	})
+	close(gated.gate)
+	opened = true
+	waitFor(t, 10*time.Second, "b letting x go", func() bool {
+		_, held := mb.Owners.Owns(ownership.Actor{Tenant: "default", Class: "probe", Name: "x"})
+		return !held
+	})
+	m.Advance(alarm.RetryMax)
+	// Seen without an event of x's own, which would arm its alarm again.
+	waitFor(t, 10*time.Second, "x's alarm delivered on a", func() bool {
+		m.Advance(10 * time.Millisecond)
+		return a.metric(alarmEvents) >= 1
+	})
+	if got := onAlarmRan(t, a, "x"); got != "ok 1" {
+		t.Fatalf("x's on-alarm on a: %q", got)
 	}
 }

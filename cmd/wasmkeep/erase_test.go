@@ -49,15 +49,22 @@ func clusterNodeOn(t *testing.T, b bucket.Bucket, id string, classes map[string]
 // new one).
 func clusterNodeIn(t *testing.T, b bucket.Bucket, id string, classes map[string]string, dataDir string) (*testNode, *cluster.Member) {
 	t.Helper()
+	return clusterNode(t, b, id, node.Options{Classes: classes, DataDir: dataDir, Placement: placement.Local{}})
+}
+
+// clusterNode is clusterNodeOn with opts (its classes, data directory,
+// placement, the node's clock), the cluster's parts set here: a nil
+// placement is the node's own with a bucket (placement.Owned).
+func clusterNode(t *testing.T, b bucket.Bucket, id string, opts node.Options) (*testNode, *cluster.Member) {
+	t.Helper()
 	s := nodelease.Settings{TTL: time.Second, Grace: 500 * time.Millisecond, Safety: 300 * time.Millisecond, MaxSkew: 100 * time.Millisecond}
 	m, err := cluster.Join(t.Context(), cluster.Config{Bucket: b, Clock: clock.Real, Settings: s, NodeID: id,
 		Instance: id + "1", Info: nodelease.Info{Advertise: "http://127.0.0.1:1"}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tn := startNode(t, node.Options{Classes: classes, Placement: placement.Local{}, DataDir: dataDir,
-		Cluster: &node.Cluster{Member: m, Metrics: metrics.NewCluster()}})
-	return tn, m
+	opts.Cluster = &node.Cluster{Member: m, Metrics: metrics.NewCluster()}
+	return startNode(t, opts), m
 }
 
 // A deleted actor's history is erased off its mailbox (issue 24, item 7d):
