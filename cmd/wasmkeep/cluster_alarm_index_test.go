@@ -521,3 +521,84 @@ func TestStaleEntriesGoWhenOnAlarmFailsOrDeletes(t *testing.T) {
 		t.Fatalf("f's on-alarm did not run: %q", got)
 	}
 }
+
+// gatedLists holds every List under prefix but the first pass ones until
+// gate is closed, saying so on entered (once). An acquisition lists the
+// actor's history (its generation), then its restore does.
+type gatedLists struct {
+	bucket.Bucket
+	prefix  string
+	pass    int32
+	passed  atomic.Int32
+	gate    chan struct{}
+	entered chan struct{}
+}
+
+func (g *gatedLists) List(ctx context.Context, prefix string, opts bucket.ListOptions) (bucket.ListPage, error) {
+	if strings.HasPrefix(prefix, g.prefix) && g.passed.Add(1) > g.pass {
+		select {
+		case g.entered <- struct{}{}:
+		default:
+		}
+		<-g.gate
+	}
+	return g.Bucket.List(ctx, prefix, opts)
+}
+
+// An alarm delivery that finds the actor nowhere writes nothing into the
+// database it opened, whatever ends the event next (review F1): here the
+// class is dropped while the delivery lists the actor's history, so the
+// event ends at the version check, and nothing of the actor is uploaded
+// (before the fix its empty txid 1 was, at the delivery's generation),
+// nor is a database left.
+func TestAnAlarmDeliveryFoundNowhereShipsNothingWhateverEndsIt(t *testing.T) {
+	mem := buckettest.NewMemory(buckettest.Flaws{})
+	rec := &recordingBucket{Bucket: mem}
+	y := probeActor("y")
+	gated := &gatedLists{Bucket: rec, prefix: historyPrefix(t, y), gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+	opened := false
+	defer func() {
+		if !opened {
+			close(gated.gate)
+		}
+	}()
+	state := bucket.Under(mem, app.Default.StateRoot())
+	mod := probe(t)
+	a, ma := clusterNodeOn(t, gated, "a", map[string]string{"probe": mod, "keep": mod})
+	at := time.Now().Add(-time.Minute).UnixMilli()
+	entry := listEntry(t, state, y, at, 1)
+	a.node.ArmAlarm("probe", "y", time.UnixMilli(at))
+	select {
+	case <-gated.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the delivery did not start y's restore")
+	}
+	a.apply(node.Version{ID: "bbbb", Seq: 1, Classes: map[string]node.ClassSpec{"keep": {Module: mod}}})
+	close(gated.gate)
+	opened = true
+	// Released once the delivery gave it up; held still (before the fix),
+	// the stop below ships what it wrote.
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, held := ma.Owners.Owns(ownership.Actor{Tenant: "default", Class: "probe", Name: "y"})
+		if !held && strings.Contains(a.log.String(), "the bucket has nothing of") {
+			break
+		}
+		if time.Now().After(end) {
+			t.Error("y was not given up")
+			break
+		}
+	}
+	a.stop()
+	for _, w := range rec.since(0) {
+		if strings.HasPrefix(w, "PUT "+historyPrefix(t, y)) {
+			t.Fatalf("the delivery uploaded %s", w)
+		}
+	}
+	if got := entriesOf(t, state, y, -1); !slices.Equal(got, []alarmindex.Key{entry}) {
+		t.Fatalf("y's entries: %v, want %s to stay", got, entry)
+	}
+	if ok, err := a.storage.Exists(t.Context(), filepath.Join(a.dataDir, filepath.FromSlash(app.Default.StateRoot())),
+		abi.Address{Tenant: "default", Class: "probe", Name: "y"}); err != nil || ok {
+		t.Fatalf("y's database here: %v %v, want none", ok, err)
+	}
+}

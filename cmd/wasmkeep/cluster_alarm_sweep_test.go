@@ -19,6 +19,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/alarmindex"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
+	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
 )
 
 // The alarm sweep (issue 26, item 3; book ADR 0009, point 4): a dead
@@ -356,7 +357,7 @@ func TestTheSweepDeliversAnAlarmNobodyHolds(t *testing.T) {
 // waits for two listings).
 func sweepingNodeOn(t *testing.T, b bucket.Bucket, id string, classes map[string]string, sweep time.Duration) *testNode {
 	t.Helper()
-	tn, m := clusterNodeWith(t, b, id, classes, node.Options{AlarmSweep: sweep})
+	tn, m := clusterNode(t, b, id, node.Options{Classes: classes, Placement: placement.Local{}, AlarmSweep: sweep})
 	go m.WatchPeers(t.Context())
 	return tn
 }

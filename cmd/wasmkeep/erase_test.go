@@ -42,18 +42,20 @@ func (g *gatedDeletes) Delete(ctx context.Context, key string, cond bucket.Condi
 // short lease timings and every actor placed here.
 func clusterNodeOn(t *testing.T, b bucket.Bucket, id string, classes map[string]string) (*testNode, *cluster.Member) {
 	t.Helper()
-	return clusterNodeWith(t, b, id, classes, node.Options{})
+	return clusterNode(t, b, id, node.Options{Classes: classes, Placement: placement.Local{}})
 }
 
 // clusterNodeIn is clusterNodeOn on the data directory dataDir ("" for a
 // new one).
 func clusterNodeIn(t *testing.T, b bucket.Bucket, id string, classes map[string]string, dataDir string) (*testNode, *cluster.Member) {
 	t.Helper()
-	return clusterNodeWith(t, b, id, classes, node.Options{DataDir: dataDir})
+	return clusterNode(t, b, id, node.Options{Classes: classes, DataDir: dataDir, Placement: placement.Local{}})
 }
 
-// clusterNodeWith is clusterNodeOn's node with opts's other settings.
-func clusterNodeWith(t *testing.T, b bucket.Bucket, id string, classes map[string]string, opts node.Options) (*testNode, *cluster.Member) {
+// clusterNode is clusterNodeOn with opts (its classes, data directory,
+// placement, the node's clock), the cluster's parts set here: a nil
+// placement is the node's own with a bucket (placement.Owned).
+func clusterNode(t *testing.T, b bucket.Bucket, id string, opts node.Options) (*testNode, *cluster.Member) {
 	t.Helper()
 	s := nodelease.Settings{TTL: time.Second, Grace: 500 * time.Millisecond, Safety: 300 * time.Millisecond, MaxSkew: 100 * time.Millisecond}
 	m, err := cluster.Join(t.Context(), cluster.Config{Bucket: b, Clock: clock.Real, Settings: s, NodeID: id,
@@ -61,7 +63,6 @@ func clusterNodeWith(t *testing.T, b bucket.Bucket, id string, classes map[strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.Classes, opts.Placement = classes, placement.Local{}
 	opts.Cluster = &node.Cluster{Member: m, Metrics: metrics.NewCluster()}
 	return startNode(t, opts), m
 }

@@ -256,9 +256,6 @@ func (a *actor) runEvent(ev *event) (out outcome) {
 		}
 		return outcome{err: err}
 	}
-	// An alarm delivered to a node with no copy of the actor must not
-	// create it (book ADR 0009, point 4 and R2).
-	created := ev.alarm && a.db == nil && a.node.replicas != nil && !a.class.stateless && !a.node.hasDatabase(a.addr)
 
 	// The database before the event's wall clock starts: with a bucket,
 	// opening it may restore it, under the restore's own bounds (restore
@@ -266,7 +263,9 @@ func (a *actor) runEvent(ev *event) (out outcome) {
 	// for a large database), which the wall clock must not cut, or such an
 	// actor could never be restored: every event would start the restore
 	// again and cut it again.
-	if err := a.openHeld(a.node.ctx, ev); err != nil {
+	if err := a.openHeld(a.node.ctx, ev); errors.Is(err, errNotCreated) {
+		return outcome{} // found nowhere: its entries stay (leaveEntries)
+	} else if err != nil {
 		return notRun(err)
 	}
 	if err := a.upToDate(a.node.ctx, ev); errors.Is(err, errDropped) {
@@ -275,7 +274,7 @@ func (a *actor) runEvent(ev *event) (out outcome) {
 		return notRun(err)
 	}
 	if ev.alarm {
-		if due, err := a.alarmDue(a.node.ctx, ev.at, created); err != nil {
+		if due, err := a.alarmDue(a.node.ctx, ev.at); err != nil {
 			return notRun(err)
 		} else if !due {
 			return outcome{}
@@ -359,17 +358,27 @@ func (a *actor) endEvent() error {
 }
 
 // openDB opens the actor's database unless it is open (or the class has
-// none), with the host's tables in it.
-func (a *actor) openDB(ctx context.Context) error {
+// none), with the host's tables in it. An alarm delivered to a node with
+// no copy of the actor must not create it (book ADR 0009, point 4 and
+// R2): found in the bucket neither, it is given up before anything is
+// written into the new database, so nothing of it can be shipped, and
+// openDB returns errNotCreated (leaveEntries).
+func (a *actor) openDB(ctx context.Context, ev *event) error {
 	if a.db != nil || a.class.stateless {
 		return nil
 	}
+	created := ev.alarm && a.node.replicas != nil && a.node.noDatabase(a.addr)
 	db, err := a.openDatabase(ctx)
 	if err != nil {
 		return err
 	}
 	a.db = db
 	a.deleted.Store(false)
+	if created && a.stream.Head().TXID == 0 {
+		a.leaveEntries(ctx, ev.at, true)
+		return errNotCreated
+	}
+	a.state.created = created
 	if err := a.ensureHostTables(ctx); err != nil {
 		return &failure{public: "internal error", cause: err}
 	}

@@ -92,16 +92,17 @@ func alarmClear(ctx context.Context, st *eventState, _ runtime.Memory, _ []uint6
 	}
 }
 
-// runAlarm handles a due alarm: on-alarm runs if the alarm is still due (the
-// schedule may be stale); success clears it, unless the handler set or
-// cleared the alarm itself; failure schedules a retry (alarm.Retry), the
-// count kept in the database and read here, before the handler runs.
+// runAlarm handles a due alarm (alarmDue): on-alarm runs if the alarm is
+// due still, on-init having run since and possibly moved or cleared it;
+// success clears it, unless the handler set or cleared the alarm itself;
+// failure schedules a retry (alarm.Retry), the count kept in the database
+// and read here, before the handler runs.
 func (a *actor) runAlarm(ctx context.Context) error {
 	at, failures, ok, err := alarm.Read(ctx, a.db)
 	if err != nil {
 		return &failure{public: "internal error", cause: err}
 	}
-	if !ok || at > a.node.clock.Now().UnixMilli() {
+	if !a.alarmIsDue(at, ok) {
 		a.state.alarmTouched = true // a stale schedule: follow the database
 		return nil
 	}
@@ -133,6 +134,12 @@ func (a *actor) runAlarm(ctx context.Context) error {
 	return hookErr
 }
 
+// alarmIsDue reports whether a committed alarm (at, pending: alarm.Read)
+// is due now.
+func (a *actor) alarmIsDue(at int64, pending bool) bool {
+	return pending && at <= a.node.clock.Now().UnixMilli()
+}
+
 // alarmNotRun handles a due alarm whose event failed before on-alarm could
 // run (the actor could not wake, or on-init failed): it is an attempt that
 // failed, retried with the same backoff, so the alarm is neither lost nor
@@ -154,7 +161,11 @@ func (a *actor) alarmNotRun(at int64) {
 
 // deliverAlarm queues an alarm event; one refused admission (or an owner
 // not known now) is tried again with backoff and jitter. An actor another
-// node holds leaves this node's timer: the holder's fires it.
+// node holds leaves this node's timer: the holder's fires it. (An alarm
+// only this node's data holds, single-node data whose first upload failed,
+// comes back through the sweep: its entry, left by the node that found
+// nothing, is anyone's once three margins overdue, and this node's
+// delivery restores nothing over its own data: ADR 1048.)
 func (n *Node) deliverAlarm(it *alarm.Item) {
 	c := n.class(it.Class)
 	if c == nil { // a version dropped it as it came due
@@ -240,9 +251,9 @@ func (n *Node) loadAlarms(ctx context.Context) error {
 }
 
 // ArmAlarm has the node's timer deliver class/name's alarm for the time
-// at, as the sweep does with an index entry: the actor is taken (restored
-// from the bucket), and a time its committed alarm no longer holds is
-// stale, its entries removed.
+// at, an index entry's (what the sweep is to arm): the actor is taken
+// (restored from the bucket), and a time its committed alarm no longer
+// holds is stale, its entries removed.
 func (n *Node) ArmAlarm(class, name string, at time.Time) {
 	n.alarms.Set(n.opts.App.Tenant+"/"+class+"/"+name, class, name, at)
 }

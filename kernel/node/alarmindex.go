@@ -135,9 +135,9 @@ func (a *actor) removeReplaced(ctx context.Context, gen uint64) {
 // not hold (book ADR 0009, point 4): the actor's entries at that time are
 // stale.
 type staleDelivery struct {
-	at      int64
-	created bool // the delivery created the actor's database here
-	// drop: created, and the actor has no state (no committed alarm, no
+	at int64
+	// drop: the delivery created the actor's database here (restored from
+	// the bucket), and the actor has no state (no committed alarm, no
 	// on-init recorded: deleted since, or never initialised), so the copy
 	// is dropped once its entries are removed.
 	drop bool
@@ -149,27 +149,23 @@ type staleDelivery struct {
 // on-alarm, and an actor with no state is not run, which would only
 // create it again. Otherwise the timer follows the database. With a
 // bucket, a delivered time the committed alarm does not hold is stale:
-// its entries are removed once the event is shipped (removeStale). An
-// actor the delivery found neither here (created) nor in the bucket is
-// given up at once, its entries left (leaveEntries).
-func (a *actor) alarmDue(ctx context.Context, delivered int64, created bool) (bool, error) {
-	if created && a.stream.Head().TXID == 0 {
-		a.leaveEntries(ctx, delivered, true)
-		return false, nil
-	}
+// its entries are removed once the event is shipped (removeStale). (An
+// actor the delivery found neither here nor in the bucket never gets
+// here: openDB gave it up.)
+func (a *actor) alarmDue(ctx context.Context, delivered int64) (bool, error) {
 	at, _, pending, err := alarm.Read(ctx, a.db)
 	if err != nil {
 		return false, &failure{public: "internal error", cause: err}
 	}
 	st := &a.state
 	if a.stream != nil && (!pending || at != delivered) {
-		st.stale = &staleDelivery{at: delivered, created: created}
+		st.stale = &staleDelivery{at: delivered}
 	}
-	if pending && at <= a.node.clock.Now().UnixMilli() {
+	if a.alarmIsDue(at, pending) {
 		return true, nil
 	}
 	st.alarmTouched = true // a stale schedule: follow the database
-	if created && !pending {
+	if st.created && !pending {
 		_, initialised, err := metaValue(ctx, a.db, "init_version")
 		if err != nil {
 			return false, &failure{public: "internal error", cause: err}
@@ -214,8 +210,10 @@ func (a *actor) removeStale(ctx context.Context, s *replication.Stream) {
 				return
 			}
 			continue
-		case errors.Is(err, alarmindex.ErrBucketHadNothing):
-			a.leaveEntries(ctx, d.at, d.created)
+		case errors.Is(err, alarmindex.ErrBucketHadNothing) && a.stream == s:
+			// The hold's stream (a delete's shipped its reset, so never
+			// gets here): leaveEntries has its stream and database.
+			a.leaveEntries(ctx, d.at, false)
 			return
 		case err != nil:
 			a.node.log.Warn("removing stale alarm entries: they stay until delivered again", "actor", a.key, "at", d.at, "err", err)
@@ -242,6 +240,10 @@ func (a *actor) fence(ctx context.Context) error {
 	if a.stream == nil || a.db == nil {
 		return errors.New("the actor is not held")
 	}
+	// As indexAlarm's: a hold that ended uploads nothing more.
+	if err := a.node.opts.Cluster.Member.Owners.Check(a.hold); err != nil {
+		return err
+	}
 	gen := strconv.FormatUint(a.stream.Generation(), 10)
 	if _, err := a.db.HostExec(ctx, "INSERT OR REPLACE INTO "+metaTable+" (key, value) VALUES ('"+fenceKey+"', ?)", text(gen)); err != nil {
 		return err
@@ -261,17 +263,21 @@ var errNotCreated = errors.New("an alarm delivery does not create the actor")
 // since held it would draw client requests here, whose first would create
 // it empty the same way; and the time is delivered again after the longest
 // backoff rather than on every sweep, unless the actor's own alarm is on
-// the timer. A database the delivery created goes (dropCopy).
+// the timer. A database the delivery created (openDB: nothing written in
+// it yet, not even the host's tables, so no alarm of its own) goes
+// (dropCopy).
 func (a *actor) leaveEntries(ctx context.Context, delivered int64, created bool) {
 	a.node.log.Info("an alarm delivered for an actor the bucket has nothing of: its entries stay, the actor is released", "actor", a.key, "at", delivered)
-	_, _, pending, err := alarm.Read(ctx, a.db)
+	rearm := created
 	if created {
 		a.dropCopy(ctx)
 	} else {
+		_, _, pending, err := alarm.Read(ctx, a.db)
+		rearm = err == nil && !pending
 		a.stream.Abandon(errNotCreated)
 		a.giveUp(ctx)
 	}
-	if err == nil && !pending {
+	if rearm {
 		a.node.alarms.SetAt(a.key, a.class.name, a.addr.Name, time.UnixMilli(delivered), a.node.clock.Now().Add(alarm.RetryMax))
 	}
 }

@@ -32,6 +32,7 @@ type eventState struct {
 	unheld       bool
 	alarmTouched bool           // set-alarm or clear-alarm ran: the timer follows the database
 	stale        *staleDelivery // an alarm delivered for a time the committed alarm does not hold
+	created      bool           // an alarm delivery opened the actor's database here, restored from the bucket (openDB)
 	responded    bool
 	resp         abi.Response // copied out of guest memory by respond
 	out          []byte       // encode buffer for host results

@@ -582,6 +582,14 @@ func (n *Node) hasDatabase(addr abi.Address) bool {
 	return err == nil && ok
 }
 
+// noDatabase reports whether storage says for sure that the actor has no
+// database here: an error is not a no, since what decides on it may
+// create the actor or remove its only copy.
+func (n *Node) noDatabase(addr abi.Address) bool {
+	ok, err := n.storage.Exists(context.Background(), n.stateDir, addr)
+	return err == nil && !ok
+}
+
 // admit takes a resident slot. If none is free it has the least recently
 // used idle actor hibernate and takes that actor's slot, so that concurrent
 // admissions each evict an actor of their own; it gives up after

@@ -154,7 +154,7 @@ func (a *actor) openDatabase(ctx context.Context) (storage.DB, error) {
 // Then the database is opened if it is not (openDB).
 func (a *actor) openHeld(ctx context.Context, ev *event) error {
 	a.giveUpEnded(ctx)
-	err := a.openDB(ctx)
+	err := a.openDB(ctx, ev)
 	if err == nil && a.giveUpEnded(ctx) { // the lease lapsed during the restore
 		err = unavailable("the node cannot hold the actor now, retry", ownership.ErrNotHeld)
 	}
