@@ -174,9 +174,12 @@ func sweepRun(t *testing.T, sweepSecs, actors int, full bool) sweepResult {
 
 	// Wait, with no request to the probes, the queue or the workflow, until
 	// the index holds no probe entry (the full run) or controlWait (the
-	// control).
+	// control). The full run's bound is for a loaded machine, not a
+	// measure (the lateness is logged below): on this 2-core VM beside the
+	// whole suite, 365 of 1,000 entries were left 25 s after the last due
+	// time, each delivery a first instance of the probe.
 	entries := func() int { return probeEntries(t, bucketDir) }
-	budget := last.Add(25 * time.Second)
+	budget := last.Add(2 * time.Minute)
 	if !full {
 		budget = last.Add(controlWait)
 	}
