@@ -34,6 +34,15 @@ func readIndexed(ctx context.Context, db storage.DB) (alarmindex.Indexed, error)
 	return alarmindex.ParseIndexed(v)
 }
 
+// recordedEntry is the entry the actor's database records: none after a
+// delete (its database is closed).
+func (a *actor) recordedEntry(ctx context.Context) (alarmindex.Indexed, error) {
+	if a.db == nil {
+		return alarmindex.Indexed{}, nil
+	}
+	return readIndexed(ctx, a.db)
+}
+
 // indexAlarm brings the index in line with the held actor's committed
 // alarm before it is shipped: a changed alarm gets a fresh entry under the
 // stream's generation (alarmindex.List, after the hold is checked), and
@@ -112,13 +121,10 @@ func (a *actor) removeReplaced(ctx context.Context, gen uint64) {
 	if len(replaced) == 0 {
 		return
 	}
-	var current alarmindex.Indexed // none, after a delete (its database is closed)
-	if a.db != nil {
-		var err error
-		if current, err = readIndexed(ctx, a.db); err != nil {
-			a.node.log.Warn("reading the alarm's entry: the entries it replaced stay", "actor", a.key, "err", err)
-			return
-		}
+	current, err := a.recordedEntry(ctx)
+	if err != nil {
+		a.node.log.Warn("reading the alarm's entry: the entries it replaced stay", "actor", a.key, "err", err)
+		return
 	}
 	c := a.node.opts.Cluster
 	for _, x := range replaced {
@@ -188,13 +194,10 @@ func (a *actor) removeStale(ctx context.Context, s *replication.Stream) {
 	if d == nil {
 		return
 	}
-	var named alarmindex.Indexed // none, after a delete (its database is closed)
-	if a.db != nil {
-		var err error
-		if named, err = readIndexed(ctx, a.db); err != nil {
-			a.node.log.Warn("reading the alarm's entry: the stale entries stay", "actor", a.key, "err", err)
-			return
-		}
+	named, err := a.recordedEntry(ctx)
+	if err != nil {
+		a.node.log.Warn("reading the alarm's entry: the stale entries stay", "actor", a.key, "err", err)
+		return
 	}
 	req := alarmindex.Stale{Actor: replication.Actor(a.addr), At: d.at, Named: named, Replicated: true, Gen: s.Generation()}
 	for fenced := false; ; fenced = true {
