@@ -74,8 +74,7 @@ type Options struct {
 	// for none. [FailoverWaitFor the lease's settings; none alone]
 	FailoverWait time.Duration
 	// How often a node with a bucket sweeps its app's overdue alarms in the
-	// bucket's index (sweep.go); NoAlarmSweep for never. [DefaultAlarmSweep
-	// with a bucket]
+	// bucket's index (sweep.go); NoAlarmSweep for never. [DefaultAlarmSweep]
 	AlarmSweep time.Duration
 	// The connection limit serve fitted to the open-files limit: a quarter
 	// of it is how many requests the node keeps at once. [DefaultMaxConnections]
@@ -178,7 +177,7 @@ func (o Options) withDefaults() Options {
 	if o.FailoverWait == 0 && o.Cluster != nil {
 		o.FailoverWait = FailoverWaitFor(o.Cluster.Member.Lease.Settings())
 	}
-	if o.AlarmSweep == 0 && o.Cluster != nil {
+	if o.AlarmSweep == 0 { // a node without a bucket has no sweep to run
 		o.AlarmSweep = DefaultAlarmSweep
 	}
 	if o.MaxConnections == 0 {
