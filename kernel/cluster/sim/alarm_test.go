@@ -2,8 +2,6 @@ package sim
 
 import (
 	"flag"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,37 +19,7 @@ func alarmRun(seed uint64) Config {
 // existing entry for its pending alarm, throughout.
 func TestAlarmIndex(t *testing.T) {
 	start := time.Now()
-	var total Result
-	for _, seed := range seeds() {
-		cfg := alarmRun(seed)
-		if *seedFlag >= 0 && testing.Verbose() {
-			cfg.Trace = os.Stdout
-		}
-		res := run(t, cfg)
-		if *seedFlag >= 0 {
-			t.Logf("seed %d: %s", seed, res)
-		}
-		if res.Failed() {
-			t.Errorf("seed %d: %s\n  %s\nrerun it: go test ./kernel/cluster/sim -run 'TestAlarmIndex$' -seed %d -v", seed, res, strings.Join(res.Violations, "\n  "), seed)
-		}
-		total.Holds += res.Holds
-		total.Events += res.Events
-		total.LateUploads += res.LateUploads
-		total.LateWrites += res.LateWrites
-		total.Crashes += res.Crashes
-		total.Cuts += res.Cuts
-		total.Zombies += res.Zombies
-		total.Listed += res.Listed
-		total.Replaced += res.Replaced
-		total.StaleRemoved += res.StaleRemoved
-		total.NewerKept += res.NewerKept
-		total.OwnerFences += res.OwnerFences
-		total.HadNothing += res.HadNothing
-		total.FirstListings += res.FirstListings
-		total.Aimed += res.Aimed
-		total.Pauses += res.Pauses
-		total.AlarmChecks += res.AlarmChecks
-	}
+	total := runSeeds(t, "TestAlarmIndex", alarmRun)
 	t.Logf("%d seeds in %v: %d holds, %d events, %d late uploads, %d late writes, %d crashes, %d cuts, %d zombies; alarms: %d listed, %d replaced removed, %d stale removed, %d newer kept, %d owner fences, %d refused as the bucket had nothing, %d listed on joining, %d aimed faults, %d pauses, %d checks",
 		len(seeds()), time.Since(start).Round(time.Millisecond), total.Holds, total.Events, total.LateUploads, total.LateWrites, total.Crashes, total.Cuts, total.Zombies,
 		total.Listed, total.Replaced, total.StaleRemoved, total.NewerKept, total.OwnerFences, total.HadNothing, total.FirstListings, total.Aimed, total.Pauses, total.AlarmChecks)

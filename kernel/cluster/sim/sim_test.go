@@ -48,43 +48,66 @@ func seeds() []uint64 {
 
 func TestSimulation(t *testing.T) {
 	start := time.Now()
-	var total Result
-	for _, seed := range seeds() {
-		cfg := Config{Seed: seed}
-		if *seedFlag >= 0 && testing.Verbose() {
-			cfg.Trace = os.Stdout
-		}
-		res := run(t, cfg)
-		if *seedFlag >= 0 {
-			t.Logf("seed %d: %s", seed, res)
-		}
-		if res.Failed() {
-			t.Errorf("seed %d: %s\n  %s\nrerun it: go test ./kernel/cluster/sim -run 'TestSimulation$' -seed %d -v", seed, res, strings.Join(res.Violations, "\n  "), seed)
-		}
-		total.Steps += res.Steps
-		total.Requests += res.Requests
-		total.Holds += res.Holds
-		total.Gens += res.Gens
-		total.Events += res.Events
-		total.LateUploads += res.LateUploads
-		total.Collected += res.Collected
-		total.Snapshots += res.Snapshots
-		total.Restores += res.Restores
-		total.Acked += res.Acked
-		total.Fences += res.Fences
-		total.LateWrites += res.LateWrites
-		total.Lost += res.Lost
-		total.Twins += res.Twins
-		total.Crashes += res.Crashes
-		total.Restarts += res.Restarts
-		total.Cuts += res.Cuts
-		total.Zombies += res.Zombies
-		total.Ties += res.Ties
-	}
+	total := runSeeds(t, "TestSimulation", func(seed uint64) Config { return Config{Seed: seed} })
 	t.Logf("%d seeds in %v: %s", len(seeds()), time.Since(start).Round(time.Millisecond), total)
 	if len(seeds()) >= 20 && (total.LateWrites == 0 || total.LateUploads == 0 || total.Fences == 0 || total.Lost == 0 || total.Collected == 0) {
 		t.Errorf("no late write, late upload, fence, lost lease or collection in %d seeds: the faults did not reach what the invariants guard", len(seeds()))
 	}
+}
+
+// runSeeds runs cfg's run of every seed (seeds()), failing each seed that
+// broke an invariant with how to run it again (test names the test), and
+// returns the counts summed over the seeds.
+func runSeeds(t *testing.T, test string, cfg func(seed uint64) Config) Result {
+	var total Result
+	for _, seed := range seeds() {
+		c := cfg(seed)
+		if *seedFlag >= 0 && testing.Verbose() {
+			c.Trace = os.Stdout
+		}
+		res := run(t, c)
+		if *seedFlag >= 0 {
+			t.Logf("seed %d: %s", seed, res)
+		}
+		if res.Failed() {
+			t.Errorf("seed %d: %s\n  %s\nrerun it: go test ./kernel/cluster/sim -run '%s$' -seed %d -v", seed, res, strings.Join(res.Violations, "\n  "), test, seed)
+		}
+		total.add(res)
+	}
+	return total
+}
+
+// add sums r's counts into x.
+func (x *Result) add(r Result) {
+	x.Steps += r.Steps
+	x.Requests += r.Requests
+	x.Holds += r.Holds
+	x.Gens += r.Gens
+	x.Events += r.Events
+	x.Acked += r.Acked
+	x.Restores += r.Restores
+	x.Snapshots += r.Snapshots
+	x.Collected += r.Collected
+	x.LateUploads += r.LateUploads
+	x.Fences += r.Fences
+	x.LateWrites += r.LateWrites
+	x.Lost += r.Lost
+	x.Twins += r.Twins
+	x.Crashes += r.Crashes
+	x.Restarts += r.Restarts
+	x.Cuts += r.Cuts
+	x.Zombies += r.Zombies
+	x.Ties += r.Ties
+	x.Listed += r.Listed
+	x.Replaced += r.Replaced
+	x.StaleRemoved += r.StaleRemoved
+	x.NewerKept += r.NewerKept
+	x.OwnerFences += r.OwnerFences
+	x.HadNothing += r.HadNothing
+	x.FirstListings += r.FirstListings
+	x.Aimed += r.Aimed
+	x.Pauses += r.Pauses
+	x.AlarmChecks += r.AlarmChecks
 }
 
 // A seed replays exactly: the same trace, line for line, and the same
