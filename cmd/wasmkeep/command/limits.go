@@ -19,8 +19,8 @@ func limits(ns config.Node) node.Options {
 		HostCPUBudget: ms(ns.HostCPUMS),
 		MaxInstances:  ns.MaxInstances,
 		GuestLogRate:  guestLogRate(ns.GuestLogRate),
-		FailoverWait:  failoverWait(ns.FailoverWaitSecs),
-		AlarmSweep:    alarmSweep(ns.AlarmSweepSecs),
+		FailoverWait:  optionalSecs(ns.FailoverWaitSecs, node.NoFailoverWait),
+		AlarmSweep:    optionalSecs(ns.AlarmSweepSecs, node.NoAlarmSweep),
 		NoPreinit:     ns.Preinit == "off",
 
 		QueueLimit:      ns.MaxQueuedEvents,
@@ -50,26 +50,16 @@ func limits(ns config.Node) node.Options {
 	}
 }
 
-// failoverWait maps node.failover_wait_secs to node.Options, where 0 is
-// the default (from the lease timings) and off is node.NoFailoverWait.
-func failoverWait(secs *int) time.Duration {
+// optionalSecs maps a node setting in seconds whose default the node
+// derives (node.failover_wait_secs, node.alarm_sweep_secs) to
+// node.Options: unset is 0, the node's default, and 0 is off, the
+// option's own value for off (node.NoFailoverWait, node.NoAlarmSweep).
+func optionalSecs(secs *int, off time.Duration) time.Duration {
 	switch {
 	case secs == nil:
 		return 0
 	case *secs == 0:
-		return node.NoFailoverWait
-	}
-	return time.Duration(*secs) * time.Second
-}
-
-// alarmSweep maps node.alarm_sweep_secs to node.Options, where 0 is
-// the default and off is node.NoAlarmSweep.
-func alarmSweep(secs *int) time.Duration {
-	switch {
-	case secs == nil:
-		return 0
-	case *secs == 0:
-		return node.NoAlarmSweep
+		return off
 	}
 	return time.Duration(*secs) * time.Second
 }
