@@ -234,6 +234,10 @@ type Node struct {
 	behindErr error
 	applyMu   sync.Mutex
 
+	// Why the node takes no actor now (taking.go); empty: it takes them.
+	takeMu    sync.Mutex
+	notTaking map[string]bool
+
 	ctx    context.Context // ends when the node stops: stops running guests
 	cancel context.CancelFunc
 
