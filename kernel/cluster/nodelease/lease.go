@@ -75,7 +75,7 @@ type Lease struct {
 	s   Settings
 	id  string
 	ins string
-	inf Info // read and changed (SetServing) under mu
+	inf Info // read and changed (SetServing, SetTaking) under mu
 	ev  Events
 
 	mu      sync.Mutex
@@ -136,6 +136,14 @@ func (l *Lease) SetServing(serving, behind string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.inf.Serving, l.inf.Behind = oneLine(serving, maxBehind), oneLine(behind, maxBehind)
+}
+
+// SetTaking changes what the node's next lease writes say of its taking
+// actors (Info.Taking). It is safe for concurrent use.
+func (l *Lease) SetTaking(t Taking) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.inf.Taking = t
 }
 
 // Instance is this process's instance.

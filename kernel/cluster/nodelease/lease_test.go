@@ -775,3 +775,34 @@ func TestWallClockStepDoesNotExtendValidity(t *testing.T) {
 		})
 	}
 }
+
+// TestTakingLine: line 12 is written only while the node takes no actor,
+// so a serving node's lease keeps its bytes (ten lines, or eleven with
+// secrets), and each state reads back with or without line 11.
+func TestTakingLine(t *testing.T) {
+	o := Object{State: Live, Instance: "abc", Seq: 7, WrittenAt: time.UnixMilli(1234567), Info: Info{Version: "v1", App: "acme/shop"}}
+	const serving = "wasmkeep-node 3\nlive abc 7\n1234567\nv1\n\nacme/shop\n\n\n\n\n"
+	if got := string(o.Encode()); got != serving {
+		t.Fatalf("a serving node's lease:\n%q, want the bytes it had before line 12:\n%q", got, serving)
+	}
+	o.Info.Secrets = true
+	if got := string(o.Encode()); got != serving+"secrets\n" {
+		t.Fatalf("a serving node that reads secrets:\n%q", got)
+	}
+	for _, secrets := range []bool{false, true} {
+		for _, st := range []Taking{Takes, Draining, Drained, Stuck} {
+			o.Info.Secrets, o.Info.Taking = secrets, st
+			got, err := Decode(o.Encode())
+			if err != nil || got.Info.Taking != st || got.Info.Secrets != secrets {
+				t.Errorf("secrets %v, taking %q: read back %+v, %v", secrets, st, got.Info, err)
+			}
+		}
+	}
+	o.Info.Secrets, o.Info.Taking = false, Drained
+	if got := string(o.Encode()); got != serving+"\ndrained\n" {
+		t.Errorf("a drained node's lease: %q", got)
+	}
+	if Takes.String() != "serving" || Stuck.String() != "stuck" {
+		t.Errorf("states shown as %q, %q", Takes, Stuck)
+	}
+}

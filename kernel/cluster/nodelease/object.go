@@ -51,7 +51,36 @@ type Info struct {
 	// 1050): wasmkeep secrets refuses, without --force, a change while a
 	// live node of the app does not.
 	Secrets bool
+	// Taking is whether the node takes actors (ADR 1051): "" while it
+	// does (Takes: nothing written, so a serving node's lease keeps the
+	// bytes it had before this line existed), else Draining, Drained or
+	// Stuck. Lease.SetTaking changes it at run time.
+	Taking Taking
 }
+
+// Taking is a node's heartbeat line 12: why peers must not send it a new
+// actor, and how far it is in handing over those it holds.
+type Taking string
+
+const (
+	Takes    Taking = ""         // it takes actors (serving): no line written
+	Draining Taking = "draining" // it takes none and hands over those it holds
+	Drained  Taking = "drained"  // it takes none and holds none, no socket either
+	Stuck    Taking = "stuck"    // it takes none but holds some, and no live peer of its app takes them
+)
+
+// String is the state as cluster status shows it: "serving" for Takes.
+func (t Taking) String() string {
+	if t == Takes {
+		return "serving"
+	}
+	return string(t)
+}
+
+// parseTaking reads line 12; a state it does not know (a later build's)
+// is kept as written, and counts as not taking: such a node is never sent
+// a new actor.
+func parseTaking(line string) Taking { return Taking(oneLine(line, maxBehind)) }
 
 // Serving is a deployed version a node runs: the version's id, the seq
 // of current it was swapped in under, and since when.
@@ -98,7 +127,8 @@ func ParseServing(line string) (Serving, error) {
 //	<pins, comma-separated>
 //	<serving: version seq since, or empty>
 //	<behind: why, or empty>
-//	<"secrets" if it reads the app's secrets; absent if not>
+//	<"secrets" if it reads the app's secrets; absent if not, or empty when line 12 follows>
+//	<taking: draining, drained or stuck; absent while it serves>
 //
 // Seq counts the process's live writes, so every write the lease
 // conditions on has content of its own (a version token may hash the
@@ -183,8 +213,14 @@ func (o Object) Encode() []byte {
 		b.WriteString(field(f))
 		b.WriteByte('\n')
 	}
-	if o.Info.Secrets {
-		b.WriteString(secretsLine + "\n")
+	if o.Info.Secrets || o.Info.Taking != Takes {
+		if o.Info.Secrets {
+			b.WriteString(secretsLine)
+		}
+		b.WriteByte('\n')
+	}
+	if o.Info.Taking != Takes {
+		b.WriteString(field(string(o.Info.Taking)) + "\n")
 	}
 	return b.Bytes()
 }
@@ -196,7 +232,7 @@ const secretsLine = "secrets"
 func Decode(data []byte) (Object, error) {
 	var lines []string
 	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() && len(lines) < 11 {
+	for sc.Scan() && len(lines) < 12 {
 		lines = append(lines, sc.Text())
 	}
 	if len(lines) < 3 || lines[0] != Header {
@@ -232,7 +268,7 @@ func Decode(data []byte) (Object, error) {
 		}
 		return ""
 	}
-	o.Info = Info{Version: get(3), Advertise: get(4), App: get(5), ClusterAddr: get(6), Serving: get(8), Behind: get(9), Secrets: get(10) == secretsLine}
+	o.Info = Info{Version: get(3), Advertise: get(4), App: get(5), ClusterAddr: get(6), Serving: get(8), Behind: get(9), Secrets: get(10) == secretsLine, Taking: parseTaking(get(11))}
 	if p := get(7); p != "" {
 		o.Info.Pins = strings.Split(p, ",")
 	}
