@@ -67,6 +67,9 @@ type Member struct {
 	// State is the app's actor state: Config.Bucket under its state root
 	// (bucket.Under), where ownership, history and replication run.
 	State bucket.Bucket
+	// Root is the shared root (Config.Bucket): node leases and the
+	// cluster's control objects (DrainKey).
+	Root bucket.Bucket
 
 	leaving atomic.Bool // a clean stop began: not ready, whatever the lease says
 	cfg     Config
@@ -114,7 +117,7 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m := &Member{cancel: cancel, done: make(chan struct{}),
 		View:  membership.NewView(cfg.NodeID, cfg.Settings, cfg.Clock),
-		State: bucket.Under(cfg.Bucket, cfg.App.StateRoot())}
+		State: bucket.Under(cfg.Bucket, cfg.App.StateRoot()), Root: cfg.Bucket}
 	info := cfg.Info
 	info.App = cfg.App.String()
 	lease, err := nodelease.New(nodelease.Config{

@@ -263,6 +263,9 @@ func (n *Node) refuse(w http.ResponseWriter, err error) {
 	case errors.As(err, &elsewhere): // not run here; forwarding will answer this
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, elsewhere.Error(), http.StatusServiceUnavailable)
+	case errors.Is(err, placement.ErrNoTaker):
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "this node takes no actor now and no other node of the app does, retry", http.StatusServiceUnavailable)
 	case errors.As(err, &unplaced):
 		n.log.Warn("actor not placed", "err", err)
 		w.Header().Set("Retry-After", "1")

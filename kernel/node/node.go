@@ -195,7 +195,7 @@ func (o Options) withDefaults() Options {
 	if o.Placement == nil && o.Cluster != nil {
 		m := o.Cluster.Member
 		o.Placement = placement.Owned{Records: m.Owners, View: m.View, Self: m.Lease.NodeID(), Key: ownerKey,
-			Hints: placement.NewHints(o.Clock, placement.MaxHints)}
+			Hints: placement.NewHints(o.Clock, placement.MaxHints), App: o.App.String()}
 	}
 	if o.Placement == nil {
 		o.Placement = placement.Local{}
@@ -312,6 +312,10 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		keeping:     newKeeping(opts.MaxConnections),
 		unreachable: newUnreachable(),
 	}
+	if o, ok := n.opts.Placement.(placement.Owned); ok {
+		o.NotTaking = n.takesNone
+		n.opts.Placement = o
+	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.ws = websocket.NewHub(n.ctx, n.clock, websocket.Options{
 		PerActor: opts.WebSocketsPerActor, PerNode: opts.WebSocketsPerNode,
@@ -368,6 +372,9 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	}
 	if _, alone := n.opts.Placement.(placement.Local); !alone {
 		go n.sweepOwners()
+	}
+	if n.opts.Cluster != nil {
+		go n.runTaking()
 	}
 	return n, nil
 }

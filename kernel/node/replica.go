@@ -87,7 +87,8 @@ func ownerKey(addr abi.Address) (ownership.Actor, error) {
 const errBrokenPublic = "the actor's history in the bucket is broken; it is refused until the history is repaired"
 
 // openDatabase opens the actor's database: storage's on a node alone; on a
-// node with a bucket, under a new hold of the actor (acquired here), as the
+// node with a bucket, under a new hold of the actor (acquired here, never
+// while the node takes no actor: taking.go), as the
 // bucket's head: the local file if it is the head, else restored from the
 // bucket (restore steps 1 to 7, book ADR 0007).
 func (a *actor) openDatabase(ctx context.Context) (storage.DB, error) {
@@ -103,6 +104,9 @@ func (a *actor) openDatabase(ctx context.Context) (storage.DB, error) {
 	key, err := ownerKey(a.addr)
 	if err != nil {
 		return nil, &failure{public: "internal error", cause: err}
+	}
+	if n.takesNone() { // the one place a hold is acquired: every event kind stops here
+		return nil, n.notTakenHere(ctx, a.class, a.addr.Name)
 	}
 	hold, err := owners.Acquire(ctx, key)
 	var held *ownership.HeldError

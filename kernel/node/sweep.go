@@ -12,6 +12,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/alarmindex"
 	"github.com/wasmkeep/wasmkeep/kernel/node/alarm"
 	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
+	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
 )
 
 // The alarm sweep (book ADR 0009, point 4; ADR 1048): every AlarmSweep a
@@ -69,7 +70,9 @@ func (n *Node) sweepAlarms() {
 	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())) // each node its own rotation
 	var cursor string
 	for clock.Sleep(n.ctx, n.clock, n.opts.AlarmSweep) == nil {
-		if n.stopping.Load() || !c.Member.Ready() || c.Member.View.Listings() < 2 {
+		// A node that takes no actor delivers none: its peers that take
+		// actors share the entries.
+		if n.stopping.Load() || !c.Member.Ready() || c.Member.View.Listings() < 2 || n.takesNone() {
 			continue
 		}
 		next, err := n.sweepOnce(n.ctx, cursor, margin, rng)
@@ -132,15 +135,12 @@ func (n *Node) sweepOnce(ctx context.Context, cursor string, margin time.Duratio
 }
 
 // sweepShards are the nodes the sweep shares entries with: this node and
-// the live peers serving its app.
+// the live peers serving its app that take actors.
 func (n *Node) sweepShards() []string {
 	m := n.opts.Cluster.Member
 	shards := []string{m.Lease.NodeID()}
-	app := n.opts.App.String()
-	for _, p := range m.View.Peers() {
-		if _, err := m.View.Live(p.ID); err == nil && p.Object.Info.App == app {
-			shards = append(shards, p.ID)
-		}
+	for _, p := range placement.Takers(m.View, n.opts.App.String()) {
+		shards = append(shards, p.ID)
 	}
 	return shards
 }

@@ -1,14 +1,24 @@
 package node
 
 import (
+	"context"
 	"maps"
 	"slices"
+
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
+	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
+	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
+	"github.com/wasmkeep/wasmkeep/kernel/node/websocket"
 )
 
-// Taking actors (book ADR 0014 and ADR 0016's fail-closed rule): a node
-// takes actors unless some reason says it must not (its secrets cannot be
-// opened; a drain). While one does, it claims no actor and hands over
-// those it holds, so a node that can run them takes them.
+// Taking actors (book ADR 0014 and ADR 0016's fail-closed rule; ADR
+// 1051): a node takes actors unless some reason says it must not (its
+// secrets cannot be opened; a drain). While one does, it claims no actor
+// (openDatabase: the one place a hold is acquired; the placement sends an
+// actor no node holds to a peer that takes actors) and hands over those
+// it holds, so a node that can run them takes them.
 
 // StopTaking makes the node take no actor for reason until ResumeTaking
 // withdraws it; reasons add up.
@@ -35,4 +45,136 @@ func (n *Node) NotTaking() []string {
 	n.takeMu.Lock()
 	defer n.takeMu.Unlock()
 	return slices.Sorted(maps.Keys(n.notTaking))
+}
+
+// takesNone reports whether some reason says the node takes no actor.
+func (n *Node) takesNone() bool {
+	n.takeMu.Lock()
+	defer n.takeMu.Unlock()
+	return len(n.notTaking) > 0
+}
+
+// DrainReason is the reason StopTaking is given while the node's drain
+// request (cluster.DrainKey) is in the bucket.
+const DrainReason = "drain"
+
+// handOverBatch is how many actors a node that takes none hands over at a
+// time (book ADR 0014: a constant, not a flag).
+const handOverBatch = 16
+
+// runTaking is the node's taking pass, once per lease period until it
+// stops: it reads its drain request, hands over what it holds while it
+// takes no actor, and says in its heartbeat how far it is (line 12).
+func (n *Node) runTaking() {
+	m := n.opts.Cluster.Member
+	for clock.Sleep(n.ctx, n.clock, m.Lease.Settings().Period()) == nil {
+		n.readDrainRequest()
+		m.Lease.SetTaking(n.handOver(m.Lease.SetTaking))
+	}
+}
+
+// readDrainRequest stops or resumes taking for DrainReason as the drain
+// request says; one that cannot be read changes nothing, so a bucket
+// failure never undrains a node.
+func (n *Node) readDrainRequest() {
+	ctx, cancel := clock.WithTimeout(n.ctx, n.clock, n.opts.Cluster.Member.Lease.Settings().AttemptTimeout())
+	defer cancel()
+	requested, err := cluster.DrainRequested(ctx, n.opts.Cluster.Member.Root, n.opts.Cluster.Member.Lease.NodeID())
+	switch {
+	case err != nil:
+		n.log.Warn("reading the node's drain request: the node keeps what it read last", "err", err)
+	case requested && !n.takesNoneFor(DrainReason):
+		n.log.Info("drain requested: the node takes no actor and hands over those it holds")
+		n.StopTaking(DrainReason)
+	case !requested && n.takesNoneFor(DrainReason):
+		n.log.Info("drain withdrawn: the node takes actors again")
+		n.ResumeTaking(DrainReason)
+	}
+}
+
+func (n *Node) takesNoneFor(reason string) bool {
+	n.takeMu.Lock()
+	defer n.takeMu.Unlock()
+	return n.notTaking[reason]
+}
+
+// handOver is one hand-over while the node takes no actor, and the state
+// its heartbeat then says. Its WebSockets close with 1012 (clients
+// reconnect through a node that takes the actor), those of rooms that
+// hibernated here too; then each resident actor, handOverBatch at a time,
+// runs its queued events and hibernates as an idle one does: what it
+// committed shipped, its hold released, so that its next event is placed
+// on a peer that takes actors. With no such peer it keeps serving them:
+// stuck.
+func (n *Node) handOver(say func(nodelease.Taking)) nodelease.Taking {
+	if !n.takesNone() {
+		return nodelease.Takes
+	}
+	if len(placement.Takers(n.opts.Cluster.Member.View, n.opts.App.String())) == 0 {
+		if n.holdsAny() {
+			return nodelease.Stuck
+		}
+		return nodelease.Drained
+	}
+	if !n.holdsAny() {
+		return nodelease.Drained
+	}
+	say(nodelease.Draining) // while the batches run
+	n.metrics.OwnerClosed(metrics.OwnerCloseDrain, n.ws.CloseAll(websocket.ServiceRestart, "the node hands its actors over, reconnect"))
+	for n.takesNone() && n.ctx.Err() == nil {
+		batch := n.heldResidents(handOverBatch)
+		if len(batch) == 0 {
+			break
+		}
+		for _, a := range batch {
+			a.stop()
+		}
+		for _, a := range batch {
+			select {
+			case <-a.done:
+			case <-n.ctx.Done():
+			}
+		}
+	}
+	if n.holdsAny() {
+		return nodelease.Draining
+	}
+	return nodelease.Drained
+}
+
+// heldResidents are up to max resident actors this node holds: one
+// resident without a hold (woken since, refused at its acquire) holds
+// nothing to hand over.
+func (n *Node) heldResidents(max int) []*actor {
+	owners := n.opts.Cluster.Member.Owners
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []*actor
+	for _, a := range n.actors {
+		if len(out) == max {
+			break
+		}
+		if key, err := ownerKey(a.addr); err == nil {
+			if _, held := owners.Owns(key); held {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
+// holdsAny reports whether the node holds an actor or has a WebSocket
+// open.
+func (n *Node) holdsAny() bool {
+	return len(n.opts.Cluster.Member.Owners.Holds()) > 0 || n.ws.Len() > 0
+}
+
+// notTakenHere is what an event for an actor this node does not hold gets
+// while the node takes none: the peer that takes it (the placement's
+// Elsewhere, forwarded or called there), or a 503.
+func (n *Node) notTakenHere(ctx context.Context, c *class, name string) error {
+	if err := n.place(ctx, c, name); placement.NotHere(err) {
+		return err
+	}
+	return unavailable("this node takes no actor now, retry", placement.ErrNoTaker)
 }

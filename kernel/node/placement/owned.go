@@ -25,6 +25,12 @@ type Records interface {
 // it (restoring it first) if the record is free by then, and refuses it
 // while the holder's lease may still be valid.
 //
+// On a node that takes no actor (NotTaking true: a drain, its secrets
+// that cannot be opened; ADR 1051) what would be left here goes to the
+// live peer of the app that takes actors chosen by rendezvous hashing of
+// the actor's key (Takers, Rendezvous), never kept as a hint since that
+// peer holds nothing yet; with none, ErrNoTaker.
+//
 // A record that names a live peer is kept as a hint (Hints, HintTTL), and
 // a routing question (Routed: an outside request not forwarded yet) is
 // answered from it while its node is still live in the view, with no
@@ -37,6 +43,12 @@ type Owned struct {
 	// Key names an actor in its ownership record.
 	Key   func(abi.Address) (ownership.Actor, error)
 	Hints *Hints
+	// App is the app this node serves (tenant/app): only its peers take
+	// its actors.
+	App string
+	// NotTaking reports whether this node takes no actor now; nil: it
+	// always takes them.
+	NotTaking func() bool
 }
 
 func (o Owned) Place(ctx context.Context, addr abi.Address) (Owner, error) {
@@ -66,7 +78,20 @@ func (o Owned) Place(ctx context.Context, addr abi.Address) (Owner, error) {
 		}
 	}
 	o.Hints.Forget(key)
+	if o.NotTaking != nil && o.NotTaking() {
+		return o.taker(key)
+	}
 	return Here, nil
+}
+
+// taker is where an actor no live node holds goes from a node that takes
+// none.
+func (o Owned) taker(key ownership.Actor) (Owner, error) {
+	p, ok := Rendezvous(key.Tenant+"/"+key.Class+"/"+key.Name, Takers(o.View, o.App))
+	if !ok {
+		return Here, ErrNoTaker
+	}
+	return Owner{Node: p.ID, Addr: p.Object.Info.Advertise}, nil
 }
 
 // peer is the live peer that holds what rec names: its node, in the

@@ -1,0 +1,91 @@
+package placement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/membership"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
+)
+
+func peer(id, app string, taking nodelease.Taking, at time.Time) membership.Peer {
+	return membership.Peer{ID: id, Object: nodelease.Object{State: nodelease.Live, Instance: "i" + id, Seq: 1, WrittenAt: at,
+		Info: nodelease.Info{Advertise: "http://" + id, App: app, Taking: taking}}}
+}
+
+// The rendezvous choice does not depend on the peers' order, moves only
+// the actors of a peer that leaves, and spreads actors over the peers.
+func TestRendezvous(t *testing.T) {
+	at := time.UnixMilli(0)
+	three := []membership.Peer{peer("b", "t/a", "", at), peer("c", "t/a", "", at), peer("d", "t/a", "", at)}
+	reversed := []membership.Peer{three[2], three[1], three[0]}
+	count := map[string]int{}
+	for i := range 300 {
+		key := fmt.Sprintf("t/c/actor-%d", i)
+		p, ok := Rendezvous(key, three)
+		q, _ := Rendezvous(key, reversed)
+		if !ok || p.ID != q.ID {
+			t.Fatalf("%s: %q in one order, %q in the other", key, p.ID, q.ID)
+		}
+		count[p.ID]++
+		if p.ID != "d" {
+			if r, _ := Rendezvous(key, three[:2]); r.ID != p.ID {
+				t.Errorf("%s moved from %s to %s when d left", key, p.ID, r.ID)
+			}
+		}
+	}
+	for _, id := range []string{"b", "c", "d"} {
+		if count[id] < 60 {
+			t.Errorf("peer %s chosen for %d of 300 actors: %v", id, count[id], count)
+		}
+	}
+	if _, ok := Rendezvous("t/c/x", nil); ok {
+		t.Error("a peer chosen among none")
+	}
+}
+
+// A node that takes no actor sends one nobody holds to the peer of its
+// app that takes actors (never a draining one, another app's, or one not
+// live), keeps no hint of it, and refuses it with ErrNoTaker when there is
+// none; what a live peer holds still goes there.
+func TestOwnedNotTaking(t *testing.T) {
+	clk := clock.NewManual(time.UnixMilli(1_000_000))
+	s := nodelease.DefaultSettings()
+	view := membership.NewView("a", s, clk)
+	old := clk.Now().Add(-s.Horizon() - time.Second)
+	view.Update([]membership.Peer{peer("b", "t/a", nodelease.Draining, clk.Now()), peer("c", "t/a", "", clk.Now()),
+		peer("d", "t/other", "", clk.Now()), peer("e", "t/a", "", old)})
+	key := func(a abi.Address) (ownership.Actor, error) {
+		return ownership.Actor{Tenant: a.Tenant, Class: a.Class, Name: a.Name}, nil
+	}
+	addr := abi.Address{Tenant: "t", Class: "c", Name: "n"}
+	notTaking := true
+	hints := NewHints(clk, MaxHints)
+	r := records{}
+	o := Owned{Records: &r, View: view, Self: "a", Key: key, Hints: hints, App: "t/a", NotTaking: func() bool { return notTaking }}
+	if got, err := o.Place(context.Background(), addr); err != nil || got.Node != "c" || got.Addr != "http://c" || got.Hint {
+		t.Errorf("nobody holds it: %+v, %v; want c, the one peer of t/a taking actors", got, err)
+	}
+	if _, ok := hints.Get(ownership.Actor{Tenant: "t", Class: "c", Name: "n"}); ok {
+		t.Error("the chosen peer was kept as a hint of the actor's owner")
+	}
+	r = records{found: true, rec: ownership.Record{Node: "b", Instance: "ib", Generation: 3}}
+	if got, err := o.Place(context.Background(), addr); err != nil || got.Node != "b" {
+		t.Errorf("held by a draining peer: %+v, %v; want b, its holder", got, err)
+	}
+	r = records{}
+	view.Update([]membership.Peer{peer("b", "t/a", nodelease.Stuck, clk.Now())})
+	if _, err := o.Place(context.Background(), addr); !errors.Is(err, ErrNoTaker) {
+		t.Errorf("no peer takes actors: %v, want ErrNoTaker", err)
+	}
+	notTaking = false
+	if got, err := o.Place(context.Background(), addr); err != nil || got != Here {
+		t.Errorf("taking again: %+v, %v; want Here", got, err)
+	}
+}
