@@ -42,9 +42,14 @@ type NodeStatus struct {
 	Serving nodelease.Serving
 }
 
-// Run is what the node does for its app: "behind" when it says it cannot
-// apply the app's current version (Info.Behind), else "serving".
+// Run is what the node does for its app: draining, drained or stuck
+// while it takes no actor (Info.Taking, ADR 1051); else "behind" when it
+// says it cannot apply the app's current version (Info.Behind), else
+// "serving".
 func (n NodeStatus) Run() string {
+	if t := n.Object.Info.Taking; t != nodelease.Takes {
+		return t.String()
+	}
 	if n.Object.Info.Behind != "" {
 		return "behind"
 	}
@@ -83,7 +88,7 @@ type Status struct {
 // (membership.Peer.Live with s) at clk's time once the listing is read,
 // with the book's warnings: no live node; live nodes mixing plain (no
 // cluster address) and the cluster listener; live nodes on different
-// versions; a live node serving a version older than its app's current
+// versions; a live node that is stuck (ADR 1051); a live node serving a version older than its app's current
 // MixedServingAfter after that was deployed, or serving one of an app
 // with no current; a live node behind its app; a lease dated ahead of
 // that time by more than max_skew; an object that is not a node lease; a
@@ -137,6 +142,9 @@ func ReadStatus(ctx context.Context, b bucket.Bucket, s nodelease.Settings, clk 
 			versions[p.Object.Info.Version] = append(versions[p.Object.Info.Version], p.ID)
 			if n.Serving.Version != "" {
 				serving = append(serving, n)
+			}
+			if p.Object.Info.Taking == nodelease.Stuck {
+				st.Warnings = append(st.Warnings, fmt.Sprintf("node %s is stuck: it takes no actor, but holds some (or has WebSockets open) and no live node of app %s takes them; it keeps serving them: start another node of the app, or undrain one", p.ID, cmp.Or(p.Object.Info.App, "(none)")))
 			}
 			if why := p.Object.Info.Behind; why != "" {
 				st.Warnings = append(st.Warnings, fmt.Sprintf("node %s is behind app %s: %s", p.ID, cmp.Or(p.Object.Info.App, "(none)"), why))

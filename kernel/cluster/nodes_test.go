@@ -339,3 +339,51 @@ func TestServedVersions(t *testing.T) {
 		t.Errorf("ServedVersions = %v, %v; want %v", got, err, want)
 	}
 }
+
+// Status shows whether each node takes actors (line 12) in place of
+// serving or behind, and warns about a live stuck node alone; the drain
+// request is written and withdrawn by its key, and reads back.
+func TestReadStatusTaking(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewManual(time.UnixMilli(1_000_000))
+	s := nodelease.DefaultSettings()
+	b := buckettest.NewMemory(buckettest.Flaws{})
+	for id, taking := range map[string]nodelease.Taking{"a": nodelease.Draining, "b": nodelease.Drained, "c": nodelease.Stuck, "d": nodelease.Takes} {
+		putLease(t, b, id, nodelease.Object{State: nodelease.Live, Instance: "i", Seq: 1, WrittenAt: clk.Now(),
+			Info: nodelease.Info{App: "acme/shop", Taking: taking, Behind: "class x: missing"}})
+	}
+	st, err := ReadStatus(ctx, b, s, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, n := range st.Nodes {
+		got = append(got, n.ID+"="+n.Run())
+	}
+	if want := "a=draining b=drained c=stuck d=behind"; strings.Join(got, " ") != want {
+		t.Errorf("states %s, want %s", strings.Join(got, " "), want)
+	}
+	var stuck []string
+	for _, w := range st.Warnings {
+		if strings.Contains(w, "stuck") {
+			stuck = append(stuck, w)
+		}
+	}
+	if len(stuck) != 1 || !strings.HasPrefix(stuck[0], "node c is stuck") {
+		t.Errorf("stuck warnings %q, want one about c", stuck)
+	}
+	for _, step := range []struct {
+		do   func(context.Context, bucket.Bucket, string) error
+		want bool
+	}{{RequestDrain, true}, {RequestDrain, true}, {WithdrawDrain, false}, {WithdrawDrain, false}} {
+		if err := step.do(ctx, b, "a"); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := DrainRequested(ctx, b, "a"); err != nil || got != step.want {
+			t.Errorf("drain requested: %v, %v; want %v", got, err, step.want)
+		}
+	}
+	if err := RequestDrain(ctx, b, "A/../x"); err == nil {
+		t.Error("a drain request for an id that is no node id was written")
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/membership"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	"github.com/wasmkeep/wasmkeep/kernel/config"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
@@ -36,6 +37,7 @@ const clusterCmdTimeout = 2 * time.Minute
 type clusterCmdFlags struct {
 	config  string
 	json    bool
+	force   bool // drain, undrain: for an id no live node has
 	cluster clusterFlags
 }
 
@@ -125,7 +127,56 @@ refused, saying why, 2 on an error.`,
 			})
 		},
 	}
-	for _, c := range []*cobra.Command{status, fence, forget} {
+	drain := &cobra.Command{
+		Use:   "drain NODE",
+		Short: "Take a node out of service without stopping it: it takes no actor and hands over those it holds",
+		Long: `Write the drain request control/drain/NODE (book ADR 0014, ADR 1051). The
+node reads it within a heartbeat period (3 s by default) and then claims no
+actor: an actor no node holds that it is asked for goes to a live node of
+the same app that takes actors. It hands over those it holds, 16 at a
+time: their WebSockets close with 1012 (clients reconnect and land on the
+new holder), their queued events run and are uploaded, their holds are
+released. cluster status shows it draining, then drained once it holds
+nothing and has no WebSocket: it can then be stopped with nothing to hand
+over. With no other node of its app taking actors it keeps serving what
+it holds and shows stuck.
+
+Refused for an id no live node has (a mistyped request would stay in the
+bucket), unless --force (for a node about to start).
+
+Exit status: 0 once the request is written, 1 when refused, 2 on an error.`,
+		Example: `  wasmkeep cluster drain node-b --bucket s3://wasmkeep-demo
+  wasmkeep cluster status --bucket s3://wasmkeep-demo   # wait for STATE drained`,
+		Args: oneNode,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withCluster(cmd, reg, f, func(ctx context.Context, b bucket.Bucket, cfg *config.Config, _ string) error {
+				return clusterDrain(ctx, cmd.OutOrStdout(), b, cfg.Cluster.Lease(), args[0], f.force)
+			})
+		},
+	}
+	undrain := &cobra.Command{
+		Use:   "undrain NODE",
+		Short: "Withdraw a node's drain request: it takes actors again",
+		Long: `Delete the drain request control/drain/NODE: within a heartbeat period the
+node takes actors again and cluster status shows it serving. A node that
+takes no actor because it cannot open its app's secrets stays so.
+
+Refused for an id no live node has unless its request is there (it is
+withdrawn then) or --force.
+
+Exit status: 0 once the request is gone, 1 when refused, 2 on an error.`,
+		Example: `  wasmkeep cluster undrain node-b --bucket s3://wasmkeep-demo`,
+		Args:    oneNode,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withCluster(cmd, reg, f, func(ctx context.Context, b bucket.Bucket, cfg *config.Config, _ string) error {
+				return clusterUndrain(ctx, cmd.OutOrStdout(), b, cfg.Cluster.Lease(), args[0], f.force)
+			})
+		},
+	}
+	for _, c := range []*cobra.Command{drain, undrain} {
+		c.Flags().BoolVar(&f.force, "force", false, "write or delete the request even though no live node has the id")
+	}
+	for _, c := range []*cobra.Command{status, fence, forget, drain, undrain} {
 		fl := c.Flags()
 		fl.StringVar(&f.config, "config", "", "plugins.yaml to layer over the embedded defaults (its cluster: timings judge liveness)")
 		f.cluster.bind(fl, false)
@@ -429,5 +480,50 @@ func clusterForget(ctx context.Context, out io.Writer, b bucket.Bucket, s nodele
 	default:
 		fmt.Fprintf(out, "forgot nodes/%s (%s, last written %s): cluster status no longer shows it; a node started with this id takes it\n", id, res.Object.State, at(res.Object.WrittenAt))
 	}
+	return nil
+}
+
+// liveNode reports whether node id is live by the leases' rule with s (as
+// cluster status counts it), at this machine's time.
+func liveNode(ctx context.Context, b bucket.Bucket, s nodelease.Settings, id string) (bool, error) {
+	r, err := nodelease.ReadObject(ctx, b, id)
+	if err != nil {
+		return false, fmt.Errorf("reading nodes/%s: %w", id, err)
+	}
+	p := membership.Peer{ID: id, Object: r.Object}
+	return r.Found && r.Err == nil && p.Live(time.Now(), s), nil
+}
+
+func clusterDrain(ctx context.Context, out io.Writer, b bucket.Bucket, s nodelease.Settings, id string, force bool) error {
+	live, err := liveNode(ctx, b, s, id)
+	if err != nil {
+		return err
+	}
+	if !live && !force {
+		return &exitErr{exitNo, fmt.Errorf("refused: no live node has id %q (cluster status lists them); --force writes the request anyway, for a node about to start", id)}
+	}
+	if err := cluster.RequestDrain(ctx, b, id); err != nil {
+		return fmt.Errorf("writing %s: %w", cluster.DrainKey(id), err)
+	}
+	fmt.Fprintf(out, "wrote %s: node %s takes no actor from its next heartbeat and hands over those it holds; wait for STATE drained in wasmkeep cluster status\n", cluster.DrainKey(id), id)
+	return nil
+}
+
+func clusterUndrain(ctx context.Context, out io.Writer, b bucket.Bucket, s nodelease.Settings, id string, force bool) error {
+	live, err := liveNode(ctx, b, s, id)
+	if err != nil {
+		return err
+	}
+	requested, err := cluster.DrainRequested(ctx, b, id)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", cluster.DrainKey(id), err)
+	}
+	if !live && !requested && !force {
+		return &exitErr{exitNo, fmt.Errorf("refused: no live node has id %q and no drain request names it (cluster status lists the nodes); --force deletes the request anyway", id)}
+	}
+	if err := cluster.WithdrawDrain(ctx, b, id); err != nil {
+		return fmt.Errorf("deleting %s: %w", cluster.DrainKey(id), err)
+	}
+	fmt.Fprintf(out, "deleted %s: node %s takes actors again from its next heartbeat\n", cluster.DrainKey(id), id)
 	return nil
 }
