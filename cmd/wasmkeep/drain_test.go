@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
+)
+
+// drainLoad posts to counter/k0..k7 through every node until stop, and
+// keeps each acknowledged value by actor.
+type drainLoad struct {
+	mu     sync.Mutex
+	acked  map[string][]int
+	others map[int]int // answers other than 200, by status
+	wg     sync.WaitGroup
+	stop   chan struct{}
+}
+
+func startDrainLoad(urls ...string) *drainLoad {
+	l := &drainLoad{acked: map[string][]int{}, others: map[int]int{}, stop: make(chan struct{})}
+	for i, u := range urls {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for j := i; ; j++ {
+				select {
+				case <-l.stop:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+				name := fmt.Sprintf("k%d", j%8)
+				resp, err := http.Post(u+"/actor/counter/"+name, "", nil)
+				if err != nil {
+					continue
+				}
+				var body strings.Builder
+				buf := make([]byte, 64)
+				for {
+					n, err := resp.Body.Read(buf)
+					body.Write(buf[:n])
+					if err != nil {
+						break
+					}
+				}
+				resp.Body.Close()
+				l.mu.Lock()
+				if v, err := strconv.Atoi(strings.TrimSpace(body.String())); resp.StatusCode == 200 && err == nil {
+					l.acked[name] = append(l.acked[name], v)
+				} else {
+					l.others[resp.StatusCode]++
+				}
+				l.mu.Unlock()
+			}
+		}()
+	}
+	return l
+}
+
+// end stops the load and checks that no acknowledged write was lost: each
+// actor's value now is at least every value acknowledged, and no value was
+// acknowledged twice.
+func (l *drainLoad) end(t *testing.T, url string) {
+	t.Helper()
+	close(l.stop)
+	l.wg.Wait()
+	for name, vs := range l.acked {
+		r := ask(t, "GET", url+"/actor/counter/"+name)
+		now, err := strconv.Atoi(r.body)
+		if r.code != 200 || err != nil {
+			t.Fatalf("counter/%s after the load: %+v", name, r)
+		}
+		seen := map[int]bool{}
+		for _, v := range vs {
+			if v > now || seen[v] {
+				t.Errorf("counter/%s: %d acknowledged (%d times) but the actor is at %d: a write was lost", name, v, len(vs), now)
+			}
+			seen[v] = true
+		}
+	}
+	t.Logf("acknowledged writes by actor: %d actors; other answers by status: %v", len(l.acked), l.others)
+}
+
+// stateOf reads node id's STATE from wasmkeep cluster status.
+func stateOf(t *testing.T, bucketURL, id string) (string, string) {
+	out, _ := clusterCmd(t, wasmkeepBinary(t), newBucketNode(t, bucketURL, nil).env, bucketURL, "status")
+	m := regexp.MustCompile(`(?m)^` + id + `\s+yes\s+\S+\s+(\S+)`).FindStringSubmatch(out)
+	if m == nil {
+		return "", out
+	}
+	return m[1], out
+}
+
+// waitState waits until status shows node id in one of states, and
+// returns the states it saw on the way.
+func waitState(t *testing.T, bucketURL, id, want string) []string {
+	t.Helper()
+	var seen []string
+	var out string
+	waitFor(t, 20*time.Second, "node "+id+" "+want, func() bool {
+		var st string
+		st, out = stateOf(t, bucketURL, id)
+		if len(seen) == 0 || seen[len(seen)-1] != st {
+			seen = append(seen, st)
+		}
+		return st == want
+	})
+	if t.Failed() {
+		t.Log(out)
+	}
+	return seen
+}
+
+// A drained node (wasmkeep cluster drain, ADR 1051) hands what it holds to
+// the other nodes under a load through every node, losing no acknowledged
+// write: its actors end up held by b or c, its WebSocket closes with 1012
+// (counted as a drain's), new actors asked for through it are created on b
+// or c, and status shows it draining (while an event it ran before the
+// drain holds its actor), then drained. Undrained, it takes new actors
+// again. The drain and undrain of an id no live node has are refused
+// without --force.
+func TestDrainHandsActorsOver(t *testing.T) {
+	engineNeutral(t)
+	t.Parallel()
+	bucketURL := "file://" + memDir(t)
+	a, b, c := newPeerNode(t, bucketURL, nil, "a"), newPeerNode(t, bucketURL, nil, "b"), newPeerNode(t, bucketURL, nil, "c")
+	a.args = append(a.args, "--actor", "room="+room(t), "--metrics-listen", "127.0.0.1:0")
+	b.args = append(b.args, "--actor", "room="+room(t))
+	c.args = append(c.args, "--actor", "room="+room(t))
+	for _, n := range []*bucketNode{a, b, c} {
+		n.start()
+	}
+	bin, env := wasmkeepBinary(t), a.env
+	for i := range 8 {
+		if r := ask(t, "POST", fmt.Sprintf("%s/actor/counter/k%d", a.url, i)); r.code != 200 || r.node != "a" {
+			t.Fatalf("counter/k%d through a: %+v, want it taken by a", i, r)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(a.url, "http")+"/actor/room/lobby/", nil)
+	if err != nil {
+		t.Fatalf("dial: %v\n%s", err, a.logs)
+	}
+	defer ws.CloseNow()
+	load := startDrainLoad(a.url, b.url, c.url)
+	slow := make(chan reply, 1)
+	go func() { slow <- ask(t, "POST", a.url+"/actor/probe/slow/sleep?ms=2500") }()
+	time.Sleep(200 * time.Millisecond) // the slow event under way on a
+
+	wantCluster(t, bin, env, bucketURL, 1, []string{`refused: no live node has id "nosuch"`}, "drain", "nosuch")
+	wantCluster(t, bin, env, bucketURL, 0, []string{`wrote control/drain/nosuch`}, "drain", "nosuch", "--force")
+	wantCluster(t, bin, env, bucketURL, 0, []string{`deleted control/drain/nosuch`}, "undrain", "nosuch")
+	wantCluster(t, bin, env, bucketURL, 1, []string{`refused`}, "undrain", "nosuch")
+	wantCluster(t, bin, env, bucketURL, 0, []string{`wrote control/drain/a`}, "drain", "a")
+	for err == nil { // what the room sent first, then the close
+		_, _, err = ws.Read(ctx)
+	}
+	if websocket.CloseStatus(err) != websocket.StatusServiceRestart {
+		t.Errorf("a's socket as it drained: %v, want a 1012 close", err)
+	}
+	seen := waitState(t, bucketURL, "a", "drained")
+	if len(seen) < 2 || seen[len(seen)-2] != "draining" {
+		t.Errorf("a's states as it drained: %v, want draining, then drained", seen)
+	}
+	if r := <-slow; r.code != 200 || r.node != "a" {
+		t.Errorf("the event a ran as the drain began: %+v, want it answered by a", r)
+	}
+	load.end(t, b.url)
+	for i := range 8 {
+		if r := ask(t, "GET", fmt.Sprintf("%s/actor/counter/k%d", a.url, i)); r.code != 200 || r.node == "a" || r.node == "" {
+			t.Errorf("counter/k%d through drained a: %+v, want it held by b or c", i, r)
+		}
+	}
+	for i := range 4 {
+		if r := ask(t, "POST", fmt.Sprintf("%s/actor/counter/new%d", a.url, i)); r.code != 200 || r.body != "1" || r.node == "a" || r.node == "" {
+			t.Errorf("a new actor through drained a: %+v, want it created on b or c", r)
+		}
+	}
+	resp, err := http.Get("http://" + metricsAddr(t, a.logs) + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page strings.Builder
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		page.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	resp.Body.Close()
+	if v := metricValue(page.String(), `wasmkeep_websocket_owner_closes_total{reason="drain"}`); v < 1 {
+		t.Errorf("sockets a closed as it drained: %v, want 1", v)
+	}
+
+	wantCluster(t, bin, env, bucketURL, 0, []string{`deleted control/drain/a`}, "undrain", "a")
+	waitState(t, bucketURL, "a", "serving")
+	if r := ask(t, "POST", a.url+"/actor/counter/after"); r.code != 200 || r.node != "a" {
+		t.Errorf("a new actor through a undrained: %+v, want it taken by a", r)
+	}
+}
+
+// A node drained with no other node of its app keeps serving what it
+// holds and shows stuck, with status's warning; a new actor asked for
+// through it is refused with 503 and Retry-After.
+func TestDrainAloneIsStuck(t *testing.T) {
+	engineNeutral(t)
+	t.Parallel()
+	bucketURL := "file://" + memDir(t)
+	z := newPeerNode(t, bucketURL, nil, "z")
+	z.start()
+	if r := ask(t, "POST", z.url+"/actor/counter/kept"); r.code != 200 || r.body != "1" {
+		t.Fatalf("counter/kept: %+v", r)
+	}
+	bin := wasmkeepBinary(t)
+	wantCluster(t, bin, z.env, bucketURL, 0, []string{`wrote control/drain/z`}, "drain", "z")
+	waitState(t, bucketURL, "z", "stuck")
+	wantCluster(t, bin, z.env, bucketURL, 0, []string{`warning: node z is stuck`}, "status")
+	if r := ask(t, "POST", z.url+"/actor/counter/kept"); r.code != 200 || r.body != "2" || r.node != "z" {
+		t.Errorf("the actor z holds, z stuck: %+v, want it still served by z", r)
+	}
+	req, _ := http.NewRequest("POST", z.url+"/actor/counter/fresh", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("a new actor through z stuck: %d, Retry-After %q; want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+}
+
+// The acquire refuses an actor while the node takes none, whatever placed
+// it here (every actor is placed here on this node): a new actor gets 503
+// with Retry-After and is not created, the one it holds keeps serving (no
+// peer takes it: stuck), and once the reason is withdrawn the new actor is
+// taken.
+func TestNotTakingRefusedAtTheAcquire(t *testing.T) {
+	tn, _ := clusterNodeOn(t, buckettest.NewMemory(buckettest.Flaws{}), "a", map[string]string{"counter": counter(t)})
+	tn.expect("POST", "/actor/counter/held", "", 200, "1\n")
+	tn.node.StopTaking("test")
+	if got := tn.node.NotTaking(); len(got) != 1 || got[0] != "test" {
+		t.Errorf("NotTaking() = %q, want [test]", got)
+	}
+	code, body, hdr := tn.doH("POST", "/actor/counter/fresh", "", nil)
+	if code != 503 || hdr.Get("Retry-After") == "" || !strings.Contains(body, "takes no actor") {
+		t.Errorf("a new actor on a node taking none: %d %q, Retry-After %q; want 503 saying so", code, body, hdr.Get("Retry-After"))
+	}
+	tn.expect("POST", "/actor/counter/held", "", 200, "2\n")
+	tn.node.ResumeTaking("test")
+	tn.expect("POST", "/actor/counter/fresh", "", 200, "1\n")
+}
