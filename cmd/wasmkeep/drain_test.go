@@ -90,9 +90,10 @@ func (l *drainLoad) end(t *testing.T, url string) {
 	t.Logf("acknowledged writes by actor: %d actors; other answers by status: %v", len(l.acked), l.others)
 }
 
-// stateOf reads node id's STATE from wasmkeep cluster status.
-func stateOf(t *testing.T, bucketURL, id string) (string, string) {
-	out, _ := clusterCmd(t, wasmkeepBinary(t), newBucketNode(t, bucketURL, nil).env, bucketURL, "status")
+// stateOf reads node id's STATE from wasmkeep cluster status, run with
+// env, and returns it with the whole output.
+func stateOf(t *testing.T, env []string, bucketURL, id string) (string, string) {
+	out, _ := clusterCmd(t, wasmkeepBinary(t), env, bucketURL, "status")
 	m := regexp.MustCompile(`(?m)^` + id + `\s+yes\s+\S+\s+(\S+)`).FindStringSubmatch(out)
 	if m == nil {
 		return "", out
@@ -100,24 +101,23 @@ func stateOf(t *testing.T, bucketURL, id string) (string, string) {
 	return m[1], out
 }
 
-// waitState waits until status shows node id in one of states, and
-// returns the states it saw on the way.
-func waitState(t *testing.T, bucketURL, id, want string) []string {
+// waitState waits until status shows node id in state want, and returns
+// the states it saw on the way.
+func waitState(t *testing.T, env []string, bucketURL, id, want string) []string {
 	t.Helper()
 	var seen []string
-	var out string
-	waitFor(t, 20*time.Second, "node "+id+" "+want, func() bool {
-		var st string
-		st, out = stateOf(t, bucketURL, id)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		st, out := stateOf(t, env, bucketURL, id)
 		if len(seen) == 0 || seen[len(seen)-1] != st {
 			seen = append(seen, st)
 		}
-		return st == want
-	})
-	if t.Failed() {
-		t.Log(out)
+		if st == want {
+			return seen
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %s never showed %s (states seen: %q):\n%s", id, want, seen, out)
+		}
 	}
-	return seen
 }
 
 // A drained node (wasmkeep cluster drain, ADR 1051) hands what it holds to
@@ -168,7 +168,7 @@ func TestDrainHandsActorsOver(t *testing.T) {
 	if websocket.CloseStatus(err) != websocket.StatusServiceRestart {
 		t.Errorf("a's socket as it drained: %v, want a 1012 close", err)
 	}
-	seen := waitState(t, bucketURL, "a", "drained")
+	seen := waitState(t, env, bucketURL, "a", "drained")
 	if len(seen) < 2 || seen[len(seen)-2] != "draining" {
 		t.Errorf("a's states as it drained: %v, want draining, then drained", seen)
 	}
@@ -205,7 +205,7 @@ func TestDrainHandsActorsOver(t *testing.T) {
 	}
 
 	wantCluster(t, bin, env, bucketURL, 0, []string{`deleted control/drain/a`}, "undrain", "a")
-	waitState(t, bucketURL, "a", "serving")
+	waitState(t, env, bucketURL, "a", "serving")
 	if r := ask(t, "POST", a.url+"/actor/counter/after"); r.code != 200 || r.node != "a" {
 		t.Errorf("a new actor through a undrained: %+v, want it taken by a", r)
 	}
@@ -225,7 +225,7 @@ func TestDrainAloneIsStuck(t *testing.T) {
 	}
 	bin := wasmkeepBinary(t)
 	wantCluster(t, bin, z.env, bucketURL, 0, []string{`wrote control/drain/z`}, "drain", "z")
-	waitState(t, bucketURL, "z", "stuck")
+	waitState(t, z.env, bucketURL, "z", "stuck")
 	wantCluster(t, bin, z.env, bucketURL, 0, []string{`warning: node z is stuck`}, "status")
 	if r := ask(t, "POST", z.url+"/actor/counter/kept"); r.code != 200 || r.body != "2" || r.node != "z" {
 		t.Errorf("the actor z holds, z stuck: %+v, want it still served by z", r)
