@@ -84,7 +84,7 @@ func TestUnknownCommandFails(t *testing.T) {
 		unknown string
 		code    int
 	}{
-		{[]string{"cluster", "drain", "b"}, "drain", 2},
+		{[]string{"cluster", "move", "b"}, "move", 2},
 		{[]string{"bucket", "lss"}, "lss", 1},
 		{[]string{"conformance", "buckets"}, "buckets", 1},
 		{[]string{"nosuch"}, "nosuch", 1},

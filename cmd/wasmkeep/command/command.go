@@ -92,7 +92,7 @@ func Main(plugins ...plugin.Info) int {
 }
 
 // group makes cmd, a command of subcommands, refuse an unknown one with
-// the exit status code: left to cobra, `wasmkeep cluster drain b` prints the
+// the exit status code: left to cobra, `wasmkeep cluster move b` prints the
 // help and succeeds, and a script takes it for done. Alone it prints its
 // help.
 func group(cmd *cobra.Command, code int) *cobra.Command {
