@@ -59,8 +59,11 @@ the nodes use, with the cluster: settings of plugins.yaml; ages are on this
 machine's clock. A fenced or released lease is not live whatever its age.
 Apps with a deployed version (apps/TENANT/APP/current) follow: the version
 and its seq.
+STATE is what the node does for its app: serving; behind (it cannot apply
+the app's current version); draining, drained or stuck while it takes no
+actor (cluster drain).
 Warnings: no live node; live nodes mixing plain and the cluster listener;
-live nodes on different versions; a node behind its app; a node serving a
+live nodes on different versions; a node behind its app; a stuck node; a node serving a
 version older than its app's current a minute after that was deployed, or
 serving an app with no current; a current that cannot be read; a lease
 dated ahead of this clock by more than max_skew.
@@ -254,7 +257,7 @@ type statusJSON struct {
 	Instance       string   `json:"instance,omitempty"`
 	Version        string   `json:"version"`
 	App            string   `json:"app"`
-	Run            string   `json:"run,omitempty"`    // for its app: serving, or behind
+	Run            string   `json:"run,omitempty"`    // for its app: serving, behind, draining, drained or stuck
 	Serving        string   `json:"serving"`          // the deployed version it runs, "" for none
 	Seq            uint64   `json:"seq"`              // that version's seq
 	Since          string   `json:"since,omitempty"`  // since when it runs it
