@@ -146,16 +146,16 @@ func (n *Node) handOver(say func(nodelease.Taking)) nodelease.Taking {
 // resident without a hold (woken since, refused at its acquire) holds
 // nothing to hand over.
 func (n *Node) heldResidents(max int) []*actor {
-	owners := n.opts.Cluster.Member.Owners
 	n.mu.Lock()
-	defer n.mu.Unlock()
+	resident := slices.Collect(maps.Values(n.actors))
+	n.mu.Unlock()
 	var out []*actor
-	for _, a := range n.actors {
+	for _, a := range resident {
 		if len(out) == max {
 			break
 		}
 		if key, err := ownerKey(a.addr); err == nil {
-			if _, held := owners.Owns(key); held {
+			if _, held := n.opts.Cluster.Member.Owners.Owns(key); held {
 				out = append(out, a)
 			}
 		}
