@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/peers"
 )
 
 // drainLoad posts to counter/k0..k7 through every node until stop, and
@@ -124,7 +125,7 @@ func waitState(t *testing.T, env []string, bucketURL, id, want string) []string 
 // the other nodes under a load through every node, losing no acknowledged
 // write: its actors end up held by b or c, its WebSocket closes with 1012
 // (counted as a drain's), new actors asked for through it are created on b
-// or c, and status shows it draining (while an event it ran before the
+// or c (an upgrade for a new room too), and status shows it draining (while an event it ran before the
 // drain holds its actor), then drained. Undrained, it takes new actors
 // again. The drain and undrain of an id no live node has are refused
 // without --force.
@@ -186,6 +187,14 @@ func TestDrainHandsActorsOver(t *testing.T) {
 			t.Errorf("a new actor through drained a: %+v, want it created on b or c", r)
 		}
 	}
+	room2, up, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(a.url, "http")+"/actor/room/fresh/", nil)
+	if err != nil {
+		t.Fatalf("an upgrade for a new room through drained a: %v", err)
+	}
+	if holder := up.Header.Get(peers.NodeHeader); holder == "a" || holder == "" {
+		t.Errorf("an upgrade for a new room through drained a answered by %q, want b or c", holder)
+	}
+	room2.CloseNow()
 	resp, err := http.Get("http://" + metricsAddr(t, a.logs) + "/metrics")
 	if err != nil {
 		t.Fatal(err)
