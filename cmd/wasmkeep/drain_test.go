@@ -124,7 +124,7 @@ func waitState(t *testing.T, env []string, bucketURL, id, want string) []string 
 // A drained node (wasmkeep cluster drain, ADR 1051) hands what it holds to
 // the other nodes under a load through every node, losing no acknowledged
 // write: its actors end up held by b or c, its WebSocket closes with 1012
-// (counted as a drain's), new actors asked for through it are created on b
+// (counted as a drain's) and its close event runs before the room goes, new actors asked for through it are created on b
 // or c (an upgrade for a new room too), and status shows it draining (while an event it ran before the
 // drain holds its actor), then drained. Undrained, it takes new actors
 // again. The drain and undrain of an id no live node has are refused
@@ -186,6 +186,9 @@ func TestDrainHandsActorsOver(t *testing.T) {
 		if r := ask(t, "POST", fmt.Sprintf("%s/actor/counter/new%d", a.url, i)); r.code != 200 || r.body != "1" || r.node == "a" || r.node == "" {
 			t.Errorf("a new actor through drained a: %+v, want it created on b or c", r)
 		}
+	}
+	if r := ask(t, "GET", b.url+"/actor/room/lobby/closes"); r.code != 200 || !strings.Contains(r.body, "1012 the node hands its actors over") || r.node == "a" {
+		t.Errorf("the room's close events after the drain: %+v, want its socket's 1012 close run on a before the hand-over", r)
 	}
 	room2, up, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(a.url, "http")+"/actor/room/fresh/", nil)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
@@ -62,6 +63,11 @@ const DrainReason = "drain"
 // time (book ADR 0014: a constant, not a flag).
 const handOverBatch = 16
 
+// closeEventsWait bounds how long a hand-over waits for the close events
+// of the sockets it closed (book ADR 0014: 5 s); a client slow to answer
+// the close leaves its event unrun.
+const closeEventsWait = 5 * time.Second
+
 // runTaking is the node's taking pass, once per lease period until it
 // stops: it reads its drain request, hands over what it holds while it
 // takes no actor, and says in its heartbeat how far it is (line 12).
@@ -101,7 +107,8 @@ func (n *Node) takesNoneFor(reason string) bool {
 // handOver is one hand-over while the node takes no actor, and the state
 // its heartbeat then says. Its WebSockets close with 1012 (clients
 // reconnect through a node that takes the actor), those of rooms that
-// hibernated here too; then each resident actor, handOverBatch at a time,
+// hibernated here too, and their close events run (closeEventsWait); then
+// each resident actor, handOverBatch at a time,
 // runs its queued events and hibernates as an idle one does: what it
 // committed shipped, its hold released, so that its next event is placed
 // on a peer that takes actors. With no such peer it keeps serving them:
@@ -121,6 +128,13 @@ func (n *Node) handOver(say func(nodelease.Taking)) nodelease.Taking {
 	}
 	say(nodelease.Draining) // while the batches run
 	n.metrics.OwnerClosed(metrics.OwnerCloseDrain, n.ws.CloseAll(websocket.ServiceRestart, "the node hands its actors over, reconnect"))
+	// Their close events run here, under the holds, before those go: one
+	// queued after the release would find no hold and never run.
+	for wait := n.clock.Now().Add(closeEventsWait); n.ws.Len() > 0 && n.clock.Now().Before(wait); {
+		if clock.Sleep(n.ctx, n.clock, 50*time.Millisecond) != nil {
+			break
+		}
+	}
 	for n.takesNone() && n.ctx.Err() == nil {
 		batch := n.heldResidents(handOverBatch)
 		if len(batch) == 0 {
