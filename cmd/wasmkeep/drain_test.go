@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
@@ -272,4 +273,32 @@ func TestNotTakingRefusedAtTheAcquire(t *testing.T) {
 	tn.expect("POST", "/actor/counter/held", "", 200, "2\n")
 	tn.node.ResumeTaking("test")
 	tn.expect("POST", "/actor/counter/fresh", "", 200, "1\n")
+}
+
+// A node that takes no actor runs no sweep pass: the overdue alarm of an
+// actor nobody holds waits, its entry kept, until the node takes actors
+// again, and then runs there.
+func TestNotTakingSweepsNothing(t *testing.T) {
+	mem := buckettest.NewMemory(buckettest.Flaws{})
+	classes := map[string]string{"probe": probe(t)}
+	a, _ := clusterNodeOn(t, mem, "a", classes)
+	due := time.Now().Add(time.Second).UnixMilli()
+	a.expect("GET", "/actor/probe/y/alarm-set?at="+strconv.FormatInt(due, 10), "", 200, "set")
+	a.stop()
+	b := sweepingNodeOn(t, mem, "b", classes, 200*time.Millisecond)
+	b.node.StopTaking("test") // before its second listing, which the sweep waits for
+	passes := func() float64 {
+		rec := httptest.NewRecorder()
+		b.node.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		return max(0, metricValue(rec.Body.String(), `wasmkeep_alarm_sweeps_total{outcome="ok"}`))
+	}
+	time.Sleep(time.Until(time.UnixMilli(due).Add(3 * time.Second))) // overdue past the sweep's margin
+	if p := passes(); p != 0 {
+		t.Fatalf("a node taking no actor ran %v sweep passes, want none", p)
+	}
+	b.node.ResumeTaking("test")
+	waitFor(t, 10*time.Second, "y's alarm to run on b", func() bool {
+		code, body := b.do("POST", "/actor/probe/y/query", "SELECT at FROM alarm_attempts")
+		return code == 200 && strings.HasPrefix(body, "ok ") && body != "ok "
+	})
 }
