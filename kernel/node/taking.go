@@ -68,14 +68,18 @@ const handOverBatch = 16
 // the close leaves its event unrun.
 const closeEventsWait = 5 * time.Second
 
-// runTaking is the node's taking pass, once per lease period until it
-// stops: it reads its drain request, hands over what it holds while it
-// takes no actor, and says in its heartbeat how far it is (line 12).
+// runTaking is the node's taking pass, as it starts (a node started while
+// drained claims nothing) and then once per lease period until it stops:
+// it reads its drain request, hands over what it holds while it takes no
+// actor, and says in its heartbeat how far it is (line 12).
 func (n *Node) runTaking() {
 	m := n.opts.Cluster.Member
-	for clock.Sleep(n.ctx, n.clock, m.Lease.Settings().Period()) == nil {
+	for {
 		n.readDrainRequest()
 		m.Lease.SetTaking(n.handOver(m.Lease.SetTaking))
+		if clock.Sleep(n.ctx, n.clock, m.Lease.Settings().Period()) != nil {
+			return
+		}
 	}
 }
 
