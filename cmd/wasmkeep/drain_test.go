@@ -154,15 +154,15 @@ func TestDrainHandsActorsOver(t *testing.T) {
 		t.Fatalf("dial: %v\n%s", err, a.logs)
 	}
 	defer ws.CloseNow()
-	load := startDrainLoad(a.url, b.url, c.url)
-	slow := make(chan reply, 1)
-	go func() { slow <- ask(t, "POST", a.url+"/actor/probe/slow/sleep?ms=2500") }()
-	time.Sleep(200 * time.Millisecond) // the slow event under way on a
-
 	wantCluster(t, bin, env, bucketURL, 1, []string{`refused: no live node has id "nosuch"`}, "drain", "nosuch")
 	wantCluster(t, bin, env, bucketURL, 0, []string{`wrote control/drain/nosuch`}, "drain", "nosuch", "--force")
 	wantCluster(t, bin, env, bucketURL, 0, []string{`deleted control/drain/nosuch`}, "undrain", "nosuch")
 	wantCluster(t, bin, env, bucketURL, 1, []string{`refused`}, "undrain", "nosuch")
+
+	load := startDrainLoad(a.url, b.url, c.url)
+	slow := make(chan reply, 1)
+	go func() { slow <- ask(t, "POST", a.url+"/actor/probe/slow/sleep?ms=4000") }()
+	time.Sleep(200 * time.Millisecond) // the slow event under way on a: the drain waits for it
 	wantCluster(t, bin, env, bucketURL, 0, []string{`wrote control/drain/a`}, "drain", "a")
 	for err == nil { // what the room sent first, then the close
 		_, _, err = ws.Read(ctx)
