@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -365,8 +367,10 @@ func TestSecretsKeylessRequiresAndLayers(t *testing.T) {
 	c.cli.must("from-the-secrets", "set", "--app", "acme/shop", "--key", key, "--class", "t", "OTHER", "--force")
 
 	keyless := c.node("keyless")
-	cmd := exec.Command(keyless.bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--data-dir", keyless.data}, keyless.args...)...)
-	cmd.Env = keyless.env
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // a node that starts would serve on
+	defer cancel()
+	cmd := exec.CommandContext(ctx, keyless.bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--data-dir", keyless.data}, keyless.args...)...)
+	cmd.Env = append(os.Environ(), shortLease...) // its start check is shorter than steadyLease's
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--secrets-key") || !strings.Contains(string(out), "--no-secrets") {
 		t.Fatalf("a node without a key once the app has secrets: %v, want a refusal naming both flags:\n%s", err, out)

@@ -29,8 +29,10 @@ type FollowerConfig struct {
 	Clock  clock.Clock // [clock.Real] the node's
 	// Period is how often current is read [3 s, the heartbeat period].
 	Period time.Duration
-	// MaxBackoff bounds the wait after failed reads in a row, Period
-	// doubled per failure [15 s]: a fix (secrets reset) is seen within it.
+	// MaxBackoff bounds how long an object that could not be opened waits
+	// to be read again, Period doubled per failure [10 s]: within the
+	// window, so a read that failed once is tried again before it ends.
+	// Another seq in current (a fix: secrets reset) is read at once.
 	MaxBackoff time.Duration
 	// Window is how long the set current names may stay unopened, while
 	// the bucket answers, before the node fails closed [30 s].
@@ -54,8 +56,13 @@ type Follower struct {
 	opened   bool      // a set was opened since the start (the zero one counts)
 	seq      uint64    // the highest seq opened
 	lastGood time.Time // when the set current names was last known opened
-	failures int       // reads in a row that did not open what current names
 	blocked  error     // the reason last given to Blocked
+	// The seq whose object could not be opened, its error, its failures
+	// in a row, and when it may be read again.
+	failed  uint64
+	failErr error
+	tries   int
+	retryAt time.Time
 }
 
 // NewFollower returns a Follower; Start opens the first set.
@@ -67,7 +74,7 @@ func NewFollower(cfg FollowerConfig) *Follower {
 		cfg.Period = 3 * time.Second
 	}
 	if cfg.MaxBackoff <= 0 {
-		cfg.MaxBackoff = 15 * time.Second
+		cfg.MaxBackoff = 10 * time.Second
 	}
 	if cfg.Window <= 0 {
 		cfg.Window = 30 * time.Second
@@ -83,33 +90,14 @@ func NewFollower(cfg FollowerConfig) *Follower {
 // without the set.
 func (f *Follower) Start(ctx context.Context) { f.poll(ctx) }
 
-// Run reads current every period (or later, backing off after failures)
-// until ctx ends.
+// Run reads current every period until ctx ends.
 func (f *Follower) Run(ctx context.Context) error {
 	for {
-		t := f.cfg.Clock.NewTimer(f.wait())
-		select {
-		case <-t.C():
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
+		if err := clock.Sleep(ctx, f.cfg.Clock, f.cfg.Period); err != nil {
+			return err
 		}
 		f.poll(ctx)
 	}
-}
-
-// wait is how long until the next read: Period, doubled per failure up to
-// MaxBackoff, but never past the end of a running window, so the node
-// fails closed on time.
-func (f *Follower) wait() time.Duration {
-	wait := f.cfg.Period
-	for range f.failures {
-		wait = min(2*wait, f.cfg.MaxBackoff)
-	}
-	if f.failures > 0 && f.blocked == nil {
-		wait = max(min(wait, f.lastGood.Add(f.cfg.Window).Sub(f.cfg.Clock.Now())), time.Millisecond)
-	}
-	return wait
 }
 
 // errLower: current names a seq below one this node opened (a bucket
@@ -120,17 +108,14 @@ func (f *Follower) poll(ctx context.Context) {
 	ctx, cancel := clock.WithTimeout(ctx, f.cfg.Clock, f.cfg.Timeout)
 	defer cancel()
 	now := f.cfg.Clock.Now()
-	err := f.read(ctx)
+	err := f.read(ctx, now)
 	switch {
 	case err == nil:
-		f.failures, f.lastGood = 0, now
+		f.lastGood = now
 		f.block(nil)
-		return
 	case errors.Is(err, errOutage) && f.opened:
-		return // every node shares the outage: the node keeps its set and stays as it is
-	}
-	f.failures++
-	switch {
+		// Every node shares the outage: the node keeps its set and stays
+		// as it is.
 	case !f.opened, cannotOpen(err):
 		f.block(err)
 	case now.Sub(f.lastGood) >= f.cfg.Window:
@@ -143,7 +128,7 @@ var errOutage = errors.New("the bucket did not answer")
 
 // read opens the set current names unless it is the one held; nil when the
 // node holds the set current names.
-func (f *Follower) read(ctx context.Context) error {
+func (f *Follower) read(ctx context.Context, now time.Time) error {
 	p := f.cfg.Place
 	seq, _, found, err := readCurrent(ctx, f.cfg.Bucket, p)
 	switch {
@@ -162,13 +147,31 @@ func (f *Follower) read(ctx context.Context) error {
 	case seq < f.seq:
 		return fmt.Errorf("%s names seq %d, %w (%d)", p.currentKey(), seq, errLower, f.seq)
 	}
+	if seq == f.failed && now.Before(f.retryAt) {
+		return f.failErr // not read again yet: its error stands
+	}
 	c, err := readObject(ctx, f.cfg.Bucket, p, f.cfg.Keys, seq)
 	if err != nil {
+		f.backOff(seq, err, now)
 		return err
 	}
-	f.opened, f.seq = true, c.Seq
+	f.failed, f.opened, f.seq = 0, true, c.Seq
 	f.cfg.Opened(c)
 	return nil
+}
+
+// backOff sets when the object of seq, which could not be opened, is read
+// again: Period doubled per failure in a row, up to MaxBackoff.
+func (f *Follower) backOff(seq uint64, err error, now time.Time) {
+	if seq != f.failed {
+		f.failed, f.tries = seq, 0
+	}
+	f.tries++
+	wait := f.cfg.Period
+	for range f.tries {
+		wait = min(2*wait, f.cfg.MaxBackoff)
+	}
+	f.failErr, f.retryAt = err, now.Add(wait)
 }
 
 // cannotOpen reports a set this node cannot open however long it waits.

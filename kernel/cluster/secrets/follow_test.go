@@ -3,6 +3,7 @@ package secrets
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -51,14 +52,20 @@ func setCurrent(t *testing.T, b *outage, seq uint64) {
 }
 
 // outage is a bucket that can stop answering.
+// outage is a bucket that can stop answering, and counts the reads of
+// sealed objects.
 type outage struct {
 	*buckettest.Memory
-	down atomic.Bool
+	down    atomic.Bool
+	objects atomic.Int32
 }
 
 func (o *outage) Get(ctx context.Context, key string, opts bucket.GetOptions) (*bucket.Object, error) {
 	if o.down.Load() {
 		return nil, bucket.ErrTransient
+	}
+	if !strings.HasSuffix(key, "/current") {
+		o.objects.Add(1)
 	}
 	return o.Memory.Get(ctx, key, opts)
 }
@@ -175,7 +182,7 @@ func TestFollowerBlocksAtOnce(t *testing.T) {
 			}
 			write(t, b.Memory, shop, Change{Seal: other, Reset: true, NodesHaveKey: true, Apply: put("api", "TOKEN", "three")})
 			w.f.cfg.Keys = append(w.f.cfg.Keys, other)
-			w.after(t, 15*time.Second)
+			w.after(t, 3*time.Second) // a new seq: read at once, whatever the backoff
 			if w.blocked != nil || w.value(t) != "three" {
 				t.Errorf("%s (at start %v): after the reset: blocked %v", c.name, atStart, w.blocked)
 			}
@@ -232,21 +239,28 @@ func TestFollowerWindow(t *testing.T) {
 	}
 }
 
-// Reads back off after failures, but never past the window's end.
-func TestFollowerWait(t *testing.T) {
-	w := follow(newOutage())
-	f := w.f
-	f.lastGood = w.clock.Now()
-	for failures, want := range []time.Duration{3, 6, 12, 15, 15} {
-		f.failures = failures
-		f.blocked = errLower // blocked: no window bounds it
-		if got := f.wait(); got != want*time.Second {
-			t.Errorf("%d failures, blocked: wait %v; want %v", failures, got, want*time.Second)
-		}
+// An object that could not be opened is read again only after a wait,
+// Period doubled per failure up to MaxBackoff; current, every period.
+func TestFollowerBackoff(t *testing.T) {
+	k := testKey(t, 1)
+	b := newOutage()
+	write(t, b.Memory, shop, Change{Seal: k, Apply: put("api", "TOKEN", "one")})
+	w := follow(b, k)
+	w.f.Start(t.Context())
+	setCurrent(t, b, 7) // missing
+	var reads []int32
+	for range 12 { // 36 s
+		before := b.objects.Load()
+		w.after(t, 3*time.Second)
+		reads = append(reads, b.objects.Load()-before)
 	}
-	f.blocked, f.failures = nil, 3
-	w.clock.Advance(25 * time.Second)
-	if got := f.wait(); got != 5*time.Second {
-		t.Errorf("5 s left in the window: wait %v", got)
+	// Read at 3 s, then 6, 12 and 10 (the bound) s later, at the next poll:
+	// 9, 21, 33.
+	want := []int32{1, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0}
+	if fmt.Sprint(reads) != fmt.Sprint(want) {
+		t.Errorf("object reads per poll: %v, want %v", reads, want)
+	}
+	if !errors.Is(w.blocked, ErrMissing) {
+		t.Errorf("past the window: blocked %v", w.blocked)
 	}
 }
