@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coder/websocket"
+
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 )
 
@@ -93,4 +95,18 @@ func TestSecretsBlockedFailsClosed(t *testing.T) {
 	if log := tn.log.String(); strings.Count(log, "cannot open its app's secrets") != 2 {
 		t.Errorf("each change of reason is to be logged once:\n%s", log)
 	}
+}
+
+// A socket's message while the node cannot open the app's secrets closes
+// the socket with 1011; the message is not delivered.
+func TestSecretsBlockedClosesSockets(t *testing.T) {
+	engineNeutral(t)
+	tn := startRoom(t, node.Options{VersionID: "aaaa", Seq: 1})
+	c := dial(t, tn, "/actor/room/r1")
+	if got := readText(t, c); !strings.HasPrefix(got, "welcome") {
+		t.Fatalf("the room said %q, want its welcome", got)
+	}
+	tn.node.BlockSecrets(errors.New("sealed under another key"))
+	write(t, c, "hello")
+	expectClose(t, c, websocket.StatusInternalError, "the app's secrets cannot be opened on this node")
 }
