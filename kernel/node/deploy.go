@@ -291,11 +291,12 @@ var (
 // asks the follower to read current at once) and runs on that version's
 // class, unless it came from outside and that class's access rule is not
 // the one that admitted it (503: its retry is decided under the new
-// rule); otherwise it is refused with 503, never run. Before all that, a
-// node that cannot open the app's secrets refuses it (503, a socket closed
-// with 1011). Seq-0 classes
+// rule); otherwise it is refused with 503, never run. Seq-0 classes
 // (--actor) are checked too: data with a recorded seq was written by
-// deployed code. The class must have its required configuration. Then it
+// deployed code. Before all that, a node that cannot open the app's
+// secrets refuses it (503, a socket closed with 1011). An event whose
+// class's values alone changed since it arrived runs on the values served
+// now. The class must have its required configuration. Then it
 // becomes the actor's (adopt), and its seq is recorded if it is above the
 // actor's.
 func (a *actor) upToDate(ctx context.Context, ev *event) error {

@@ -185,8 +185,8 @@ node: (--max-instances is node.max_instances).`,
 	fl.StringArrayVar(&f.allowOutbound, "allow-outbound", nil, "let guests' http_fetch reach this non-public range, e.g. 10.1.0.0/16 (repeatable; node.allow_outbound)")
 	fl.StringArrayVar(&f.allowOutboundPorts, "allow-outbound-port", nil, "let guests' http_fetch reach this port, which the Fetch standard blocks (repeatable; node.allow_outbound_port)")
 	fl.StringArrayVar(&f.outboundCAs, "outbound-ca", nil, "trust the CA certificates of this PEM file for guests' https fetches, besides the system roots (repeatable; node.outbound_ca)")
-	fl.StringArrayVar(&f.secretsKeys, "secrets-key", nil, "with --app: a key file that opens the app's secrets in the bucket (mode 0600; give the old and the new key during a rotation; node.secrets_key)")
-	fl.BoolVar(&f.noSecrets, "no-secrets", false, "with --app: run without the app's secrets in the bucket, with --env only (node.no_secrets)")
+	fl.StringArrayVar(&f.secretsKeys, "secrets-key", nil, "with a bucket: a key file that opens the app's secrets in it (mode 0600; give the old and the new key during a rotation; node.secrets_key)")
+	fl.BoolVar(&f.noSecrets, "no-secrets", false, "with a bucket: run without the app's secrets in it, with --env only (node.no_secrets)")
 	f.cluster.bind(fl, true)
 	return cmd
 }
