@@ -248,7 +248,7 @@ func TestSecretsRefusedWhileNodesDoNotReadThem(t *testing.T) {
 	}
 	set := []string{"--app", "acme/shop", "--key", key, "--class", "api", "TOKEN"}
 	heartbeat("acme/shop", false)
-	s.fails("live nodes of acme/shop do not read secrets from the bucket (an older version, or run without --secrets-key): n1", "sk_live_FIRST_VALUE", "set", set...)
+	s.fails("live nodes of acme/shop do not read secrets from the bucket (an older version, or run with --no-secrets): n1", "sk_live_FIRST_VALUE", "set", set...)
 	heartbeat("acme/shop", false)
 	s.must("sk_live_FIRST_VALUE", "set", append(set, "--force")...)
 	heartbeat("acme/shop", false)

@@ -151,6 +151,8 @@ type Node struct {
 	AllowOutbound     []string            `koanf:"allow_outbound"`      // CIDR ranges or addresses
 	AllowOutboundPort []string            `koanf:"allow_outbound_port"` // port numbers
 	OutboundCA        []string            `koanf:"outbound_ca"`         // PEM files of CA certificates
+	SecretsKey        []string            `koanf:"secrets_key"`         // key files of the app's secrets (serve --secrets-key): two during a rotation
+	NoSecrets         bool                `koanf:"no_secrets"`          // the node runs without the app's secrets, with --env only (serve --no-secrets)
 }
 
 // Check refuses a negative number, one over its max tag, or a string not

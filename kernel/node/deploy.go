@@ -36,8 +36,8 @@ type Version struct {
 type ClassSpec struct {
 	Module   string            // module file (already checked against its digest)
 	Access   access.Access     // who outside may reach its actors
-	Config   map[string]string // deployed configuration; the node's --env values win by name
-	Requires []string          // names that must be set (Config or --env) or the class refuses its events
+	Config   map[string]string // deployed configuration; the app's secrets, then the node's --env values win by name
+	Requires []string          // names that must be set (Config, the app's secrets or --env) or the class refuses its events
 }
 
 // deployment is the version the node serves, as swapped in.
@@ -135,14 +135,7 @@ func (n *Node) build(ctx context.Context, v Version, cur *deployment) (*deployme
 		if err != nil {
 			return fail(fmt.Errorf("class %s: %w", name, err))
 		}
-		env := n.mergeEnv(name, spec.Config)
-		var missing []string
-		for _, req := range spec.Requires {
-			if _, ok := env[req]; !ok {
-				missing = append(missing, req)
-			}
-		}
-		d.classes[name] = &class{code: c, name: name, seq: v.Seq, access: spec.Access, env: env, missing: missing}
+		d.classes[name] = n.newClass(c, name, v.Seq, spec)
 	}
 	if v.Front != "" {
 		c, err := load(v.Front)
@@ -157,18 +150,41 @@ func (n *Node) build(ctx context.Context, v Version, cur *deployment) (*deployme
 	return d, nil
 }
 
-// mergeEnv is class's values: its deployed configuration with the node's
-// --env values over it. An overlap is logged by name, never by value.
-func (n *Node) mergeEnv(class string, config map[string]string) map[string]string {
+// newClass is class name of a version at seq: its code, its rules, and
+// its values from the three layers (values), which the node rebuilds on a
+// secrets change.
+func (n *Node) newClass(c *code, name string, seq uint64, spec ClassSpec) *class {
+	env := n.values(name, spec.Config)
+	var missing []string
+	for _, req := range spec.Requires {
+		if _, ok := env[req]; !ok {
+			missing = append(missing, req)
+		}
+	}
+	return &class{code: c, name: name, seq: seq, access: spec.Access, spec: spec, env: env, missing: missing}
+}
+
+// values is class's values, by name, last wins: its deployed
+// configuration, then the app's secrets, then the node's --env. An overlap
+// is logged by name and class, never by value.
+func (n *Node) values(class string, config map[string]string) map[string]string {
 	env := maps.Clone(config)
-	for name, value := range n.opts.Env[class] {
-		if _, ok := env[name]; ok {
-			n.log.Info("the node's --env value replaces the deployed configuration's", "class", class, "name", name)
+	for _, layer := range []struct {
+		what string
+		vars map[string]string
+	}{
+		{"the app's secret replaces the deployed configuration's value", n.secrets[class]},
+		{"the node's --env value replaces the deployed configuration's or the app's secret", n.opts.Env[class]},
+	} {
+		for name, value := range layer.vars {
+			if _, ok := env[name]; ok {
+				n.log.Info(layer.what, "class", class, "name", name)
+			}
+			if env == nil {
+				env = map[string]string{}
+			}
+			env[name] = value
 		}
-		if env == nil {
-			env = map[string]string{}
-		}
-		env[name] = value
 	}
 	return env
 }
@@ -179,11 +195,7 @@ func (n *Node) mergeEnv(class string, config map[string]string) map[string]strin
 // databases and the index) and their sockets (1012), and arms the alarms
 // of the classes d serves anew.
 func (n *Node) swap(d, cur *deployment) {
-	n.depMu.Lock()
-	n.dep = d
-	close(n.swapped)
-	n.swapped = make(chan struct{})
-	n.depMu.Unlock()
+	n.install(d)
 	n.metrics.Deployed(d.id, d.seq)
 
 	keep := d.codes()
@@ -224,6 +236,16 @@ func (n *Node) swap(d, cur *deployment) {
 			}
 		}
 	}
+}
+
+// install makes d the deployment served and wakes the events waiting for
+// another (upToDate).
+func (n *Node) install(d *deployment) {
+	n.depMu.Lock()
+	defer n.depMu.Unlock()
+	n.dep = d
+	close(n.swapped)
+	n.swapped = make(chan struct{})
 }
 
 // SetBehind says the node cannot follow its app's current version now
@@ -271,13 +293,19 @@ var (
 // the one that admitted it (503: its retry is decided under the new
 // rule); otherwise it is refused with 503, never run. Seq-0 classes
 // (--actor) are checked too: data with a recorded seq was written by
-// deployed code. The class must have its required configuration. Then it
+// deployed code. Before all that, a node that cannot open the app's
+// secrets refuses it (503, a socket closed with 1011). An event whose
+// class's values alone changed since it arrived runs on the values served
+// now. The class must have its required configuration. Then it
 // becomes the actor's (adopt), and its seq is recorded if it is above the
 // actor's.
 func (a *actor) upToDate(ctx context.Context, ev *event) error {
 	c := ev.class
 	if c.stateless { // no data, and the front it took serves the request
 		return nil
+	}
+	if err := a.refuseBlocked(ev); err != nil {
+		return err
 	}
 	var timeout <-chan time.Time
 	for {
@@ -324,6 +352,9 @@ func (a *actor) upToDate(ctx context.Context, ev *event) error {
 		a.closeSocketOf(ev, websocket.ServiceRestart, "the app's newer version is not on this node yet, reconnect")
 		return unavailable("the app's newer version is not on this node yet; retry",
 			fmt.Errorf("the actor's data is at seq %d, class %s here at seq %d", a.seq, c.name, now.seq))
+	}
+	if now := a.node.class(c.name); now != nil && now != c && now.code == c.code && now.seq == c.seq && now.access.Equal(c.access) {
+		c = now // only its values changed since it arrived (a secrets change): it runs on those served now
 	}
 	if len(c.missing) > 0 {
 		a.closeSocketOf(ev, websocket.InternalError, "the actor's class is not configured on this node")

@@ -32,8 +32,11 @@ type class struct {
 	// stateless: the stateless component, which has no database, address
 	// or alarms, and gets a fresh instance per request.
 	stateless bool
-	// env is what env_get answers: the deployed configuration with the
-	// node's --env values over it.
+	// spec is what the version says of it, kept to rebuild its values on
+	// a secrets change (SetSecrets).
+	spec ClassSpec
+	// env is what env_get answers: the deployed configuration, the app's
+	// secrets over it, the node's --env values over both (values).
 	env map[string]string
 	// missing are the required names env does not set: while there are
 	// any, the class refuses its events.

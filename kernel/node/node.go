@@ -93,6 +93,11 @@ type Options struct {
 	Requires  map[string][]string
 	Behind    func(seq uint64)
 
+	// The app's secrets the node starts with (secrets.go), by class, name
+	// to value, or why it cannot open them (it starts failed closed).
+	Secrets        map[string]map[string]string
+	SecretsBlocked error
+
 	// Headers that reach an actor: more fields, or more bytes of names,
 	// values and request target, answer 431.
 	MaxHeaderFields int // [MaxHeaderFields]
@@ -233,6 +238,10 @@ type Node struct {
 	swapped   chan struct{}
 	behindErr error
 	applyMu   sync.Mutex
+	// secrets is the app's secrets layer (secrets.go), guarded by applyMu;
+	// secretsErr why the node cannot open them, guarded by depMu.
+	secrets    map[string]map[string]string
+	secretsErr error
 
 	// Why the node takes no actor now (taking.go); empty: it takes them.
 	takeMu    sync.Mutex
@@ -354,6 +363,8 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 			}
 		}
 	}
+	n.secrets = opts.Secrets
+	n.BlockSecrets(opts.SecretsBlocked)
 	d, err := n.build(ctx, v, nil)
 	if err != nil {
 		n.Close()
@@ -384,7 +395,8 @@ func (n *Node) ready() bool { return n.notReady() == "" }
 
 // notReady says why the node is not ready (metrics.NotReadyReasons), or
 // "": not while stopping, nor while it does not follow its app's current
-// version (SetBehind); with a bucket, not while the node lease is not
+// version (SetBehind), nor while it cannot open its app's secrets
+// (BlockSecrets); with a bucket, not while the node lease is not
 // valid, nor before two heartbeat listings (by then this node knows its
 // peers, and its peers, which list as often, have seen its lease and the
 // pin in it, so what it forwards and what it is sent is trusted), nor
@@ -396,6 +408,8 @@ func (n *Node) notReady() string {
 		return metrics.NotReadyStopping
 	case n.behind() != nil:
 		return metrics.NotReadyBehind
+	case n.secretsBlocked() != nil:
+		return metrics.NotReadySecrets
 	case c == nil:
 		return ""
 	case !c.Member.Ready():

@@ -326,7 +326,9 @@ long wk_connections(const uint64_t **ids);
 /* ---- Configuration ---- */
 
 /* wk_env gives the class's value of name (NUL-terminated), or false if it
- * is not set. */
+ * is not set: its deployed configuration, the app's secrets in the bucket,
+ * the node's --env, last wins. Values change between events, never during
+ * one. */
 bool wk_env(const char *name, wk_bytes *value);
 
 #ifdef __cplusplus

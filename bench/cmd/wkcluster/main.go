@@ -29,7 +29,9 @@
 //     after another; the time from each deploy's return to every node
 //     serving the new version (wasmkeep_deploy_seq on each node's metrics
 //     page), and the requests that failed meanwhile under a steady load
-//     through every node.
+//     through every node; then -secrets `wasmkeep secrets set`s of a new
+//     value (secrets.go), the time from each set's return to every node
+//     serving it to an actor.
 //   - alarm recovery after the holder's death (alarms.go): on a fourth
 //     cluster near a tenth of the default timings, -alarms alarms due at
 //     one instant on a node killed just before it: their lateness and the
@@ -37,7 +39,7 @@
 //
 // It prints tables and writes <out>/<date>-<commit>-cluster.csv.
 //
-//	wkcluster -wasmkeep BIN -guest probe.wasm [-kills 20] [-samples 2000] [-deploys 20] [-alarms 1000] [-quick]
+//	wkcluster -wasmkeep BIN -guest probe.wasm [-kills 20] [-samples 2000] [-deploys 20] [-secrets 20] [-alarms 1000] [-quick]
 package main
 
 import (
@@ -69,6 +71,7 @@ type config struct {
 	kills           int
 	samples, warmup int
 	deploys         int
+	secrets         int
 	alarms          int
 	shortLease      bool
 	tmp, out        string
@@ -82,6 +85,7 @@ func run(args []string, stdout io.Writer) error {
 	fl.IntVar(&c.kills, "kills", 20, "SIGKILLs of the takeover rows (about 20 s each at the default lease timings); 0: none")
 	fl.IntVar(&c.samples, "samples", 2000, "timed requests of each latency row; 0: no latency rows")
 	fl.IntVar(&c.deploys, "deploys", 20, "deploys of the rollout rows; 0: none")
+	fl.IntVar(&c.secrets, "secrets", 20, "secrets set of the secrets rollout rows, on the deploy cluster; 0: none")
 	fl.IntVar(&c.alarms, "alarms", 1000, "alarms of the alarm recovery rows; 0: none")
 	fl.BoolVar(&c.shortLease, "short-lease", false, "a 2 s node lease (WASMKEEP_CLUSTER__*) instead of the defaults: starts and takeovers in seconds, not the book's timings")
 	quick := fl.Bool("quick", false, "small counts and -short-lease: checks the harness, measures nothing worth keeping")
@@ -93,7 +97,7 @@ func run(args []string, stdout io.Writer) error {
 		return errors.New("-wasmkeep and -guest are required (bench/README.md, wkcluster)")
 	}
 	if *quick {
-		c.kills, c.samples, c.deploys, c.alarms, c.shortLease = 2, 100, 4, 50, true
+		c.kills, c.samples, c.deploys, c.secrets, c.alarms, c.shortLease = 2, 100, 4, 4, 50, true
 	}
 	c.warmup = max(c.samples/10, 20)
 	commit, err := measure.CheckoutCommit()
@@ -108,7 +112,7 @@ func run(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "wkcluster: %s at %s, data on %s, load %s\n", c.bin, commit, res.DataFS, measure.LoadAverage())
 
 	lat := map[string]latencies{}
-	nothing := map[string]bool{"tls": c.samples == 0 && c.kills == 0, "plain": c.samples == 0, "deploy": c.deploys == 0, "alarms": c.alarms == 0}
+	nothing := map[string]bool{"tls": c.samples == 0 && c.kills == 0, "plain": c.samples == 0, "deploy": c.deploys == 0 && c.secrets == 0, "alarms": c.alarms == 0}
 	for _, mode := range []string{"tls", "plain", "deploy", "alarms"} {
 		if nothing[mode] {
 			continue
@@ -126,7 +130,14 @@ func run(args []string, stdout io.Writer) error {
 		var rows []measure.Row
 		switch {
 		case mode == "deploy":
-			rows, err = c.rollouts(stdout, cl)
+			if c.deploys > 0 {
+				rows, err = c.rollouts(stdout, cl)
+			}
+			if err == nil && c.secrets > 0 {
+				var more []measure.Row
+				more, err = c.secretRollouts(stdout, cl)
+				rows = append(rows, more...)
+			}
 		case mode == "alarms":
 			rows, err = c.alarmRecovery(stdout, cl)
 		case c.samples > 0:
@@ -210,6 +221,9 @@ func (c *config) startCluster(stdout io.Writer, mode string) (*cluster, error) {
 		if _, err := c.deploy(bucketDir, 0); err != nil {
 			return nil, err
 		}
+		if err := c.newSecretsKey(); err != nil {
+			return nil, err
+		}
 	}
 	for _, id := range []string{"a", "b", "c"} {
 		srv := measure.Wasmkeep{Binary: c.bin, Class: "probe", Guest: c.guest,
@@ -235,7 +249,7 @@ func (c *config) startCluster(stdout io.Writer, mode string) (*cluster, error) {
 		n.srv.ServeArgs = append(n.srv.ServeArgs, "--metrics-listen", addr)
 		if mode == "deploy" {
 			n.srv.Guest = "" // its classes come from the version
-			n.srv.ServeArgs = append(n.srv.ServeArgs, "--app", deployApp)
+			n.srv.ServeArgs = append(n.srv.ServeArgs, "--app", deployApp, "--secrets-key", c.secretsKey())
 		}
 		cl.nodes = append(cl.nodes, n)
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 // TestQuickRun runs wkcluster -quick (two kills on a 2 s lease, 100
-// samples, four deploys, 50 alarms recovered) and checks the CSV: every row there, each with a
+// samples, four deploys, four secrets set, 50 alarms recovered) and checks the CSV: every row there, each with a
 // positive value (never how large) but what TLS adds, which may come out
 // below zero in a run this short, and the requests failed during the
 // deploys, which should be none but are a measurement, not a check.
@@ -36,6 +36,7 @@ func TestQuickRun(t *testing.T) {
 	values := all[servers[0]]
 	metrics := []string{"takeover_p50", "takeover_p99", "takeover_min", "takeover_max", "takeover_kills",
 		"deploy_serving_p50", "deploy_serving_p99", "deploy_serving_max", "deploy_count", "deploy_load_requests",
+		"secrets_serving_p50", "secrets_serving_p99", "secrets_serving_max", "secrets_count",
 		"alarm_recovery_late_p50", "alarm_recovery_late_p99", "alarm_recovery_all_ran", "alarm_recovery_rate_per_node", "alarm_recovery_alarms"}
 	for _, mode := range []string{"tls", "plain"} {
 		for _, m := range []string{"get_direct_p50_", "get_direct_p99_", "get_forwarded_p50_", "get_forwarded_p99_",
@@ -66,7 +67,7 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("forward_bucket_gets_per_request_%s = %v: the forwarding node reads the record for most requests", mode, v)
 		}
 	}
-	if values["takeover_kills"] != 2 || values["deploy_count"] != 4 {
-		t.Errorf("takeover_kills = %v, deploy_count = %v, want 2 and 4", values["takeover_kills"], values["deploy_count"])
+	if values["takeover_kills"] != 2 || values["deploy_count"] != 4 || values["secrets_count"] != 4 {
+		t.Errorf("takeover_kills = %v, deploy_count = %v, secrets_count = %v, want 2, 4 and 4", values["takeover_kills"], values["deploy_count"], values["secrets_count"])
 	}
 }

@@ -79,6 +79,7 @@ func (f *clusterFlags) layers(fl *pflag.FlagSet) []config.Flag {
 type clusterNode struct {
 	*node.Cluster
 	bucket   bucket.Bucket             // the shared root, counted (bucket.Counting): the member joined on it
+	prefix   string                    // the bucket plugin's key prefix, which the app's secrets are sealed for (bucketPrefix)
 	listener net.Listener              // the cluster listener, or nil (--cluster-plaintext accept without one)
 	secure   transport.Transport       // its transport, or nil
 	plain    transport.Transport       // plain HTTP to peers without a listener, or nil (refuse)
@@ -93,11 +94,12 @@ func (c *clusterNode) close() {
 
 // joinCluster opens the chosen bucket, counted on the cluster's metrics,
 // and the cluster listener, and joins the cluster of the bucket's nodes:
-// the probe, the node-id start check, the lease, the cluster secret. lost
+// the probe, the node-id start check, the lease (saying whether the node
+// reads the app's secrets), the cluster secret. lost
 // is called if the lease is lost later; listenURL, the public listener's
 // URL, is what peers are given without --advertise. Everything is closed when joining
 // fails; otherwise the caller closes it (clusterNode.close).
-func joinCluster(ctx context.Context, cfg *config.Config, served app.Name, listenURL string, log *slog.Logger, lost func(error)) (_ *clusterNode, err error) {
+func joinCluster(ctx context.Context, cfg *config.Config, served app.Name, listenURL string, readsSecrets bool, log *slog.Logger, lost func(error)) (_ *clusterNode, err error) {
 	c := cfg.Cluster
 	if c.NodeID == "" {
 		return nil, errors.New("cluster.bucket (--bucket) is set but cluster.node_id (--node-id) is not: give this node an id, unique among the bucket's nodes")
@@ -112,7 +114,7 @@ func joinCluster(ctx context.Context, cfg *config.Config, served app.Name, liste
 			cn.closeOpened()
 		}
 	}()
-	info := nodelease.Info{Version: readBuild().version, Advertise: cmp.Or(c.Advertise, listenURL)}
+	info := nodelease.Info{Version: readBuild().version, Advertise: cmp.Or(c.Advertise, listenURL), Secrets: readsSecrets}
 	if c.ClusterListen != "" {
 		if cn.secure, cn.listener, info.ClusterAddr, err = clusterListener(ctx, cfg); err != nil {
 			return nil, err
@@ -135,6 +137,7 @@ func joinCluster(ctx context.Context, cfg *config.Config, served app.Name, liste
 	}
 	cm := cn.Metrics
 	cn.bucket = bucket.Counting(raw, cm.BucketRequest)
+	cn.prefix = bucketPrefix(ch)
 	var network *peers.Network // set before the listing starts
 	beats := peers.NewHeartbeats()
 	m, err := cluster.Join(ctx, cluster.Config{

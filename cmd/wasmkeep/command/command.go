@@ -145,6 +145,8 @@ type serveFlags struct {
 	allowOutbound      []string
 	allowOutboundPorts []string
 	outboundCAs        []string
+	secretsKeys        []string
+	noSecrets          bool
 
 	cluster clusterFlags
 }
@@ -183,6 +185,8 @@ node: (--max-instances is node.max_instances).`,
 	fl.StringArrayVar(&f.allowOutbound, "allow-outbound", nil, "let guests' http_fetch reach this non-public range, e.g. 10.1.0.0/16 (repeatable; node.allow_outbound)")
 	fl.StringArrayVar(&f.allowOutboundPorts, "allow-outbound-port", nil, "let guests' http_fetch reach this port, which the Fetch standard blocks (repeatable; node.allow_outbound_port)")
 	fl.StringArrayVar(&f.outboundCAs, "outbound-ca", nil, "trust the CA certificates of this PEM file for guests' https fetches, besides the system roots (repeatable; node.outbound_ca)")
+	fl.StringArrayVar(&f.secretsKeys, "secrets-key", nil, "with a bucket: a key file that opens the app's secrets in it (mode 0600; give the old and the new key during a rotation; node.secrets_key)")
+	fl.BoolVar(&f.noSecrets, "no-secrets", false, "with a bucket: run without the app's secrets in it, with --env only (node.no_secrets)")
 	f.cluster.bind(fl, true)
 	return cmd
 }
@@ -329,6 +333,15 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	if err != nil {
 		return err
 	}
+	keyFiles := flagOrKey(cmd.Flags().Changed, "secrets-key", f.secretsKeys, ns.SecretsKey)
+	noSecrets := ns.NoSecrets
+	if cmd.Flags().Changed("no-secrets") {
+		noSecrets = f.noSecrets
+	}
+	keys, err := secretsKeys(keyFiles, noSecrets, cfg.Cluster.Bucket != "")
+	if err != nil {
+		return err
+	}
 	// Without a bucket the classes are the node's own, known now; with
 	// one, the app's version may give them (followApp).
 	var env map[string]map[string]string
@@ -379,7 +392,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	var cn *clusterNode
 	lost := make(chan error, 1)
 	if cfg.Cluster.Bucket != "" {
-		cn, err = joinCluster(ctx, cfg, served, boundURL(ns.Listen, l.Addr()), log, func(err error) { lost <- err })
+		cn, err = joinCluster(ctx, cfg, served, boundURL(ns.Listen, l.Addr()), !noSecrets, log, func(err error) { lost <- err })
 		if err != nil {
 			return err
 		}
@@ -404,10 +417,16 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	opts.DataDir = ns.DataDir
 	own := ownClasses{actors: ns.Actors, access: access, stateless: f.stateless}
 	var fol *follower
+	var sec *nodeSecrets
 	if cn != nil {
 		deployed := false
 		if fol, deployed, err = followApp(ctx, cn, served, ns.App != "", &opts, own, cfg.Cluster.Lease().Period(), log); err != nil {
 			return err
+		}
+		if !noSecrets {
+			if sec, err = followSecrets(ctx, cn, served, keys, cfg.Cluster.Lease().Period(), &opts, log); err != nil {
+				return err
+			}
 		}
 		if env, err = readEnv(f.env, ns.Env, opts.Classes, deployed, log); err != nil {
 			return err
@@ -443,6 +462,10 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	}
 	if cn != nil {
 		cn.node.Store(n)
+	}
+	if sec != nil {
+		sec.node = n
+		go sec.Run(ctx)
 	}
 	// The follower stops before the node does: no version is applied to a
 	// node shutting down.

@@ -401,7 +401,7 @@ func refuseSecretsUnread(ctx context.Context, b bucket.Bucket, a app.Name, s nod
 		return fmt.Errorf("the nodes' heartbeats cannot be read to check that they read secrets (--force changes them anyway): %w", err)
 	}
 	if len(ids) > 0 {
-		return fmt.Errorf("live nodes of %s do not read secrets from the bucket (an older version, or run without --secrets-key): %s; they would serve the names as unset. Upgrade them or give them the key, or --force", a, strings.Join(ids, ", "))
+		return fmt.Errorf("live nodes of %s do not read secrets from the bucket (an older version, or run with --no-secrets): %s; they would serve the names as unset. Upgrade them or run them with --secrets-key, or --force", a, strings.Join(ids, ", "))
 	}
 	return nil
 }

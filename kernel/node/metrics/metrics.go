@@ -174,10 +174,11 @@ const (
 	NotReadyPeers      = "peers not listed yet"
 	NotReadyCallSecret = "cluster secret not loaded"
 	NotReadyBehind     = "app version not followed"
+	NotReadySecrets    = "secrets" // the app's secrets cannot be opened
 )
 
 // NotReadyReasons lists every reason, each a wasmkeep_not_ready series.
-var NotReadyReasons = []string{NotReadyStopping, NotReadyBehind, NotReadyLease, NotReadyPeers, NotReadyCallSecret}
+var NotReadyReasons = []string{NotReadyStopping, NotReadyBehind, NotReadySecrets, NotReadyLease, NotReadyPeers, NotReadyCallSecret}
 
 // Handler serves the metrics page (--metrics-listen).
 func (m *Metrics) Handler() http.Handler {

@@ -241,8 +241,10 @@ func Self() Address {
 }
 
 // Env returns the value of the configuration or secret name given to the
-// actor's class, and false if it is not set. Values change only between
-// events.
+// actor's class (its deployed configuration, the app's secrets in the
+// bucket, the node's --env: last wins), and false if it is not set. Values
+// change only between events, when a deploy or a secrets change lands,
+// never during one.
 func Env(name string) (string, bool) {
 	o, oc := out()
 	b, ok := result(envGet(name, o, oc), false)

@@ -1,0 +1,88 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/wasmkeep/wasmkeep/kernel/node/websocket"
+)
+
+// The app's secrets (the book's ADR 0016, "Nodes"; ADR 1050): a layer of
+// each class's values between its deployed configuration and the node's
+// --env (values), which a follower sets (SetSecrets) and which a secrets
+// change swaps without recompiling anything. A node that cannot open the
+// app's secrets fails closed (BlockSecrets): every event of the app's
+// classes is refused where it executes (upToDate), the node takes no actor
+// and is not ready.
+
+// takingSecrets is the reason the node takes no actor while it cannot open
+// the app's secrets (StopTaking).
+const takingSecrets = "secrets"
+
+var errSecrets = errors.New("the app's secrets cannot be opened on this node")
+
+// SetSecrets makes values (by class, name to value) the app's secrets and
+// rebuilds every class's values from the three layers, keeping its code,
+// rules and seq. An event under way keeps the values it started with; a
+// resident instance whose values changed is dropped at its next event
+// (adopt).
+func (n *Node) SetSecrets(values map[string]map[string]string) {
+	n.applyMu.Lock()
+	defer n.applyMu.Unlock()
+	if n.stopping.Load() {
+		return
+	}
+	n.secrets = values
+	cur, _ := n.deployed()
+	d := &deployment{id: cur.id, seq: cur.seq, front: cur.front, classes: map[string]*class{}}
+	for _, name := range slices.Sorted(maps.Keys(cur.classes)) {
+		old := cur.classes[name]
+		c := n.newClass(old.code, name, old.seq, old.spec)
+		d.classes[name] = c
+		if len(c.missing) > 0 && !slices.Equal(c.missing, old.missing) {
+			n.log.Warn("class refuses its events until its required configuration is set", "class", name, "missing", strings.Join(c.missing, ","))
+		}
+	}
+	n.install(d)
+}
+
+// BlockSecrets makes the node fail closed because it cannot open the app's
+// secrets (reason, which never holds a value), or, with nil, serve again.
+// It logs each change of reason.
+func (n *Node) BlockSecrets(reason error) {
+	n.depMu.Lock()
+	was := n.secretsErr
+	n.secretsErr = reason
+	n.depMu.Unlock()
+	switch {
+	case reason != nil:
+		n.StopTaking(takingSecrets)
+		if was == nil || was.Error() != reason.Error() {
+			n.log.Error("the node cannot open its app's secrets: it refuses the app's events, takes no actor and is not ready", "err", reason)
+		}
+	case was != nil:
+		n.ResumeTaking(takingSecrets)
+		n.log.Info("the node opened its app's secrets: it serves the app again")
+	}
+}
+
+// secretsBlocked is BlockSecrets' reason, nil for none.
+func (n *Node) secretsBlocked() error {
+	n.depMu.Lock()
+	defer n.depMu.Unlock()
+	return n.secretsErr
+}
+
+// refuseBlocked is the failure of an event that cannot run while the
+// node cannot open the app's secrets, nil when it can.
+func (a *actor) refuseBlocked(ev *event) error {
+	reason := a.node.secretsBlocked()
+	if reason == nil {
+		return nil
+	}
+	a.closeSocketOf(ev, websocket.InternalError, "the app's secrets cannot be opened on this node")
+	return unavailable("the app's secrets cannot be opened on this node; retry", fmt.Errorf("%w: %w", errSecrets, reason))
+}
