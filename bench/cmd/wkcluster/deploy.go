@@ -3,16 +3,15 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,9 +38,9 @@ func (c *config) deploy(bucketDir string, k int) (uint64, error) {
 	if k == 0 {
 		args = append(args, "--actor", "probe="+c.guest)
 	}
-	out, err := exec.Command(c.bin, args...).CombinedOutput()
+	out, err := c.wasmkeep("", args...)
 	if err != nil {
-		return 0, fmt.Errorf("wasmkeep %s: %w\n%s", strings.Join(args, " "), err, out)
+		return 0, err
 	}
 	m := deployedRE.FindSubmatch(out)
 	if m == nil {
@@ -67,25 +66,61 @@ func (n *node) deploySeq() (uint64, error) {
 	return uint64(v), err
 }
 
-// awaitSeq polls each node's metrics page until every one serves seq (or
-// a later one), and returns how long after from the last one was seen.
-func (cl *cluster) awaitSeq(seq uint64, from time.Time) (time.Duration, error) {
-	for _, n := range cl.nodes {
-		for {
-			got, err := n.deploySeq()
-			if err != nil {
-				return 0, err
+// awaitEach polls every node, side by side, every 10 ms until serves
+// says it serves what changed at from, and returns how long after from
+// each one did, in cl.nodes' order. An error from serves, or a node that
+// still does not serve it 2 minutes on, ends every node's wait.
+func (cl *cluster) awaitEach(from time.Time, what string, serves func(*node) (bool, error)) ([]time.Duration, error) {
+	took := make([]time.Duration, len(cl.nodes))
+	errs := make([]error, len(cl.nodes))
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	for i, n := range cl.nodes {
+		wg.Go(func() {
+			for !failed.Load() {
+				ok, err := serves(n)
+				if err == nil && !ok && time.Since(from) > 2*time.Minute {
+					err = fmt.Errorf("node %s does not serve %s 2 minutes after it changed%s", n.id, what, n.LogTail())
+				}
+				if err != nil {
+					errs[i] = err
+					failed.Store(true)
+					return
+				}
+				if ok {
+					took[i] = time.Since(from)
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
 			}
-			if got >= seq {
-				break
-			}
-			if time.Since(from) > 2*time.Minute {
-				return 0, fmt.Errorf("node %s still serves seq %d 2 minutes after seq %d was deployed%s", n.id, got, seq, n.LogTail())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		})
 	}
-	return time.Since(from), nil
+	wg.Wait()
+	return took, errors.Join(errs...)
+}
+
+// tally counts requests and those that failed, keeping the first failure
+// for the report; safe for concurrent use.
+type tally struct {
+	requests, failed atomic.Int64
+	first            atomic.Pointer[string]
+}
+
+// add counts a request, failed if failure is not "".
+func (t *tally) add(failure string) {
+	t.requests.Add(1)
+	if failure != "" {
+		t.failed.Add(1)
+		t.first.CompareAndSwap(nil, &failure)
+	}
+}
+
+// counts returns the requests, the failed ones and the first failure.
+func (t *tally) counts() (requests, failed int64, first string) {
+	if p := t.first.Load(); p != nil {
+		first = *p
+	}
+	return t.requests.Load(), t.failed.Load(), first
 }
 
 // load is a steady load through every node while the deploys run: one
@@ -93,18 +128,17 @@ func (cl *cluster) awaitSeq(seq uint64, from time.Time) (time.Duration, error) {
 // turn (each held by one node, so most requests are forwarded), one
 // request every loadPause.
 type load struct {
-	stopping         atomic.Bool
-	wg               sync.WaitGroup
-	requests, failed atomic.Int64
-	first            atomic.Pointer[string] // the first failure, for the report
+	stopping atomic.Bool
+	wg       sync.WaitGroup
+	tally
 }
 
 const loadPause = 5 * time.Millisecond
 
-// deployJitter bounds the pause before each deploy: longer than the
-// nodes' follow period (their heartbeat period, 3.3 s at the defaults,
-// 0.67 s under -short-lease).
-func (c *config) deployJitter() time.Duration {
+// followJitter bounds the pause before each deploy or secrets change:
+// longer than the period of the nodes' followers of both (their heartbeat
+// period, 3.3 s at the defaults, 0.67 s under -short-lease).
+func (c *config) followJitter() time.Duration {
 	if c.shortLease {
 		return time.Second
 	}
@@ -120,12 +154,7 @@ func startLoad(cl *cluster) *load {
 			for k := 0; !l.stopping.Load(); k++ {
 				url := fmt.Sprintf("%s/actor/probe/load-%d/echo", n.URL(), k%len(cl.nodes))
 				a, err := do("GET", url)
-				l.requests.Add(1)
-				if err != nil || a.code != 200 {
-					l.failed.Add(1)
-					why := fmt.Sprintf("GET %s: %v %d %q", url, err, a.code, a.body)
-					l.first.CompareAndSwap(nil, &why)
-				}
+				l.add(failure(url, a, err))
 				time.Sleep(loadPause)
 			}
 		}()
@@ -137,10 +166,15 @@ func startLoad(cl *cluster) *load {
 func (l *load) stop() (requests, failed int64, first string) {
 	l.stopping.Store(true)
 	l.wg.Wait()
-	if p := l.first.Load(); p != nil {
-		first = *p
+	return l.counts()
+}
+
+// failure describes a GET of url that did not answer 200, "" for one that did.
+func failure(url string, a answer, err error) string {
+	if err == nil && a.code == 200 {
+		return ""
 	}
-	return l.requests.Load(), l.failed.Load(), first
+	return fmt.Sprintf("GET %s: %v %d %q", url, err, a.code, a.body)
 }
 
 // rollouts deploys c.deploys new versions one after another under a steady
@@ -154,17 +188,21 @@ func (c *config) rollouts(stdout io.Writer, cl *cluster) ([]measure.Row, error) 
 		// Unpaced, the loop locks onto the nodes' follow period (each
 		// deploy lands just after their read of current): start each at a
 		// random moment of the period instead.
-		time.Sleep(rand.N(c.deployJitter()))
+		time.Sleep(rand.N(c.followJitter()))
 		seq, err := c.deploy(cl.bucketDir, k)
 		if err != nil {
 			l.stop()
 			return nil, err
 		}
-		d, err := cl.awaitSeq(seq, time.Now())
+		each, err := cl.awaitEach(time.Now(), fmt.Sprintf("seq %d", seq), func(n *node) (bool, error) {
+			got, err := n.deploySeq()
+			return got >= seq, err
+		})
 		if err != nil {
 			l.stop()
 			return nil, err
 		}
+		d := slices.Max(each)
 		took = append(took, d)
 		fmt.Fprintf(stdout, "deploy %2d: seq %d, every node serving it %.2f s after deploy returned\n", k, seq, d.Seconds())
 	}

@@ -50,6 +50,7 @@ import (
 	"log"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -322,6 +323,18 @@ func expect(method, url, holder string) (string, error) {
 		return "", fmt.Errorf("%s %s: answered for node %q, want %q", method, url, a.node, holder)
 	}
 	return a.body, nil
+}
+
+// wasmkeep runs a wasmkeep command to its end, stdin its input, and
+// returns its output (stdout and stderr).
+func (c *config) wasmkeep(stdin string, args ...string) ([]byte, error) {
+	cmd := exec.Command(c.bin, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("wasmkeep %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return out, nil
 }
 
 func row(metric string, v float64, unit string) measure.Row {

@@ -70,7 +70,7 @@ func (c *config) secretRollouts(stdout io.Writer, cl *cluster) ([]measure.Row, e
 	fmt.Fprintf(stdout, "\n%d secrets set, each until every node serves it\n", c.secrets)
 	var took []time.Duration
 	for k := 1; k <= c.secrets; k++ {
-		time.Sleep(rand.N(c.deployJitter())) // as the deploys: not locked onto the follow period
+		time.Sleep(rand.N(c.followJitter())) // as the deploys: not locked onto the follow period
 		value := fmt.Sprintf("value-%d", k)
 		if err := c.setSecret(cl.bucketDir, value); err != nil {
 			return nil, err
