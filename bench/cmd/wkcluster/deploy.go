@@ -207,18 +207,36 @@ func (c *config) rollouts(stdout io.Writer, cl *cluster) ([]measure.Row, error) 
 		fmt.Fprintf(stdout, "deploy %2d: seq %d, every node serving it %.2f s after deploy returned\n", k, seq, d.Seconds())
 	}
 	requests, failed, first := l.stop()
-	p50, p99 := measure.Percentile(took, 0.5), measure.Percentile(took, 0.99)
+	rows := spread("deploy_serving", took)
 	fmt.Fprintf(stdout, "deploy to every node serving: p50 %.2f s, p99 %.2f s, max %.2f s; load: %d requests, %d failed\n",
-		p50.Seconds(), p99.Seconds(), slices.Max(took).Seconds(), requests, failed)
+		rows[0].Value, rows[1].Value, rows[2].Value, requests, failed)
 	if first != "" {
 		fmt.Fprintln(stdout, "first failed request:", first)
 	}
-	return []measure.Row{
-		row("deploy_serving_p50", p50.Seconds(), "s"),
-		row("deploy_serving_p99", p99.Seconds(), "s"),
-		row("deploy_serving_max", slices.Max(took).Seconds(), "s"),
+	return append(rows,
 		row("deploy_count", float64(len(took)), "deploys"),
 		row("deploy_load_requests", float64(requests), "requests"),
 		row("deploy_load_failed", float64(failed), "requests"),
-	}, nil
+	), nil
+}
+
+// appRows are the deploy cluster's rows: the rollouts, then the secrets
+// changes, each unless its count is 0.
+func (c *config) appRows(stdout io.Writer, cl *cluster) ([]measure.Row, error) {
+	var rows []measure.Row
+	if c.deploys > 0 {
+		r, err := c.rollouts(stdout, cl)
+		if err != nil {
+			return nil, err
+		}
+		rows = r
+	}
+	if c.secrets > 0 {
+		r, err := c.secretChanges(stdout, cl)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r...)
+	}
+	return rows, nil
 }

@@ -29,9 +29,7 @@
 //     after another; the time from each deploy's return to every node
 //     serving the new version (wasmkeep_deploy_seq on each node's metrics
 //     page), and the requests that failed meanwhile under a steady load
-//     through every node; then -secrets `wasmkeep secrets set`s of a new
-//     value (secrets.go), the time from each set's return to every node
-//     serving it to an actor.
+//     through every node.
 //   - alarm recovery after the holder's death (alarms.go): on a fourth
 //     cluster near a tenth of the default timings, -alarms alarms due at
 //     one instant on a node killed just before it: their lateness and the
@@ -39,7 +37,7 @@
 //
 // It prints tables and writes <out>/<date>-<commit>-cluster.csv.
 //
-//	wkcluster -wasmkeep BIN -guest probe.wasm [-kills 20] [-samples 2000] [-deploys 20] [-secrets 20] [-alarms 1000] [-quick]
+//	wkcluster -wasmkeep BIN -guest probe.wasm [-kills 20] [-samples 2000] [-deploys 20] [-alarms 1000] [-quick]
 package main
 
 import (
@@ -52,6 +50,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,6 +72,7 @@ type config struct {
 	samples, warmup int
 	deploys         int
 	secrets         int
+	secretsKey      string // the deploy cluster's nodes' --secrets-key, once made
 	alarms          int
 	shortLease      bool
 	tmp, out        string
@@ -86,7 +86,7 @@ func run(args []string, stdout io.Writer) error {
 	fl.IntVar(&c.kills, "kills", 20, "SIGKILLs of the takeover rows (about 20 s each at the default lease timings); 0: none")
 	fl.IntVar(&c.samples, "samples", 2000, "timed requests of each latency row; 0: no latency rows")
 	fl.IntVar(&c.deploys, "deploys", 20, "deploys of the rollout rows; 0: none")
-	fl.IntVar(&c.secrets, "secrets", 20, "secrets set of the secrets rollout rows, on the deploy cluster; 0: none")
+	fl.IntVar(&c.secrets, "secrets", 20, "secrets changes of the secrets rows (on the deploy cluster); 0: none")
 	fl.IntVar(&c.alarms, "alarms", 1000, "alarms of the alarm recovery rows; 0: none")
 	fl.BoolVar(&c.shortLease, "short-lease", false, "a 2 s node lease (WASMKEEP_CLUSTER__*) instead of the defaults: starts and takeovers in seconds, not the book's timings")
 	quick := fl.Bool("quick", false, "small counts and -short-lease: checks the harness, measures nothing worth keeping")
@@ -131,14 +131,7 @@ func run(args []string, stdout io.Writer) error {
 		var rows []measure.Row
 		switch {
 		case mode == "deploy":
-			if c.deploys > 0 {
-				rows, err = c.rollouts(stdout, cl)
-			}
-			if err == nil && c.secrets > 0 {
-				var more []measure.Row
-				more, err = c.secretRollouts(stdout, cl)
-				rows = append(rows, more...)
-			}
+			rows, err = c.appRows(stdout, cl)
 		case mode == "alarms":
 			rows, err = c.alarmRecovery(stdout, cl)
 		case c.samples > 0:
@@ -222,8 +215,10 @@ func (c *config) startCluster(stdout io.Writer, mode string) (*cluster, error) {
 		if _, err := c.deploy(bucketDir, 0); err != nil {
 			return nil, err
 		}
-		if err := c.newSecretsKey(); err != nil {
-			return nil, err
+		if c.secrets > 0 {
+			if err := c.newSecrets(dir, bucketDir); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for _, id := range []string{"a", "b", "c"} {
@@ -250,7 +245,10 @@ func (c *config) startCluster(stdout io.Writer, mode string) (*cluster, error) {
 		n.srv.ServeArgs = append(n.srv.ServeArgs, "--metrics-listen", addr)
 		if mode == "deploy" {
 			n.srv.Guest = "" // its classes come from the version
-			n.srv.ServeArgs = append(n.srv.ServeArgs, "--app", deployApp, "--secrets-key", c.secretsKey())
+			n.srv.ServeArgs = append(n.srv.ServeArgs, "--app", deployApp)
+			if c.secretsKey != "" {
+				n.srv.ServeArgs = append(n.srv.ServeArgs, "--secrets-key", c.secretsKey)
+			}
 		}
 		cl.nodes = append(cl.nodes, n)
 	}
@@ -339,4 +337,14 @@ func (c *config) wasmkeep(stdin string, args ...string) ([]byte, error) {
 
 func row(metric string, v float64, unit string) measure.Row {
 	return measure.Row{Metric: metric, Value: v, Unit: unit}
+}
+
+// spread is took's p50, p99 and max in seconds, as the rows <metric>_p50,
+// _p99 and _max.
+func spread(metric string, took []time.Duration) []measure.Row {
+	return []measure.Row{
+		row(metric+"_p50", measure.Percentile(took, 0.5).Seconds(), "s"),
+		row(metric+"_p99", measure.Percentile(took, 0.99).Seconds(), "s"),
+		row(metric+"_max", slices.Max(took).Seconds(), "s"),
+	}
 }

@@ -6,88 +6,120 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
+	"strconv"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/bench/measure"
 )
 
-// The secrets' rollout (issue 27's benchmark): on the deploy cluster,
-// whose nodes hold the app's secrets key, -secrets `wasmkeep secrets set`s
-// one after another, each a new value of one name; the time from each
-// set's return to every node serving it to an actor (the probe's /env).
+// The secrets rows (issue 27's benchmark) run on the deploy cluster, its
+// nodes started with --secrets-key: c.secrets `wasmkeep secrets set`s of
+// one name of the probe class, each a new value, one after another. After
+// each, every node's resident actor (secret-<id>, taken before the first
+// change, so that the rows time the nodes' secrets follower, not an
+// activation) is asked for the value (the probe's /env, env.get) every
+// 10 ms until it answers the new one: the time from the command's return
+// to each node's first answer with it, and to the last node's (the book:
+// within a heartbeat period, 3.3 s at the defaults).
 
-// secretsKey is the deploy cluster's secrets key file, made before its
-// nodes start.
-func (c *config) secretsKey() string { return filepath.Join(c.tmp, "secrets.key") }
+// secretName is the name the rows change, which the deployed
+// configuration (it would come first) does not have.
+const secretName = "BENCH_SECRET"
 
-func (c *config) newSecretsKey() error {
-	if out, err := exec.Command(c.bin, "secrets", "new-key", "--out", c.secretsKey()).CombinedOutput(); err != nil {
-		return fmt.Errorf("wasmkeep secrets new-key: %w\n%s", err, out)
+// secretValue is the value of secretName set by change k (0: before the
+// nodes start).
+func secretValue(k int) string { return "value-" + strconv.Itoa(k) }
+
+// newSecrets makes the key of the deploy cluster in dir, and sets the
+// first value before its nodes start (each must then open the set to
+// start).
+func (c *config) newSecrets(dir, bucketDir string) error {
+	c.secretsKey = filepath.Join(dir, "secrets.key")
+	if _, err := c.wasmkeep("", "secrets", "new-key", "--out", c.secretsKey); err != nil {
+		return err
 	}
-	return nil
+	return c.setSecret(bucketDir, 0)
 }
 
-// setSecret runs `wasmkeep secrets set` of the probe's TOKEN to value.
-func (c *config) setSecret(bucketDir, value string) error {
-	args := []string{"secrets", "set", "--app", deployApp, "--bucket", "file://" + bucketDir, "--key", c.secretsKey(), "--class", "probe", "TOKEN"}
-	cmd := exec.Command(c.bin, args...)
-	cmd.Stdin = strings.NewReader(value)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("wasmkeep %s: %w\n%s", strings.Join(args, " "), err, out)
-	}
-	return nil
+// setSecret runs `wasmkeep secrets set` of value k of secretName (on
+// stdin, as an operator gives it).
+func (c *config) setSecret(bucketDir string, k int) error {
+	_, err := c.wasmkeep(secretValue(k)+"\n", "secrets", "set", "--app", deployApp, "--bucket", "file://"+bucketDir,
+		"--key", c.secretsKey, "--class", "probe", secretName)
+	return err
 }
 
-// awaitSecret polls an actor of each node (one it holds) until it reads
-// value, and returns how long after from the last one did.
-func (cl *cluster) awaitSecret(value string, from time.Time) (time.Duration, error) {
+// secretURL reads secretName in node n's actor of the rows.
+func (n *node) secretURL() string {
+	return n.URL() + "/actor/probe/secret-" + n.id + "/env?name=" + secretName
+}
+
+// secretChanges sets c.secrets new values one after another and times
+// each from the command's return to each node serving it.
+func (c *config) secretChanges(stdout io.Writer, cl *cluster) ([]measure.Row, error) {
+	fmt.Fprintf(stdout, "\n%d secrets changes, each until every node's actor reads the new value\n", c.secrets)
 	for _, n := range cl.nodes {
-		url := n.URL() + "/actor/probe/secrets-" + n.id + "/env?name=TOKEN"
-		for {
-			a, err := do("GET", url)
-			if err != nil {
-				return 0, err
-			}
-			if a.code == 200 && a.body == "set "+value {
-				break
-			}
-			if time.Since(from) > 2*time.Minute {
-				return 0, fmt.Errorf("node %s still answers %d %q 2 minutes after the set%s", n.id, a.code, a.body, n.LogTail())
-			}
-			time.Sleep(10 * time.Millisecond)
+		body, err := expect("GET", n.secretURL(), n.id)
+		if err == nil && body != "set "+secretValue(0) {
+			err = fmt.Errorf("node %s's actor reads %q, want the value set before the start", n.id, body)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w%s", err, n.LogTail())
 		}
 	}
-	return time.Since(from), nil
-}
-
-// secretRollouts sets c.secrets values one after another and times each
-// from the set's return to every node serving it.
-func (c *config) secretRollouts(stdout io.Writer, cl *cluster) ([]measure.Row, error) {
-	fmt.Fprintf(stdout, "\n%d secrets set, each until every node serves it\n", c.secrets)
-	var took []time.Duration
+	var polls tally
+	perNode := make([][]time.Duration, len(cl.nodes))
+	var every []time.Duration
 	for k := 1; k <= c.secrets; k++ {
-		time.Sleep(rand.N(c.followJitter())) // as the deploys: not locked onto the follow period
-		value := fmt.Sprintf("value-%d", k)
-		if err := c.setSecret(cl.bucketDir, value); err != nil {
+		time.Sleep(rand.N(c.followJitter())) // as the deploys: not locked onto the follower's period
+		if err := c.setSecret(cl.bucketDir, k); err != nil {
 			return nil, err
 		}
-		d, err := cl.awaitSecret(value, time.Now())
+		before, want := "set "+secretValue(k-1), "set "+secretValue(k)
+		each, err := cl.awaitEach(time.Now(), "secrets change "+strconv.Itoa(k), func(n *node) (bool, error) {
+			url := n.secretURL()
+			a, err := do("GET", url)
+			why := failure(url, a, err)
+			switch {
+			case why == "" && a.node != n.id:
+				return false, fmt.Errorf("GET %s answered for node %q: the actor moved, and the rows would time its activation", url, a.node)
+			case why == "" && a.body != before && a.body != want:
+				why = fmt.Sprintf("GET %s: %q, want %q or %q", url, a.body, before, want)
+			}
+			polls.add(why)
+			return why == "" && a.body == want, nil
+		})
 		if err != nil {
 			return nil, err
 		}
-		took = append(took, d)
-		fmt.Fprintf(stdout, "set %2d: every node serving it %.2f s after set returned\n", k, d.Seconds())
+		progress := fmt.Sprintf("secrets %2d:", k)
+		for i, d := range each {
+			perNode[i] = append(perNode[i], d)
+			progress += fmt.Sprintf(" %s %.2f s,", cl.nodes[i].id, d.Seconds())
+		}
+		every = append(every, slices.Max(each))
+		fmt.Fprintf(stdout, "%s every node %.2f s after set returned\n", progress, slices.Max(each).Seconds())
 	}
-	p50, p99 := measure.Percentile(took, 0.5), measure.Percentile(took, 0.99)
-	fmt.Fprintf(stdout, "secrets set to every node serving: p50 %.2f s, p99 %.2f s, max %.2f s\n", p50.Seconds(), p99.Seconds(), slices.Max(took).Seconds())
-	return []measure.Row{
-		row("secrets_serving_p50", p50.Seconds(), "s"),
-		row("secrets_serving_p99", p99.Seconds(), "s"),
-		row("secrets_serving_max", slices.Max(took).Seconds(), "s"),
-		row("secrets_count", float64(len(took)), "sets"),
-	}, nil
+	requests, failed, first := polls.counts()
+	fmt.Fprintf(stdout, "secrets set returned to serving (s)  p50    p99    max\n")
+	line := func(name string, s []measure.Row) []measure.Row {
+		fmt.Fprintf(stdout, "  %-34s %5.2f  %5.2f  %5.2f\n", name, s[0].Value, s[1].Value, s[2].Value)
+		return s
+	}
+	var rows []measure.Row
+	for i, n := range cl.nodes {
+		rows = append(rows, line("node "+n.id, spread("secrets_serving_"+n.id, perNode[i]))...)
+	}
+	rows = append(rows, line("every node", spread("secrets_serving", every))...)
+	fmt.Fprintf(stdout, "polls: %d, %d failed (not 200, or neither the value before nor the new one)\n", requests, failed)
+	if first != "" {
+		fmt.Fprintln(stdout, "first failed poll:", first)
+	}
+	return append(rows,
+		row("secrets_count", float64(len(every)), "changes"),
+		row("secrets_polls", float64(requests), "requests"),
+		row("secrets_polls_failed", float64(failed), "requests"),
+	), nil
 }

@@ -11,10 +11,11 @@ import (
 )
 
 // TestQuickRun runs wkcluster -quick (two kills on a 2 s lease, 100
-// samples, four deploys, four secrets set, 50 alarms recovered) and checks the CSV: every row there, each with a
-// positive value (never how large) but what TLS adds, which may come out
-// below zero in a run this short, and the requests failed during the
-// deploys, which should be none but are a measurement, not a check.
+// samples, four deploys, four secrets changes, 50 alarms recovered) and
+// checks the CSV: every row there, each with a positive value (never how
+// large) but what TLS adds, which may come out below zero in a run this
+// short, and the requests failed during the deploys and the secrets
+// changes, which should be none but are a measurement, not a check.
 func TestQuickRun(t *testing.T) {
 	bin, _ := benchtest.Build(t)
 	guest := benchtest.BuildGuest(t, "cmd/wasmkeep/testdata/guests/probe")
@@ -36,8 +37,13 @@ func TestQuickRun(t *testing.T) {
 	values := all[servers[0]]
 	metrics := []string{"takeover_p50", "takeover_p99", "takeover_min", "takeover_max", "takeover_kills",
 		"deploy_serving_p50", "deploy_serving_p99", "deploy_serving_max", "deploy_count", "deploy_load_requests",
-		"secrets_serving_p50", "secrets_serving_p99", "secrets_serving_max", "secrets_count",
+		"secrets_count", "secrets_polls",
 		"alarm_recovery_late_p50", "alarm_recovery_late_p99", "alarm_recovery_all_ran", "alarm_recovery_rate_per_node", "alarm_recovery_alarms"}
+	for _, of := range []string{"", "_a", "_b", "_c"} {
+		for _, p := range []string{"_p50", "_p99", "_max"} {
+			metrics = append(metrics, "secrets_serving"+of+p)
+		}
+	}
 	for _, mode := range []string{"tls", "plain"} {
 		for _, m := range []string{"get_direct_p50_", "get_direct_p99_", "get_forwarded_p50_", "get_forwarded_p99_",
 			"get_forward_added_p50_", "get_forwarded_ratio_p50_",
@@ -52,7 +58,7 @@ func TestQuickRun(t *testing.T) {
 	}
 	// Measurements that may be 0: a run this short may read no record
 	// (owner hints) and no lease meanwhile.
-	present := []string{"get_forward_tls_added_p50", "deploy_load_failed", "alarm_recovery_ran_twice",
+	present := []string{"get_forward_tls_added_p50", "deploy_load_failed", "secrets_polls_failed", "alarm_recovery_ran_twice",
 		"forward_bucket_gets_per_request_tls", "forward_bucket_gets_per_request_plain"}
 	for _, m := range present {
 		if _, ok := values[m]; !ok {
@@ -68,6 +74,7 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 	if values["takeover_kills"] != 2 || values["deploy_count"] != 4 || values["secrets_count"] != 4 {
-		t.Errorf("takeover_kills = %v, deploy_count = %v, secrets_count = %v, want 2, 4 and 4", values["takeover_kills"], values["deploy_count"], values["secrets_count"])
+		t.Errorf("takeover_kills = %v, deploy_count = %v, secrets_count = %v, want 2, 4 and 4",
+			values["takeover_kills"], values["deploy_count"], values["secrets_count"])
 	}
 }
