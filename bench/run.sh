@@ -29,7 +29,9 @@
 #                             latency over mutual TLS and in plain HTTP, and
 #                             actors.call across nodes against one node, and a
 #                             deploy's rollout to every node under load (20
-#                             deploys, -deploys N); writes ...-cluster.csv
+#                             deploys, -deploys N), a secret's (20 secrets
+#                             set, -secrets N) and alarm recovery after the
+#                             holder's death (-alarms N); writes ...-cluster.csv
 #   ./bench/run.sh kv         bench/cmd/wkkv: the key-value shard class (sdk/go/kv)
 #                             on one node: get, local put and durable put through
 #                             one shard, wazero then wasmtime; writes ...-kv.csv

@@ -30,6 +30,11 @@
 //     serving the new version (wasmkeep_deploy_seq on each node's metrics
 //     page), and the requests that failed meanwhile under a steady load
 //     through every node.
+//   - secrets reaching every node (secrets.go): on that cluster, its nodes
+//     started with --secrets-key, -secrets `wasmkeep secrets set`s of one
+//     name, one after another; the time from each set's return to each
+//     node's resident actor reading the new value (env.get), and to the
+//     last node's.
 //   - alarm recovery after the holder's death (alarms.go): on a fourth
 //     cluster near a tenth of the default timings, -alarms alarms due at
 //     one instant on a node killed just before it: their lateness and the
@@ -37,7 +42,7 @@
 //
 // It prints tables and writes <out>/<date>-<commit>-cluster.csv.
 //
-//	wkcluster -wasmkeep BIN -guest probe.wasm [-kills 20] [-samples 2000] [-deploys 20] [-alarms 1000] [-quick]
+//	wkcluster -wasmkeep BIN -guest probe.wasm [-kills 20] [-samples 2000] [-deploys 20] [-secrets 20] [-alarms 1000] [-quick]
 package main
 
 import (
