@@ -81,15 +81,11 @@ func (c *config) secretChanges(stdout io.Writer, cl *cluster) ([]measure.Row, er
 		each, err := cl.awaitEach(time.Now(), "secrets change "+strconv.Itoa(k), func(n *node) (bool, error) {
 			url := n.secretURL()
 			a, err := do("GET", url)
-			why := failure(url, a, err)
-			switch {
-			case why == "" && a.node != n.id:
-				return false, fmt.Errorf("GET %s answered for node %q: the actor moved, and the rows would time its activation", url, a.node)
-			case why == "" && a.body != before && a.body != want:
-				why = fmt.Sprintf("GET %s: %q, want %q or %q", url, a.body, before, want)
+			served, why, err := secretPoll(url, a, err, n.id, before, want)
+			if err == nil {
+				polls.add(why)
 			}
-			polls.add(why)
-			return why == "" && a.body == want, nil
+			return served, err
 		})
 		if err != nil {
 			return nil, err
@@ -122,4 +118,21 @@ func (c *config) secretChanges(stdout io.Writer, cl *cluster) ([]measure.Row, er
 		row("secrets_polls", float64(requests), "requests"),
 		row("secrets_polls_failed", float64(failed), "requests"),
 	), nil
+}
+
+// secretPoll judges a poll of url, holder's actor, while the value changes
+// from before to want (each as the probe answers it): served once it reads
+// want; a failure for the tally when it failed, did not answer 200, or
+// read neither value; an error when another node answered for the actor.
+func secretPoll(url string, a answer, err error, holder, before, want string) (served bool, why string, moved error) {
+	why = failure(url, a, err)
+	switch {
+	case why != "":
+		return false, why, nil
+	case a.node != holder:
+		return false, "", fmt.Errorf("GET %s answered for node %q: the actor moved, and the rows would time its activation", url, a.node)
+	case a.body != before && a.body != want:
+		return false, fmt.Sprintf("GET %s: %q, want %q or %q", url, a.body, before, want), nil
+	}
+	return a.body == want, "", nil
 }

@@ -3,9 +3,12 @@
 package main
 
 import (
+	"errors"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/wasmkeep/wasmkeep/bench/internal/benchtest"
 )
@@ -76,5 +79,59 @@ func TestQuickRun(t *testing.T) {
 	if values["takeover_kills"] != 2 || values["deploy_count"] != 4 || values["secrets_count"] != 4 {
 		t.Errorf("takeover_kills = %v, deploy_count = %v, secrets_count = %v, want 2, 4 and 4",
 			values["takeover_kills"], values["deploy_count"], values["secrets_count"])
+	}
+}
+
+// TestSecretPoll: a poll serves the change once it reads the new value; one
+// that failed, was not 200 or read neither value is a failure; one another
+// node answered ends the run.
+func TestSecretPoll(t *testing.T) {
+	const before, want = "set value-1", "set value-2"
+	for _, c := range []struct {
+		name          string
+		a             answer
+		err           error
+		served, fails bool
+		moved         bool
+	}{
+		{name: "new value", a: answer{200, want, "a"}, served: true},
+		{name: "value before", a: answer{200, before, "a"}},
+		{name: "unset", a: answer{200, "unset", "a"}, fails: true},
+		{name: "older value", a: answer{200, "set value-0", "a"}, fails: true},
+		{name: "503", a: answer{503, "secrets unavailable", "a"}, fails: true},
+		{name: "no answer", err: errors.New("connection refused"), fails: true},
+		{name: "another node", a: answer{200, want, "b"}, moved: true},
+	} {
+		served, why, moved := secretPoll("http://node-a/env", c.a, c.err, "a", before, want)
+		if served != c.served || (why != "") != c.fails || (moved != nil) != c.moved {
+			t.Errorf("%s: served %v, failure %q, moved %v; want served %v, a failure %v, moved %v",
+				c.name, served, why, moved, c.served, c.fails, c.moved)
+		}
+	}
+}
+
+// TestAwaitEach: each node's time is its own, and one node's error ends
+// every node's wait.
+func TestAwaitEach(t *testing.T) {
+	cl := &cluster{nodes: []*node{{id: "a"}, {id: "b"}, {id: "c"}}}
+	from := time.Now()
+	var polls [3]atomic.Int32
+	took, err := cl.awaitEach(from, "x", func(n *node) (bool, error) {
+		i := n.id[0] - 'a'
+		return polls[i].Add(1) > int32(i*i)*10, nil // a at once, b and c 10 and 40 polls later
+	})
+	if err != nil || !(took[0] < took[1] && took[1] < took[2]) {
+		t.Fatalf("took %v, %v; want a, b, c in that order", took, err)
+	}
+	broken := errors.New("broken")
+	begin := time.Now()
+	_, err = cl.awaitEach(time.Now(), "x", func(n *node) (bool, error) {
+		if n.id == "b" {
+			return false, broken
+		}
+		return false, nil
+	})
+	if !errors.Is(err, broken) || time.Since(begin) > 30*time.Second {
+		t.Fatalf("awaitEach returned %v after %v; want b's error, at once", err, time.Since(begin))
 	}
 }
