@@ -99,7 +99,7 @@ func (c *config) secretChanges(stdout io.Writer, cl *cluster) ([]measure.Row, er
 		fmt.Fprintf(stdout, "%s every node %.2f s after set returned\n", progress, slices.Max(each).Seconds())
 	}
 	requests, failed, first := polls.counts()
-	fmt.Fprintf(stdout, "secrets set returned to serving (s)  p50    p99    max\n")
+	fmt.Fprintf(stdout, "%-36s %5s  %5s  %5s\n", "secrets set returned to serving (s)", "p50", "p99", "max")
 	line := func(name string, s []measure.Row) []measure.Row {
 		fmt.Fprintf(stdout, "  %-34s %5.2f  %5.2f  %5.2f\n", name, s[0].Value, s[1].Value, s[2].Value)
 		return s
