@@ -137,7 +137,7 @@ const loadPause = 5 * time.Millisecond
 
 // followJitter bounds the pause before each deploy or secrets change:
 // longer than the period of the nodes' followers of both (their heartbeat
-// period, 3.3 s at the defaults, 0.67 s under -short-lease).
+// period, 3 s at the defaults, 0.67 s under -short-lease).
 func (c *config) followJitter() time.Duration {
 	if c.shortLease {
 		return time.Second

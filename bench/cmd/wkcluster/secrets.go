@@ -22,7 +22,7 @@ import (
 // activation) is asked for the value (the probe's /env, env.get) every
 // 10 ms until it answers the new one: the time from the command's return
 // to each node's first answer with it, and to the last node's (the book:
-// within a heartbeat period, 3.3 s at the defaults).
+// within a heartbeat period, 3 s at the defaults).
 
 // secretName is the name the rows change, which the deployed
 // configuration (it would come first) does not have.
