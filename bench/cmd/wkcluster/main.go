@@ -103,7 +103,7 @@ func run(args []string, stdout io.Writer) error {
 		return errors.New("-wasmkeep and -guest are required (bench/README.md, wkcluster)")
 	}
 	if *quick {
-		c.kills, c.samples, c.deploys, c.secrets, c.alarms, c.shortLease = 2, 100, 4, 4, 50, true
+		c.kills, c.samples, c.deploys, c.secrets, c.alarms, c.shortLease = 2, 100, 4, 2, 50, true
 	}
 	c.warmup = max(c.samples/10, 20)
 	commit, err := measure.CheckoutCommit()
