@@ -76,8 +76,8 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("forward_bucket_gets_per_request_%s = %v: the forwarding node reads the record for most requests", mode, v)
 		}
 	}
-	if values["takeover_kills"] != 2 || values["deploy_count"] != 4 || values["secrets_count"] != 4 {
-		t.Errorf("takeover_kills = %v, deploy_count = %v, secrets_count = %v, want 2, 4 and 4",
+	if values["takeover_kills"] != 2 || values["deploy_count"] != 4 || values["secrets_count"] != 2 {
+		t.Errorf("takeover_kills = %v, deploy_count = %v, secrets_count = %v, want 2, 4 and 2",
 			values["takeover_kills"], values["deploy_count"], values["secrets_count"])
 	}
 }
