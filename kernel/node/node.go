@@ -235,8 +235,10 @@ type Node struct {
 	applyMu   sync.Mutex
 
 	// Why the node takes no actor now (taking.go); empty: it takes them.
+	// acquiring counts the acquires let through and not returned yet.
 	takeMu    sync.Mutex
 	notTaking map[string]bool
+	acquiring int
 
 	ctx    context.Context // ends when the node stops: stops running guests
 	cancel context.CancelFunc
@@ -313,7 +315,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		unreachable: newUnreachable(),
 	}
 	if o, ok := n.opts.Placement.(placement.Owned); ok {
-		o.NotTaking = n.takesNone
+		o.Claiming = n.claiming
 		n.opts.Placement = o
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
 	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
 	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
 	"github.com/wasmkeep/wasmkeep/kernel/node/websocket"
@@ -181,18 +183,78 @@ func (n *Node) heldResidents(max int) []*actor {
 	return out
 }
 
-// holdsAny reports whether the node holds an actor or has a WebSocket
-// open.
+// holdsAny reports whether the node holds an actor, has a release or an
+// acquisition unresolved (ownership's pending: a drain ends only at
+// zero), an acquire under way, or a WebSocket open. The acquires are read
+// first: one that ends between the two reads is in the holds by then.
 func (n *Node) holdsAny() bool {
-	return len(n.opts.Cluster.Member.Owners.Holds()) > 0 || n.ws.Len() > 0
+	n.takeMu.Lock()
+	acquiring := n.acquiring
+	n.takeMu.Unlock()
+	owners := n.opts.Cluster.Member.Owners
+	return acquiring > 0 || len(owners.Holds()) > 0 || owners.Pending() > 0 || n.ws.Len() > 0
 }
 
-// notTakenHere is what an event for an actor this node does not hold gets
-// while the node takes none: the peer that takes it (the placement's
-// Elsewhere, forwarded or called there), or a 503.
-func (n *Node) notTakenHere(ctx context.Context, c *class, name string) error {
-	if err := n.place(ctx, c, name); placement.NotHere(err) {
-		return err
+// claiming is the placement's view of the reasons (placement.Claiming): a
+// drain alone still claims an actor no peer takes; any other reason
+// claims none.
+func (n *Node) claiming() placement.Claiming {
+	n.takeMu.Lock()
+	defer n.takeMu.Unlock()
+	switch {
+	case len(n.notTaking) == 0:
+		return placement.Claims
+	case len(n.notTaking) == 1 && n.notTaking[DrainReason]:
+		return placement.ClaimsLast
 	}
-	return unavailable("this node takes no actor now, retry", placement.ErrNoTaker)
+	return placement.ClaimsNone
+}
+
+// startAcquire lets an acquire of the hold of key (c/name) through,
+// counted as under way until acquireDone (holdsAny), while the node takes
+// actors, or, taking none, when it holds the actor already (a deleted
+// actor's, kept through its erase) or drains and no peer takes actors
+// (placement.KeepsUnheld). Otherwise it returns the event's refusal: the
+// peer that takes the actor (placement.Elsewhere: forwarded or called
+// there), or a 503. The check and the count are one step while the node
+// takes actors, so a drain that begins meanwhile sees the acquire.
+func (n *Node) startAcquire(ctx context.Context, c *class, name string, key ownership.Actor) error {
+	n.takeMu.Lock()
+	ok := len(n.notTaking) == 0
+	if ok {
+		n.acquiring++
+	}
+	n.takeMu.Unlock()
+	if ok {
+		return nil
+	}
+	m := n.opts.Cluster.Member
+	if _, held := m.Owners.Owns(key); held || placement.KeepsUnheld(n.claiming(), m.View, n.opts.App.String()) {
+		n.takeMu.Lock()
+		n.acquiring++
+		n.takeMu.Unlock()
+		return nil
+	}
+	err := n.place(ctx, c, name)
+	var elsewhere *placement.Elsewhere
+	switch {
+	case errors.As(err, &elsewhere):
+		return err
+	case err == nil: // a placement that leaves every actor here (placement.Local)
+		err = &placement.Unplaced{Err: placement.ErrNoTaker}
+	}
+	// Still placement.NotHere, so every path treats it as an event for
+	// another node: a request or upgrade is refused with 503, a socket
+	// closes with 1012.
+	if errors.Is(err, placement.ErrNoTaker) {
+		return unavailable("this node takes no actor now and no other node of the app does, retry", err)
+	}
+	return unavailable("the actor's owner is not known now, retry", err)
+}
+
+// acquireDone ends what startAcquire let through.
+func (n *Node) acquireDone() {
+	n.takeMu.Lock()
+	n.acquiring--
+	n.takeMu.Unlock()
 }

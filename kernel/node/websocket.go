@@ -80,6 +80,11 @@ func (n *Node) serveWebSocket(w http.ResponseWriter, r *http.Request, c *class, 
 		n.forward(w, r, elsewhere)
 		return tried{sentTo: elsewhere.Owner.Node}, false
 	}
+	if placement.NotHere(out.err) { // not run here, and no node to relay it to: 503, as a request gets
+		n.ws.Release(s)
+		n.refuse(w, out.err)
+		return tried{}, false
+	}
 	if out.err != nil {
 		reason := "refused"
 		var f *failure
