@@ -81,6 +81,9 @@ type actor struct {
 	busy       atomic.Bool
 	lastActive atomic.Int64
 	deleted    atomic.Bool // deleted and not created again: no longer "exists" for access rules
+	// handingOver: stopped to be handed over (taking.go); it takes no new
+	// event but a socket's close, so its queue runs out.
+	handingOver atomic.Bool
 
 	db       storage.DB
 	hold     ownership.Hold       // with a bucket: the actor's hold while its database is open

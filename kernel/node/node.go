@@ -480,6 +480,10 @@ var (
 	errQueueFull = errors.New("actor queue full")
 	errCapacity  = errors.New("no resident capacity")
 	errStopping  = errors.New("node is stopping")
+	// An event for an actor being handed over (book ADR 0014: its
+	// requests may get a 503 for a moment): the next one after it is gone
+	// goes to the node that takes it.
+	errHandingOver = errors.New("the actor is being handed over to another node")
 )
 
 // deliver queues ev in the mailbox of tenant/class/name, waking the actor if
@@ -499,7 +503,10 @@ func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) er
 		}
 		n.mu.Lock()
 		if a := n.actors[key]; a != nil {
-			err := a.enqueue(ev)
+			err := errHandingOver
+			if !a.handingOver.Load() || ev.isWSClose() {
+				err = a.enqueue(ev)
+			}
 			n.mu.Unlock()
 			return err
 		}
@@ -546,7 +553,7 @@ func (n *Node) countRefusal(err error) {
 		n.metrics.Refused(metrics.RefusedOverloaded)
 	case errors.Is(err, errCapacity):
 		n.metrics.Refused(metrics.RefusedCapacity)
-	case errors.Is(err, errStopping), placement.NotHere(err):
+	case errors.Is(err, errStopping), errors.Is(err, errHandingOver), placement.NotHere(err):
 		n.metrics.Refused(metrics.RefusedUnavailable)
 	}
 }

@@ -70,6 +70,11 @@ const handOverBatch = 16
 // the close leaves its event unrun.
 const closeEventsWait = 5 * time.Second
 
+// batchWait bounds how long a hand-over waits for a batch's queues (book
+// ADR 0014: 30 s): then it moves on, and the actors left hibernate once
+// their queues ran, taking no new event meanwhile.
+const batchWait = 30 * time.Second
+
 // runTaking is the node's taking pass, as it starts (a node started while
 // drained claims nothing) and then once per lease period until it stops:
 // it reads its drain request, hands over what it holds while it takes no
@@ -114,11 +119,13 @@ func (n *Node) takesNoneFor(reason string) bool {
 // its heartbeat then says. Its WebSockets close with 1012 (clients
 // reconnect through a node that takes the actor), those of rooms that
 // hibernated here too, and their close events run (closeEventsWait); then
-// each resident actor, handOverBatch at a time,
-// runs its queued events and hibernates as an idle one does: what it
-// committed shipped, its hold released, so that its next event is placed
-// on a peer that takes actors. With no such peer it keeps serving them:
-// stuck.
+// each resident actor, handOverBatch at a time, takes no new event (a 503
+// for a moment), runs its queued events and hibernates as an idle one
+// does: what it committed shipped, its hold released, so that its next
+// event is placed on a peer that takes actors. A batch that outlasts
+// batchWait ends the pass; the pass reads the drain request again each
+// lease period meanwhile, so an undrain is not left waiting. With no such
+// peer it keeps serving them: stuck.
 func (n *Node) handOver(say func(nodelease.Taking)) nodelease.Taking {
 	if !n.takesNone() {
 		return nodelease.Takes
@@ -141,30 +148,59 @@ func (n *Node) handOver(say func(nodelease.Taking)) nodelease.Taking {
 			break
 		}
 	}
+	reread := n.clock.NewTimer(n.opts.Cluster.Member.Lease.Settings().Period())
+	defer reread.Stop()
 	for n.takesNone() && n.ctx.Err() == nil {
 		batch := n.heldResidents(handOverBatch)
 		if len(batch) == 0 {
 			break
 		}
 		for _, a := range batch {
+			a.handingOver.Store(true)
 			a.stop()
 		}
-		for _, a := range batch {
-			select {
-			case <-a.done:
-			case <-n.ctx.Done():
-			}
+		if !n.awaitBatch(batch, reread) {
+			break
 		}
 	}
-	if n.holdsAny() {
+	switch {
+	case !n.takesNone(): // undrained meanwhile
+		return nodelease.Takes
+	case n.holdsAny():
 		return nodelease.Draining
 	}
 	return nodelease.Drained
 }
 
-// heldResidents are up to max resident actors this node holds: one
-// resident without a hold (woken since, refused at its acquire) holds
-// nothing to hand over.
+// awaitBatch waits until every actor of batch hibernated, for up to
+// batchWait, reading the drain request each time reread fires (each lease
+// period); false when it stopped waiting: the time is up, the node takes
+// actors again, or it stops.
+func (n *Node) awaitBatch(batch []*actor, reread clock.Timer) bool {
+	period := n.opts.Cluster.Member.Lease.Settings().Period()
+	end := n.clock.Now().Add(batchWait)
+	for _, a := range batch {
+		for hibernated := false; !hibernated; {
+			select {
+			case <-a.done:
+				hibernated = true
+			case <-n.ctx.Done():
+				return false
+			case <-reread.C():
+				n.readDrainRequest()
+				if !n.takesNone() || !n.clock.Now().Before(end) {
+					return false
+				}
+				reread.Reset(period)
+			}
+		}
+	}
+	return true
+}
+
+// heldResidents are up to max resident actors this node holds and has
+// not stopped yet: one resident without a hold (woken since, refused at
+// its acquire) holds nothing to hand over.
 func (n *Node) heldResidents(max int) []*actor {
 	n.mu.Lock()
 	resident := slices.Collect(maps.Values(n.actors))
@@ -173,6 +209,9 @@ func (n *Node) heldResidents(max int) []*actor {
 	for _, a := range resident {
 		if len(out) == max {
 			break
+		}
+		if a.handingOver.Load() { // stopped by an earlier batch
+			continue
 		}
 		if key, err := ownerKey(a.addr); err == nil {
 			if _, held := n.opts.Cluster.Member.Owners.Owns(key); held {
