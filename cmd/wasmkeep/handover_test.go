@@ -194,11 +194,12 @@ func TestHandOverRefusesNewEvents(t *testing.T) {
 	}
 	waitFor(t, 3*time.Second, "a to take actors again", func() bool { return len(a.node.NotTaking()) == 0 })
 	select {
-	case code := <-slow:
+	case code = <-slow:
 		t.Errorf("the long event ended (%d) before a read its drain withdrawn", code)
 	default:
+		code = <-slow
 	}
-	if code := <-slow; code != 200 {
+	if code != 200 {
 		t.Errorf("the long event a ran as the drain began: %d, want 200", code)
 	}
 }
