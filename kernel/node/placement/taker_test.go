@@ -51,8 +51,8 @@ func TestRendezvous(t *testing.T) {
 }
 
 // A node that takes no actor sends one nobody holds to the peer of its
-// app that takes actors (never a draining one, another app's, or one not
-// live), keeps no hint of it, and when there is none refuses it with
+// app that takes actors (never a draining one, one behind, another app's,
+// or one not live), keeps no hint of it, and when there is none refuses it with
 // ErrNoTaker if it must run none, or keeps it if it only drains (book ADR
 // 0014); what a live peer holds still goes there.
 func TestOwnedNotTaking(t *testing.T) {
@@ -81,9 +81,11 @@ func TestOwnedNotTaking(t *testing.T) {
 		t.Errorf("held by a draining peer: %+v, %v; want b, its holder", got, err)
 	}
 	r = records{}
-	view.Update([]membership.Peer{peer("b", "t/a", nodelease.Stuck, clk.Now())})
+	behind := peer("f", "t/a", "", clk.Now())
+	behind.Object.Info.Behind = "cannot apply the app's current version"
+	view.Update([]membership.Peer{peer("b", "t/a", nodelease.Stuck, clk.Now()), behind})
 	if _, err := o.Place(context.Background(), addr); !errors.Is(err, ErrNoTaker) {
-		t.Errorf("no peer takes actors: %v, want ErrNoTaker", err)
+		t.Errorf("no peer takes actors (f is behind): %v, want ErrNoTaker", err)
 	}
 	claiming = ClaimsLast
 	if got, err := o.Place(context.Background(), addr); err != nil || got != Here {
