@@ -120,14 +120,16 @@ func (n *Node) takesNoneFor(reason string) bool {
 // reconnect through a node that takes the actor), those of rooms that
 // hibernated here too, and their close events run (closeEventsWait); then
 // each resident actor, handOverBatch at a time, takes no new event (a 503
-// for a moment), runs its queued events and hibernates as an idle one
-// does: what it committed shipped, its hold released, so that its next
+// for a moment), and, unless it has a socket again (closed, and the actor
+// left for the next pass), runs its queued events and hibernates as an
+// idle one does: what it committed shipped, its hold released, so that its next
 // event is placed on a peer that takes actors. A batch that outlasts
 // batchWait ends the pass; the pass reads the drain request again each
 // lease period meanwhile, so an undrain is not left waiting. With no such
 // peer it keeps serving them: stuck.
 func (n *Node) handOver(say func(nodelease.Taking)) nodelease.Taking {
 	if !n.takesNone() {
+		n.resumeLeft()
 		return nodelease.Takes
 	}
 	if len(placement.Takers(n.opts.Cluster.Member.View, n.opts.App.String())) == 0 {
@@ -140,7 +142,7 @@ func (n *Node) handOver(say func(nodelease.Taking)) nodelease.Taking {
 		return nodelease.Drained
 	}
 	say(nodelease.Draining) // while the batches run
-	n.metrics.OwnerClosed(metrics.OwnerCloseDrain, n.ws.CloseAll(websocket.ServiceRestart, "the node hands its actors over, reconnect"))
+	n.metrics.OwnerClosed(metrics.OwnerCloseDrain, n.ws.CloseAll(websocket.ServiceRestart, closeReason))
 	// Their close events run here, under the holds, before those go: one
 	// queued after the release would find no hold and never run.
 	for wait := n.clock.Now().Add(closeEventsWait); n.ws.Len() > 0 && n.clock.Now().Before(wait); {
@@ -155,11 +157,20 @@ func (n *Node) handOver(say func(nodelease.Taking)) nodelease.Taking {
 		if len(batch) == 0 {
 			break
 		}
+		var stopped []*actor
 		for _, a := range batch {
-			a.handingOver.Store(true)
+			a.handingOver.Store(true) // no upgrade either from now on
+			if n.ws.Has(a.key) {
+				// A socket accepted since they closed, or one still
+				// closing: its close event runs here first, under the
+				// hold, and the actor waits for the next pass.
+				n.metrics.OwnerClosed(metrics.OwnerCloseDrain, n.ws.CloseActor(a.key, websocket.ServiceRestart, closeReason))
+				continue
+			}
 			a.stop()
+			stopped = append(stopped, a)
 		}
-		if !n.awaitBatch(batch, reread) {
+		if !n.awaitBatch(stopped, reread) || len(stopped) < len(batch) {
 			break
 		}
 	}
@@ -170,6 +181,21 @@ func (n *Node) handOver(say func(nodelease.Taking)) nodelease.Taking {
 		return nodelease.Draining
 	}
 	return nodelease.Drained
+}
+
+// closeReason is the reason of the 1012 closes of a hand-over.
+const closeReason = "the node hands its actors over, reconnect"
+
+// resumeLeft lets the actors a hand-over left for its next pass (their
+// sockets) take events again: the node takes actors again.
+func (n *Node) resumeLeft() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, a := range n.actors {
+		if !a.stopped() {
+			a.handingOver.Store(false)
+		}
+	}
 }
 
 // awaitBatch waits until every actor of batch hibernated, for up to
@@ -210,7 +236,7 @@ func (n *Node) heldResidents(max int) []*actor {
 		if len(out) == max {
 			break
 		}
-		if a.handingOver.Load() { // stopped by an earlier batch
+		if a.stopped() { // by an earlier batch
 			continue
 		}
 		if key, err := ownerKey(a.addr); err == nil {
