@@ -203,3 +203,29 @@ func TestHandOverRefusesNewEvents(t *testing.T) {
 		t.Errorf("the long event a ran as the drain began: %d, want 200", code)
 	}
 }
+
+// A deleted actor's hold, kept through its erase with its database
+// closed, passes the acquire check of a node that takes no actor: its
+// next event is served there, not refused (it is this node's). Fails
+// with the check's own-hold case removed.
+func TestNotTakingServesAnErasingActor(t *testing.T) {
+	mem := buckettest.NewMemory(buckettest.Flaws{})
+	slow := &gatedDeletes{Bucket: mem, gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+	defer close(slow.gate)
+	tn, _ := clusterNodeOn(t, slow, "a", map[string]string{"probe": probe(t)})
+	if code, body := tn.do("POST", "/actor/probe/e1/token?t=a1", ""); code != 200 {
+		t.Fatalf("token: %d %q", code, body)
+	}
+	if code, body := tn.do("POST", "/actor/probe/e1/delete?durable=1", ""); code != 200 || !strings.HasPrefix(body, "<nil>") {
+		t.Fatalf("delete: %d %q", code, body)
+	}
+	select {
+	case <-slow.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no erase began within 30 s of the delete")
+	}
+	tn.node.StopTaking("test")
+	if code, body := tn.do("POST", "/actor/probe/e1/token?t=b1", ""); code != 200 || strings.TrimSpace(body) != "1" {
+		t.Errorf("the erasing actor's next event on a node taking none: %d %q, want 200 and one token", code, body)
+	}
+}
