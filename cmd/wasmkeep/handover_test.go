@@ -229,3 +229,18 @@ func TestNotTakingServesAnErasingActor(t *testing.T) {
 		t.Errorf("the erasing actor's next event on a node taking none: %d %q, want 200 and one token", code, body)
 	}
 }
+
+// A node started while a drain request names it takes no actor from its
+// first moment: before its alarm timer or its first request could claim
+// one. Fails (as a race the node nearly always loses) with the read left
+// to the taking pass's goroutine.
+func TestStartedDrained(t *testing.T) {
+	mem := buckettest.NewMemory(buckettest.Flaws{})
+	if err := cluster.RequestDrain(t.Context(), mem, "a"); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := clusterNodeOn(t, mem, "a", map[string]string{"counter": counter(t)})
+	if got := a.node.NotTaking(); !slices.Equal(got, []string{node.DrainReason}) {
+		t.Errorf("a node started drained takes no actor for %q, want [drain]", got)
+	}
+}

@@ -367,6 +367,12 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		n.Close()
 		return nil, fmt.Errorf("reading pending alarms from %s: %w", n.stateDir, err)
 	}
+	if n.opts.Cluster != nil {
+		// Before the timer fires an overdue alarm and before the first
+		// request: a node started while a drain request names it claims
+		// nothing.
+		n.readDrainRequest()
+	}
 	go n.alarms.Run(n.ctx, n.clock, n.deliverAlarm)
 	if n.opts.Cluster != nil && n.opts.AlarmSweep > 0 {
 		n.sweepDone = make(chan struct{})
