@@ -81,6 +81,9 @@ type actor struct {
 	busy       atomic.Bool
 	lastActive atomic.Int64
 	deleted    atomic.Bool // deleted and not created again: no longer "exists" for access rules
+	// handingOver: being handed over (taking.go); it takes no new event
+	// but a socket's close, so its queue runs out.
+	handingOver atomic.Bool
 
 	db       storage.DB
 	hold     ownership.Hold       // with a bucket: the actor's hold while its database is open
@@ -128,6 +131,16 @@ func (a *actor) requestEviction() {
 	select {
 	case a.evict <- struct{}{}:
 	default:
+	}
+}
+
+// stopped reports whether stop was called.
+func (a *actor) stopped() bool {
+	select {
+	case <-a.stopCh:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -275,6 +275,9 @@ func (n *Node) refuse(w http.ResponseWriter, err error) {
 	case errors.Is(err, errCapacity):
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "server at capacity, retry", http.StatusServiceUnavailable)
+	case errors.Is(err, errHandingOver):
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, err.Error()+", retry", http.StatusServiceUnavailable)
 	case errors.Is(err, errStopping): // another node, or this one restarted, may answer the retry
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "server is stopping, retry", http.StatusServiceUnavailable)

@@ -244,8 +244,10 @@ type Node struct {
 	secretsErr error
 
 	// Why the node takes no actor now (taking.go); empty: it takes them.
+	// acquiring counts the acquires let through and not returned yet.
 	takeMu    sync.Mutex
 	notTaking map[string]bool
+	acquiring int
 
 	ctx    context.Context // ends when the node stops: stops running guests
 	cancel context.CancelFunc
@@ -322,7 +324,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		unreachable: newUnreachable(),
 	}
 	if o, ok := n.opts.Placement.(placement.Owned); ok {
-		o.NotTaking = n.takesNone
+		o.Claiming = n.claiming
 		n.opts.Placement = o
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -375,6 +377,12 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	if err := n.loadAlarms(ctx); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("reading pending alarms from %s: %w", n.stateDir, err)
+	}
+	if n.opts.Cluster != nil {
+		// Before the timer fires an overdue alarm and before the first
+		// request: a node started while a drain request names it claims
+		// nothing.
+		n.readDrainRequest()
 	}
 	go n.alarms.Run(n.ctx, n.clock, n.deliverAlarm)
 	if n.opts.Cluster != nil && n.opts.AlarmSweep > 0 {
@@ -492,6 +500,10 @@ var (
 	errQueueFull = errors.New("actor queue full")
 	errCapacity  = errors.New("no resident capacity")
 	errStopping  = errors.New("node is stopping")
+	// An event for an actor being handed over (book ADR 0014: its
+	// requests may get a 503 for a moment): the next one after it is gone
+	// goes to the node that takes it.
+	errHandingOver = errors.New("the actor is being handed over to another node")
 )
 
 // deliver queues ev in the mailbox of tenant/class/name, waking the actor if
@@ -511,7 +523,10 @@ func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) er
 		}
 		n.mu.Lock()
 		if a := n.actors[key]; a != nil {
-			err := a.enqueue(ev)
+			err := errHandingOver
+			if !a.handingOver.Load() || ev.isWSClose() {
+				err = a.enqueue(ev)
+			}
 			n.mu.Unlock()
 			return err
 		}
@@ -558,7 +573,7 @@ func (n *Node) countRefusal(err error) {
 		n.metrics.Refused(metrics.RefusedOverloaded)
 	case errors.Is(err, errCapacity):
 		n.metrics.Refused(metrics.RefusedCapacity)
-	case errors.Is(err, errStopping), placement.NotHere(err):
+	case errors.Is(err, errStopping), errors.Is(err, errHandingOver), placement.NotHere(err):
 		n.metrics.Refused(metrics.RefusedUnavailable)
 	}
 }

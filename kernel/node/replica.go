@@ -105,10 +105,12 @@ func (a *actor) openDatabase(ctx context.Context) (storage.DB, error) {
 	if err != nil {
 		return nil, &failure{public: "internal error", cause: err}
 	}
-	if n.takesNone() { // the one place a hold is acquired: every event kind stops here
-		return nil, n.notTakenHere(ctx, a.class, a.addr.Name)
+	// The one place a hold is acquired: every event kind stops here.
+	if err := n.startAcquire(ctx, a.class, a.addr.Name, key); err != nil {
+		return nil, err
 	}
 	hold, err := owners.Acquire(ctx, key)
+	n.acquireDone()
 	var held *ownership.HeldError
 	switch {
 	case errors.As(err, &held):

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
 	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
 	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
 	"github.com/wasmkeep/wasmkeep/kernel/node/websocket"
@@ -68,6 +70,11 @@ const handOverBatch = 16
 // the close leaves its event unrun.
 const closeEventsWait = 5 * time.Second
 
+// batchWait bounds how long a hand-over waits for a batch's queues (book
+// ADR 0014: 30 s): then it moves on, and the actors left hibernate once
+// their queues ran, taking no new event meanwhile.
+const batchWait = 30 * time.Second
+
 // runTaking is the node's taking pass, as it starts (a node started while
 // drained claims nothing) and then once per lease period until it stops:
 // it reads its drain request, hands over what it holds while it takes no
@@ -112,13 +119,17 @@ func (n *Node) takesNoneFor(reason string) bool {
 // its heartbeat then says. Its WebSockets close with 1012 (clients
 // reconnect through a node that takes the actor), those of rooms that
 // hibernated here too, and their close events run (closeEventsWait); then
-// each resident actor, handOverBatch at a time,
-// runs its queued events and hibernates as an idle one does: what it
-// committed shipped, its hold released, so that its next event is placed
-// on a peer that takes actors. With no such peer it keeps serving them:
-// stuck.
+// each resident actor, handOverBatch at a time, takes no new event (a 503
+// for a moment), and, unless it has a socket again (closed, and the actor
+// left for the next pass), runs its queued events and hibernates as an
+// idle one does: what it committed shipped, its hold released, so that its next
+// event is placed on a peer that takes actors. A batch that outlasts
+// batchWait ends the pass; the pass reads the drain request again each
+// lease period meanwhile, so an undrain is not left waiting. With no such
+// peer it keeps serving them: stuck.
 func (n *Node) handOver(say func(nodelease.Taking)) nodelease.Taking {
 	if !n.takesNone() {
+		n.resumeLeft()
 		return nodelease.Takes
 	}
 	if len(placement.Takers(n.opts.Cluster.Member.View, n.opts.App.String())) == 0 {
@@ -131,7 +142,7 @@ func (n *Node) handOver(say func(nodelease.Taking)) nodelease.Taking {
 		return nodelease.Drained
 	}
 	say(nodelease.Draining) // while the batches run
-	n.metrics.OwnerClosed(metrics.OwnerCloseDrain, n.ws.CloseAll(websocket.ServiceRestart, "the node hands its actors over, reconnect"))
+	n.metrics.OwnerClosed(metrics.OwnerCloseDrain, n.ws.CloseAll(websocket.ServiceRestart, closeReason))
 	// Their close events run here, under the holds, before those go: one
 	// queued after the release would find no hold and never run.
 	for wait := n.clock.Now().Add(closeEventsWait); n.ws.Len() > 0 && n.clock.Now().Before(wait); {
@@ -139,30 +150,83 @@ func (n *Node) handOver(say func(nodelease.Taking)) nodelease.Taking {
 			break
 		}
 	}
+	reread := n.clock.NewTimer(n.opts.Cluster.Member.Lease.Settings().Period())
+	defer reread.Stop()
 	for n.takesNone() && n.ctx.Err() == nil {
 		batch := n.heldResidents(handOverBatch)
 		if len(batch) == 0 {
 			break
 		}
+		var stopped []*actor
 		for _, a := range batch {
-			a.stop()
-		}
-		for _, a := range batch {
-			select {
-			case <-a.done:
-			case <-n.ctx.Done():
+			a.handingOver.Store(true) // no upgrade either from now on
+			if n.ws.Has(a.key) {
+				// A socket accepted since they closed, or one still
+				// closing: its close event runs here first, under the
+				// hold, and the actor waits for the next pass.
+				n.metrics.OwnerClosed(metrics.OwnerCloseDrain, n.ws.CloseActor(a.key, websocket.ServiceRestart, closeReason))
+				continue
 			}
+			a.stop()
+			stopped = append(stopped, a)
+		}
+		if !n.awaitBatch(stopped, reread) || len(stopped) < len(batch) {
+			break
 		}
 	}
-	if n.holdsAny() {
+	switch {
+	case !n.takesNone(): // undrained meanwhile
+		return nodelease.Takes
+	case n.holdsAny():
 		return nodelease.Draining
 	}
 	return nodelease.Drained
 }
 
-// heldResidents are up to max resident actors this node holds: one
-// resident without a hold (woken since, refused at its acquire) holds
-// nothing to hand over.
+// closeReason is the reason of the 1012 closes of a hand-over.
+const closeReason = "the node hands its actors over, reconnect"
+
+// resumeLeft lets the actors a hand-over left for its next pass (their
+// sockets) take events again: the node takes actors again.
+func (n *Node) resumeLeft() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, a := range n.actors {
+		if !a.stopped() {
+			a.handingOver.Store(false)
+		}
+	}
+}
+
+// awaitBatch waits until every actor of batch hibernated, for up to
+// batchWait, reading the drain request each time reread fires (each lease
+// period); false when it stopped waiting: the time is up, the node takes
+// actors again, or it stops.
+func (n *Node) awaitBatch(batch []*actor, reread clock.Timer) bool {
+	period := n.opts.Cluster.Member.Lease.Settings().Period()
+	end := n.clock.Now().Add(batchWait)
+	for _, a := range batch {
+		for hibernated := false; !hibernated; {
+			select {
+			case <-a.done:
+				hibernated = true
+			case <-n.ctx.Done():
+				return false
+			case <-reread.C():
+				n.readDrainRequest()
+				if !n.takesNone() || !n.clock.Now().Before(end) {
+					return false
+				}
+				reread.Reset(period)
+			}
+		}
+	}
+	return true
+}
+
+// heldResidents are up to max resident actors this node holds and has
+// not stopped yet: one resident without a hold (woken since, refused at
+// its acquire) holds nothing to hand over.
 func (n *Node) heldResidents(max int) []*actor {
 	n.mu.Lock()
 	resident := slices.Collect(maps.Values(n.actors))
@@ -171,6 +235,9 @@ func (n *Node) heldResidents(max int) []*actor {
 	for _, a := range resident {
 		if len(out) == max {
 			break
+		}
+		if a.stopped() { // by an earlier batch
+			continue
 		}
 		if key, err := ownerKey(a.addr); err == nil {
 			if _, held := n.opts.Cluster.Member.Owners.Owns(key); held {
@@ -181,18 +248,78 @@ func (n *Node) heldResidents(max int) []*actor {
 	return out
 }
 
-// holdsAny reports whether the node holds an actor or has a WebSocket
-// open.
+// holdsAny reports whether the node holds an actor, has a release or an
+// acquisition unresolved (ownership's pending: a drain ends only at
+// zero), an acquire under way, or a WebSocket open. The acquires are read
+// first: one that ends between the two reads is in the holds by then.
 func (n *Node) holdsAny() bool {
-	return len(n.opts.Cluster.Member.Owners.Holds()) > 0 || n.ws.Len() > 0
+	n.takeMu.Lock()
+	acquiring := n.acquiring
+	n.takeMu.Unlock()
+	owners := n.opts.Cluster.Member.Owners
+	return acquiring > 0 || len(owners.Holds()) > 0 || owners.Pending() > 0 || n.ws.Len() > 0
 }
 
-// notTakenHere is what an event for an actor this node does not hold gets
-// while the node takes none: the peer that takes it (the placement's
-// Elsewhere, forwarded or called there), or a 503.
-func (n *Node) notTakenHere(ctx context.Context, c *class, name string) error {
-	if err := n.place(ctx, c, name); placement.NotHere(err) {
-		return err
+// claiming is the placement's view of the reasons (placement.Claiming): a
+// drain alone still claims an actor no peer takes; any other reason
+// claims none.
+func (n *Node) claiming() placement.Claiming {
+	n.takeMu.Lock()
+	defer n.takeMu.Unlock()
+	switch {
+	case len(n.notTaking) == 0:
+		return placement.Claims
+	case len(n.notTaking) == 1 && n.notTaking[DrainReason]:
+		return placement.ClaimsLast
 	}
-	return unavailable("this node takes no actor now, retry", placement.ErrNoTaker)
+	return placement.ClaimsNone
+}
+
+// startAcquire lets an acquire of the hold of key (c/name) through,
+// counted as under way until acquireDone (holdsAny), while the node takes
+// actors, or, taking none, when it holds the actor already (a deleted
+// actor's, kept through its erase) or drains and no peer takes actors
+// (placement.KeepsUnheld). Otherwise it returns the event's refusal: the
+// peer that takes the actor (placement.Elsewhere: forwarded or called
+// there), or a 503. The check and the count are one step while the node
+// takes actors, so a drain that begins meanwhile sees the acquire.
+func (n *Node) startAcquire(ctx context.Context, c *class, name string, key ownership.Actor) error {
+	n.takeMu.Lock()
+	ok := len(n.notTaking) == 0
+	if ok {
+		n.acquiring++
+	}
+	n.takeMu.Unlock()
+	if ok {
+		return nil
+	}
+	m := n.opts.Cluster.Member
+	if _, held := m.Owners.Owns(key); held || placement.KeepsUnheld(n.claiming(), m.View, n.opts.App.String()) {
+		n.takeMu.Lock()
+		n.acquiring++
+		n.takeMu.Unlock()
+		return nil
+	}
+	err := n.place(ctx, c, name)
+	var elsewhere *placement.Elsewhere
+	switch {
+	case errors.As(err, &elsewhere):
+		return err
+	case err == nil: // a placement that leaves every actor here (placement.Local)
+		err = &placement.Unplaced{Err: placement.ErrNoTaker}
+	}
+	// Still placement.NotHere, so every path treats it as an event for
+	// another node: a request or upgrade is refused with 503, a socket
+	// closes with 1012.
+	if errors.Is(err, placement.ErrNoTaker) {
+		return unavailable("this node takes no actor now and no other node of the app does, retry", err)
+	}
+	return unavailable("the actor's owner is not known now, retry", err)
+}
+
+// acquireDone ends what startAcquire let through.
+func (n *Node) acquireDone() {
+	n.takeMu.Lock()
+	n.acquiring--
+	n.takeMu.Unlock()
 }

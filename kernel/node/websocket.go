@@ -80,6 +80,11 @@ func (n *Node) serveWebSocket(w http.ResponseWriter, r *http.Request, c *class, 
 		n.forward(w, r, elsewhere)
 		return tried{sentTo: elsewhere.Owner.Node}, false
 	}
+	if placement.NotHere(out.err) { // not run here, and no node to relay it to: 503, as a request gets
+		n.ws.Release(s)
+		n.refuse(w, out.err)
+		return tried{}, false
+	}
 	if out.err != nil {
 		reason := "refused"
 		var f *failure
@@ -128,7 +133,7 @@ func (t *wsActor) Message(s *websocket.Socket, msg []byte) {
 	ev := &event{ctx: n.ctx, payload: msg, reply: make(chan outcome, 1),
 		ws: &wsEvent{hook: abi.ExportOnWebSocketMessage, conn: s.ID}}
 	err := n.deliverPatiently(c, t.name, ev, n.opts.WallClock)
-	if placement.NotHere(err) { // the actor is no longer this node's (or not known to be)
+	if placement.NotHere(err) || errors.Is(err, errHandingOver) { // the actor is no longer this node's (or not known to be, or soon)
 		n.metrics.OwnerClosed(metrics.OwnerCloseEvent, 1)
 		n.ws.CloseWith(s, websocket.ServiceRestart, "the actor moved, reconnect")
 	} else if err != nil && !errors.Is(err, errStopping) { // stopping closes it with 1012
@@ -156,7 +161,7 @@ func (n *Node) deliverPatiently(c *class, name string, ev *event, wait time.Dura
 	limit := cmp.Or(wait, n.opts.WallClock)
 	for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
 		err := n.deliver(n.ctx, c, name, ev)
-		if err == nil || errors.Is(err, errStopping) || placement.NotHere(err) || n.ctx.Err() != nil ||
+		if err == nil || errors.Is(err, errStopping) || errors.Is(err, errHandingOver) || placement.NotHere(err) || n.ctx.Err() != nil ||
 			((wait > 0 || n.stopping.Load()) && n.clock.Now().Sub(start) > limit) {
 			return err
 		}

@@ -802,6 +802,9 @@ func TestTakingLine(t *testing.T) {
 	if got := string(o.Encode()); got != serving+"\ndrained\n" {
 		t.Errorf("a drained node's lease: %q", got)
 	}
+	if got, err := Decode([]byte(serving + "\nserving\n")); err != nil || got.Info.Taking != Takes {
+		t.Errorf("line 12 \"serving\" read as %q, %v; want Takes", got.Info.Taking, err)
+	}
 	if Takes.String() != "serving" || Stuck.String() != "stuck" {
 		t.Errorf("states shown as %q, %q", Takes, Stuck)
 	}

@@ -77,10 +77,16 @@ func (t Taking) String() string {
 	return string(t)
 }
 
-// parseTaking reads line 12; a state it does not know (a later build's)
-// is kept as written, and counts as not taking: such a node is never sent
-// a new actor.
-func parseTaking(line string) Taking { return Taking(oneLine(line, maxBehind)) }
+// parseTaking reads line 12; "serving", which no build writes but which
+// names Takes, is Takes; a state it does not know (a later build's) is
+// kept as written, and counts as not taking: such a node is never sent a
+// new actor.
+func parseTaking(line string) Taking {
+	if t := Taking(oneLine(line, maxBehind)); t != Taking(Takes.String()) {
+		return t
+	}
+	return Takes
+}
 
 // Serving is a deployed version a node runs: the version's id, the seq
 // of current it was swapped in under, and since when.

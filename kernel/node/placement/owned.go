@@ -25,11 +25,13 @@ type Records interface {
 // it (restoring it first) if the record is free by then, and refuses it
 // while the holder's lease may still be valid.
 //
-// On a node that takes no actor (NotTaking true: a drain, its secrets
-// that cannot be opened; ADR 1051) what would be left here goes to the
-// live peer of the app that takes actors chosen by rendezvous hashing of
-// the actor's key (Takers, Rendezvous), never kept as a hint since that
-// peer holds nothing yet; with none, ErrNoTaker.
+// On a node that claims no actor (Claiming: a drain, its secrets that
+// cannot be opened; ADR 1051) what would be left here goes to the live
+// peer of the app that takes actors chosen by rendezvous hashing of the
+// actor's key (Takers, Rendezvous), never kept as a hint since that peer
+// holds nothing yet; with none, it stays here on a draining node
+// (ClaimsLast) and is refused with ErrNoTaker on one that must run none
+// (ClaimsNone).
 //
 // A record that names a live peer is kept as a hint (Hints, HintTTL), and
 // a routing question (Routed: an outside request not forwarded yet) is
@@ -46,10 +48,26 @@ type Owned struct {
 	// App is the app this node serves (tenant/app): only its peers take
 	// its actors.
 	App string
-	// NotTaking reports whether this node takes no actor now; nil: it
-	// always takes them.
-	NotTaking func() bool
+	// Claiming is whether this node claims an actor no live peer holds
+	// now; nil: it always does (Claims).
+	Claiming func() Claiming
 }
+
+// Claiming is whether a node claims (acquires) an actor no live peer
+// holds.
+type Claiming int
+
+const (
+	// Claims: it takes actors.
+	Claims Claiming = iota
+	// ClaimsLast: it drains. Such an actor goes to a peer that takes
+	// actors, and stays here only when there is none (book ADR 0014: a
+	// drain must never make an actor unreachable).
+	ClaimsLast
+	// ClaimsNone: it must run no actor (its secrets cannot be opened).
+	// Such an actor goes to a peer that takes actors, or is refused.
+	ClaimsNone
+)
 
 func (o Owned) Place(ctx context.Context, addr abi.Address) (Owner, error) {
 	key, err := o.Key(addr)
@@ -78,10 +96,21 @@ func (o Owned) Place(ctx context.Context, addr abi.Address) (Owner, error) {
 		}
 	}
 	o.Hints.Forget(key)
-	if o.NotTaking != nil && o.NotTaking() {
+	c := Claims
+	if o.Claiming != nil {
+		c = o.Claiming()
+	}
+	if !KeepsUnheld(c, o.View, o.App) {
 		return o.taker(key)
 	}
 	return Here, nil
+}
+
+// KeepsUnheld reports whether a node claiming c, serving app, claims an
+// actor no live peer holds: it takes actors, or it drains and no live
+// peer of app takes actors.
+func KeepsUnheld(c Claiming, view *membership.View, app string) bool {
+	return c == Claims || c == ClaimsLast && len(Takers(view, app)) == 0
 }
 
 // taker is where an actor no live node holds goes from a node that takes

@@ -1,10 +1,9 @@
 package placement
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/alarmindex"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/membership"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 )
@@ -14,35 +13,34 @@ import (
 // the event is refused with 503 and Retry-After.
 var ErrNoTaker = errors.New("this node takes no actor now and no other node of the app does")
 
-// Takers are the live peers in view that serve app and take actors
+// Takers are the live peers in view that serve app, follow its current
+// version (a peer behind may lack the actor's class) and take actors
 // (heartbeat line 12 written by none: nodelease.Takes), by id.
 func Takers(view *membership.View, app string) []membership.Peer {
 	var out []membership.Peer
 	for _, p := range view.Peers() {
-		if _, err := view.Live(p.ID); err == nil && p.Object.Info.App == app && p.Object.Info.Taking == nodelease.Takes {
+		info := p.Object.Info
+		if _, err := view.Live(p.ID); err == nil && info.App == app && info.Behind == "" && info.Taking == nodelease.Takes {
 			out = append(out, p)
 		}
 	}
 	return out
 }
 
-// Rendezvous is the peer among peers with the highest rendezvous hash of
-// (key, peer id): every node that asks with the same peers picks the same
-// one, and the actors spread over them evenly with no load figure. False
-// with no peer.
+// Rendezvous is the peer among peers whose share key is by rendezvous
+// hashing (alarmindex.Shard, which shares the alarm sweep too): every
+// node that asks with the same peers picks the same one, and the actors
+// spread over them evenly with no load figure. False with no peer.
 func Rendezvous(key string, peers []membership.Peer) (membership.Peer, bool) {
-	var best membership.Peer
-	var bestScore uint64
-	found := false
+	ids := make([]string, len(peers))
+	for i, p := range peers {
+		ids[i] = p.ID
+	}
+	id := alarmindex.Shard(key, ids)
 	for _, p := range peers {
-		h := sha256.New()
-		h.Write([]byte(key))
-		h.Write([]byte{0})
-		h.Write([]byte(p.ID))
-		score := binary.BigEndian.Uint64(h.Sum(nil))
-		if !found || score > bestScore || score == bestScore && p.ID < best.ID {
-			best, bestScore, found = p, score, true
+		if p.ID == id {
+			return p, true
 		}
 	}
-	return best, found
+	return membership.Peer{}, false
 }

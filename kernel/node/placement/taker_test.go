@@ -51,9 +51,10 @@ func TestRendezvous(t *testing.T) {
 }
 
 // A node that takes no actor sends one nobody holds to the peer of its
-// app that takes actors (never a draining one, another app's, or one not
-// live), keeps no hint of it, and refuses it with ErrNoTaker when there is
-// none; what a live peer holds still goes there.
+// app that takes actors (never a draining one, one behind, another app's,
+// or one not live), keeps no hint of it, and when there is none refuses it with
+// ErrNoTaker if it must run none, or keeps it if it only drains (book ADR
+// 0014); what a live peer holds still goes there.
 func TestOwnedNotTaking(t *testing.T) {
 	clk := clock.NewManual(time.UnixMilli(1_000_000))
 	s := nodelease.DefaultSettings()
@@ -65,10 +66,10 @@ func TestOwnedNotTaking(t *testing.T) {
 		return ownership.Actor{Tenant: a.Tenant, Class: a.Class, Name: a.Name}, nil
 	}
 	addr := abi.Address{Tenant: "t", Class: "c", Name: "n"}
-	notTaking := true
+	claiming := ClaimsNone
 	hints := NewHints(clk, MaxHints)
 	r := records{}
-	o := Owned{Records: &r, View: view, Self: "a", Key: key, Hints: hints, App: "t/a", NotTaking: func() bool { return notTaking }}
+	o := Owned{Records: &r, View: view, Self: "a", Key: key, Hints: hints, App: "t/a", Claiming: func() Claiming { return claiming }}
 	if got, err := o.Place(context.Background(), addr); err != nil || got.Node != "c" || got.Addr != "http://c" || got.Hint {
 		t.Errorf("nobody holds it: %+v, %v; want c, the one peer of t/a taking actors", got, err)
 	}
@@ -80,11 +81,21 @@ func TestOwnedNotTaking(t *testing.T) {
 		t.Errorf("held by a draining peer: %+v, %v; want b, its holder", got, err)
 	}
 	r = records{}
-	view.Update([]membership.Peer{peer("b", "t/a", nodelease.Stuck, clk.Now())})
+	behind := peer("f", "t/a", "", clk.Now())
+	behind.Object.Info.Behind = "cannot apply the app's current version"
+	view.Update([]membership.Peer{peer("b", "t/a", nodelease.Stuck, clk.Now()), behind})
 	if _, err := o.Place(context.Background(), addr); !errors.Is(err, ErrNoTaker) {
-		t.Errorf("no peer takes actors: %v, want ErrNoTaker", err)
+		t.Errorf("no peer takes actors (f is behind): %v, want ErrNoTaker", err)
 	}
-	notTaking = false
+	claiming = ClaimsLast
+	if got, err := o.Place(context.Background(), addr); err != nil || got != Here {
+		t.Errorf("draining, no peer takes actors: %+v, %v; want Here (a drain never makes an actor unreachable)", got, err)
+	}
+	view.Update([]membership.Peer{peer("c", "t/a", "", clk.Now())})
+	if got, err := o.Place(context.Background(), addr); err != nil || got.Node != "c" {
+		t.Errorf("draining, c takes actors: %+v, %v; want c", got, err)
+	}
+	claiming = Claims
 	if got, err := o.Place(context.Background(), addr); err != nil || got != Here {
 		t.Errorf("taking again: %+v, %v; want Here", got, err)
 	}

@@ -291,14 +291,20 @@ func (h *Hub) closed(s *Socket, a Actor, code int, reason string) {
 
 // CloseWith closes a socket once what is queued is written: it leaves its
 // actor's connections at once.
-func (h *Hub) CloseWith(s *Socket, code int, reason string) {
+func (h *Hub) CloseWith(s *Socket, code int, reason string) { h.closeOnce(s, code, reason) }
+
+// closeOnce is CloseWith, and reports whether the socket was not closing
+// already.
+func (h *Hub) closeOnce(s *Socket, code int, reason string) bool {
 	s.mu.Lock()
-	if !s.closing {
+	first := !s.closing
+	if first {
 		s.closing, s.code, s.reason = true, websocket.StatusCode(code), truncate(reason, maxReasonSz)
 	}
 	s.mu.Unlock()
 	h.hide(s)
 	s.signal()
+	return first
 }
 
 func (s *Socket) signal() {
@@ -396,7 +402,8 @@ func (h *Hub) Shutdown() {
 	h.wg.Wait()
 }
 
-// CloseAll closes every open socket and says how many.
+// CloseAll closes every open socket and says how many it closed (not
+// those closing already).
 func (h *Hub) CloseAll(code int, reason string) int {
 	return h.closeWhere(func(s *Socket) bool { return s.conn != nil }, code, reason)
 }
@@ -415,13 +422,14 @@ func (h *Hub) Keys() []string {
 }
 
 // CloseActor closes every socket of the actor key, open or being opened,
-// each once what is queued on it is written, and says how many.
+// each once what is queued on it is written, and says how many it closed
+// (not those closing already).
 func (h *Hub) CloseActor(key string, code int, reason string) int {
 	return h.closeWhere(func(s *Socket) bool { return s.Key == key }, code, reason)
 }
 
 // closeWhere closes every socket for which match (called under h.mu)
-// holds, and says how many.
+// holds, and says how many were not closing already.
 func (h *Hub) closeWhere(match func(*Socket) bool, code int, reason string) int {
 	h.mu.Lock()
 	var found []*Socket
@@ -431,8 +439,24 @@ func (h *Hub) closeWhere(match func(*Socket) bool, code int, reason string) int 
 		}
 	}
 	h.mu.Unlock()
+	closed := 0
 	for _, s := range found {
-		h.CloseWith(s, code, reason)
+		if h.closeOnce(s, code, reason) {
+			closed++
+		}
 	}
-	return len(found)
+	return closed
+}
+
+// Has reports whether the actor key has a socket: open, being opened or
+// closing.
+func (h *Hub) Has(key string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, s := range h.all {
+		if s.Key == key {
+			return true
+		}
+	}
+	return false
 }

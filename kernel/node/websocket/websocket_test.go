@@ -57,7 +57,12 @@ func TestHubRegistry(t *testing.T) {
 	if r := a1.Send(make([]byte, 9)); r != abi.SendBackpressure {
 		t.Fatalf("send past QueueBytes: %d, want backpressure", r)
 	}
-	h.CloseActor("t/c/a", Normal, "actor deleted")
+	if n := h.CloseActor("t/c/a", Normal, "actor deleted"); n != 2 {
+		t.Fatalf("CloseActor closed %d, want 2", n)
+	}
+	if n := h.CloseActor("t/c/a", Normal, "again"); n != 0 || !h.Has("t/c/a") || h.Has("t/c/c") {
+		t.Fatalf("CloseActor again counted %d closing sockets (want 0), Has %v, %v", n, h.Has("t/c/a"), h.Has("t/c/c"))
+	}
 	if got := ids(h.List("t/c/a", nil)); len(got) != 0 {
 		t.Fatalf("closed sockets still listed: %v", got)
 	}
