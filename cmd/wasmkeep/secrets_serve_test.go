@@ -56,7 +56,7 @@ func (c *secretsCluster) deploy(args ...string) {
 // node is a node of the app, not started, with args after its own.
 func (c *secretsCluster) node(id string, args ...string) *bucketNode {
 	n := newBucketNode(c.t, c.bucketURL(), steadyLease)
-	n.args = append([]string{"--app", "acme/shop", "--bucket", c.bucketURL(), "--node-id", id}, args...)
+	n.args = append(append([]string{"--app", "acme/shop", "--bucket", c.bucketURL()}, args...), "--node-id", id) // id last: bucketNode.id
 	c.nodes = append(c.nodes, n)
 	return n
 }
@@ -111,42 +111,99 @@ func says(greeting string) func(reply) bool {
 	return func(r reply) bool { return r.code == 200 && strings.HasSuffix(r.body, "greeting="+greeting) }
 }
 
-// A secret set with wasmkeep secrets set reaches an actor on each of three
-// nodes within 4 s (the issue's bound, the poll's deadline), a resident
-// actor at its next event (a new instance: on-init does not run again),
-// and a deploy after the set keeps it over the version's configuration.
-func TestSecretsReachEveryNode(t *testing.T) {
+// in makes t the test of the cluster's helpers, for a subtest on its
+// nodes.
+func (c *secretsCluster) in(t *testing.T) {
+	c.t, c.cli.t, c.d.t = t, t, t
+}
+
+// Three nodes of acme/shop (classes s and counter), a and b holding keys
+// k1 and k2, c only k1, shared by the subtests in turn.
+func TestSecretsOnThreeNodes(t *testing.T) {
 	engineNeutral(t)
 	c := newSecretsCluster(t)
-	key := c.cli.newKey("secrets.key")
-	v1 := schemaV1(t)
-	c.deploy("--actor", "s="+v1)
-	for _, id := range []string{"a", "b", "c"} {
-		c.node(id, "--secrets-key", key)
-	}
+	k1, k2 := c.cli.newKey("k1"), c.cli.newKey("k2")
+	v1, count := schemaV1(t), counter(t)
+	c.deploy("--actor", "s="+v1, "--actor", "counter="+count)
+	c.node("a", "--secrets-key", k1, "--secrets-key", k2)
+	c.node("b", "--secrets-key", k1, "--secrets-key", k2)
+	c.node("c", "--secrets-key", k1)
 	c.startAll()
-	c.until(5*time.Second, "/actor/s/r{i}", says("")) // resident, no secret yet
 
-	// No --force: every node says in its heartbeat that it reads secrets.
-	c.cli.must("hello-SERVE_VALUE_1", "set", "--app", "acme/shop", "--key", key, "--class", "s", "GREETING")
-	for i, r := range c.until(4*time.Second, "/actor/s/r{i}", says("hello-SERVE_VALUE_1")) {
-		if !strings.HasPrefix(r.body, "version=1 inits=1 hits=1 ") {
-			t.Errorf("node %d: the resident actor's first answer with the secret: %q, want a new instance (hits=1), on-init not rerun (inits=1)", i, r.body)
-		}
-	}
-
-	// The same code, so no node compiles: the version's configuration
-	// only.
-	config := writeFile(t, "s.conf", "GREETING=from-the-config\n")
-	c.deploy("--actor", "s="+v1, "--config", "s="+config)
-	for _, n := range c.nodes {
-		for deadline := time.Now().Add(20 * time.Second); !servingSeq2.MatchString(n.logs.String()); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("node %s does not serve the new version\n%s", n.id(), c.logs())
+	// A secret set with wasmkeep secrets set reaches an actor on each
+	// node within 4 s (the issue's bound, the poll's deadline), a resident
+	// actor at its next event (a new instance: on-init does not run
+	// again), and a deploy after the set keeps it over the version's
+	// configuration.
+	t.Run("a set reaches every node", func(t *testing.T) {
+		c.in(t)
+		c.until(5*time.Second, "/actor/s/r{i}", says("")) // resident, no secret yet
+		// No --force: every node says in its heartbeat that it reads secrets.
+		c.cli.must("hello-SERVE_VALUE_1", "set", "--app", "acme/shop", "--key", k1, "--class", "s", "GREETING")
+		for i, r := range c.until(4*time.Second, "/actor/s/r{i}", says("hello-SERVE_VALUE_1")) {
+			if !strings.HasPrefix(r.body, "version=1 inits=1 hits=1 ") {
+				t.Errorf("node %d: the resident actor's first answer with the secret: %q, want a new instance (hits=1), on-init not rerun (inits=1)", i, r.body)
 			}
 		}
-	}
-	c.until(time.Second, "/actor/s/r{i}", says("hello-SERVE_VALUE_1"))
+		// The same code, so no node compiles: the version's configuration
+		// only.
+		config := writeFile(t, "s.conf", "GREETING=from-the-config\n")
+		c.deploy("--actor", "s="+v1, "--actor", "counter="+count, "--config", "s="+config)
+		for _, n := range c.nodes {
+			for deadline := time.Now().Add(20 * time.Second); !servingSeq2.MatchString(n.logs.String()); time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("node %s does not serve the new version\n%s", n.id(), c.logs())
+				}
+			}
+		}
+		c.until(time.Second, "/actor/s/r{i}", says("hello-SERVE_VALUE_1"))
+	})
+
+	// The issue's fail-closed test, its hand-over: a reset under k2, which
+	// c does not hold, while a and b open it. c is not ready and hands the
+	// actors it held to a or b, their acknowledged writes there; a new
+	// actor asked for through c is created on a or b; status shows c
+	// draining or drained (heartbeat line 12). Once a reset under k1 lets
+	// it open the set again it takes actors again.
+	t.Run("a node that cannot open them hands over", func(t *testing.T) {
+		c.in(t)
+		a, cn := c.nodes[0], c.nodes[2]
+		env := append(withoutWasmkeepVars(), steadyLease...)
+		for i := range 4 {
+			for j := 1; j <= 2; j++ {
+				if r := ask(t, "POST", fmt.Sprintf("%s/actor/counter/held%d", cn.url, i)); r.code != 200 || r.body != strconv.Itoa(j) || r.node != "c" {
+					t.Fatalf("counter/held%d through c: %+v, want %d from c", i, r, j)
+				}
+			}
+		}
+		c.cli.must("", "reset", "--app", "acme/shop", "--new-key", k2, "--from", greetingFile(t, "under-k2"), "--nodes-have-new-key")
+		waitFor(t, 10*time.Second, "c not ready", func() bool { return ask(t, "GET", cn.url+"/_wasmkeep/ready").code == 503 })
+		seen := waitState(t, env, c.bucketURL(), "c", "drained")
+		t.Logf("c's states as it handed over: %q", seen)
+		for i := range 4 {
+			if r := ask(t, "GET", fmt.Sprintf("%s/actor/counter/held%d", cn.url, i)); r.code != 200 || r.body != "2" || r.node == "c" || r.node == "" {
+				t.Errorf("counter/held%d through c, which cannot open the secrets: %+v, want 2 from a or b", i, r)
+			}
+		}
+		if r := ask(t, "POST", cn.url+"/actor/counter/fresh"); r.code != 200 || r.body != "1" || r.node == "c" || r.node == "" {
+			t.Errorf("a new actor through c: %+v, want it created on a or b", r)
+		}
+		if r := ask(t, "GET", cn.url+"/actor/s/fresh"); !says("under-k2")(r) || r.node == "c" {
+			t.Errorf("class s through c: %+v, want the secret under k2 from a or b", r)
+		}
+		if r := ask(t, "GET", a.url+"/_wasmkeep/ready"); r.code != 200 {
+			t.Errorf("a, which opens the set: ready %d", r.code)
+		}
+
+		c.cli.must("", "reset", "--app", "acme/shop", "--new-key", k1, "--from", greetingFile(t, "under-k1"), "--nodes-have-new-key")
+		waitState(t, env, c.bucketURL(), "c", "serving")
+		if r := ask(t, "GET", cn.url+"/_wasmkeep/ready"); r.code != 200 {
+			t.Errorf("c after the reset it opens: ready %d", r.code)
+		}
+		if r := ask(t, "POST", cn.url+"/actor/counter/after"); r.code != 200 || r.body != "1" || r.node != "c" {
+			t.Errorf("a new actor through c after the reset it opens: %+v, want it taken by c", r)
+		}
+	})
 }
 
 // The grep run (issue 27, item 5): two nodes holding both keys; a set, a
@@ -207,9 +264,6 @@ func TestSecretsFailClosedAndNeverLeak(t *testing.T) {
 		t.Errorf("during the rotation: %s", f)
 	}
 
-	from := func(value string) string {
-		return writeFile(t, "set", fmt.Sprintf("s GREETING %d\n%s\n", len(value), value))
-	}
 	for _, bad := range []struct {
 		name string
 		make func()
@@ -224,7 +278,7 @@ func TestSecretsFailClosedAndNeverLeak(t *testing.T) {
 			putAhead(t, c.cli.dir, strings.Replace(obj, "/blog/", "/shop/", 1), data)
 		}},
 		{"a key the nodes do not hold", func() {
-			c.cli.must("", "reset", "--app", "acme/shop", "--new-key", k3, "--from", from(values[4]), "--nodes-have-new-key")
+			c.cli.must("", "reset", "--app", "acme/shop", "--new-key", k3, "--from", greetingFile(t, values[4]), "--nodes-have-new-key")
 		}},
 	} {
 		bad.make()
@@ -250,13 +304,11 @@ func TestSecretsFailClosedAndNeverLeak(t *testing.T) {
 				t.Errorf(`%s: node %s: wasmkeep_not_ready{reason="secrets"} = %v, want 1`, bad.name, n.id(), v)
 			}
 		}
-		c.cli.must("", "reset", "--app", "acme/shop", "--new-key", k2, "--from", from(values[5]), "--nodes-have-new-key")
-		c.until(20*time.Second, "/actor/s/x{i}", says(values[5])) // a failed read backs off up to 15 s
-		for _, n := range c.nodes {
-			if r := ask(t, "GET", n.url+"/_wasmkeep/ready"); r.code != 200 {
-				t.Errorf("%s: node %s after the reset: ready %d", bad.name, n.id(), r.code)
-			}
-		}
+		c.cli.must("", "reset", "--app", "acme/shop", "--new-key", k2, "--from", greetingFile(t, values[5]), "--nodes-have-new-key")
+		// Ready first: an answer alone could come from a peer, the node
+		// forwarding while it takes no actor.
+		c.until(20*time.Second, "/_wasmkeep/ready", func(r reply) bool { return r.code == 200 }) // a failed read backs off up to 15 s
+		c.until(4*time.Second, "/actor/s/x{i}", says(values[5]))
 	}
 
 	outputs := []string{c.logs()}
@@ -284,6 +336,12 @@ func TestSecretsFailClosedAndNeverLeak(t *testing.T) {
 	if !strings.Contains(control[0].body, values[0]) {
 		t.Errorf("the control: an actor's answer %q does not hold the value: the grep could not find one", control[0].body)
 	}
+}
+
+// greetingFile is a file for secrets reset --from setting class s's
+// GREETING to value.
+func greetingFile(t *testing.T, value string) string {
+	return writeFile(t, "set", fmt.Sprintf("s GREETING %d\n%s\n", len(value), value))
 }
 
 // sealAhead seals value for class s's GREETING, for app a, under the key
