@@ -115,20 +115,39 @@ func says(greeting string) func(reply) bool {
 // nodes.
 func (c *secretsCluster) in(t *testing.T) {
 	c.t, c.cli.t, c.d.t = t, t, t
+	for _, n := range c.nodes {
+		n.t = t
+	}
 }
 
-// Three nodes of acme/shop (classes s and counter), a and b holding keys
-// k1 and k2, c only k1, shared by the subtests in turn.
+// Three nodes of acme/shop (classes s and counter) on one file bucket,
+// shared by the subtests in turn: a and b hold keys k1 and k2, c only k1
+// (and stops after its subtest); none holds k3. Every value a subtest sets
+// is in values, and every output of a node stopped is in outputs, for the
+// last one's grep (issue 27, item 5).
 func TestSecretsOnThreeNodes(t *testing.T) {
 	engineNeutral(t)
 	c := newSecretsCluster(t)
-	k1, k2 := c.cli.newKey("k1"), c.cli.newKey("k2")
+	k1, k2, k3 := c.cli.newKey("k1"), c.cli.newKey("k2"), c.cli.newKey("k3")
 	v1, count := schemaV1(t), counter(t)
 	c.deploy("--actor", "s="+v1, "--actor", "counter="+count)
-	c.node("a", "--secrets-key", k1, "--secrets-key", k2)
-	c.node("b", "--secrets-key", k1, "--secrets-key", k2)
-	c.node("c", "--secrets-key", k1)
+	metrics := []string{"--metrics-listen", "127.0.0.1:0"}
+	c.node("a", append(metrics, "--secrets-key", k1, "--secrets-key", k2)...)
+	c.node("b", append(metrics, "--secrets-key", k1, "--secrets-key", k2)...)
+	c.node("c", append(metrics, "--secrets-key", k1)...)
 	c.startAll()
+	var outputs []string
+	var values []string
+	set := func(value, key string) {
+		c.t.Helper()
+		values = append(values, value)
+		c.cli.must(value, "set", "--app", "acme/shop", "--key", key, "--class", "s", "GREETING")
+	}
+	reset := func(value, key string) {
+		c.t.Helper()
+		values = append(values, value)
+		c.cli.must("", "reset", "--app", "acme/shop", "--new-key", key, "--from", greetingFile(c.t, value), "--nodes-have-new-key")
+	}
 
 	// A secret set with wasmkeep secrets set reaches an actor on each
 	// node within 4 s (the issue's bound, the poll's deadline), a resident
@@ -139,7 +158,7 @@ func TestSecretsOnThreeNodes(t *testing.T) {
 		c.in(t)
 		c.until(5*time.Second, "/actor/s/r{i}", says("")) // resident, no secret yet
 		// No --force: every node says in its heartbeat that it reads secrets.
-		c.cli.must("hello-SERVE_VALUE_1", "set", "--app", "acme/shop", "--key", k1, "--class", "s", "GREETING")
+		set("hello-SERVE_VALUE_1", k1)
 		for i, r := range c.until(4*time.Second, "/actor/s/r{i}", says("hello-SERVE_VALUE_1")) {
 			if !strings.HasPrefix(r.body, "version=1 inits=1 hits=1 ") {
 				t.Errorf("node %d: the resident actor's first answer with the secret: %q, want a new instance (hits=1), on-init not rerun (inits=1)", i, r.body)
@@ -163,8 +182,8 @@ func TestSecretsOnThreeNodes(t *testing.T) {
 	// c does not hold, while a and b open it. c is not ready and hands the
 	// actors it held to a or b, their acknowledged writes there; a new
 	// actor asked for through c is created on a or b; status shows c
-	// draining or drained (heartbeat line 12). Once a reset under k1 lets
-	// it open the set again it takes actors again.
+	// drained (heartbeat line 12). Once a reset under k1 lets it open the
+	// set again it takes actors again. Then c stops, its outputs kept.
 	t.Run("a node that cannot open them hands over", func(t *testing.T) {
 		c.in(t)
 		a, cn := c.nodes[0], c.nodes[2]
@@ -176,7 +195,7 @@ func TestSecretsOnThreeNodes(t *testing.T) {
 				}
 			}
 		}
-		c.cli.must("", "reset", "--app", "acme/shop", "--new-key", k2, "--from", greetingFile(t, "under-k2"), "--nodes-have-new-key")
+		reset("under-k2-LEAK_VALUE", k2)
 		waitFor(t, 10*time.Second, "c not ready", func() bool { return ask(t, "GET", cn.url+"/_wasmkeep/ready").code == 503 })
 		seen := waitState(t, env, c.bucketURL(), "c", "drained")
 		t.Logf("c's states as it handed over: %q", seen)
@@ -188,14 +207,14 @@ func TestSecretsOnThreeNodes(t *testing.T) {
 		if r := ask(t, "POST", cn.url+"/actor/counter/fresh"); r.code != 200 || r.body != "1" || r.node == "c" || r.node == "" {
 			t.Errorf("a new actor through c: %+v, want it created on a or b", r)
 		}
-		if r := ask(t, "GET", cn.url+"/actor/s/fresh"); !says("under-k2")(r) || r.node == "c" {
+		if r := ask(t, "GET", cn.url+"/actor/s/fresh"); !says("under-k2-LEAK_VALUE")(r) || r.node == "c" {
 			t.Errorf("class s through c: %+v, want the secret under k2 from a or b", r)
 		}
 		if r := ask(t, "GET", a.url+"/_wasmkeep/ready"); r.code != 200 {
 			t.Errorf("a, which opens the set: ready %d", r.code)
 		}
 
-		c.cli.must("", "reset", "--app", "acme/shop", "--new-key", k1, "--from", greetingFile(t, "under-k1"), "--nodes-have-new-key")
+		reset("under-k1-LEAK_VALUE", k1)
 		waitState(t, env, c.bucketURL(), "c", "serving")
 		if r := ask(t, "GET", cn.url+"/_wasmkeep/ready"); r.code != 200 {
 			t.Errorf("c after the reset it opens: ready %d", r.code)
@@ -203,139 +222,131 @@ func TestSecretsOnThreeNodes(t *testing.T) {
 		if r := ask(t, "POST", cn.url+"/actor/counter/after"); r.code != 200 || r.body != "1" || r.node != "c" {
 			t.Errorf("a new actor through c after the reset it opens: %+v, want it taken by c", r)
 		}
+		outputs = append(outputs, ask(t, "GET", "http://"+metricsAddr(t, cn.logs)+"/metrics").body)
+		cn.stop()
+		outputs = append(outputs, c.logs())
+		c.nodes = c.nodes[:2]
 	})
-}
 
-// The grep run (issue 27, item 5): two nodes holding both keys; a set, a
-// rotation under load (no 503 at any point), then three sets the nodes
-// cannot open (an object tampered with, one sealed for another app, one
-// under a key they do not hold), each refused 503 with Retry-After, the
-// node not ready with reason "secrets", until a reset they can open. No
-// value reaches any node's output, any CLI output, the metrics page or
-// cluster status; the control: an actor's answer holds it.
-func TestSecretsFailClosedAndNeverLeak(t *testing.T) {
-	engineNeutral(t)
-	c := newSecretsCluster(t)
-	k1, k2, k3 := c.cli.newKey("k1"), c.cli.newKey("k2"), c.cli.newKey("k3")
-	c.deploy("--actor", "s="+schemaV1(t))
-	for _, id := range []string{"a", "b"} {
-		c.node(id, "--secrets-key", k1, "--secrets-key", k2, "--metrics-listen", "127.0.0.1:0")
-	}
-	c.startAll()
-	values := []string{"first-LEAK_VALUE", "second-LEAK_VALUE", "tampered-LEAK_VALUE", "copied-LEAK_VALUE", "otherkey-LEAK_VALUE", "reset-LEAK_VALUE"}
-	set := func(value, key string) {
-		t.Helper()
-		c.cli.must(value, "set", "--app", "acme/shop", "--key", key, "--class", "s", "GREETING")
-	}
-	set(values[0], k1)
-	control := c.until(4*time.Second, "/actor/s/x{i}", says(values[0]))
+	// On a and b: a set, a rotation under load (no 503 at any point), then three sets
+	// the nodes cannot open (an object tampered with, one sealed for
+	// another app, one under a key they do not hold), each refused 503
+	// with Retry-After, the node not ready with reason "secrets", until a
+	// reset they can open.
+	var control reply // an actor's answer holding a value: the grep's control
+	t.Run("a rotation, and sets no node can open", func(t *testing.T) {
+		c.in(t)
+		set("first-LEAK_VALUE", k1)
+		control = c.until(4*time.Second, "/actor/s/x{i}", says("first-LEAK_VALUE"))[0]
 
-	// The rotation under a small load: every answer 200.
-	var (
-		mu     sync.Mutex
-		failed []string
-		done   = make(chan struct{})
-		wg     sync.WaitGroup
-	)
-	for i, n := range c.nodes {
-		wg.Go(func() {
-			for j := 0; ; j++ {
-				select {
-				case <-done:
-					return
-				default:
+		// The rotation under a small load: every answer 200.
+		var (
+			mu     sync.Mutex
+			failed []string
+			done   = make(chan struct{})
+			wg     sync.WaitGroup
+		)
+		for i, n := range c.nodes {
+			wg.Go(func() {
+				for j := 0; ; j++ {
+					select {
+					case <-done:
+						return
+					default:
+					}
+					r := ask(t, "GET", fmt.Sprintf("%s/actor/s/load-%d-%d", n.url, i, j%4))
+					if r.code != 200 {
+						mu.Lock()
+						failed = append(failed, fmt.Sprintf("node %s: %d %s", n.id(), r.code, r.body))
+						mu.Unlock()
+					}
+					time.Sleep(10 * time.Millisecond)
 				}
-				r := ask(t, "GET", fmt.Sprintf("%s/actor/s/load-%d-%d", n.url, i, j%4))
-				if r.code != 200 {
-					mu.Lock()
-					failed = append(failed, fmt.Sprintf("node %s: %d %s", n.id(), r.code, r.body))
-					mu.Unlock()
+			})
+		}
+		c.cli.must("", "rotate-key", "--app", "acme/shop", "--key", k1, "--new-key", k2, "--nodes-have-new-key")
+		set("second-LEAK_VALUE", k2)
+		c.until(4*time.Second, "/actor/s/x{i}", says("second-LEAK_VALUE"))
+		close(done)
+		wg.Wait()
+		for _, f := range failed {
+			t.Errorf("during the rotation: %s", f)
+		}
+
+		for _, bad := range []struct {
+			name string
+			make func()
+		}{
+			{"an object tampered with", func() {
+				values = append(values, "tampered-LEAK_VALUE")
+				obj, data := sealAhead(t, c.cli.dir, shopApp, k2, "tampered-LEAK_VALUE")
+				data[len(data)-3] ^= 1 // a hex digit of the tag
+				putAhead(t, c.cli.dir, obj, data)
+			}},
+			{"an object sealed for another app", func() {
+				values = append(values, "copied-LEAK_VALUE")
+				obj, data := sealAhead(t, c.cli.dir, app.Name{Tenant: "acme", App: "blog"}, k2, "copied-LEAK_VALUE")
+				putAhead(t, c.cli.dir, strings.Replace(obj, "/blog/", "/shop/", 1), data)
+			}},
+			{"a key the nodes do not hold", func() { reset("otherkey-LEAK_VALUE", k3) }},
+		} {
+			bad.make()
+			for _, n := range c.nodes {
+				metrics := "http://" + metricsAddr(t, n.logs) + "/metrics"
+				waitFor(t, 4*time.Second, bad.name+": node "+n.id()+" not ready", func() bool {
+					return ask(t, "GET", n.url+"/_wasmkeep/ready").code == 503
+				})
+				req, _ := http.NewRequest("GET", n.url+"/actor/s/x0", nil)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
 				}
-				time.Sleep(10 * time.Millisecond)
+				resp.Body.Close()
+				if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+					t.Errorf("%s: node %s answers %d (Retry-After %q), want 503 with Retry-After", bad.name, n.id(), resp.StatusCode, resp.Header.Get("Retry-After"))
+				}
+				if v := metricValue(ask(t, "GET", metrics).body, `wasmkeep_not_ready{reason="secrets"}`); v != 1 {
+					t.Errorf(`%s: node %s: wasmkeep_not_ready{reason="secrets"} = %v, want 1`, bad.name, n.id(), v)
+				}
 			}
-		})
-	}
-	c.cli.must("", "rotate-key", "--app", "acme/shop", "--key", k1, "--new-key", k2, "--nodes-have-new-key")
-	set(values[1], k2)
-	c.until(4*time.Second, "/actor/s/x{i}", says(values[1]))
-	close(done)
-	wg.Wait()
-	for _, f := range failed {
-		t.Errorf("during the rotation: %s", f)
-	}
+			reset("reset-LEAK_VALUE", k2)
+			// Ready first: an answer alone could come from a peer, the node
+			// forwarding while it takes no actor.
+			c.until(20*time.Second, "/_wasmkeep/ready", func(r reply) bool { return r.code == 200 }) // a failed read backs off up to 15 s
+			c.until(4*time.Second, "/actor/s/x{i}", says("reset-LEAK_VALUE"))
+		}
+	})
 
-	for _, bad := range []struct {
-		name string
-		make func()
-	}{
-		{"an object tampered with", func() {
-			obj, data := sealAhead(t, c.cli.dir, shopApp, k2, values[2])
-			data[len(data)-3] ^= 1 // a hex digit of the tag
-			putAhead(t, c.cli.dir, obj, data)
-		}},
-		{"an object sealed for another app", func() {
-			obj, data := sealAhead(t, c.cli.dir, app.Name{Tenant: "acme", App: "blog"}, k2, values[3])
-			putAhead(t, c.cli.dir, strings.Replace(obj, "/blog/", "/shop/", 1), data)
-		}},
-		{"a key the nodes do not hold", func() {
-			c.cli.must("", "reset", "--app", "acme/shop", "--new-key", k3, "--from", greetingFile(t, values[4]), "--nodes-have-new-key")
-		}},
-	} {
-		bad.make()
+	// No value reaches any node's output, any CLI output, the metrics page
+	// or cluster status; the control: an actor's answer holds one.
+	t.Run("no value in any output", func(t *testing.T) {
+		c.in(t)
+		outputs = append(outputs, c.logs())
 		for _, n := range c.nodes {
-			metrics := "http://" + metricsAddr(t, n.logs) + "/metrics"
-			deadline := time.Now().Add(4 * time.Second)
-			for ask(t, "GET", n.url+"/_wasmkeep/ready").code != 503 {
-				if time.Now().After(deadline) {
-					t.Fatalf("%s: node %s still ready after 4 s\n%s", bad.name, n.id(), c.logs())
+			outputs = append(outputs, ask(t, "GET", "http://"+metricsAddr(t, n.logs)+"/metrics").body)
+		}
+		for _, args := range [][]string{{"status"}, {"status", "--json"}} {
+			out, _ := clusterCmd(t, c.cli.bin, withoutWasmkeepVars(), c.bucketURL(), args...)
+			outputs = append(outputs, out)
+		}
+		for _, n := range c.nodes {
+			n.stop() // its last lines too
+		}
+		outputs = append(outputs, c.logs())
+		c.cli.mu.Lock()
+		outputs = append(outputs, c.cli.outputs...)
+		c.cli.mu.Unlock()
+		for _, v := range values {
+			for _, out := range outputs {
+				if strings.Contains(out, v) {
+					t.Errorf("an output holds the value %q:\n%s", v, out)
 				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			req, _ := http.NewRequest("GET", n.url+"/actor/s/x0", nil)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
-				t.Errorf("%s: node %s answers %d (Retry-After %q), want 503 with Retry-After", bad.name, n.id(), resp.StatusCode, resp.Header.Get("Retry-After"))
-			}
-			if v := metricValue(ask(t, "GET", metrics).body, `wasmkeep_not_ready{reason="secrets"}`); v != 1 {
-				t.Errorf(`%s: node %s: wasmkeep_not_ready{reason="secrets"} = %v, want 1`, bad.name, n.id(), v)
 			}
 		}
-		c.cli.must("", "reset", "--app", "acme/shop", "--new-key", k2, "--from", greetingFile(t, values[5]), "--nodes-have-new-key")
-		// Ready first: an answer alone could come from a peer, the node
-		// forwarding while it takes no actor.
-		c.until(20*time.Second, "/_wasmkeep/ready", func(r reply) bool { return r.code == 200 }) // a failed read backs off up to 15 s
-		c.until(4*time.Second, "/actor/s/x{i}", says(values[5]))
-	}
-
-	outputs := []string{c.logs()}
-	for _, n := range c.nodes {
-		outputs = append(outputs, ask(t, "GET", "http://"+metricsAddr(t, n.logs)+"/metrics").body)
-	}
-	for _, args := range [][]string{{"status"}, {"status", "--json"}} {
-		out, _ := clusterCmd(t, c.cli.bin, withoutWasmkeepVars(), c.bucketURL(), args...)
-		outputs = append(outputs, out)
-	}
-	for _, n := range c.nodes {
-		n.stop() // its last lines too
-	}
-	outputs = append(outputs, c.logs())
-	c.cli.mu.Lock()
-	outputs = append(outputs, c.cli.outputs...)
-	c.cli.mu.Unlock()
-	for _, v := range values {
-		for _, out := range outputs {
-			if strings.Contains(out, v) {
-				t.Errorf("an output holds the value %q:\n%s", v, out)
-			}
+		if !strings.Contains(control.body, "first-LEAK_VALUE") {
+			t.Errorf("the control: an actor's answer %q does not hold the value: the grep could not find one", control.body)
 		}
-	}
-	if !strings.Contains(control[0].body, values[0]) {
-		t.Errorf("the control: an actor's answer %q does not hold the value: the grep could not find one", control[0].body)
-	}
+	})
 }
 
 // greetingFile is a file for secrets reset --from setting class s's
