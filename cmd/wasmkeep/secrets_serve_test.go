@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,9 +54,14 @@ func (c *secretsCluster) deploy(args ...string) {
 	c.cli.mu.Unlock()
 }
 
+// secretsLease is steadyLease with a heartbeat, and so a read of the
+// app's secrets and a taking pass, every 500 ms rather than ttl/3: each
+// wait for one costs less, a lease write still has its second.
+var secretsLease = append(slices.Clip(steadyLease), "WASMKEEP_CLUSTER__HEARTBEAT_PERIOD=500ms")
+
 // node is a node of the app, not started, with args after its own.
 func (c *secretsCluster) node(id string, args ...string) *bucketNode {
-	n := newBucketNode(c.t, c.bucketURL(), steadyLease)
+	n := newBucketNode(c.t, c.bucketURL(), secretsLease)
 	n.args = append(append([]string{"--app", "acme/shop", "--bucket", c.bucketURL()}, args...), "--node-id", id) // id last: bucketNode.id
 	c.nodes = append(c.nodes, n)
 	return n
@@ -187,7 +193,7 @@ func TestSecretsOnThreeNodes(t *testing.T) {
 	t.Run("a node that cannot open them hands over", func(t *testing.T) {
 		c.in(t)
 		a, cn := c.nodes[0], c.nodes[2]
-		env := append(withoutWasmkeepVars(), steadyLease...)
+		env := append(withoutWasmkeepVars(), secretsLease...)
 		for i := range 4 {
 			for j := 1; j <= 2; j++ {
 				if r := ask(t, "POST", fmt.Sprintf("%s/actor/counter/held%d", cn.url, i)); r.code != 200 || r.body != strconv.Itoa(j) || r.node != "c" {
