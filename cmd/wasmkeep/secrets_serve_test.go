@@ -70,14 +70,7 @@ func (c *secretsCluster) node(id string, args ...string) *bucketNode {
 // startAll starts the nodes at once.
 func (c *secretsCluster) startAll() {
 	c.t.Helper()
-	var wg sync.WaitGroup
-	for _, n := range c.nodes {
-		wg.Go(n.start)
-	}
-	wg.Wait()
-	if c.t.Failed() {
-		c.t.FailNow()
-	}
+	startNodes(c.t, c.nodes...)
 }
 
 // logs are every node's output.
