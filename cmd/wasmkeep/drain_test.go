@@ -138,9 +138,7 @@ func TestDrainHandsActorsOver(t *testing.T) {
 	a.args = append(a.args, "--actor", "room="+room(t), "--metrics-listen", "127.0.0.1:0")
 	b.args = append(b.args, "--actor", "room="+room(t))
 	c.args = append(c.args, "--actor", "room="+room(t))
-	for _, n := range []*bucketNode{a, b, c} {
-		n.start()
-	}
+	startNodes(t, a, b, c)
 	bin, env := wasmkeepBinary(t), a.env
 	for i := range 8 {
 		if r := ask(t, "POST", fmt.Sprintf("%s/actor/counter/k%d", a.url, i)); r.code != 200 || r.node != "a" {

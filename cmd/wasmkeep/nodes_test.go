@@ -25,6 +25,20 @@ func newPeerNode(t *testing.T, bucketURL string, env []string, id string) *bucke
 	return n
 }
 
+// startNodes starts the nodes at once (each start waits for its lease
+// check and compiles its classes) and stops the test if one did not start.
+func startNodes(t *testing.T, nodes ...*bucketNode) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Go(n.start)
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
 // reply is one answer of a node.
 type reply struct {
 	code int
