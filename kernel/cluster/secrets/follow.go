@@ -55,9 +55,7 @@ type Follower struct {
 	// Run's alone (Start's before it).
 	opened   bool      // a set was opened since the start (the zero one counts)
 	seq      uint64    // the highest seq opened
-	// when the set current names was last known opened, or the bucket
-	// last did not answer while the node served
-	lastGood time.Time
+	lastGood time.Time // the window's start (poll)
 	blocked  error     // the reason last given to Blocked
 	// The seq whose object could not be opened, its error, its failures
 	// in a row, and when it may be read again.
