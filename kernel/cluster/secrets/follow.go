@@ -131,6 +131,10 @@ func (f *Follower) poll(ctx context.Context) {
 // errOutage marks a read of current the bucket did not answer.
 var errOutage = errors.New("the bucket did not answer")
 
+// FoundCurrent reports whether reason, given to Blocked, came after
+// current was read: the app has secrets.
+func FoundCurrent(reason error) bool { return reason != nil && !errors.Is(reason, errOutage) }
+
 // read opens the set current names unless it is the one held; nil when the
 // node holds the set current names.
 func (f *Follower) read(ctx context.Context, now time.Time) error {
