@@ -294,9 +294,11 @@ var (
 // rule); otherwise it is refused with 503, never run. Seq-0 classes
 // (--actor) are checked too: data with a recorded seq was written by
 // deployed code. Before all that, a node that cannot open the app's
-// secrets refuses it (503, a socket closed with 1011). An event whose
-// class's values alone changed since it arrived runs on the values served
-// now. The class must have its required configuration. Then it
+// secrets refuses it (503, a socket closed with 1011), checked again
+// after the wait. An event whose class's values the node replaced since it
+// arrived (a secrets change, a deploy) upgrades as a stale one does: no
+// event starts on values replaced. The class must have its required
+// configuration. Then it
 // becomes the actor's (adopt), and its seq is recorded if it is above the
 // actor's.
 func (a *actor) upToDate(ctx context.Context, ev *event) error {
@@ -320,7 +322,11 @@ func (a *actor) upToDate(ctx context.Context, ev *event) error {
 		// (it waited in the mailbox): it runs on the version served, as a
 		// stale event does, rather than fail.
 		gone := now != c && !(a.inst != nil && a.class.code == c.code) && c.code.retired()
-		if !stale && !gone {
+		// The node replaced the values c gives (a secrets change, a deploy
+		// or both) since the event arrived: no event starts on them, it
+		// runs on the version served, as a stale event does.
+		replaced := now != c && now.seq >= c.seq && !maps.Equal(now.env, c.env)
+		if !stale && !gone && !replaced {
 			break
 		}
 		if now.seq >= a.seq { // a newer version came: the event upgrades
@@ -353,8 +359,9 @@ func (a *actor) upToDate(ctx context.Context, ev *event) error {
 		return unavailable("the app's newer version is not on this node yet; retry",
 			fmt.Errorf("the actor's data is at seq %d, class %s here at seq %d", a.seq, c.name, now.seq))
 	}
-	if now := a.node.class(c.name); now != nil && now != c && now.code == c.code && now.seq == c.seq && now.access.Equal(c.access) {
-		c = now // only its values changed since it arrived (a secrets change): it runs on those served now
+	// Checked again after the wait: the node may have failed closed since.
+	if err := a.refuseBlocked(ev); err != nil {
+		return err
 	}
 	if len(c.missing) > 0 {
 		a.closeSocketOf(ev, websocket.InternalError, "the actor's class is not configured on this node")
