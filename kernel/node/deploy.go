@@ -135,7 +135,7 @@ func (n *Node) build(ctx context.Context, v Version, cur *deployment) (*deployme
 		if err != nil {
 			return fail(fmt.Errorf("class %s: %w", name, err))
 		}
-		d.classes[name] = n.newClass(c, name, v.Seq, spec)
+		d.classes[name] = &class{code: c, name: name, seq: v.Seq, access: spec.Access, spec: spec} // its values at the swap
 	}
 	if v.Front != "" {
 		c, err := load(v.Front)
@@ -150,18 +150,22 @@ func (n *Node) build(ctx context.Context, v Version, cur *deployment) (*deployme
 	return d, nil
 }
 
-// newClass is class name of a version at seq: its code, its rules, and
-// its values from the three layers (values), which the node rebuilds on a
-// secrets change.
-func (n *Node) newClass(c *code, name string, seq uint64, spec ClassSpec) *class {
-	env := n.values(name, spec.Config)
-	var missing []string
-	for _, req := range spec.Requires {
-		if _, ok := env[req]; !ok {
-			missing = append(missing, req)
+// withValues is d with each class's values from the three layers (values)
+// and the required names they leave unset: n.secretsMu held, so that a
+// secrets change and a version swapped at once both count.
+func (n *Node) withValues(d *deployment) *deployment {
+	out := &deployment{id: d.id, seq: d.seq, front: d.front, classes: map[string]*class{}}
+	for _, name := range slices.Sorted(maps.Keys(d.classes)) {
+		c := *d.classes[name]
+		c.env, c.missing = n.values(name, c.spec.Config), nil
+		for _, req := range c.spec.Requires {
+			if _, ok := c.env[req]; !ok {
+				c.missing = append(c.missing, req)
+			}
 		}
+		out.classes[name] = &c
 	}
-	return &class{code: c, name: name, seq: seq, access: spec.Access, spec: spec, env: env, missing: missing}
+	return out
 }
 
 // values is class's values, by name, last wins: its deployed
@@ -195,7 +199,10 @@ func (n *Node) values(class string, config map[string]string) map[string]string 
 // databases and the index) and their sockets (1012), and arms the alarms
 // of the classes d serves anew.
 func (n *Node) swap(d, cur *deployment) {
+	n.secretsMu.Lock()
+	d = n.withValues(d)
 	n.install(d)
+	n.secretsMu.Unlock()
 	n.metrics.Deployed(d.id, d.seq)
 
 	keep := d.codes()
