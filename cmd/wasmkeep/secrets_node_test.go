@@ -38,8 +38,8 @@ func TestSecretsLayerPrecedence(t *testing.T) {
 	tn.expect("GET", "/actor/s/a", "", 200, "version=2 inits=1,2 hits=1 greeting=secret-value-1")
 	tn.node.SetSecrets(nil) // unset: the configuration's value again
 	tn.expect("GET", "/actor/s/a", "", 200, "version=2 inits=1,2 hits=1 greeting=config-value-2")
-	if log := tn.log.String(); !strings.Contains(log, "name=GREETING") || strings.Contains(log, "-value-") {
-		t.Errorf("the overlap is to be logged by name, never by value:\n%s", log)
+	if log := tn.log.String(); !strings.Contains(log, `level=WARN msg="the app's secret replaces the deployed configuration's value" class=s name=GREETING`) || strings.Contains(log, "-value-") {
+		t.Errorf("the overlap is to be warned of by name, never by value:\n%s", log)
 	}
 
 	withEnv := startNode(t, node.Options{Classes: map[string]string{"s": v1}, VersionID: "aaaa", Seq: 1,

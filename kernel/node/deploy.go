@@ -182,7 +182,7 @@ func (n *Node) values(class string, config map[string]string) map[string]string 
 	} {
 		for name, value := range layer.vars {
 			if _, ok := env[name]; ok {
-				n.log.Info(layer.what, "class", class, "name", name)
+				n.log.Warn(layer.what, "class", class, "name", name)
 			}
 			if env == nil {
 				env = map[string]string{}
