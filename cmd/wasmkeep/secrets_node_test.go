@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -36,8 +38,8 @@ func TestSecretsLayerPrecedence(t *testing.T) {
 	tn.expect("GET", "/actor/s/a", "", 200, "version=2 inits=1,2 hits=1 greeting=secret-value-1")
 	tn.node.SetSecrets(nil) // unset: the configuration's value again
 	tn.expect("GET", "/actor/s/a", "", 200, "version=2 inits=1,2 hits=1 greeting=config-value-2")
-	if log := tn.log.String(); !strings.Contains(log, "name=GREETING") || strings.Contains(log, "-value-") {
-		t.Errorf("the overlap is to be logged by name, never by value:\n%s", log)
+	if log := tn.log.String(); !strings.Contains(log, `level=WARN msg="the app's secret replaces the deployed configuration's value" class=s name=GREETING`) || strings.Contains(log, "-value-") {
+		t.Errorf("the overlap is to be warned of by name, never by value:\n%s", log)
 	}
 
 	withEnv := startNode(t, node.Options{Classes: map[string]string{"s": v1}, VersionID: "aaaa", Seq: 1,
@@ -109,4 +111,62 @@ func TestSecretsBlockedClosesSockets(t *testing.T) {
 	tn.node.BlockSecrets(errors.New("sealed under another key"))
 	write(t, c, "hello")
 	expectClose(t, c, websocket.StatusInternalError, "the app's secrets cannot be opened on this node")
+}
+
+// An event that waited in the mailbox while a secrets change and then a
+// deploy landed runs on the values served now, not on the set replaced,
+// whether the deploy kept the code (the instance) or changed it (issue 27
+// item 1).
+func TestSecretsQueuedEventRunsOnTheValuesServed(t *testing.T) {
+	engineNeutral(t)
+	p, other := probe(t), buildGuest(t, "cmd/wasmkeep/testdata/guests/probe", "-X main.other=1")
+	for _, c := range []struct{ name, module string }{
+		{"the same code", p},
+		{"other code", other},
+	} {
+		// Class q serves the other code already: the deploy compiles
+		// nothing and lands while the queued event waits.
+		tn := startNode(t, node.Options{Classes: map[string]string{"p": p, "q": other}, VersionID: "aaaa", Seq: 1,
+			Secrets: map[string]map[string]string{"p": {"TOKEN": "one"}}})
+		tn.expect("GET", "/actor/p/x/env?name=TOKEN", "", 200, "set one")
+		busy := make(chan int)
+		go func() { code, _ := tn.do("GET", "/actor/p/x/sleep?ms=1500", ""); busy <- code }()
+		time.Sleep(300 * time.Millisecond)
+		queued := make(chan reply)
+		go func() {
+			code, body := tn.do("GET", "/actor/p/x/env?name=TOKEN", "")
+			queued <- reply{code: code, body: body}
+		}()
+		waitFor(t, 10*time.Second, "the event to queue", func() bool { return tn.metric("wasmkeep_events_queued") == 1 })
+		tn.node.SetSecrets(map[string]map[string]string{"p": {"TOKEN": "two"}})
+		tn.apply(node.Version{ID: "bbbb", Seq: 2, Classes: map[string]node.ClassSpec{"p": {Module: c.module}, "q": {Module: other}}})
+		if code := <-busy; code != 200 {
+			t.Errorf("%s: the busy event: %d, want 200", c.name, code)
+		}
+		if r := <-queued; r.code != 200 || r.body != "set two" {
+			t.Errorf("%s: the queued event: %+v, want 200 set two (the set replaced must not answer)", c.name, r)
+		}
+	}
+}
+
+// An event that waits for a newer version is refused if the node failed
+// closed on its secrets meanwhile: the swap that wakes it does not let it
+// run on the set the node failed closed on (issue 27 item 2).
+func TestSecretsBlockedDuringTheVersionWait(t *testing.T) {
+	engineNeutral(t)
+	dir, v2 := seqAheadDir(t), schemaV2(t)
+	var tn *testNode
+	tn = startNode(t, node.Options{DataDir: dir, Classes: map[string]string{"s": schemaV1(t)}, VersionID: "aaaa", Seq: 1,
+		AdmissionWait: time.Minute, // the bound of the wait: the Apply below ends it
+		Behind: func(seq uint64) {
+			go func() {
+				tn.node.BlockSecrets(errors.New("sealed under another key"))
+				if err := tn.node.Apply(context.Background(), node.Version{ID: "bbbb", Seq: seq, Classes: map[string]node.ClassSpec{"s": {Module: v2}}}); err != nil {
+					t.Error(err)
+				}
+			}()
+		}})
+	if code, body := tn.do("GET", "/actor/s/a", ""); code != 503 || !strings.Contains(body, "secrets cannot be opened") {
+		t.Fatalf("blocked during the wait: %d %q, want 503 (secrets)", code, body)
+	}
 }

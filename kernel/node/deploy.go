@@ -135,7 +135,7 @@ func (n *Node) build(ctx context.Context, v Version, cur *deployment) (*deployme
 		if err != nil {
 			return fail(fmt.Errorf("class %s: %w", name, err))
 		}
-		d.classes[name] = n.newClass(c, name, v.Seq, spec)
+		d.classes[name] = &class{code: c, name: name, seq: v.Seq, access: spec.Access, spec: spec} // its values at the swap
 	}
 	if v.Front != "" {
 		c, err := load(v.Front)
@@ -150,18 +150,22 @@ func (n *Node) build(ctx context.Context, v Version, cur *deployment) (*deployme
 	return d, nil
 }
 
-// newClass is class name of a version at seq: its code, its rules, and
-// its values from the three layers (values), which the node rebuilds on a
-// secrets change.
-func (n *Node) newClass(c *code, name string, seq uint64, spec ClassSpec) *class {
-	env := n.values(name, spec.Config)
-	var missing []string
-	for _, req := range spec.Requires {
-		if _, ok := env[req]; !ok {
-			missing = append(missing, req)
+// withValues is d with each class's values from the three layers (values)
+// and the required names they leave unset: n.secretsMu held, so that a
+// secrets change and a version swapped at once both count.
+func (n *Node) withValues(d *deployment) *deployment {
+	out := &deployment{id: d.id, seq: d.seq, front: d.front, classes: map[string]*class{}}
+	for _, name := range slices.Sorted(maps.Keys(d.classes)) {
+		c := *d.classes[name]
+		c.env, c.missing = n.values(name, c.spec.Config), nil
+		for _, req := range c.spec.Requires {
+			if _, ok := c.env[req]; !ok {
+				c.missing = append(c.missing, req)
+			}
 		}
+		out.classes[name] = &c
 	}
-	return &class{code: c, name: name, seq: seq, access: spec.Access, spec: spec, env: env, missing: missing}
+	return out
 }
 
 // values is class's values, by name, last wins: its deployed
@@ -178,7 +182,7 @@ func (n *Node) values(class string, config map[string]string) map[string]string 
 	} {
 		for name, value := range layer.vars {
 			if _, ok := env[name]; ok {
-				n.log.Info(layer.what, "class", class, "name", name)
+				n.log.Warn(layer.what, "class", class, "name", name)
 			}
 			if env == nil {
 				env = map[string]string{}
@@ -195,7 +199,10 @@ func (n *Node) values(class string, config map[string]string) map[string]string 
 // databases and the index) and their sockets (1012), and arms the alarms
 // of the classes d serves anew.
 func (n *Node) swap(d, cur *deployment) {
+	n.secretsMu.Lock()
+	d = n.withValues(d)
 	n.install(d)
+	n.secretsMu.Unlock()
 	n.metrics.Deployed(d.id, d.seq)
 
 	keep := d.codes()
@@ -294,9 +301,11 @@ var (
 // rule); otherwise it is refused with 503, never run. Seq-0 classes
 // (--actor) are checked too: data with a recorded seq was written by
 // deployed code. Before all that, a node that cannot open the app's
-// secrets refuses it (503, a socket closed with 1011). An event whose
-// class's values alone changed since it arrived runs on the values served
-// now. The class must have its required configuration. Then it
+// secrets refuses it (503, a socket closed with 1011), checked again
+// after the wait. An event whose class's values the node replaced since it
+// arrived (a secrets change, a deploy) upgrades as a stale one does: no
+// event starts on values replaced. The class must have its required
+// configuration. Then it
 // becomes the actor's (adopt), and its seq is recorded if it is above the
 // actor's.
 func (a *actor) upToDate(ctx context.Context, ev *event) error {
@@ -320,7 +329,11 @@ func (a *actor) upToDate(ctx context.Context, ev *event) error {
 		// (it waited in the mailbox): it runs on the version served, as a
 		// stale event does, rather than fail.
 		gone := now != c && !(a.inst != nil && a.class.code == c.code) && c.code.retired()
-		if !stale && !gone {
+		// The node replaced the values c gives (a secrets change, a deploy
+		// or both) since the event arrived: no event starts on them, it
+		// runs on the version served, as a stale event does.
+		replaced := now != c && now.seq >= c.seq && !maps.Equal(now.env, c.env)
+		if !stale && !gone && !replaced {
 			break
 		}
 		if now.seq >= a.seq { // a newer version came: the event upgrades
@@ -353,8 +366,9 @@ func (a *actor) upToDate(ctx context.Context, ev *event) error {
 		return unavailable("the app's newer version is not on this node yet; retry",
 			fmt.Errorf("the actor's data is at seq %d, class %s here at seq %d", a.seq, c.name, now.seq))
 	}
-	if now := a.node.class(c.name); now != nil && now != c && now.code == c.code && now.seq == c.seq && now.access.Equal(c.access) {
-		c = now // only its values changed since it arrived (a secrets change): it runs on those served now
+	// Checked again after the wait: the node may have failed closed since.
+	if err := a.refuseBlocked(ev); err != nil {
+		return err
 	}
 	if len(c.missing) > 0 {
 		a.closeSocketOf(ev, websocket.InternalError, "the actor's class is not configured on this node")

@@ -238,8 +238,11 @@ type Node struct {
 	swapped   chan struct{}
 	behindErr error
 	applyMu   sync.Mutex
-	// secrets is the app's secrets layer (secrets.go), guarded by applyMu;
-	// secretsErr why the node cannot open them, guarded by depMu.
+	// secrets is the app's secrets layer (secrets.go), guarded by
+	// secretsMu, which also orders the installs of new values (SetSecrets,
+	// swap) and is taken after applyMu; secretsErr why the node cannot
+	// open them, guarded by depMu.
+	secretsMu  sync.Mutex
 	secrets    map[string]map[string]string
 	secretsErr error
 
@@ -487,11 +490,13 @@ func (n *Node) Close() {
 		<-n.sweepDone
 	}
 	n.applyMu.Lock()    // an Apply under way ends first; later ones see stopping
+	n.secretsMu.Lock()  // so does a SetSecrets
 	n.background.Wait() // pre-initialisations: no compile may outlive the engine
 	d, _ := n.deployed()
 	for _, c := range d.codes() {
 		c.close(context.Background())
 	}
+	n.secretsMu.Unlock()
 	n.applyMu.Unlock()
 	n.engine.Close(context.Background())
 }

@@ -28,21 +28,20 @@ var errSecrets = errors.New("the app's secrets cannot be opened on this node")
 // rebuilds every class's values from the three layers, keeping its code,
 // rules and seq. An event under way keeps the values it started with; a
 // resident instance whose values changed is dropped at its next event
-// (adopt).
+// (adopt). It waits for no Apply's compile (the book: a version this node
+// cannot build does not delay a secrets change): the Apply takes the
+// values at its swap, under secretsMu too.
 func (n *Node) SetSecrets(values map[string]map[string]string) {
-	n.applyMu.Lock()
-	defer n.applyMu.Unlock()
+	n.secretsMu.Lock()
+	defer n.secretsMu.Unlock()
 	if n.stopping.Load() {
 		return
 	}
 	n.secrets = values
 	cur, _ := n.deployed()
-	d := &deployment{id: cur.id, seq: cur.seq, front: cur.front, classes: map[string]*class{}}
-	for _, name := range slices.Sorted(maps.Keys(cur.classes)) {
-		old := cur.classes[name]
-		c := n.newClass(old.code, name, old.seq, old.spec)
-		d.classes[name] = c
-		if len(c.missing) > 0 && !slices.Equal(c.missing, old.missing) {
+	d := n.withValues(cur)
+	for _, name := range slices.Sorted(maps.Keys(d.classes)) {
+		if c := d.classes[name]; len(c.missing) > 0 && !slices.Equal(c.missing, cur.classes[name].missing) {
 			n.log.Warn("class refuses its events until its required configuration is set", "class", name, "missing", strings.Join(c.missing, ","))
 		}
 	}

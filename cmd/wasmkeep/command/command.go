@@ -460,12 +460,15 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	if err != nil {
 		return err
 	}
+	if sec != nil {
+		// Read again before the node serves: the set opened before its
+		// classes compiled may have been replaced (revoked) since.
+		sec.node = n
+		sec.Start(ctx)
+		go sec.Run(ctx)
+	}
 	if cn != nil {
 		cn.node.Store(n)
-	}
-	if sec != nil {
-		sec.node = n
-		go sec.Run(ctx)
 	}
 	// The follower stops before the node does: no version is applied to a
 	// node shutting down.

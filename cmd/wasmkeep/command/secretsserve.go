@@ -2,7 +2,6 @@ package command
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -41,7 +40,8 @@ type nodeSecrets struct {
 
 // followSecrets opens the app's secrets into opts (or sets the node to
 // start failed closed) and returns their follower. A node without a key
-// refuses to start once the app has secrets.
+// refuses to start once the app has secrets: current found, whatever
+// else failed (the object missing, current corrupt).
 func followSecrets(ctx context.Context, c *clusterNode, a app.Name, keys []secrets.Key, period time.Duration, opts *node.Options, log *slog.Logger) (*nodeSecrets, error) {
 	s := &nodeSecrets{}
 	s.Follower = secrets.NewFollower(secrets.FollowerConfig{
@@ -64,7 +64,7 @@ func followSecrets(ctx context.Context, c *clusterNode, a app.Name, keys []secre
 		},
 	})
 	s.Start(ctx)
-	if len(keys) == 0 && errors.Is(opts.SecretsBlocked, secrets.ErrNoKey) {
+	if len(keys) == 0 && secrets.FoundCurrent(opts.SecretsBlocked) {
 		return nil, fmt.Errorf("app %s has secrets in the bucket: give this node their key (--secrets-key FILE), or --no-secrets to run it without them, with --env only", a)
 	}
 	return s, nil

@@ -55,7 +55,7 @@ type Follower struct {
 	// Run's alone (Start's before it).
 	opened   bool      // a set was opened since the start (the zero one counts)
 	seq      uint64    // the highest seq opened
-	lastGood time.Time // when the set current names was last known opened
+	lastGood time.Time // the window's start (poll)
 	blocked  error     // the reason last given to Blocked
 	// The seq whose object could not be opened, its error, its failures
 	// in a row, and when it may be read again.
@@ -87,7 +87,8 @@ func NewFollower(cfg FollowerConfig) *Follower {
 
 // Start reads the set once, before the node serves: it is opened (Opened)
 // or the node starts failed closed (Blocked), since no event may run
-// without the set.
+// without the set. A node calls it again once built, before it serves:
+// the set may have changed while its classes compiled.
 func (f *Follower) Start(ctx context.Context) { f.poll(ctx) }
 
 // Run reads current every period until ctx ends.
@@ -115,7 +116,11 @@ func (f *Follower) poll(ctx context.Context) {
 		f.block(nil)
 	case errors.Is(err, errOutage) && f.opened:
 		// Every node shares the outage: the node keeps its set and stays
-		// as it is.
+		// as it is. The window runs while the bucket answers: an outage
+		// that ends on a set not opened yet does not block at once.
+		if f.blocked == nil {
+			f.lastGood = now
+		}
 	case !f.opened, cannotOpen(err):
 		f.block(err)
 	case now.Sub(f.lastGood) >= f.cfg.Window:
@@ -125,6 +130,10 @@ func (f *Follower) poll(ctx context.Context) {
 
 // errOutage marks a read of current the bucket did not answer.
 var errOutage = errors.New("the bucket did not answer")
+
+// FoundCurrent reports whether reason, given to Blocked, came after
+// current was read: the app has secrets.
+func FoundCurrent(reason error) bool { return reason != nil && !errors.Is(reason, errOutage) }
 
 // read opens the set current names unless it is the one held; nil when the
 // node holds the set current names.

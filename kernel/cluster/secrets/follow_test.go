@@ -201,6 +201,7 @@ func TestFollowerWindow(t *testing.T) {
 	}{
 		{"a missing object", func(b *outage) { setCurrent(t, b, 7) }, ErrMissing},
 		{"a corrupt current", func(b *outage) { putObject(t, b.Memory, shop.currentKey(), "seven\n") }, ErrCorruptCurrent},
+		{"an oversized current", func(b *outage) { putObject(t, b.Memory, shop.currentKey(), strings.Repeat("0", 100)+"\n") }, ErrCorruptCurrent},
 		{"an outage", func(b *outage) { b.down.Store(true) }, nil},
 	} {
 		b := newOutage()
@@ -236,6 +237,30 @@ func TestFollowerWindow(t *testing.T) {
 	w.after(t, 3*time.Second)
 	if w.blocked != nil || len(w.opened) != 1 {
 		t.Fatalf("the bucket back: blocked %v, opened %v", w.blocked, w.opened)
+	}
+}
+
+// The window starts when the set current names is first found unopened:
+// an outage before it does not shorten it.
+func TestFollowerWindowAfterAnOutage(t *testing.T) {
+	k := testKey(t, 1)
+	b := newOutage()
+	write(t, b.Memory, shop, Change{Seal: k, Apply: put("api", "TOKEN", "one")})
+	w := follow(b, k)
+	w.f.Start(t.Context())
+	b.down.Store(true)
+	for range 20 { // 60 s
+		w.after(t, 3*time.Second)
+	}
+	b.down.Store(false)
+	setCurrent(t, b, 9) // its object not there yet
+	w.after(t, 3*time.Second)
+	if w.blocked != nil {
+		t.Fatalf("blocked on the first poll that found seq 9 unopened: %v", w.blocked)
+	}
+	w.after(t, 10*time.Minute)
+	if !errors.Is(w.blocked, ErrMissing) {
+		t.Fatalf("past the window: blocked %v, want ErrMissing", w.blocked)
 	}
 }
 

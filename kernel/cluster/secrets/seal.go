@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"golang.org/x/crypto/chacha20poly1305"
@@ -133,7 +134,7 @@ func open(keys []Key, p Place, seq uint64, data []byte) (Set, string, error) {
 		return Set{}, "", err
 	}
 	if s.place != at {
-		return Set{}, s.keyID, fmt.Errorf("%s: %w: its header names %s (copied from there?): refused", at, ErrOtherPlace, s.place)
+		return Set{}, s.keyID, fmt.Errorf("%s: %w: its header names %s (copied from there?): refused", at, ErrOtherPlace, quoteAtMost(s.place, 200))
 	}
 	if len(keys) == 0 {
 		return Set{}, s.keyID, fmt.Errorf("%s is sealed under key %s: %w", at, s.keyID, ErrNoKey)
@@ -170,4 +171,13 @@ func keyIDs(keys []Key) string {
 		ids = append(ids, k.ID())
 	}
 	return "the key " + strings.Join(ids, " or ")
+}
+
+// quoteAtMost quotes the first max bytes of s (a header line the bucket
+// gave, which may be anything), saying when it was cut.
+func quoteAtMost(s string, max int) string {
+	if len(s) <= max {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:max]) + fmt.Sprintf(" (cut, %d bytes in all)", len(s))
 }

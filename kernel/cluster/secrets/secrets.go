@@ -55,7 +55,7 @@ func parseSeq(s string) (uint64, bool) {
 const maxCurrent = 64
 
 // get reads a whole object of at most max bytes, refusing a larger one
-// before its body is read.
+// (ErrAltered, with the object's head) before its body is read.
 func get(ctx context.Context, b bucket.Bucket, key string, max int64) ([]byte, *bucket.Object, error) {
 	o, err := b.Get(ctx, key, bucket.GetOptions{})
 	if err != nil {
@@ -63,14 +63,14 @@ func get(ctx context.Context, b bucket.Bucket, key string, max int64) ([]byte, *
 	}
 	defer o.Body.Close()
 	if o.Size > max {
-		return nil, nil, fmt.Errorf("%s: %w: %d bytes, over the %d it may hold: refused unread", key, ErrAltered, o.Size, max)
+		return nil, o, fmt.Errorf("%s: %w: %d bytes, over the %d it may hold: refused unread", key, ErrAltered, o.Size, max)
 	}
 	data, err := io.ReadAll(io.LimitReader(o.Body, max+1))
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading %s: %w", key, err)
 	}
 	if int64(len(data)) > max {
-		return nil, nil, fmt.Errorf("%s: %w: over the %d bytes it may hold: refused", key, ErrAltered, max)
+		return nil, o, fmt.Errorf("%s: %w: over the %d bytes it may hold: refused", key, ErrAltered, max)
 	}
 	return data, o, nil
 }
@@ -85,6 +85,9 @@ func readCurrent(ctx context.Context, b bucket.Bucket, p Place) (seq uint64, tok
 	data, o, err := get(ctx, b, p.currentKey(), maxCurrent)
 	if errors.Is(err, bucket.ErrNotFound) {
 		return 0, "", false, nil
+	}
+	if errors.Is(err, ErrAltered) { // oversized: corrupt (not ErrAltered, which blocks at once; not an outage)
+		return 0, o.Version, true, fmt.Errorf("%s %w: over %d bytes", p.currentKey(), ErrCorruptCurrent, maxCurrent)
 	}
 	if err != nil {
 		return 0, "", false, err

@@ -165,6 +165,10 @@ func TestRefusals(t *testing.T) {
 			s := strings.Replace(objectText(t, b, obj), "/apps/acme/shop/", "/apps/acme/shoq/", 1)
 			putObject(t, b, obj, s)
 		}, []Key{k}, ErrOtherPlace, "prod/apps/acme/shoq/secrets/0000000000000001"},
+		{"a header naming a place of 1000 bytes", func(b *buckettest.Memory) {
+			s := strings.Replace(objectText(t, b, obj), "/apps/acme/shop/", "/apps/acme/"+strings.Repeat("q", 1000)+"/", 1)
+			putObject(t, b, obj, s)
+		}, []Key{k}, ErrOtherPlace, "(cut, 1040 bytes in all)"},
 	} {
 		b := setUp()
 		if c.alter != nil {
@@ -176,6 +180,9 @@ func TestRefusals(t *testing.T) {
 		}
 		if err != nil {
 			noValue(t, c.name, err.Error())
+			if len(err.Error()) > 600 {
+				t.Errorf("%s: an error of %d bytes; a header line is quoted to 200", c.name, len(err.Error()))
+			}
 		}
 	}
 }
@@ -372,22 +379,28 @@ func TestPlaintext(t *testing.T) {
 		t.Errorf("round trip:\n%q\n%q", again, data)
 	}
 	for in, want := range map[string]string{
-		"api TOKEN 3\nabc":                       "entry 1 (class api, name TOKEN): the value is not 3 bytes followed by a newline",
+		"api TOKEN 3\nabc":                       "entry 1: the value is not 3 bytes followed by a newline",
 		"api TOKEN x\nabc\n":                     "not a decimal",
 		"api TOKEN 03\nab\n":                     "not a decimal",
 		"api TOKEN\n":                            "entry 1: its first line",
-		"api T 1\na\napi T 1\nb\n":               "entry 2 (class api, name T): given twice",
+		"api T 1\na\napi T 1\nb\n":               "entry 2: given twice",
 		"API T 1\na\n":                           "entry 1: a class name must match",
-		"api " + token + "=x 1\na\n":             "entry 1: class api: a name is letters",
+		"api " + token + "=x 1\na\n":             "entry 1: a name is letters",
 		"api T 2\n\xff\xfe\n":                    "not UTF-8",
 		"api T 1\na\n" + token + "-x a 1\n":      "entry 2: a class name must",
-		"api T 1\na\nxx sk-" + token + " 1\na\n": "entry 2: class xx: a name",
+		"api T 1\na\nxx sk-" + token + " 1\na\n": "entry 2: a name",
+		// A wrong length (1 for "a\nhunter2 swordfish 9\nzz") cuts a
+		// header from inside the value: its fields are not named.
+		"api T 1\na\nhunter2 swordfish 9\nzz\n": "entry 2: the value is not 9 bytes",
 	} {
 		_, err := ParsePlaintext("f", []byte(in))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParsePlaintext(%q) = %v; want %q", in, err, want)
 		} else {
 			noValue(t, "a parse error", err.Error())
+			if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "swordfish") {
+				t.Errorf("ParsePlaintext(%q) = %v: names fields cut from a value", in, err)
+			}
 		}
 	}
 	big := strings.Repeat("x", MaxPlaintext)

@@ -33,8 +33,17 @@ func (n Name) String() string { return n.Class + " " + n.Name }
 // quoting the value). It does not check the set's size: Plaintext does.
 func (s *Set) Put(class, name, value string) error {
 	if err := checkEntry(class, name, value); err != nil {
+		if address.ValidIdent(class) && envfile.ValidName(name) {
+			return fmt.Errorf("%s %s: %w", class, name, err)
+		}
 		return err
 	}
+	s.set(class, name, value)
+	return nil
+}
+
+// set sets class's name to value, checked.
+func (s *Set) set(class, name, value string) {
 	if s.classes == nil {
 		s.classes = map[string]map[string]string{}
 	}
@@ -42,7 +51,6 @@ func (s *Set) Put(class, name, value string) error {
 		s.classes[class] = map[string]string{}
 	}
 	s.classes[class][name] = value
-	return nil
 }
 
 // Delete removes class's name and reports whether it was set.
@@ -109,9 +117,9 @@ func checkEntry(class, name, value string) error {
 	case !address.ValidIdent(class):
 		return errors.New("a class name must match [a-z][a-z0-9-]{0,63} (the one given is not repeated here, in case it was a value)")
 	case !envfile.ValidName(name):
-		return fmt.Errorf("class %s: a name is letters, digits and _ (the one given is not repeated here, in case it was a value)", class)
+		return errors.New("a name is letters, digits and _ (the one given is not repeated here, in case it was a value)")
 	case !utf8.ValidString(value):
-		return fmt.Errorf("class %s: %s's value is not UTF-8", class, name)
+		return errors.New("the value is not UTF-8")
 	}
 	return nil
 }
@@ -133,8 +141,9 @@ func (s Set) Plaintext() ([]byte, error) {
 }
 
 // ParsePlaintext reads the plaintext format, strictly: a name given twice
-// is refused. Errors name source, the entry's number and its class and
-// name, never a value.
+// is refused. Errors name source and the entry's number, never a value,
+// nor a class or name, which a wrong length before may have cut from
+// inside a value.
 func ParsePlaintext(source string, data []byte) (Set, error) {
 	var s Set
 	if len(data) > MaxPlaintext {
@@ -147,10 +156,10 @@ func ParsePlaintext(source string, data []byte) (Set, error) {
 			return Set{}, fmt.Errorf("%s: entry %d: its first line is not \"<class> <name> <length>\"", source, i)
 		}
 		class, name := fields[0], fields[1]
+		where := fmt.Sprintf("%s: entry %d", source, i)
 		if err := checkEntry(class, name, ""); err != nil {
-			return Set{}, fmt.Errorf("%s: entry %d: %w", source, i, err)
+			return Set{}, fmt.Errorf("%s: %w", where, err)
 		}
-		where := fmt.Sprintf("%s: entry %d (class %s, name %s)", source, i, class, name)
 		n, err := strconv.Atoi(fields[2])
 		if err != nil || n < 0 || strconv.Itoa(n) != fields[2] {
 			return Set{}, fmt.Errorf("%s: the length is not a decimal number", where)
@@ -161,9 +170,10 @@ func ParsePlaintext(source string, data []byte) (Set, error) {
 		if _, dup := s.Value(class, name); dup {
 			return Set{}, fmt.Errorf("%s: given twice", where)
 		}
-		if err := s.Put(class, name, string(rest[:n])); err != nil {
-			return Set{}, fmt.Errorf("%s: entry %d: %w", source, i, err)
+		if err := checkEntry(class, name, string(rest[:n])); err != nil {
+			return Set{}, fmt.Errorf("%s: %w", where, err)
 		}
+		s.set(class, name, string(rest[:n]))
 		data = rest[n+1:]
 	}
 	return s, nil
