@@ -10,6 +10,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/backoff"
 )
 
 // UpdateTimeout is a follower's default bound on one update.
@@ -68,10 +69,7 @@ type Follower struct {
 
 	// Run's alone: the current whose update failed, its error, its
 	// failures in a row, and when it may be tried again.
-	failed  Current
-	failErr error
-	tries   int
-	retryAt time.Time
+	failed backoff.Failed[Current]
 }
 
 // NewFollower returns a Follower; Run starts it.
@@ -170,12 +168,12 @@ func (f *Follower) update(ctx context.Context) State {
 		return s
 	}
 	s.Unread = 0
-	switch {
-	case !found || cur == s.Applied:
-		f.failed, f.tries = Current{}, 0
+	if !found || cur == s.Applied {
+		f.failed.Clear()
 		return State{Applied: s.Applied}
-	case cur == f.failed && f.cfg.Clock.Now().Before(f.retryAt):
-		s.Err = f.failErr // not tried again yet: the update's error stands
+	}
+	if err, waiting := f.failed.Waiting(cur, f.cfg.Clock.Now()); waiting {
+		s.Err = err // not tried again yet: the update's error stands
 		return s
 	}
 	var l Loaded
@@ -183,19 +181,11 @@ func (f *Follower) update(ctx context.Context) State {
 		err = f.cfg.Apply(ctx, l)
 	}
 	if err == nil {
-		f.failed, f.tries = Current{}, 0
+		f.failed.Clear()
 		prune(f.cfg.Dir, l)
 		return State{Applied: cur}
 	}
-	if cur != f.failed {
-		f.failed, f.tries = cur, 0
-	}
-	f.tries++
-	wait := f.cfg.Period
-	for range f.tries {
-		wait = min(2*wait, f.cfg.MaxBackoff)
-	}
-	f.failErr, f.retryAt = err, f.cfg.Clock.Now().Add(wait)
+	f.failed.Record(cur, err, f.cfg.Clock.Now(), f.cfg.Period, f.cfg.MaxBackoff)
 	s.Err = err
 	s.Failures++
 	return s

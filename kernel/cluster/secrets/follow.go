@@ -8,6 +8,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/backoff"
 )
 
 // A node's follower of its app's secrets (the book's ADR 0016, "Nodes";
@@ -57,12 +58,8 @@ type Follower struct {
 	seq      uint64    // the highest seq opened
 	lastGood time.Time // the window's start (poll)
 	blocked  error     // the reason last given to Blocked
-	// The seq whose object could not be opened, its error, its failures
-	// in a row, and when it may be read again.
-	failed  uint64
-	failErr error
-	tries   int
-	retryAt time.Time
+	// The seq whose object could not be opened, read again after a wait.
+	failed backoff.Failed[uint64]
 }
 
 // NewFollower returns a Follower; Start opens the first set.
@@ -156,31 +153,18 @@ func (f *Follower) read(ctx context.Context, now time.Time) error {
 	case seq < f.seq:
 		return fmt.Errorf("%s names seq %d, %w (%d)", p.currentKey(), seq, errLower, f.seq)
 	}
-	if seq == f.failed && now.Before(f.retryAt) {
-		return f.failErr // not read again yet: its error stands
+	if err, waiting := f.failed.Waiting(seq, now); waiting {
+		return err // not read again yet: its error stands
 	}
 	c, err := readObject(ctx, f.cfg.Bucket, p, f.cfg.Keys, seq)
 	if err != nil {
-		f.backOff(seq, err, now)
+		f.failed.Record(seq, err, now, f.cfg.Period, f.cfg.MaxBackoff)
 		return err
 	}
-	f.failed, f.opened, f.seq = 0, true, c.Seq
+	f.failed.Clear()
+	f.opened, f.seq = true, c.Seq
 	f.cfg.Opened(c)
 	return nil
-}
-
-// backOff sets when the object of seq, which could not be opened, is read
-// again: Period doubled per failure in a row, up to MaxBackoff.
-func (f *Follower) backOff(seq uint64, err error, now time.Time) {
-	if seq != f.failed {
-		f.failed, f.tries = seq, 0
-	}
-	f.tries++
-	wait := f.cfg.Period
-	for range f.tries {
-		wait = min(2*wait, f.cfg.MaxBackoff)
-	}
-	f.failErr, f.retryAt = err, now.Add(wait)
 }
 
 // cannotOpen reports a set this node cannot open however long it waits.
