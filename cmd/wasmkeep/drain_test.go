@@ -134,7 +134,7 @@ func TestDrainHandsActorsOver(t *testing.T) {
 	engineNeutral(t)
 	t.Parallel()
 	bucketURL := "file://" + memDir(t)
-	a, b, c := newPeerNode(t, bucketURL, nil, "a"), newPeerNode(t, bucketURL, nil, "b"), newPeerNode(t, bucketURL, nil, "c")
+	a, b, c := newPeerNode(t, bucketURL, steadyLease, "a"), newPeerNode(t, bucketURL, steadyLease, "b"), newPeerNode(t, bucketURL, steadyLease, "c")
 	a.args = append(a.args, "--actor", "room="+room(t), "--metrics-listen", "127.0.0.1:0")
 	b.args = append(b.args, "--actor", "room="+room(t))
 	c.args = append(c.args, "--actor", "room="+room(t))
@@ -229,7 +229,7 @@ func TestDrainAloneIsStuck(t *testing.T) {
 	engineNeutral(t)
 	t.Parallel()
 	bucketURL := "file://" + memDir(t)
-	z := newPeerNode(t, bucketURL, nil, "z")
+	z := newPeerNode(t, bucketURL, steadyLease, "z")
 	z.start()
 	if r := ask(t, "POST", z.url+"/actor/counter/kept"); r.code != 200 || r.body != "1" {
 		t.Fatalf("counter/kept: %+v", r)
