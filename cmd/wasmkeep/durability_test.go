@@ -853,6 +853,7 @@ func TestRestoreLongerThanWallClock(t *testing.T) {
 	engineNeutral(t)
 	t.Parallel()
 	n, relay, bucketName := relayedNode(t)
+	n.env = append(n.env, steadyLease...) // a lapse under load would give the actor up mid-restore; lapses are other tests' subject
 	n.args = append(n.args, "--wall-clock", "2s")
 	n.start()
 	n.durableWrites("slow", 20)
