@@ -395,7 +395,6 @@ func TestClusterStrayKeysUnderNodes(t *testing.T) {
 // fence leaves it.
 func TestClusterFence(t *testing.T) {
 	engineNeutral(t)
-	t.Parallel()
 	bin := wasmkeepBinary(t)
 	dir := t.TempDir()
 	bucketURL := "file://" + dir
