@@ -58,16 +58,21 @@ func TestClusterKill(t *testing.T) {
 	if long {
 		size.passes, size.workers = 8, 16
 	}
+	// Each run has its own nodes, bucket and data directories: side by
+	// side, as they mostly wait on kills and restarts.
 	t.Run("bucket-fs", func(t *testing.T) {
+		t.Parallel()
 		killRun(t, wasmkeepBinary(t), "file://"+memDir(t), nil, size).requireNoLoss(t)
 	})
 	if long {
 		t.Run("bucket-s3", func(t *testing.T) {
+			t.Parallel()
 			srv := startS3(t)
 			killRun(t, wasmkeepBinary(t), "s3://"+srv.NewBucket(t), srv.Environ(), killSizes{actors: 100, workers: 12, passes: 2}).requireNoLoss(t)
 		})
 	}
 	t.Run("control", func(t *testing.T) {
+		t.Parallel()
 		// One pass, each kill deleting the data directory: the nodes
 		// answer writes they have not shipped.
 		r := killRun(t, buildWasmkeep(t, "wasmkeep_faults"), "file://"+memDir(t), []string{killEarlyAckEnv},

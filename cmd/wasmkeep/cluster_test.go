@@ -38,6 +38,7 @@ var steadyLease = []string{"WASMKEEP_CLUSTER__TTL=4s", "WASMKEEP_CLUSTER__SAFETY
 // cleanly (its lease written released), the second starts.
 func TestNodeIDTwinRefused(t *testing.T) {
 	engineNeutral(t)
+	t.Parallel()
 	bin := wasmkeepBinary(t)
 	bucketURL := "file://" + t.TempDir()
 	env := append(withoutWasmkeepVars(), shortLease...)
@@ -170,6 +171,7 @@ func metricValue(page, series string) float64 {
 // acknowledged write.
 func TestClusterMetricsAndRestore(t *testing.T) {
 	engineNeutral(t)
+	t.Parallel()
 	bin := wasmkeepBinary(t)
 	bucketURL, data := "file://"+t.TempDir(), t.TempDir()
 	env := append(withoutWasmkeepVars(), shortLease...)
@@ -280,6 +282,7 @@ func wantCluster(t *testing.T, bin string, env []string, bucketURL string, code 
 // exit with 2.
 func TestClusterStatusAndForget(t *testing.T) {
 	engineNeutral(t)
+	t.Parallel()
 	bin := wasmkeepBinary(t)
 	bucketURL := "file://" + t.TempDir()
 	env := append(withoutWasmkeepVars(), shortLease...)
@@ -336,6 +339,7 @@ func TestClusterStatusAndForget(t *testing.T) {
 // which the key rule refuses to read, is shown the same way.
 func TestClusterStrayKeysUnderNodes(t *testing.T) {
 	engineNeutral(t)
+	t.Parallel()
 	bin := wasmkeepBinary(t)
 	dir := t.TempDir()
 	bucketURL := "file://" + dir

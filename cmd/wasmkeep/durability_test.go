@@ -522,7 +522,10 @@ func durableAcrossStopsAndKills(t *testing.T, n *bucketNode, size durabilitySize
 func TestDurableWritesSurviveStopAndKill(t *testing.T) {
 	engineNeutral(t)
 	t.Parallel()
+	// Each run has its own bucket, data directory and process: side by
+	// side, as they only wait on their nodes.
 	t.Run("bucket-fs", func(t *testing.T) {
+		t.Parallel()
 		// History is collected as soon as a snapshot allows (retention
 		// 0), so restores after kills also run on collected histories.
 		bucketDir := memDir(t)
@@ -532,11 +535,13 @@ func TestDurableWritesSurviveStopAndKill(t *testing.T) {
 		t.Logf("%d objects left in the bucket's actors/ after collection", countObjects(t, bucketDir))
 	})
 	t.Run("bucket-s3", func(t *testing.T) {
+		t.Parallel()
 		srv := startS3(t)
 		n := newBucketNode(t, "s3://"+srv.NewBucket(t), srv.Environ())
 		durableAcrossStopsAndKills(t, n, durabilitySizes{actors: 10, perActor: 10, kills: 3, workers: 5})
 	})
 	t.Run("control", func(t *testing.T) {
+		t.Parallel()
 		n, relay, bucketName := relayedNode(t)
 		names := counterNames(10)
 		l := newLedger(names)
@@ -848,6 +853,7 @@ func TestRestoreLongerThanWallClock(t *testing.T) {
 	engineNeutral(t)
 	t.Parallel()
 	n, relay, bucketName := relayedNode(t)
+	n.env = append(n.env, steadyLease...) // a lapse under load would give the actor up mid-restore; lapses are other tests' subject
 	n.args = append(n.args, "--wall-clock", "2s")
 	n.start()
 	n.durableWrites("slow", 20)

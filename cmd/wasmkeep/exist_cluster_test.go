@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,8 +43,11 @@ func TestExistingActorOnlyInTheBucket(t *testing.T) {
 	name := srv.NewBucket(t)
 	relay := startRelay(t, srv.Endpoint)
 	rule := []string{"--access", "probe=existing:main"}
-	a := newPeerNode(t, "s3://"+name+"/pre", srv.Environ(), "a")
-	b := newPeerNode(t, "s3://"+name+"/pre", append(srv.Environ(), "AWS_ENDPOINT="+relay.URL), "b")
+	// steadyLease: which node holds child is checked, and a lapse under
+	// load (shortLease) would hand it over; lapses are other tests' subject.
+	env := append(slices.Clone(steadyLease), srv.Environ()...)
+	a := newPeerNode(t, "s3://"+name+"/pre", env, "a")
+	b := newPeerNode(t, "s3://"+name+"/pre", append(slices.Clone(env), "AWS_ENDPOINT="+relay.URL), "b")
 	for _, n := range []*bucketNode{a, b} {
 		n.args = append(rule, n.args...) // the node id stays last
 	}

@@ -78,6 +78,7 @@ func timedDial(ctx context.Context, u string) timedReply {
 // Timings are checked only as orders and generous bounds.
 func TestFailoverWait(t *testing.T) {
 	engineNeutral(t)
+	t.Parallel() // its own processes, bucket and ports; it waits on leases
 	bucketURL := "file://" + memDir(t)
 	a, b, c, d := newPeerNode(t, bucketURL, failoverLease, "a"), newPeerNode(t, bucketURL, failoverLease, "b"),
 		newPeerNode(t, bucketURL, failoverLease, "c"), newPeerNode(t, bucketURL, failoverLease, "d")

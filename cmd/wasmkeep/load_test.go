@@ -56,6 +56,23 @@ func buildWasmkeep(t *testing.T, tags string) string {
 	return bin
 }
 
+// pureGoBinary is wasmkeep built with CGO_ENABLED=0 (no wasmtime, no
+// mattn driver), once per test binary.
+func pureGoBinary(t *testing.T) string {
+	t.Helper()
+	const name = "wasmkeep-nocgo"
+	bin := filepath.Join(guestDir, name)
+	buildOnce(t, name, func() error {
+		build := exec.Command("go", "build", "-o", bin, ".")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			return fmt.Errorf("CGO_ENABLED=0 go build: %v\n%s", err, out)
+		}
+		return nil
+	})
+	return bin
+}
+
 func TestBadConfigKeyIsRefused(t *testing.T) {
 	bin := wasmkeepBinary(t)
 	cfg := filepath.Join(t.TempDir(), "plugins.yaml")
@@ -127,12 +144,7 @@ func TestSIGTERMFinishesInFlightRequests(t *testing.T) {
 // says that this build lacks it and how to get one that has it.
 func TestPureGoBuild(t *testing.T) {
 	engineNeutral(t)
-	bin := filepath.Join(t.TempDir(), "wasmkeep")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("CGO_ENABLED=0 go build: %v\n%s", err, out)
-	}
+	bin := pureGoBinary(t)
 	out, err := exec.Command(bin, "plugins").CombinedOutput()
 	if err != nil || !regexp.MustCompile(`wasmtime +runtime/v2 +not in this build: .*CGO_ENABLED=1`).Match(out) {
 		t.Errorf("plugins of a pure-Go build: %v\n%s", err, out)

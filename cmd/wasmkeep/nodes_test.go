@@ -120,8 +120,12 @@ func threeNodes(t *testing.T, bucketURL string, env []string) {
 func TestThreeNodes(t *testing.T) {
 	engineNeutral(t)
 	t.Parallel()
-	t.Run("bucket-fs", func(t *testing.T) { threeNodes(t, "file://"+memDir(t), nil) })
+	t.Run("bucket-fs", func(t *testing.T) {
+		t.Parallel() // its own nodes and bucket, as the other's
+		threeNodes(t, "file://"+memDir(t), nil)
+	})
 	t.Run("bucket-s3", func(t *testing.T) {
+		t.Parallel()
 		srv := startS3(t)
 		threeNodes(t, "s3://"+srv.NewBucket(t), srv.Environ())
 	})

@@ -63,13 +63,7 @@ func TestVersion(t *testing.T) {
 // A CGO_ENABLED=0 build says it lacks wasmtime and mattn.
 func TestVersionWithoutCgo(t *testing.T) {
 	engineNeutral(t)
-	bin := t.TempDir() + "/wasmkeep"
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(build.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	out, err := exec.Command(bin, "version").CombinedOutput()
+	out, err := exec.Command(pureGoBinary(t), "version").CombinedOutput()
 	if err != nil {
 		t.Fatalf("wasmkeep version: %v\n%s", err, out)
 	}
