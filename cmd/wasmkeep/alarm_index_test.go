@@ -140,6 +140,7 @@ func TestAlarmIndexRebuildCountsUnreadableDatabases(t *testing.T) {
 // finds nothing due, and fires at its own. The event is a real serve
 // process's, stopped by the kernel.
 func TestAlarmIndexSurvivesAKillAfterTheCommit(t *testing.T) {
+	engineNeutral(t)
 	bin := wasmkeepBinary(t)
 	wasm := probe(t)
 	data := t.TempDir()

@@ -36,6 +36,7 @@ func (tn *testNode) apply(v node.Version) {
 }
 
 func TestApplySwapsAVersionWhole(t *testing.T) {
+	engineNeutral(t)
 	v1, v2 := schemaV1(t), schemaV2(t)
 	tn := startNode(t, node.Options{Classes: map[string]string{"s": v1}, VersionID: "aaaa", Seq: 1})
 	tn.expect("GET", "/actor/s/a", "", 200, "version=1 inits=1 hits=1 greeting=")
@@ -141,6 +142,7 @@ func seqAheadDir(t *testing.T) string {
 // written: it asks its follower (Behind) and answers 503 when no newer
 // version comes. Nor does a node serving --actor classes (seq 0).
 func TestOldCodeRefusedOnNewerData(t *testing.T) {
+	engineNeutral(t)
 	dir, v2 := seqAheadDir(t), schemaV2(t)
 	asked := make(chan uint64, 4)
 	behind := startNode(t, node.Options{DataDir: dir, Classes: map[string]string{"s": schemaV1(t)}, VersionID: "aaaa", Seq: 1,

@@ -49,6 +49,7 @@ func (f *failingIndex) Put(ctx context.Context, key string, body io.Reader, size
 // exec-durable alike: the event's alarm is lost, and the bucket's state
 // still names the entry that exists.
 func TestTheOwnerKeepsTheAlarmIndex(t *testing.T) {
+	engineNeutral(t)
 	mem := buckettest.NewMemory(buckettest.Flaws{})
 	fb := &failingIndex{Bucket: mem}
 	state := bucket.Under(mem, app.Default.StateRoot())
@@ -327,6 +328,7 @@ func onAlarmRan(t *testing.T, tn *testNode, name string) string {
 // (R3), and on-alarm does not run. An owner that has uploaded nothing
 // under its hold ships the owner_fence change before it removes anything.
 func TestDeliveryRemovesStaleEntries(t *testing.T) {
+	engineNeutral(t)
 	mem := buckettest.NewMemory(buckettest.Flaws{})
 	rec := &recordingBucket{Bucket: mem}
 	state := bucket.Under(mem, app.Default.StateRoot())
@@ -391,6 +393,7 @@ func TestDeliveryRemovesStaleEntries(t *testing.T) {
 // actor, the entry is removed without running the actor, and no database
 // is left either.
 func TestAlarmDeliveryCreatesNoActor(t *testing.T) {
+	engineNeutral(t)
 	mem := buckettest.NewMemory(buckettest.Flaws{})
 	rec := &recordingBucket{Bucket: mem}
 	state := bucket.Under(mem, app.Default.StateRoot())
@@ -492,6 +495,7 @@ func TestAnAlarmFromSingleNodeDataIsListedBeforeItsFirstUpload(t *testing.T) {
 // did (book ADR 0009, point 4): failed, the entry spared is the retry's;
 // having deleted the actor, none is.
 func TestStaleEntriesGoWhenOnAlarmFailsOrDeletes(t *testing.T) {
+	engineNeutral(t)
 	mem := buckettest.NewMemory(buckettest.Flaws{})
 	state := bucket.Under(mem, app.Default.StateRoot())
 	a, ma := clusterNodeOn(t, mem, "a", map[string]string{"probe": probe(t)})

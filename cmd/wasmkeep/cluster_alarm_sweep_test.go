@@ -308,6 +308,7 @@ func probeEntries(t *testing.T, bucketDir string) int {
 // after; the run is read afterwards. With b's sweep off, the entry stays
 // and the alarm does not run in the same time (4 s past its due time).
 func TestTheSweepDeliversAnAlarmNobodyHolds(t *testing.T) {
+	engineNeutral(t)
 	for _, sweep := range []time.Duration{200 * time.Millisecond, node.NoAlarmSweep} {
 		t.Run(map[bool]string{true: "sweep", false: "control: the sweep off"}[sweep > 0], func(t *testing.T) {
 			mem := buckettest.NewMemory(buckettest.Flaws{})

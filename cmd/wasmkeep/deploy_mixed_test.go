@@ -98,6 +98,7 @@ func mixedVersions(t *testing.T, bin string, faults []string) reply {
 // whose initial memory is larger: wasmkeep deploy, which checks modules at
 // the default limit, accepts both.
 func TestNodeBehindAVersionItCannotBuild(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	d := newDeployer(t)
 	bucketURL := "file://" + d.dir

@@ -252,6 +252,7 @@ func TestDrainAloneIsStuck(t *testing.T) {
 // peer takes it: stuck), and once the reason is withdrawn the new actor is
 // taken.
 func TestNotTakingRefusedAtTheAcquire(t *testing.T) {
+	engineNeutral(t)
 	tn, _ := clusterNodeOn(t, buckettest.NewMemory(buckettest.Flaws{}), "a", map[string]string{"counter": counter(t)})
 	tn.expect("POST", "/actor/counter/held", "", 200, "1\n")
 	tn.node.StopTaking("test")
@@ -271,6 +272,7 @@ func TestNotTakingRefusedAtTheAcquire(t *testing.T) {
 // actor nobody holds waits, its entry kept, until the node takes actors
 // again, and then runs there.
 func TestNotTakingSweepsNothing(t *testing.T) {
+	engineNeutral(t)
 	mem := buckettest.NewMemory(buckettest.Flaws{})
 	classes := map[string]string{"probe": probe(t)}
 	a, _ := clusterNodeOn(t, mem, "a", classes)

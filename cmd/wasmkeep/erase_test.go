@@ -74,6 +74,7 @@ func clusterNode(t *testing.T, b bucket.Bucket, id string, opts node.Options) (*
 // what the event wrote after it is kept: a node started afterwards on
 // the bucket restores it.
 func TestDeletedActorsEraseOffItsMailbox(t *testing.T) {
+	engineNeutral(t)
 	mem := buckettest.NewMemory(buckettest.Flaws{})
 	slow := &gatedDeletes{Bucket: mem, gate: make(chan struct{}), entered: make(chan struct{}, 1)}
 	opened := false

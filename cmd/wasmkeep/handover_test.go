@@ -54,6 +54,7 @@ func waitTaker(t *testing.T, m *cluster.Member, n int) {
 // (book ADR 0014: a drain never makes an actor unreachable); fails with
 // the placement's fallback (placement.KeepsUnheld's ClaimsLast) removed.
 func TestDrainedAloneKeepsServing(t *testing.T) {
+	engineNeutral(t)
 	mem := buckettest.NewMemory(buckettest.Flaws{})
 	z, m := ownedNodeOn(t, mem, "z", map[string]string{"counter": counter(t)}, 200*time.Millisecond)
 	z.expect("POST", "/actor/counter/kept", "", 200, "1\n")
@@ -98,6 +99,7 @@ func (g *gatedOwners) Put(ctx context.Context, key string, body io.Reader, size 
 // the node may yet hold the actor. The first fails with the acquire's
 // count left out of holdsAny, the second with ownership's pending.
 func TestDrainWaitsForAcquires(t *testing.T) {
+	engineNeutral(t)
 	for _, fail := range []bool{false, true} {
 		name := map[bool]string{false: "under way", true: "unresolved"}[fail]
 		t.Run(name, func(t *testing.T) {
@@ -164,6 +166,7 @@ func TestDrainWaitsForAcquires(t *testing.T) {
 // deliver's check of the hand-over removed, the second with the batch's
 // wait not reading the drain request.
 func TestHandOverRefusesNewEvents(t *testing.T) {
+	engineNeutral(t)
 	mem := buckettest.NewMemory(buckettest.Flaws{})
 	classes := map[string]string{"probe": probe(t)}
 	a, am := ownedNodeOn(t, mem, "a", classes, 0)
@@ -209,6 +212,7 @@ func TestHandOverRefusesNewEvents(t *testing.T) {
 // next event is served there, not refused (it is this node's). Fails
 // with the check's own-hold case removed.
 func TestNotTakingServesAnErasingActor(t *testing.T) {
+	engineNeutral(t)
 	mem := buckettest.NewMemory(buckettest.Flaws{})
 	slow := &gatedDeletes{Bucket: mem, gate: make(chan struct{}), entered: make(chan struct{}, 1)}
 	defer close(slow.gate)
@@ -235,6 +239,7 @@ func TestNotTakingServesAnErasingActor(t *testing.T) {
 // one. Fails (as a race the node nearly always loses) with the read left
 // to the taking pass's goroutine.
 func TestStartedDrained(t *testing.T) {
+	engineNeutral(t)
 	mem := buckettest.NewMemory(buckettest.Flaws{})
 	if err := cluster.RequestDrain(t.Context(), mem, "a"); err != nil {
 		t.Fatal(err)

@@ -271,6 +271,7 @@ func TestWorkflowRunBudget(t *testing.T) {
 // directory: the sleep ends at its recorded time, the cut step runs again
 // (its result was not recorded) and no recorded step runs twice.
 func TestWorkflowSurvivesAKill(t *testing.T) {
+	engineNeutral(t)
 	t.Parallel()
 	bin := wasmkeepBinary(t)
 	data := t.TempDir()
