@@ -290,11 +290,16 @@ func TestSecretsOnThreeNodes(t *testing.T) {
 			{"a key the nodes do not hold", func() { reset("otherkey-LEAK_VALUE", k3) }},
 		} {
 			bad.make()
+			// Every node blocked first: an actor's request through one node
+			// is forwarded to the node holding it, which may not have read
+			// the bad set yet.
 			for _, n := range c.nodes {
-				metrics := "http://" + metricsAddr(t, n.logs) + "/metrics"
 				waitFor(t, 4*time.Second, bad.name+": node "+n.id()+" not ready", func() bool {
 					return ask(t, "GET", n.url+"/_wasmkeep/ready").code == 503
 				})
+			}
+			for _, n := range c.nodes {
+				metrics := "http://" + metricsAddr(t, n.logs) + "/metrics"
 				req, _ := http.NewRequest("GET", n.url+"/actor/s/x0", nil)
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
