@@ -18,7 +18,8 @@ import (
 // there, once: the node that acquires an actor arms its alarm from the
 // database. The bound is generous (10 s past the due time or the takeover,
 // whichever is later, for a loaded machine); how late each fired is logged.
-// (An alarm whose actor nobody wakes is issue 26's.)
+// (An alarm whose actor nobody wakes is issue 26's: b's sweep may take k1,
+// overdue, and run its alarm before the wake, which then finds it ran.)
 func TestAlarmsFollowTheirActor(t *testing.T) {
 	engineNeutral(t)
 	t.Parallel()
@@ -61,6 +62,12 @@ func TestAlarmsFollowTheirActor(t *testing.T) {
 		t.Helper()
 		r, tries := retryWhile503(t, "GET", probeURL(b, p.name, "alarm-get"), func(int) string { return "" })
 		p.woken = time.Now()
+		if r == (reply{200, "none", "b"}) && len(alarmRuns(t, b, p.name)) > 0 {
+			// b's sweep of a's overdue alarms (issue 26) took it over and ran
+			// its alarm before the wake: the checks below still hold.
+			t.Logf("%s (its holder's %s) swept by b before the wake at +%v after %d 503s", p.name, p.how, since(p.woken), tries)
+			return
+		}
 		if r.code != 200 || !strings.HasPrefix(r.body, "in ") || r.node != "b" {
 			t.Fatalf("%s woken on b after its holder's %s: %+v, want its pending alarm from b\n%s", p.name, p.how, r, c.logs())
 		}

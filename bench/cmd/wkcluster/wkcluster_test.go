@@ -42,10 +42,15 @@ func TestQuickRun(t *testing.T) {
 		"deploy_serving_p50", "deploy_serving_p99", "deploy_serving_max", "deploy_count", "deploy_load_requests",
 		"secrets_count", "secrets_polls",
 		"alarm_recovery_late_p50", "alarm_recovery_late_p99", "alarm_recovery_all_ran", "alarm_recovery_rate_per_node", "alarm_recovery_alarms"}
-	for _, of := range []string{"", "_a", "_b", "_c"} {
-		for _, p := range []string{"_p50", "_p99", "_max"} {
-			metrics = append(metrics, "secrets_serving"+of+p)
-		}
+	// Every node's time to serve a change, and each node's slowest, are
+	// above the CSV's resolution (0.1 s): rows of a single node's p50 and
+	// p99 may round to 0 (a node that read the set while the command was
+	// still returning), and are only required below.
+	metrics = append(metrics, "secrets_serving_p50", "secrets_serving_p99", "secrets_serving_max")
+	var perNode []string
+	for _, of := range []string{"_a", "_b", "_c"} {
+		metrics = append(metrics, "secrets_serving"+of+"_max")
+		perNode = append(perNode, "secrets_serving"+of+"_p50", "secrets_serving"+of+"_p99")
 	}
 	for _, mode := range []string{"tls", "plain"} {
 		for _, m := range []string{"get_direct_p50_", "get_direct_p99_", "get_forwarded_p50_", "get_forwarded_p99_",
@@ -63,6 +68,7 @@ func TestQuickRun(t *testing.T) {
 	// (owner hints) and no lease meanwhile.
 	present := []string{"get_forward_tls_added_p50", "deploy_load_failed", "secrets_polls_failed", "alarm_recovery_ran_twice",
 		"forward_bucket_gets_per_request_tls", "forward_bucket_gets_per_request_plain"}
+	present = append(present, perNode...)
 	for _, m := range present {
 		if _, ok := values[m]; !ok {
 			t.Errorf("%s missing", m)
