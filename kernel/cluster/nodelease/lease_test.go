@@ -809,3 +809,27 @@ func TestTakingLine(t *testing.T) {
 		t.Errorf("states shown as %q, %q", Takes, Stuck)
 	}
 }
+
+// TestCapabilitiesLine: line 13 follows empty lines 11 and 12 when only it
+// says something, reads back with every taking state, and a reader keeps
+// words it does not know (it only asks for those it does).
+func TestCapabilitiesLine(t *testing.T) {
+	o := Object{State: Live, Instance: "abc", Seq: 7, WrittenAt: time.UnixMilli(1234567), Info: Info{Version: "v1", App: "acme/shop", Capabilities: []string{"take"}}}
+	const serving = "wasmkeep-node 3\nlive abc 7\n1234567\nv1\n\nacme/shop\n\n\n\n\n"
+	if got := string(o.Encode()); got != serving+"\n\ntake\n" {
+		t.Fatalf("a serving node that takes calls: %q", got)
+	}
+	for _, st := range []Taking{Takes, Draining, Stuck} {
+		o.Info.Taking = st
+		got, err := Decode(o.Encode())
+		if err != nil || got.Info.Taking != st || !got.Info.HasCapability("take") || got.Info.HasCapability("room") {
+			t.Errorf("taking %q: read back %+v, %v", st, got.Info, err)
+		}
+	}
+	if got, err := Decode([]byte(serving + "secrets\n\nfly take \x01\n")); err != nil || !got.Info.Secrets || !slices.Equal(got.Info.Capabilities, []string{"fly", "take"}) {
+		t.Errorf("line 13 with an unknown word: %+v, %v", got.Info, err)
+	}
+	if got, err := Decode([]byte(serving)); err != nil || len(got.Info.Capabilities) != 0 {
+		t.Errorf("no line 13: %+v, %v", got.Info, err)
+	}
+}

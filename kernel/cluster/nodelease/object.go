@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -56,7 +57,15 @@ type Info struct {
 	// bytes it had before this line existed), else Draining, Drained or
 	// Stuck. Lease.SetTaking changes it at run time.
 	Taking Taking
+	// Capabilities are words naming node calls it answers that not every
+	// build may (line 13, space-separated): a peer sends such a call only
+	// to a node whose heartbeat names it. Readers ignore words they do not
+	// know.
+	Capabilities []string
 }
+
+// HasCapability reports whether the node's heartbeat names word.
+func (i Info) HasCapability(word string) bool { return slices.Contains(i.Capabilities, word) }
 
 // Taking is a node's heartbeat line 12: why peers must not send it a new
 // actor, and how far it is in handing over those it holds.
@@ -134,7 +143,10 @@ func ParseServing(line string) (Serving, error) {
 //	<serving: version seq since, or empty>
 //	<behind: why, or empty>
 //	<"secrets" if it reads the app's secrets; absent if not, or empty when line 12 follows>
-//	<taking: draining, drained or stuck; absent while it serves>
+//	<taking: draining, drained or stuck; empty while it serves>
+//	<capabilities: words, space-separated>
+//
+// Lines from 11 on are absent when they and every later one are empty.
 //
 // Seq counts the process's live writes, so every write the lease
 // conditions on has content of its own (a version token may hash the
@@ -219,14 +231,19 @@ func (o Object) Encode() []byte {
 		b.WriteString(field(f))
 		b.WriteByte('\n')
 	}
-	if o.Info.Secrets || o.Info.Taking != Takes {
-		if o.Info.Secrets {
-			b.WriteString(secretsLine)
-		}
-		b.WriteByte('\n')
+	// Lines 11 on are written up to the last one that says something, so
+	// an object keeps the bytes it had before a later line existed.
+	secrets := ""
+	if o.Info.Secrets {
+		secrets = secretsLine
 	}
-	if o.Info.Taking != Takes {
-		b.WriteString(field(string(o.Info.Taking)) + "\n")
+	tail := []string{secrets, string(o.Info.Taking), strings.Join(o.Info.Capabilities, " ")}
+	for len(tail) > 0 && tail[len(tail)-1] == "" {
+		tail = tail[:len(tail)-1]
+	}
+	for _, f := range tail {
+		b.WriteString(field(f))
+		b.WriteByte('\n')
 	}
 	return b.Bytes()
 }
@@ -238,7 +255,7 @@ const secretsLine = "secrets"
 func Decode(data []byte) (Object, error) {
 	var lines []string
 	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() && len(lines) < 12 {
+	for sc.Scan() && len(lines) < 13 {
 		lines = append(lines, sc.Text())
 	}
 	if len(lines) < 3 || lines[0] != Header {
@@ -278,6 +295,7 @@ func Decode(data []byte) (Object, error) {
 	if p := get(7); p != "" {
 		o.Info.Pins = strings.Split(p, ",")
 	}
+	o.Info.Capabilities = strings.Fields(oneLine(get(12), maxBehind))
 	return o, nil
 }
 
