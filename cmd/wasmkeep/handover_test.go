@@ -62,7 +62,7 @@ func TestDrainedAloneKeepsServing(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "z to read its drain request", func() bool {
-		return slices.Contains(z.node.NotTaking(), node.DrainReason)
+		return slices.Contains(z.node.NotTaking(), nodelease.ReasonDrain)
 	})
 	waitFor(t, 5*time.Second, "counter/kept to hibernate", func() bool {
 		return z.metric("wasmkeep_actors_resident") == 0 && len(m.Owners.Holds()) == 0
@@ -245,7 +245,7 @@ func TestStartedDrained(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, _ := clusterNodeOn(t, mem, "a", map[string]string{"counter": counter(t)})
-	if got := a.node.NotTaking(); !slices.Equal(got, []string{node.DrainReason}) {
+	if got := a.node.NotTaking(); !slices.Equal(got, []string{nodelease.ReasonDrain}) {
 		t.Errorf("a node started drained takes no actor for %q, want [drain]", got)
 	}
 }

@@ -196,7 +196,7 @@ func TestSecretsOnThreeNodes(t *testing.T) {
 		}
 		reset("under-k2-LEAK_VALUE", k2)
 		waitFor(t, 10*time.Second, "c not ready", func() bool { return ask(t, "GET", cn.url+"/_wasmkeep/ready").code == 503 })
-		seen := waitState(t, env, c.bucketURL(), "c", "drained")
+		seen := waitState(t, env, c.bucketURL(), "c", "drained(secrets)")
 		t.Logf("c's states as it handed over: %q", seen)
 		for i := range 4 {
 			if r := ask(t, "GET", fmt.Sprintf("%s/actor/counter/held%d", cn.url, i)); r.code != 200 || r.body != "2" || r.node == "c" || r.node == "" {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -43,11 +44,16 @@ type NodeStatus struct {
 }
 
 // Run is what the node does for its app: draining, drained or stuck
-// while it takes no actor (Info.Taking, ADR 1051); else "behind" when it
-// says it cannot apply the app's current version (Info.Behind), else
-// "serving".
+// while it takes no actor (Info.Taking, ADR 1051), with its reasons when
+// they are more than an operator's drain ("drained(secrets)", one word
+// for the table's column); else
+// "behind" when it says it cannot apply the app's current version
+// (Info.Behind), else "serving".
 func (n NodeStatus) Run() string {
 	if t := n.Object.Info.Taking; t != nodelease.Takes {
+		if why := n.Object.Info.NotTaking; len(why) > 0 && !slices.Equal(why, []string{nodelease.ReasonDrain}) {
+			return t.String() + "(" + strings.Join(why, ",") + ")"
+		}
 		return t.String()
 	}
 	if n.Object.Info.Behind != "" {
@@ -145,6 +151,9 @@ func ReadStatus(ctx context.Context, b bucket.Bucket, s nodelease.Settings, clk 
 			}
 			if p.Object.Info.Taking == nodelease.Stuck {
 				st.Warnings = append(st.Warnings, fmt.Sprintf("node %s is stuck: it takes no actor, but holds some (or has WebSockets open) and no live node of app %s takes them; it keeps serving them: start another node of the app, or undrain one", p.ID, cmp.Or(p.Object.Info.App, "(none)")))
+			}
+			if slices.Contains(p.Object.Info.NotTaking, nodelease.ReasonSecrets) {
+				st.Warnings = append(st.Warnings, fmt.Sprintf("node %s cannot open app %s's secrets: it takes no actor and hands over those it holds; its log says why (a key it lacks, a set altered or sealed for another app)", p.ID, cmp.Or(p.Object.Info.App, "(none)")))
 			}
 			if why := p.Object.Info.Behind; why != "" {
 				st.Warnings = append(st.Warnings, fmt.Sprintf("node %s is behind app %s: %s", p.ID, cmp.Or(p.Object.Info.App, "(none)"), why))

@@ -341,16 +341,21 @@ func TestServedVersions(t *testing.T) {
 }
 
 // Status shows whether each node takes actors (line 12) in place of
-// serving or behind, and warns about a live stuck node alone; the drain
+// serving or behind, with its reasons when more than a drain, and warns
+// about a live stuck node and one shut out of its secrets; the drain
 // request is written and withdrawn by its key, and reads back.
 func TestReadStatusTaking(t *testing.T) {
 	ctx := context.Background()
 	clk := clock.NewManual(time.UnixMilli(1_000_000))
 	s := nodelease.DefaultSettings()
 	b := buckettest.NewMemory(buckettest.Flaws{})
-	for id, taking := range map[string]nodelease.Taking{"a": nodelease.Draining, "b": nodelease.Drained, "c": nodelease.Stuck, "d": nodelease.Takes} {
+	for id, taking := range map[string]struct {
+		state nodelease.Taking
+		why   []string
+	}{"a": {nodelease.Draining, []string{nodelease.ReasonDrain}}, "b": {nodelease.Drained, []string{nodelease.ReasonSecrets}},
+		"c": {nodelease.Stuck, []string{nodelease.ReasonDrain, nodelease.ReasonSecrets}}, "d": {nodelease.Takes, nil}} {
 		putLease(t, b, id, nodelease.Object{State: nodelease.Live, Instance: "i", Seq: 1, WrittenAt: clk.Now(),
-			Info: nodelease.Info{App: "acme/shop", Taking: taking, Behind: "class x: missing"}})
+			Info: nodelease.Info{App: "acme/shop", Taking: taking.state, NotTaking: taking.why, Behind: "class x: missing"}})
 	}
 	st, err := ReadStatus(ctx, b, s, clk)
 	if err != nil {
@@ -360,14 +365,20 @@ func TestReadStatusTaking(t *testing.T) {
 	for _, n := range st.Nodes {
 		got = append(got, n.ID+"="+n.Run())
 	}
-	if want := "a=draining b=drained c=stuck d=behind"; strings.Join(got, " ") != want {
+	if want := "a=draining b=drained(secrets) c=stuck(drain,secrets) d=behind"; strings.Join(got, " ") != want {
 		t.Errorf("states %s, want %s", strings.Join(got, " "), want)
 	}
-	var stuck []string
+	var stuck, secrets []string
 	for _, w := range st.Warnings {
 		if strings.Contains(w, "stuck") {
 			stuck = append(stuck, w)
 		}
+		if strings.Contains(w, "secrets") {
+			secrets = append(secrets, w)
+		}
+	}
+	if len(secrets) != 2 || !strings.HasPrefix(secrets[0], "node b cannot open app acme/shop's secrets") || !strings.HasPrefix(secrets[1], "node c cannot") {
+		t.Errorf("secrets warnings %q, want one about b, one about c", secrets)
 	}
 	if len(stuck) != 1 || !strings.HasPrefix(stuck[0], "node c is stuck") {
 		t.Errorf("stuck warnings %q, want one about c", stuck)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	"github.com/wasmkeep/wasmkeep/kernel/node/websocket"
 )
 
@@ -17,10 +18,6 @@ import (
 // app's secrets fails closed (BlockSecrets): every event of the app's
 // classes is refused where it executes (upToDate), the node takes no actor
 // and is not ready.
-
-// takingSecrets is the reason the node takes no actor while it cannot open
-// the app's secrets (StopTaking).
-const takingSecrets = "secrets"
 
 var errSecrets = errors.New("the app's secrets cannot be opened on this node")
 
@@ -58,12 +55,12 @@ func (n *Node) BlockSecrets(reason error) {
 	n.depMu.Unlock()
 	switch {
 	case reason != nil:
-		n.StopTaking(takingSecrets)
+		n.StopTaking(nodelease.ReasonSecrets)
 		if was == nil || was.Error() != reason.Error() {
 			n.log.Error("the node cannot open its app's secrets: it refuses the app's events, takes no actor and is not ready", "err", reason)
 		}
 	case was != nil:
-		n.ResumeTaking(takingSecrets)
+		n.ResumeTaking(nodelease.ReasonSecrets)
 		n.log.Info("the node opened its app's secrets: it serves the app again")
 	}
 }

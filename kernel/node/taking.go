@@ -57,10 +57,6 @@ func (n *Node) takesNone() bool {
 	return len(n.notTaking) > 0
 }
 
-// DrainReason is the reason StopTaking is given while the node's drain
-// request (cluster.DrainKey) is in the bucket.
-const DrainReason = "drain"
-
 // handOverBatch is how many actors a node that takes none hands over at a
 // time (book ADR 0014: a constant, not a flag).
 const handOverBatch = 16
@@ -78,21 +74,22 @@ const batchWait = 30 * time.Second
 // runTaking is the node's taking pass, as it starts (a node started while
 // drained claims nothing) and then once per lease period until it stops:
 // it reads its drain request, hands over what it holds while it takes no
-// actor, and says in its heartbeat how far it is (line 12).
+// actor, and says in its heartbeat how far it is and why (line 12).
 func (n *Node) runTaking() {
 	m := n.opts.Cluster.Member
 	for {
 		n.readDrainRequest()
-		m.Lease.SetTaking(n.handOver(m.Lease.SetTaking))
+		say := func(t nodelease.Taking) { m.Lease.SetTaking(t, n.NotTaking()) }
+		say(n.handOver(say))
 		if clock.Sleep(n.ctx, n.clock, m.Lease.Settings().Period()) != nil {
 			return
 		}
 	}
 }
 
-// readDrainRequest stops or resumes taking for DrainReason as the drain
-// request says; one that cannot be read changes nothing, so a bucket
-// failure never undrains a node.
+// readDrainRequest stops or resumes taking for nodelease.ReasonDrain as
+// the drain request (cluster.DrainKey) says; one that cannot be read
+// changes nothing, so a bucket failure never undrains a node.
 func (n *Node) readDrainRequest() {
 	ctx, cancel := clock.WithTimeout(n.ctx, n.clock, n.opts.Cluster.Member.Lease.Settings().AttemptTimeout())
 	defer cancel()
@@ -100,12 +97,12 @@ func (n *Node) readDrainRequest() {
 	switch {
 	case err != nil:
 		n.log.Warn("reading the node's drain request: the node keeps what it read last", "err", err)
-	case requested && !n.takesNoneFor(DrainReason):
+	case requested && !n.takesNoneFor(nodelease.ReasonDrain):
 		n.log.Info("drain requested: the node takes no actor and hands over those it holds")
-		n.StopTaking(DrainReason)
-	case !requested && n.takesNoneFor(DrainReason):
+		n.StopTaking(nodelease.ReasonDrain)
+	case !requested && n.takesNoneFor(nodelease.ReasonDrain):
 		n.log.Info("drain withdrawn: the node takes actors again")
-		n.ResumeTaking(DrainReason)
+		n.ResumeTaking(nodelease.ReasonDrain)
 	}
 }
 
@@ -269,7 +266,7 @@ func (n *Node) claiming() placement.Claiming {
 	switch {
 	case len(n.notTaking) == 0:
 		return placement.Claims
-	case len(n.notTaking) == 1 && n.notTaking[DrainReason]:
+	case len(n.notTaking) == 1 && n.notTaking[nodelease.ReasonDrain]:
 		return placement.ClaimsLast
 	}
 	return placement.ClaimsNone

@@ -139,11 +139,12 @@ func (l *Lease) SetServing(serving, behind string) {
 }
 
 // SetTaking changes what the node's next lease writes say of its taking
-// actors (Info.Taking). It is safe for concurrent use.
-func (l *Lease) SetTaking(t Taking) {
+// actors (Info.Taking) and why it takes none (Info.NotTaking). It is safe
+// for concurrent use.
+func (l *Lease) SetTaking(t Taking, why []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.inf.Taking = t
+	l.inf.Taking, l.inf.NotTaking = t, why
 }
 
 // Instance is this process's instance.

@@ -802,6 +802,17 @@ func TestTakingLine(t *testing.T) {
 	if got := string(o.Encode()); got != serving+"\ndrained\n" {
 		t.Errorf("a drained node's lease: %q", got)
 	}
+	o.Info.NotTaking = []string{ReasonDrain, ReasonSecrets}
+	if got := string(o.Encode()); got != serving+"\ndrained drain secrets\n" {
+		t.Errorf("a drained node's lease with its reasons: %q", got)
+	}
+	if got, err := Decode(o.Encode()); err != nil || got.Info.Taking != Drained || !slices.Equal(got.Info.NotTaking, o.Info.NotTaking) {
+		t.Errorf("reasons read back as %+v, %v", got.Info, err)
+	}
+	o.Info.Taking = Takes // reasons are said only while it takes none
+	if got := string(o.Encode()); got != serving {
+		t.Errorf("a serving node's lease with reasons left over: %q", got)
+	}
 	if got, err := Decode([]byte(serving + "\nserving\n")); err != nil || got.Info.Taking != Takes {
 		t.Errorf("line 12 \"serving\" read as %q, %v; want Takes", got.Info.Taking, err)
 	}

@@ -57,6 +57,11 @@ type Info struct {
 	// bytes it had before this line existed), else Draining, Drained or
 	// Stuck. Lease.SetTaking changes it at run time.
 	Taking Taking
+	// NotTaking are the node's reasons for taking no actor (line 12, after
+	// the state): "drain" for an operator's drain request, "secrets" when
+	// it cannot open its app's secrets (ADR 1050), so status can tell a
+	// drained node from one shut out. None while it takes actors.
+	NotTaking []string
 	// Capabilities are words naming node calls it answers that not every
 	// build may (line 13, space-separated): a peer sends such a call only
 	// to a node whose heartbeat names it. Readers ignore words they do not
@@ -78,6 +83,13 @@ const (
 	Stuck    Taking = "stuck"    // it takes none but holds some, and no live peer of its app takes them
 )
 
+// The reasons a node gives for taking no actor (Info.NotTaking); a later
+// build may give others.
+const (
+	ReasonDrain   = "drain"   // an operator's drain request (ADR 1051)
+	ReasonSecrets = "secrets" // it cannot open its app's secrets (ADR 1050)
+)
+
 // String is the state as cluster status shows it: "serving" for Takes.
 func (t Taking) String() string {
 	if t == Takes {
@@ -86,15 +98,16 @@ func (t Taking) String() string {
 	return string(t)
 }
 
-// parseTaking reads line 12; "serving", which no build writes but which
-// names Takes, is Takes; a state it does not know (a later build's) is
-// kept as written, and counts as not taking: such a node is never sent a
-// new actor.
-func parseTaking(line string) Taking {
-	if t := Taking(oneLine(line, maxBehind)); t != Taking(Takes.String()) {
-		return t
+// parseTaking reads line 12, the state and the reasons after it;
+// "serving", which no build writes but which names Takes, is Takes; a
+// state it does not know (a later build's) is kept as written, and counts
+// as not taking: such a node is never sent a new actor.
+func parseTaking(line string) (Taking, []string) {
+	f := strings.Fields(oneLine(line, maxBehind))
+	if len(f) == 0 || f[0] == Takes.String() {
+		return Takes, nil
 	}
-	return Takes
+	return Taking(f[0]), f[1:]
 }
 
 // Serving is a deployed version a node runs: the version's id, the seq
@@ -143,7 +156,7 @@ func ParseServing(line string) (Serving, error) {
 //	<serving: version seq since, or empty>
 //	<behind: why, or empty>
 //	<"secrets" if it reads the app's secrets; absent if not, or empty when line 12 follows>
-//	<taking: draining, drained or stuck; empty while it serves>
+//	<taking: draining, drained or stuck, then its reasons; empty while it serves>
 //	<capabilities: words, space-separated>
 //
 // Lines from 11 on are absent when they and every later one are empty.
@@ -237,7 +250,11 @@ func (o Object) Encode() []byte {
 	if o.Info.Secrets {
 		secrets = secretsLine
 	}
-	tail := []string{secrets, string(o.Info.Taking), strings.Join(o.Info.Capabilities, " ")}
+	taking := ""
+	if o.Info.Taking != Takes {
+		taking = strings.Join(append([]string{string(o.Info.Taking)}, o.Info.NotTaking...), " ")
+	}
+	tail := []string{secrets, taking, strings.Join(o.Info.Capabilities, " ")}
 	for len(tail) > 0 && tail[len(tail)-1] == "" {
 		tail = tail[:len(tail)-1]
 	}
@@ -291,7 +308,8 @@ func Decode(data []byte) (Object, error) {
 		}
 		return ""
 	}
-	o.Info = Info{Version: get(3), Advertise: get(4), App: get(5), ClusterAddr: get(6), Serving: get(8), Behind: get(9), Secrets: get(10) == secretsLine, Taking: parseTaking(get(11))}
+	o.Info = Info{Version: get(3), Advertise: get(4), App: get(5), ClusterAddr: get(6), Serving: get(8), Behind: get(9), Secrets: get(10) == secretsLine}
+	o.Info.Taking, o.Info.NotTaking = parseTaking(get(11))
 	if p := get(7); p != "" {
 		o.Info.Pins = strings.Split(p, ",")
 	}
