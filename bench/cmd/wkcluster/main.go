@@ -79,6 +79,8 @@ type config struct {
 	secrets         int
 	secretsKey      string // the deploy cluster's nodes' --secrets-key, once made
 	alarms          int
+	drainIdle       int
+	drainBusy       int
 	shortLease      bool
 	tmp, out        string
 }
@@ -93,6 +95,8 @@ func run(args []string, stdout io.Writer) error {
 	fl.IntVar(&c.deploys, "deploys", 20, "deploys of the rollout rows; 0: none")
 	fl.IntVar(&c.secrets, "secrets", 20, "secrets changes of the secrets rows (on the deploy cluster); 0: none")
 	fl.IntVar(&c.alarms, "alarms", 1000, "alarms of the alarm recovery rows; 0: none")
+	fl.IntVar(&c.drainIdle, "drain-idle", 1000, "idle actors on the drained node of the drain rows")
+	fl.IntVar(&c.drainBusy, "drain-busy", 100, "busy actors (a load) on the drained node of the drain rows; with -drain-idle 0: no drain rows")
 	fl.BoolVar(&c.shortLease, "short-lease", false, "a 2 s node lease (WASMKEEP_CLUSTER__*) instead of the defaults: starts and takeovers in seconds, not the book's timings")
 	quick := fl.Bool("quick", false, "small counts and -short-lease: checks the harness, measures nothing worth keeping")
 	fl.StringVar(&c.out, "out", "bench/results", "where the CSV goes")
@@ -103,7 +107,7 @@ func run(args []string, stdout io.Writer) error {
 		return errors.New("-wasmkeep and -guest are required (bench/README.md, wkcluster)")
 	}
 	if *quick {
-		c.kills, c.samples, c.deploys, c.secrets, c.alarms, c.shortLease = 2, 100, 4, 2, 50, true
+		c.kills, c.samples, c.deploys, c.secrets, c.alarms, c.drainIdle, c.drainBusy, c.shortLease = 2, 100, 4, 2, 50, 50, 10, true
 	}
 	c.warmup = max(c.samples/10, 20)
 	commit, err := measure.CheckoutCommit()
@@ -118,8 +122,9 @@ func run(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "wkcluster: %s at %s, data on %s, load %s\n", c.bin, commit, res.DataFS, measure.LoadAverage())
 
 	lat := map[string]latencies{}
-	nothing := map[string]bool{"tls": c.samples == 0 && c.kills == 0, "plain": c.samples == 0, "deploy": c.deploys == 0 && c.secrets == 0, "alarms": c.alarms == 0}
-	for _, mode := range []string{"tls", "plain", "deploy", "alarms"} {
+	nothing := map[string]bool{"tls": c.samples == 0 && c.kills == 0, "plain": c.samples == 0, "deploy": c.deploys == 0 && c.secrets == 0, "alarms": c.alarms == 0,
+		"drain": c.drainIdle == 0 && c.drainBusy == 0}
+	for _, mode := range []string{"tls", "plain", "deploy", "alarms", "drain"} {
 		if nothing[mode] {
 			continue
 		}
@@ -139,6 +144,8 @@ func run(args []string, stdout io.Writer) error {
 			rows, err = c.appRows(stdout, cl)
 		case mode == "alarms":
 			rows, err = c.alarmRecovery(stdout, cl)
+		case mode == "drain":
+			rows, err = c.drainRows(stdout, cl)
 		case c.samples > 0:
 			lat[mode], err = c.latencies(stdout, cl)
 		}
@@ -174,7 +181,7 @@ var shortLease = []string{"WASMKEEP_CLUSTER__TTL=2s", "WASMKEEP_CLUSTER__GRACE=0
 type cluster struct {
 	// tls: cluster listeners; plain: --cluster-plaintext accept; deploy:
 	// cluster listeners, the nodes serving deployApp; alarms: cluster
-	// listeners, alarmLease
+	// listeners, alarmLease; drain: cluster listeners, drainEnv
 	mode      string
 	bucketDir string // the bucket-fs directory
 	nodes     []*node
@@ -240,6 +247,10 @@ func (c *config) startCluster(stdout io.Writer, mode string) (*cluster, error) {
 		if mode == "alarms" { // a holds every actor: none hibernates, releasing it
 			srv.Env = alarmLease
 			srv.ServeArgs = append(srv.ServeArgs, "--max-instances", strconv.Itoa(c.alarms+100), alarmCPUBudget)
+		}
+		if mode == "drain" { // a holds every actor until the drain
+			srv.Env = append(slices.Clone(srv.Env), drainEnv...)
+			srv.ServeArgs = append(srv.ServeArgs, "--max-instances", strconv.Itoa(c.drainIdle+c.drainBusy+100), alarmCPUBudget)
 		}
 		n := &node{id: id, srv: srv, dataDir: filepath.Join(dir, id), logPath: filepath.Join(dir, id+".log")}
 		addr, err := measure.FreeAddr()

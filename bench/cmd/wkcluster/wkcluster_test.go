@@ -41,7 +41,8 @@ func TestQuickRun(t *testing.T) {
 	metrics := []string{"takeover_p50", "takeover_p99", "takeover_min", "takeover_max", "takeover_kills",
 		"deploy_serving_p50", "deploy_serving_p99", "deploy_serving_max", "deploy_count", "deploy_load_requests",
 		"secrets_count", "secrets_polls",
-		"alarm_recovery_late_p50", "alarm_recovery_late_p99", "alarm_recovery_all_ran", "alarm_recovery_rate_per_node", "alarm_recovery_alarms"}
+		"alarm_recovery_late_p50", "alarm_recovery_late_p99", "alarm_recovery_all_ran", "alarm_recovery_rate_per_node", "alarm_recovery_alarms",
+		"drain_idle_actors", "drain_busy_actors", "drain_seconds", "drain_load_requests"}
 	// Every node's time to serve a change, and each node's slowest, are
 	// above the CSV's resolution (0.1 s): rows of a single node's p50 and
 	// p99 may round to 0 (a node that read the set while the command was
@@ -67,7 +68,8 @@ func TestQuickRun(t *testing.T) {
 	// Measurements that may be 0: a run this short may read no record
 	// (owner hints) and no lease meanwhile.
 	present := []string{"get_forward_tls_added_p50", "deploy_load_failed", "secrets_polls_failed", "alarm_recovery_ran_twice",
-		"forward_bucket_gets_per_request_tls", "forward_bucket_gets_per_request_plain"}
+		"forward_bucket_gets_per_request_tls", "forward_bucket_gets_per_request_plain",
+		"drain_load_unavailable", "drain_load_failed", "drain_lost_writes"}
 	present = append(present, perNode...)
 	for _, m := range present {
 		if _, ok := values[m]; !ok {
@@ -85,6 +87,12 @@ func TestQuickRun(t *testing.T) {
 	if values["takeover_kills"] != 2 || values["deploy_count"] != 4 || values["secrets_count"] != 2 {
 		t.Errorf("takeover_kills = %v, deploy_count = %v, secrets_count = %v, want 2, 4 and 2",
 			values["takeover_kills"], values["deploy_count"], values["secrets_count"])
+	}
+	// The rows count what they read back; a lost write is a bug, not a
+	// measurement (the drain tests are what look for it).
+	if values["drain_lost_writes"] != 0 || values["drain_idle_actors"] != 50 || values["drain_busy_actors"] != 10 {
+		t.Errorf("drain_lost_writes = %v, drain_idle_actors = %v, drain_busy_actors = %v, want 0, 50 and 10",
+			values["drain_lost_writes"], values["drain_idle_actors"], values["drain_busy_actors"])
 	}
 }
 
