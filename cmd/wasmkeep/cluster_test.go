@@ -35,7 +35,10 @@ var steadyLease = []string{"WASMKEEP_CLUSTER__TTL=4s", "WASMKEEP_CLUSTER__SAFETY
 
 // Two processes with one --node-id on one bucket: the second refuses to
 // start, naming the first, having served nothing; once the first stops
-// cleanly (its lease written released), the second starts.
+// cleanly (its lease written released), the second starts. The first is
+// stopped with SIGHUP, which stops a node as SIGTERM does (issue 29: it
+// killed the process, which then exited "signal: hangup" and left its
+// lease live).
 func TestNodeIDTwinRefused(t *testing.T) {
 	engineNeutral(t)
 	t.Parallel()
@@ -57,9 +60,12 @@ func TestNodeIDTwinRefused(t *testing.T) {
 		t.Fatalf("the twin: %v, want a refusal naming %s:\n%s", err, first, out)
 	}
 
-	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Process.Signal(syscall.SIGHUP)
 	if err := cmd.Wait(); err != nil {
-		t.Fatalf("the first node's clean stop: %v\n%s", err, logs)
+		t.Fatalf("the first node's clean stop on SIGHUP: %v\n%s", err, logs)
+	}
+	if out, _ := clusterCmd(t, bin, env, bucketURL, "status"); !regexp.MustCompile(`(?m)^a\s+no \(released\)`).MatchString(out) {
+		t.Errorf("status after SIGHUP, want a released:\n%s", out)
 	}
 	start := time.Now()
 	serveBinary(t, bin, env, args()...)

@@ -34,6 +34,10 @@ type Config struct {
 	Instance string // random per process, [a-z0-9]
 	Info     nodelease.Info
 	Logger   *slog.Logger
+	// BucketWait is how long Join probes a bucket that does not answer
+	// before it gives up with an error (cluster.bucket_wait_secs); 0
+	// probes it until it answers, the book's rule.
+	BucketWait time.Duration
 	// Lost is called once, on the lease's goroutine, when another writer
 	// replaced this node's lease (a fence, a twin, a delete): every hold is
 	// already dropped; the server stops and exits non-zero. It must not
@@ -80,6 +84,10 @@ type Member struct {
 	unreadable map[string]bool
 }
 
+// ErrNoBucket is Join's error for a bucket that did not answer for
+// Config.BucketWait.
+var ErrNoBucket = errors.New("the bucket did not answer")
+
 // probeRetry bounds the wait between two probes of a bucket that did not
 // answer: a node starting while its bucket is down keeps trying.
 const probeRetry = 30 * time.Second
@@ -89,7 +97,9 @@ const probeRetry = 30 * time.Second
 // background pass. It returns a *nodelease.TwinError when another process
 // runs with this node id, an error wrapping bucket.ErrIgnoresConditions
 // for a bucket that must not be used, and ctx's error if ctx ends first;
-// a bucket that does not answer is probed again until it does.
+// a bucket that does not answer is probed again for up to cfg.BucketWait
+// (its error logged in full once, so that a long one does not fill the
+// log), then Join fails with ErrNoBucket.
 func Join(ctx context.Context, cfg Config) (*Member, error) {
 	log := cfg.Logger
 	if log == nil {
@@ -101,7 +111,8 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 	if err := cfg.App.Check(); err != nil {
 		return nil, err
 	}
-	for wait := time.Second; ; wait = min(2*wait, probeRetry) {
+	start := cfg.Clock.Now()
+	for wait, tries := time.Second, 1; ; wait, tries = min(2*wait, probeRetry), tries+1 {
 		err := bucket.Probe(ctx, cfg.Bucket)
 		if err == nil {
 			break
@@ -109,7 +120,15 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 		if !errors.Is(err, bucket.ErrTransient) || ctx.Err() != nil {
 			return nil, fmt.Errorf("the bucket cannot be used: %w", err)
 		}
-		log.Warn("the bucket did not answer its probe; trying again", "in", wait, "err", err)
+		waited := cfg.Clock.Now().Sub(start)
+		if cfg.BucketWait > 0 && waited+wait > cfg.BucketWait {
+			return nil, fmt.Errorf("%w: no answer to %d probes over %v (cluster.bucket_wait_secs); the last: %w", ErrNoBucket, tries, waited.Round(time.Second), err)
+		}
+		if tries == 1 {
+			log.Warn("the bucket did not answer its probe; trying again", "in", wait, "err", err)
+		} else {
+			log.Warn("the bucket still does not answer its probe; trying again", "in", wait, "tries", tries, "waited", waited.Round(time.Second))
+		}
 		if err := clock.Sleep(ctx, cfg.Clock, wait); err != nil {
 			return nil, err
 		}

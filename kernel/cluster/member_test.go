@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -374,5 +376,51 @@ func TestJoinServesItsApp(t *testing.T) {
 		if _, err := Join(ctx, bad); err == nil || !strings.Contains(err.Error(), `app name "Shop" must match`) {
 			t.Errorf("Join with app acme/Shop: %v", err)
 		}
+	})
+}
+
+// unanswered is a bucket whose first puts fail as an unreachable store's
+// do: Join's probe begins with one.
+type unanswered struct {
+	bucket.Bucket
+	fails int // puts still to fail
+}
+
+func (u *unanswered) Put(ctx context.Context, key string, body io.Reader, size int64, cond bucket.Condition) (bucket.Version, error) {
+	if u.fails > 0 {
+		u.fails--
+		return "", fmt.Errorf("dial tcp 127.0.0.1:9: connect: connection refused (%s): %w", strings.Repeat("a long SDK message ", 60), bucket.ErrTransient)
+	}
+	return u.Bucket.Put(ctx, key, body, size, cond)
+}
+
+// A start whose bucket does not answer gives up after BucketWait with
+// ErrNoBucket, counting its probes, and logs the long error once, not at
+// every probe; with BucketWait 0 it waits until the bucket answers.
+func TestJoinGivesUpOnABucketThatDoesNotAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs bytes.Buffer
+		clk := simtest.New()
+		cfg := config(&unanswered{Bucket: buckettest.NewMemory(buckettest.Flaws{}), fails: 1000}, clk, "p1", nil)
+		cfg.Logger, cfg.BucketWait = slog.New(slog.NewTextHandler(&logs, nil)), 20*time.Second
+		_, err := join(t, clk, cfg)
+		if !errors.Is(err, ErrNoBucket) || !strings.Contains(err.Error(), "no answer to 5 probes over 15s") {
+			t.Fatalf("Join: %v, want ErrNoBucket after 5 probes (at 0, 1, 3, 7 and 15 s: the next, at 31 s, is past 20 s)", err)
+		}
+		if clk.Since() > 20*time.Second {
+			t.Errorf("gave up after %v, past BucketWait", clk.Since())
+		}
+		if n := strings.Count(logs.String(), "a long SDK message"); n != 60 || strings.Count(logs.String(), "still does not answer") != 3 {
+			t.Errorf("the long error logged %d times over, want once (and 3 short lines):\n%s", n/60, logs.String())
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		clk := simtest.New()
+		cfg := config(&unanswered{Bucket: buckettest.NewMemory(buckettest.Flaws{}), fails: 4}, clk, "p1", nil)
+		m, err := join(t, clk, cfg)
+		if err != nil {
+			t.Fatalf("Join with no BucketWait once the bucket answers (its fifth probe, at 15 s): %v", err)
+		}
+		m.Leave(context.Background())
 	})
 }

@@ -256,6 +256,10 @@ type Cluster struct {
 	// collection (--history-retention-secs; 0 collects at once). A pointer,
 	// since unset (history.DefaultRetention) and 0 differ.
 	HistoryRetentionSecs *int `koanf:"history_retention_secs"`
+	// BucketWaitSecs is how long a starting node waits for a bucket that
+	// does not answer before it exits with an error
+	// (--bucket-wait-secs); 0 waits until it answers.
+	BucketWaitSecs int `koanf:"bucket_wait_secs"`
 
 	// The lease's timings; zero takes the book's default
 	// (nodelease.DefaultSettings).
@@ -283,7 +287,7 @@ func (c Cluster) HistoryRetention() time.Duration {
 }
 
 // Check refuses a node id without a bucket, a malformed id, a negative
-// retention and inconsistent lease timings, naming the key. (Serving with a
+// retention or bucket wait and inconsistent lease timings, naming the key. (Serving with a
 // bucket also needs an id; the bucket commands do not.)
 func (c Cluster) Check() error {
 	switch {
@@ -299,6 +303,8 @@ func (c Cluster) Check() error {
 		return fmt.Errorf("cluster.cluster_listen (--cluster-listen) is %q but cluster.bucket (--bucket) is not set: the cluster listener serves a bucket's nodes", c.ClusterListen)
 	case c.HistoryRetention() < 0:
 		return fmt.Errorf("cluster.history_retention_secs (--history-retention-secs) is %d: it cannot be negative", *c.HistoryRetentionSecs)
+	case c.BucketWaitSecs < 0:
+		return fmt.Errorf("cluster.bucket_wait_secs (--bucket-wait-secs) is %d: it cannot be negative (0 waits until the bucket answers)", c.BucketWaitSecs)
 	}
 	if c.NodeID != "" {
 		if err := nodelease.CheckNodeID(c.NodeID); err != nil {

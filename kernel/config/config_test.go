@@ -292,6 +292,7 @@ func TestCluster(t *testing.T) {
 		"cluster: {bucket: 's3://bad', node_id: a}\n":                     "cluster.bucket (--bucket): bad bucket name",
 		"cluster: {bucket: 's3://demo', node_id: a}\nbucket: {use: fs}\n": "is for bucket plugin s3, but bucket.use is fs",
 		"cluster: {history_retention_secs: -1}\n":                         "cluster.history_retention_secs (--history-retention-secs) is -1",
+		"cluster: {bucket_wait_secs: -5}\n":                               "cluster.bucket_wait_secs (--bucket-wait-secs) is -5: it cannot be negative",
 		"cluster: {ttl: 2s}\n":                                            "cluster: safety 2s must be below ttl 2s",
 		"cluster: {tll: 3s}\n":                                            "unknown key cluster.tll",
 	} {

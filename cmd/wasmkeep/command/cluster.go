@@ -35,7 +35,7 @@ import (
 type clusterFlags struct {
 	bucket, nodeID, advertise                  string
 	clusterListen, clusterAdvertise, plaintext string
-	retentionSecs                              int
+	retentionSecs, bucketWaitSecs              int
 }
 
 // bind defines the flags: --bucket always, the others for serve.
@@ -50,6 +50,7 @@ func (f *clusterFlags) bind(fl *pflag.FlagSet, serve bool) {
 	fl.StringVar(&f.clusterAdvertise, "cluster-advertise", "", "https://HOST:PORT the other nodes reach the cluster listener at (cluster.cluster_advertise; default https:// and the address bound)")
 	fl.StringVar(&f.plaintext, "cluster-plaintext", "refuse", "refuse or accept: whether plain HTTP between nodes is used; accept reaches peers without a cluster listener at --advertise (cluster.plaintext)")
 	fl.IntVar(&f.retentionSecs, "history-retention-secs", 3600, "keep actor history younger than this from garbage collection; 0 collects at once (cluster.history_retention_secs)")
+	fl.IntVar(&f.bucketWaitSecs, "bucket-wait-secs", 60, "at start, exit with an error if the bucket does not answer for this long; 0 waits until it does (cluster.bucket_wait_secs)")
 }
 
 // layers are the flags given, as configuration layers.
@@ -63,6 +64,7 @@ func (f *clusterFlags) layers(fl *pflag.FlagSet) []config.Flag {
 		{"node-id", "cluster.node_id", f.nodeID},
 		{"advertise", "cluster.advertise", f.advertise},
 		{"history-retention-secs", "cluster.history_retention_secs", f.retentionSecs},
+		{"bucket-wait-secs", "cluster.bucket_wait_secs", f.bucketWaitSecs},
 		{"cluster-listen", "cluster.cluster_listen", f.clusterListen},
 		{"cluster-advertise", "cluster.cluster_advertise", f.clusterAdvertise},
 		{"cluster-plaintext", "cluster.plaintext", f.plaintext},
@@ -142,7 +144,7 @@ func joinCluster(ctx context.Context, cfg *config.Config, served app.Name, liste
 	beats := peers.NewHeartbeats()
 	m, err := cluster.Join(ctx, cluster.Config{
 		Bucket: cn.bucket, App: served, Clock: clock.Real, Settings: c.Lease(), NodeID: c.NodeID, Instance: newInstance(),
-		Info: info, Logger: log, Lost: lost,
+		Info: info, Logger: log, Lost: lost, BucketWait: time.Duration(c.BucketWaitSecs) * time.Second,
 		LeaseWrote: func(err error) {
 			cm.LeaseWrote(err)
 			beats.Wrote(err)

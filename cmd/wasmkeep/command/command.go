@@ -384,7 +384,9 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	if err := dirLock.note(l.Addr().String()); err != nil {
 		log.Warn("noting the listener in the data directory's lock file", "err", err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP stops cleanly too: a node has no configuration to reload, and
+	// the default (exit at once) would leave its actors to a takeover.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	// With a bucket the node joins its cluster before it serves: a second
 	// process with this node id is refused here, having taken nothing (its
