@@ -174,7 +174,7 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 		cancel()
 		return nil, err
 	}
-	log.Info("checking that no other process runs with this node id", "node_id", cfg.NodeID, "takes", cfg.Settings.Takeover())
+	log.Info("checking that no other process runs with this node id", "takes", cfg.Settings.Takeover())
 	if err := lease.Start(ctx); err != nil {
 		cancel()
 		return nil, err

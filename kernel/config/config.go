@@ -153,6 +153,7 @@ type Node struct {
 	OutboundCA        []string            `koanf:"outbound_ca"`         // PEM files of CA certificates
 	SecretsKey        []string            `koanf:"secrets_key"`         // key files of the app's secrets (serve --secrets-key): two during a rotation
 	NoSecrets         bool                `koanf:"no_secrets"`          // the node runs without the app's secrets, with --env only (serve --no-secrets)
+	Pprof             bool                `koanf:"pprof"`               // Go's profiler at /debug/pprof/ on the metrics listener (serve --pprof)
 }
 
 // Check refuses a negative number, one over its max tag, or a string not

@@ -66,6 +66,7 @@ type Options struct {
 	Env           map[string]map[string]string // by class: its configuration (--env), name to value
 	Stateless     string                       // module file of the stateless component ("" for none)
 	Logger        *slog.Logger
+	Build         metrics.Build       // the build, for wasmkeep_build_info
 	Placement     placement.Placement // [Local] where each actor runs: asked before every delivery
 	Clock         clock.Clock         // [clock.Real] what idle timeouts, alarms, admission waits, WebSocket pings, owner hints and metrics read and wait on
 	Cluster       *Cluster            // [nil: a node alone] the bucket and the membership of a node with a bucket (replica.go)
@@ -344,6 +345,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		WebSockets:      func() float64 { return float64(n.ws.Len()) },
 		Classes:         func() float64 { d, _ := n.deployed(); return float64(len(d.classes)) },
 		NotReady:        n.notReady,
+		Build:           opts.Build,
 	})
 	if n.replicas, err = n.newReplicas(); err != nil {
 		n.Close()

@@ -151,7 +151,7 @@ func joinCluster(ctx context.Context, cfg *config.Config, served app.Name, liste
 		},
 		Fenced: func(peer string) {
 			cm.Fence()
-			log.Warn("fenced a node that stopped renewing its lease: its actors are free", "node_id", peer)
+			log.Warn("fenced a node that stopped renewing its lease: its actors are free", "peer", peer)
 		},
 		Lapsed: func() {
 			if n := cn.node.Load(); n != nil {
@@ -172,7 +172,7 @@ func joinCluster(ctx context.Context, cfg *config.Config, served app.Name, liste
 		Clock: clock.Real, Logger: log, AnswerTimeout: cfg.Node.WallClock, Heartbeats: beats, Period: c.Lease().Period()})
 	cn.Peers = network
 	cn.Signer, cn.Verifier = callSecret(ctx, cn.bucket, c.NodeID, log)
-	log.Info("joined the cluster", "node_id", c.NodeID, "app", served.String(), "bucket", ch.Info.ID(), "advertise", info.Advertise,
+	log.Info("joined the cluster", "app", served.String(), "bucket", ch.Info.ID(), "advertise", info.Advertise,
 		"cluster_advertise", info.ClusterAddr, "plaintext", cmp.Or(c.Plaintext, "refuse"))
 	return cn, nil
 }

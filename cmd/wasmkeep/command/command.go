@@ -5,6 +5,7 @@
 package command
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"reflect"
@@ -31,6 +33,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 	"github.com/wasmkeep/wasmkeep/kernel/node/guestlog"
+	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
@@ -147,6 +150,7 @@ type serveFlags struct {
 	outboundCAs        []string
 	secretsKeys        []string
 	noSecrets          bool
+	pprof              bool
 
 	cluster clusterFlags
 }
@@ -187,6 +191,7 @@ node: (--max-instances is node.max_instances).`,
 	fl.StringArrayVar(&f.outboundCAs, "outbound-ca", nil, "trust the CA certificates of this PEM file for guests' https fetches, besides the system roots (repeatable; node.outbound_ca)")
 	fl.StringArrayVar(&f.secretsKeys, "secrets-key", nil, "with a bucket: a key file that opens the app's secrets in it (mode 0600; give the old and the new key during a rotation; node.secrets_key)")
 	fl.BoolVar(&f.noSecrets, "no-secrets", false, "with a bucket: run without the app's secrets in it, with --env only (node.no_secrets)")
+	fl.BoolVar(&f.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on the metrics listener; needs --metrics-listen (node.pprof)")
 	f.cluster.bind(fl, true)
 	return cmd
 }
@@ -311,7 +316,24 @@ func accessRules(file map[string]string, flags []string) (map[string]access.Acce
 	return rules, nil
 }
 
-func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
+func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) (err error) {
+	// With --log-format json the error that ends serve is a JSON line too
+	// (a log shipper never sees a plain one); until the settings are read,
+	// the format is the flag's or the variable's.
+	format := cmp.Or(os.Getenv("WASMKEEP_NODE__LOG_FORMAT"), f.node.LogFormat)
+	if cmd.Flags().Changed("log-format") {
+		format = f.node.LogFormat
+	}
+	var log *slog.Logger // the node's, once its settings are read
+	defer func() {
+		if err != nil && format == "json" {
+			if log == nil {
+				log = newLogger(cmd.ErrOrStderr(), format, "error")
+			}
+			log.Error("the node stopped on an error", "err", err)
+			err = &exitErr{code: 1}
+		}
+	}()
 	flags := append(nodeFlags(cmd, f), f.cluster.layers(cmd.Flags())...)
 	cfg, err := config.Load(wasmkeep.DefaultConfig, f.config, os.Environ(), reg, APIs, flags...)
 	if err != nil {
@@ -321,11 +343,15 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	if err != nil {
 		return err
 	}
+	format = ns.LogFormat
 	served, err := servedApp(ns.App, cfg.Cluster.Bucket)
 	if err != nil {
 		return err
 	}
-	log := newLogger(cmd.ErrOrStderr(), ns.LogFormat, ns.LogLevel)
+	log = newLogger(cmd.ErrOrStderr(), ns.LogFormat, ns.LogLevel)
+	if id := cfg.Cluster.NodeID; id != "" && cfg.Cluster.Bucket != "" {
+		log = log.With("node_id", id) // every line of a cluster's node says which
+	}
 	// Plugins, and anything else that logs with slog's default, log as
 	// the node does.
 	slog.SetDefault(log)
@@ -337,6 +363,13 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	noSecrets := ns.NoSecrets
 	if cmd.Flags().Changed("no-secrets") {
 		noSecrets = f.noSecrets
+	}
+	profiler := ns.Pprof
+	if cmd.Flags().Changed("pprof") {
+		profiler = f.pprof
+	}
+	if profiler && ns.MetricsListen == "" {
+		return errors.New("node.pprof (--pprof) needs node.metrics_listen (--metrics-listen): the profiler is served there, never on the public listener")
 	}
 	keys, err := secretsKeys(keyFiles, noSecrets, cfg.Cluster.Bucket != "")
 	if err != nil {
@@ -452,6 +485,9 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	}
 	opts.MaxInstances, opts.MaxConnections = fit.instances, fit.connections
 	opts.App, opts.Logger = served, log
+	rtChoice, stChoice := cfg.Plugins[plugin.Runtime], cfg.Plugins[plugin.Storage]
+	b := readBuild()
+	opts.Build = metrics.Build{Version: b.version, Commit: b.commit, GoVersion: b.goVer, Runtime: rtChoice.Info.Name, Storage: stChoice.Info.Name}
 	if cn != nil {
 		opts.Cluster = cn.Cluster
 	}
@@ -481,6 +517,18 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 		defer stopFollowing()
 		go fol.run(follow, n)
 	}
+	if ns.MetricsListen != "" {
+		ml, err := net.Listen("tcp", ns.MetricsListen)
+		if err != nil {
+			n.Close()
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+		// The page names classes and counts events: bind it where only
+		// Prometheus reaches. Bound before the node serves, so that a
+		// scrape after the node is ready finds it.
+		go (&http.Server{Handler: metricsMux(n.MetricsHandler(), profiler), ReadHeaderTimeout: 10 * time.Second}).Serve(ml)
+		log.Info("metrics", "listen", ml.Addr().String(), "pprof", profiler)
+	}
 	// Past the cap a connection waits in the kernel's backlog (the book),
 	// not refused: it is served once another closes.
 	l = netutil.LimitListener(l, fit.connections)
@@ -497,18 +545,6 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 		defer csrv.Close()
 		log.Info("cluster listener", "listen", cn.listener.Addr().String())
 	}
-	if ns.MetricsListen != "" {
-		ml, err := net.Listen("tcp", ns.MetricsListen)
-		if err != nil {
-			n.Close()
-			return fmt.Errorf("metrics listener: %w", err)
-		}
-		// The page names classes and counts events: bind it where only
-		// Prometheus reaches.
-		go (&http.Server{Handler: n.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}).Serve(ml)
-		log.Info("metrics", "listen", ml.Addr().String())
-	}
-	rtChoice, stChoice := cfg.Plugins[plugin.Runtime], cfg.Plugins[plugin.Storage]
 	log.Info("serving", "listen", l.Addr().String(), "runtime", rtChoice.Info.Name, "storage", stChoice.Info.Name,
 		slog.GroupAttrs(rtChoice.Info.ID(), rtChoice.Settings()...), slog.GroupAttrs(stChoice.Info.ID(), stChoice.Settings()...),
 		"app", served.String(), "data_dir", ns.DataDir)
@@ -534,14 +570,37 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	return err
 }
 
+// metricsMux serves the metrics page at every path, and Go's profiler
+// under /debug/pprof/ when profiler is on.
+func metricsMux(page http.Handler, profiler bool) http.Handler {
+	if !profiler {
+		return page
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", page)
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}
+
 // newLogger writes log lines to w as format says (text or json), from
 // level on (debug, info, warn or error); empty takes text and info.
-// Config.Node.Check has refused any other value.
+// Config.Node.Check has refused any other value. In JSON a duration is a
+// number of seconds (slog's own is nanoseconds); text keeps "1.5s".
 func newLogger(w io.Writer, format, level string) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: map[string]slog.Level{
 		"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError,
 	}[level]}
 	if format == "json" {
+		opts.ReplaceAttr = func(_ []string, a slog.Attr) slog.Attr {
+			if a.Value.Kind() == slog.KindDuration {
+				return slog.Float64(a.Key, a.Value.Duration().Seconds())
+			}
+			return a
+		}
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))

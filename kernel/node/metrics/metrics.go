@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -45,6 +46,17 @@ type Gauges struct {
 	WebSockets      func() float64 // registered sockets
 	Classes         func() float64
 	NotReady        func() string // why /_wasmkeep/ready answers 503 (one of NotReadyReasons), or "" when it answers 200
+	Build           Build         // wasmkeep_build_info's labels
+}
+
+// Build names the running build: wasmkeep_build_info is 1 with these
+// labels, so a dashboard can tell which nodes run what.
+type Build struct {
+	Version   string // the module's version, "(devel)" in a checkout
+	Commit    string // the VCS revision, "" when not recorded
+	GoVersion string
+	Runtime   string // the engine plugin in use
+	Storage   string // the storage plugin in use
 }
 
 // Metrics are a node's collectors.
@@ -143,6 +155,13 @@ func New(g Gauges) *Metrics {
 		}
 		return 0
 	}
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "wasmkeep_build_info", Help: "1, with the build's version, commit, Go version and the engine and storage plugins in use as labels.",
+		ConstLabels: prometheus.Labels{"version": g.Build.Version, "commit": g.Build.Commit, "goversion": g.Build.GoVersion,
+			"runtime": g.Build.Runtime, "storage": g.Build.Storage},
+	})
+	build.Set(1)
+	m.reg.MustRegister(build, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(m.events, m.duration, m.cuts, m.cpuBudget, m.instantiate, m.wakes, m.hibernations,
 		m.refused, m.alarmRetries, m.ownerCloses, m.requestsAbandoned, m.stateless, m.statelessDuration, m.indexRebuilds, m.indexUnreadable,
 		m.deployVersion, m.deploySeq, m.followFailures,
