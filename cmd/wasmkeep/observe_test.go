@@ -1,19 +1,25 @@
 package main
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/http"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/coder/websocket"
 )
 
 // The metrics listener's page has Go's and the process's collectors and
 // wasmkeep_build_info naming the build and the plugins in use; with
 // --pprof it serves Go's profiler under /debug/pprof/ too, never on the
-// public listener; without it that path is the page. --pprof without
-// --metrics-listen is refused, naming both (issue 29).
+// public listener. --pprof without --metrics-listen is refused, naming
+// both. --access-log logs a line a request with its actor, status and
+// duration, a WebSocket's upgrade (101) too, which still works through it
+// (issue 29).
 func TestMetricsPageAndProfiler(t *testing.T) {
 	engineNeutral(t)
 	t.Parallel()
@@ -24,8 +30,8 @@ func TestMetricsPageAndProfiler(t *testing.T) {
 	}
 	metricsAddr := l.Addr().String()
 	l.Close()
-	url, _, _ := serveBinary(t, bin, withoutWasmkeepVars(), "--data-dir", t.TempDir(), "--actor", "probe="+probe(t),
-		"--metrics-listen", metricsAddr, "--pprof")
+	url, _, logs := serveBinary(t, bin, withoutWasmkeepVars(), "--data-dir", t.TempDir(), "--actor", "probe="+probe(t),
+		"--actor", "room="+room(t), "--metrics-listen", metricsAddr, "--pprof", "--access-log")
 	get := func(u string) (int, string) {
 		t.Helper()
 		resp, err := http.Get(u)
@@ -49,6 +55,20 @@ func TestMetricsPageAndProfiler(t *testing.T) {
 	if code, body := get(url + "/debug/pprof/cmdline"); strings.Contains(body, "--pprof") {
 		t.Errorf("the public listener served the profiler: %d %.200q", code, body)
 	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(url, "http")+"/actor/room/lobby/", nil)
+	if err != nil {
+		t.Fatalf("a socket through the access log: %v\n%s", err, logs)
+	}
+	ws.Close(websocket.StatusNormalClosure, "")
+	if code, body := get(url + "/actor/probe/x/echo"); code != 200 {
+		t.Fatalf("probe/x: %d %q", code, body)
+	}
+	waitFor(t, 10*time.Second, "the access log's lines", func() bool {
+		return regexp.MustCompile(`msg=request method=GET path=/actor/probe/x/echo status=200 bytes=\d+ duration=\S+ remote=127\.0\.0\.1:\d+ actor=probe/x`).MatchString(logs.String()) &&
+			regexp.MustCompile(`msg=request method=GET path=/actor/room/lobby/ status=101 .* actor=room/lobby`).MatchString(logs.String())
+	})
 	refused(t, bin, nil, []string{"--data-dir", t.TempDir(), "--actor", "probe=" + probe(t), "--pprof"},
 		"node.pprof (--pprof) needs node.metrics_listen (--metrics-listen)")
 }

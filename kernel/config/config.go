@@ -154,6 +154,7 @@ type Node struct {
 	SecretsKey        []string            `koanf:"secrets_key"`         // key files of the app's secrets (serve --secrets-key): two during a rotation
 	NoSecrets         bool                `koanf:"no_secrets"`          // the node runs without the app's secrets, with --env only (serve --no-secrets)
 	Pprof             bool                `koanf:"pprof"`               // Go's profiler at /debug/pprof/ on the metrics listener (serve --pprof)
+	AccessLog         bool                `koanf:"access_log"`          // a log line a request on the public listener (serve --access-log)
 }
 
 // Check refuses a negative number, one over its max tag, or a string not

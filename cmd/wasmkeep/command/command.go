@@ -151,6 +151,7 @@ type serveFlags struct {
 	secretsKeys        []string
 	noSecrets          bool
 	pprof              bool
+	accessLog          bool
 
 	cluster clusterFlags
 }
@@ -191,6 +192,7 @@ node: (--max-instances is node.max_instances).`,
 	fl.StringArrayVar(&f.outboundCAs, "outbound-ca", nil, "trust the CA certificates of this PEM file for guests' https fetches, besides the system roots (repeatable; node.outbound_ca)")
 	fl.StringArrayVar(&f.secretsKeys, "secrets-key", nil, "with a bucket: a key file that opens the app's secrets in it (mode 0600; give the old and the new key during a rotation; node.secrets_key)")
 	fl.BoolVar(&f.noSecrets, "no-secrets", false, "with a bucket: run without the app's secrets in it, with --env only (node.no_secrets)")
+	fl.BoolVar(&f.accessLog, "access-log", false, "log a line for each request on the public listener: its actor, status, duration and the node that answered (node.access_log)")
 	fl.BoolVar(&f.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on the metrics listener; needs --metrics-listen (node.pprof)")
 	f.cluster.bind(fl, true)
 	return cmd
@@ -364,9 +366,12 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) (err error) {
 	if cmd.Flags().Changed("no-secrets") {
 		noSecrets = f.noSecrets
 	}
-	profiler := ns.Pprof
+	profiler, logRequests := ns.Pprof, ns.AccessLog
 	if cmd.Flags().Changed("pprof") {
 		profiler = f.pprof
+	}
+	if cmd.Flags().Changed("access-log") {
+		logRequests = f.accessLog
 	}
 	if profiler && ns.MetricsListen == "" {
 		return errors.New("node.pprof (--pprof) needs node.metrics_listen (--metrics-listen): the profiler is served there, never on the public listener")
@@ -533,6 +538,9 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) (err error) {
 	// not refused: it is served once another closes.
 	l = netutil.LimitListener(l, fit.connections)
 	srv := n.NewServer(ns.Listen)
+	if logRequests {
+		srv.Handler = accessLog(srv.Handler, log)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
 	if cn != nil && cn.listener != nil {
