@@ -555,7 +555,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) (err error) {
 	}
 	log.Info("serving", "listen", l.Addr().String(), "runtime", rtChoice.Info.Name, "storage", stChoice.Info.Name,
 		slog.GroupAttrs(rtChoice.Info.ID(), rtChoice.Settings()...), slog.GroupAttrs(stChoice.Info.ID(), stChoice.Settings()...),
-		"app", served.String(), "data_dir", ns.DataDir)
+		"app", served.String(), "data_dir", ns.DataDir, "open_files", files, "max_connections", fit.connections, "max_instances", fit.instances)
 	select {
 	case <-ctx.Done():
 		log.Info("stopping: finishing in-flight requests and queued events")
