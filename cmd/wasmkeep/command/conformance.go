@@ -30,9 +30,10 @@ func conformanceCommand(reg *plugin.Registry) *cobra.Command {
 }
 
 type conformanceFlags struct {
-	config string
-	base   string
-	opts   buckettest.Options
+	config  string
+	base    string
+	opts    buckettest.Options
+	cluster clusterFlags // --bucket
 }
 
 func conformanceBucketCommand(reg *plugin.Registry) *cobra.Command {
@@ -42,7 +43,7 @@ func conformanceBucketCommand(reg *plugin.Registry) *cobra.Command {
 		Short: "Run the bucket conformance suite against the configured bucket (bucket.use)",
 		Long: `Run the bucket conformance suite (conformance/buckettest) against the bucket
 that plugins.yaml chooses, loaded as serve loads it (the embedded defaults,
---config, then WASMKEEP_* variables), and print each rule passed or failed,
+--config, then WASMKEEP_* variables, then --bucket), and print each rule passed or failed,
 and each capability the suite reports but WasmKeep does not need (a
 conditional delete, byte order across /) present or lacking. The run writes
 under --prefix plus a name of its own, deletes what it wrote, and exits with
@@ -50,12 +51,14 @@ status 1 if any rule failed, or at once, saying why, if the bucket cannot be
 listed at all. The bucket must be one a node may write to: the start-time
 probe writes (and deletes) under probe/.`,
 		Example: `  wasmkeep conformance bucket --config s3.yaml
+  wasmkeep conformance bucket --bucket s3://my-bucket/prod --quick
   WASMKEEP_BUCKET__USE=fs WASMKEEP_BUCKET__FS__DIR=/tmp/b wasmkeep conformance bucket --quick`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return conformanceBucket(cmd, reg, f) },
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "plugins.yaml to layer over the embedded defaults")
+	f.cluster.bind(fl, false) // --bucket, as the other bucket commands take it
 	fl.StringVar(&f.base, "prefix", "buckettest/", "where in the bucket the run writes (under a name of its own); ends in /")
 	fl.IntVar(&f.opts.Writers, "writers", 0, "writers racing on one create and one replace (default 16, --quick 4)")
 	fl.IntVar(&f.opts.Rounds, "rounds", 0, "rounds of each race (default 20, --quick 3)")
@@ -67,7 +70,7 @@ probe writes (and deletes) under probe/.`,
 }
 
 func conformanceBucket(cmd *cobra.Command, reg *plugin.Registry, f conformanceFlags) error {
-	b, ch, err := chosenBucket(reg, f.config)
+	b, ch, err := chosenBucket(reg, f.config, f.cluster.layers(cmd.Flags())...)
 	if err != nil {
 		return err
 	}
