@@ -156,6 +156,14 @@ func anyStrings(v any) []string {
 	return s
 }
 
+// The alert rules are valid, and their unit tests (each rule fires when its
+// condition held long enough, not before) pass.
+func TestAlertRules(t *testing.T) {
+	promtool := tool(t, "promtool", "apt-get install prometheus")
+	run(t, promtool, "check", "rules", "prometheus/alerts.yaml")
+	run(t, promtool, "test", "rules", "prometheus/alerts_test.yaml")
+}
+
 // The image builds with buildah. Its base images come from docker.io, so
 // the build runs only where WASMKEEP_IMAGE_CHECK=1 says it may reach there.
 func TestImageBuilds(t *testing.T) {
