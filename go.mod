@@ -11,6 +11,7 @@ require (
 	github.com/aws/smithy-go v1.28.9
 	github.com/bytecodealliance/wasmtime-go/v39 v39.0.1
 	github.com/coder/websocket v1.8.15
+	github.com/coreos/go-systemd/v22 v22.6.0
 	github.com/go-viper/mapstructure/v2 v2.4.0
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/go-plugin v1.8.0

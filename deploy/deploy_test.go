@@ -62,9 +62,9 @@ func TestSystemdUnit(t *testing.T) {
 	if out := run(t, analyze, "verify", copied); out != "" {
 		t.Errorf("systemd-analyze verify:\n%s", out)
 	}
-	// The server does not notify systemd (no sd_notify): Type=notify would
-	// time out its start. A clean stop takes up to about 29 s.
-	for _, line := range []string{"Type=exec", "TimeoutStopSec=30", "LimitNOFILE=65536", "Restart=on-failure"} {
+	// The server tells systemd when it is ready (sd_notify; a test in
+	// cmd/wasmkeep). A clean stop takes up to about 29 s.
+	for _, line := range []string{"Type=notify", "TimeoutStopSec=30", "LimitNOFILE=65536", "Restart=on-failure"} {
 		if !regexp.MustCompile(`(?m)^` + line + `$`).Match(unit) {
 			t.Errorf("the unit lacks %s", line)
 		}

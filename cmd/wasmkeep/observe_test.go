@@ -5,8 +5,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,8 +20,9 @@ import (
 // --pprof it serves Go's profiler under /debug/pprof/ too, never on the
 // public listener. --pprof without --metrics-listen is refused, naming
 // both. --access-log logs a line a request with its actor, status and
-// duration, a WebSocket's upgrade (101) too, which still works through it
-// (issue 29).
+// duration, a WebSocket's upgrade (101) too, which still works through it.
+// Under systemd (NOTIFY_SOCKET) the node says READY=1 once ready and
+// STOPPING=1 as it stops, for a Type=notify unit (issue 29).
 func TestMetricsPageAndProfiler(t *testing.T) {
 	engineNeutral(t)
 	t.Parallel()
@@ -30,7 +33,22 @@ func TestMetricsPageAndProfiler(t *testing.T) {
 	}
 	metricsAddr := l.Addr().String()
 	l.Close()
-	url, _, logs := serveBinary(t, bin, withoutWasmkeepVars(), "--data-dir", t.TempDir(), "--actor", "probe="+probe(t),
+	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: filepath.Join(t.TempDir(), "notify"), Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notify.Close()
+	said := func() string {
+		t.Helper()
+		notify.SetReadDeadline(time.Now().Add(30 * time.Second))
+		buf := make([]byte, 256)
+		n, err := notify.Read(buf)
+		if err != nil {
+			t.Fatalf("nothing on NOTIFY_SOCKET: %v", err)
+		}
+		return string(buf[:n])
+	}
+	url, cmd, logs := serveBinary(t, bin, append(withoutWasmkeepVars(), "NOTIFY_SOCKET="+notify.LocalAddr().String()), "--data-dir", t.TempDir(), "--actor", "probe="+probe(t),
 		"--actor", "room="+room(t), "--metrics-listen", metricsAddr, "--pprof", "--access-log")
 	get := func(u string) (int, string) {
 		t.Helper()
@@ -69,6 +87,13 @@ func TestMetricsPageAndProfiler(t *testing.T) {
 		return regexp.MustCompile(`msg=request method=GET path=/actor/probe/x/echo status=200 bytes=\d+ duration=\S+ remote=127\.0\.0\.1:\d+ actor=probe/x`).MatchString(logs.String()) &&
 			regexp.MustCompile(`msg=request method=GET path=/actor/room/lobby/ status=101 .* actor=room/lobby`).MatchString(logs.String())
 	})
+	if got := said(); got != "READY=1" {
+		t.Errorf("NOTIFY_SOCKET got %q first, want READY=1", got)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if got := said(); got != "STOPPING=1" {
+		t.Errorf("NOTIFY_SOCKET got %q as the node stopped, want STOPPING=1", got)
+	}
 	refused(t, bin, nil, []string{"--data-dir", t.TempDir(), "--actor", "probe=" + probe(t), "--pprof"},
 		"node.pprof (--pprof) needs node.metrics_listen (--metrics-listen)")
 }

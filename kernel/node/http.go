@@ -59,7 +59,7 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok\n")
 		return
 	case "/_wasmkeep/ready":
-		if !n.ready() {
+		if !n.Ready() {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return
 		}

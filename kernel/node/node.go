@@ -403,8 +403,8 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	return n, nil
 }
 
-// ready reports whether /_wasmkeep/ready answers 200.
-func (n *Node) ready() bool { return n.notReady() == "" }
+// Ready reports whether /_wasmkeep/ready answers 200.
+func (n *Node) Ready() bool { return n.notReady() == "" }
 
 // notReady says why the node is not ready (metrics.NotReadyReasons), or
 // "": not while stopping, nor while it does not follow its app's current

@@ -22,6 +22,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"golang.org/x/net/netutil"
@@ -29,6 +30,7 @@ import (
 	"github.com/wasmkeep/wasmkeep"
 	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/config"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
@@ -553,6 +555,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) (err error) {
 		defer csrv.Close()
 		log.Info("cluster listener", "listen", cn.listener.Addr().String())
 	}
+	go notifyReady(ctx, n, log)
 	log.Info("serving", "listen", l.Addr().String(), "runtime", rtChoice.Info.Name, "storage", stChoice.Info.Name,
 		slog.GroupAttrs(rtChoice.Info.ID(), rtChoice.Settings()...), slog.GroupAttrs(stChoice.Info.ID(), stChoice.Settings()...),
 		"app", served.String(), "data_dir", ns.DataDir, "open_files", files, "max_connections", fit.connections, "max_instances", fit.instances)
@@ -573,9 +576,28 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) (err error) {
 		return err
 	}
 	stopFollowing()
+	daemon.SdNotify(false, daemon.SdNotifyStopping)
 	err = n.Shutdown(srv, 10*time.Second)
 	log.Info("stopped")
 	return err
+}
+
+// notifyReady tells systemd (a Type=notify unit: NOTIFY_SOCKET set) that
+// the node is up once /_wasmkeep/ready first answers 200: with a bucket,
+// after its lease and two heartbeat listings, not at the first listen.
+// Without NOTIFY_SOCKET it sends nothing.
+func notifyReady(ctx context.Context, n *node.Node, log *slog.Logger) {
+	if os.Getenv("NOTIFY_SOCKET") == "" {
+		return
+	}
+	for !n.Ready() {
+		if clock.Sleep(ctx, clock.Real, 100*time.Millisecond) != nil {
+			return
+		}
+	}
+	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
+		log.Warn("telling systemd the node is ready (NOTIFY_SOCKET)", "err", err)
+	}
 }
 
 // metricsMux serves the metrics page at every path, and Go's profiler
