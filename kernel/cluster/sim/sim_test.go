@@ -108,6 +108,11 @@ func (x *Result) add(r Result) {
 	x.Aimed += r.Aimed
 	x.Pauses += r.Pauses
 	x.AlarmChecks += r.AlarmChecks
+	x.Parks += r.Parks
+	x.HomeWakes += r.HomeWakes
+	x.Relays += r.Relays
+	x.LastSocket += r.LastSocket
+	x.Drained += r.Drained
 }
 
 // A seed replays exactly: the same trace, line for line, and the same
@@ -115,6 +120,7 @@ func (x *Result) add(r Result) {
 func TestSameSeedSameTrace(t *testing.T) {
 	sameTrace(t, 20, func(seed uint64) Config { return Config{Seed: seed} })
 	sameTrace(t, 10, alarmRun)
+	sameTrace(t, 10, socketRun)
 }
 
 func sameTrace(t *testing.T, n uint64, cfg func(seed uint64) Config) {
@@ -140,4 +146,19 @@ func at(lines []string, i int) string {
 		return lines[i]
 	}
 	return "(end)"
+}
+
+// socketRun is a run with the socket home's workload (sockets.go).
+func socketRun(seed uint64) Config { return Config{Seed: seed, SocketHome: true} }
+
+// The socket home (ADR 1055): holds parked at hibernation with a socket
+// open, woken at home through relays from the other nodes, released at the
+// last socket, by drains, lapses and clean stops, under every fault.
+func TestSocketHome(t *testing.T) {
+	start := time.Now()
+	total := runSeeds(t, "TestSocketHome", socketRun)
+	t.Logf("%d seeds in %v: %s", len(seeds()), time.Since(start).Round(time.Millisecond), total)
+	if len(seeds()) >= 20 && (total.Parks == 0 || total.HomeWakes == 0 || total.Relays == 0 || total.LastSocket == 0 || total.Drained == 0) {
+		t.Errorf("no park, wake at home, relay, release at the last socket or by a drain in %d seeds", len(seeds()))
+	}
 }
