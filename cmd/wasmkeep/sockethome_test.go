@@ -10,6 +10,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
 	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
@@ -127,5 +128,39 @@ func TestSocketHomeAcrossNodes(t *testing.T) {
 	}
 	if got := metric(`wasmkeep_websocket_owner_closes_total{reason="sweep"}`); got > 0 {
 		t.Errorf("sockets closed by the owner sweep: %v, want 0", got)
+	}
+}
+
+// The last socket of a parked room releases its record even when the
+// room's close event cannot run (the wake for it finds its record write
+// refused): the socket's freed slot does, pending until the bucket accepts
+// the release. Checked by hand: fails with the freed slot's check removed
+// (the owner sweep would release it only a minute later).
+func TestParkedRecordReleasedAtItsLastSocket(t *testing.T) {
+	engineNeutral(t)
+	t.Parallel()
+	mem := buckettest.NewMemory(buckettest.Flaws{})
+	g := &gatedOwners{Bucket: mem, fail: true, gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+	tn, m := ownedNodeOn(t, g, "a", map[string]string{"room": room(t)}, 200*time.Millisecond)
+	c := dial(t, tn, "/actor/room/quiet/")
+	if got := readText(t, c); got != "welcome 1" {
+		t.Fatalf("first message %q", got)
+	}
+	waitFor(t, 10*time.Second, "the room to park", func() bool { return len(m.Owners.ParkedActors()) == 1 })
+	actor := m.Owners.ParkedActors()[0]
+	g.armed.Store(true)
+	if err := c.Close(websocket.StatusNormalClosure, "bye"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the freed slot to release the parked record", func() bool {
+		return len(m.Owners.ParkedActors()) == 0 && tn.metric(`wasmkeep_parked_releases_total{reason="last_socket"}`) == 1
+	})
+	if rec, _, err := m.Owners.Owner(t.Context(), actor); err != nil || rec.Nobody() || m.Owners.Pending() == 0 {
+		t.Fatalf("with the bucket refusing: record %+v (%v), pending %d; want it still naming a, the release pending", rec, err, m.Owners.Pending())
+	}
+	g.armed.Store(false)
+	waitFor(t, 10*time.Second, "the pending release to land", func() bool { return m.Owners.Pending() == 0 })
+	if rec, _, err := m.Owners.Owner(t.Context(), actor); err != nil || !rec.Nobody() {
+		t.Fatalf("the record once the release landed: %+v (%v), want it naming nobody", rec, err)
 	}
 }
