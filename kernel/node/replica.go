@@ -304,10 +304,10 @@ func (a *actor) giveUp(ctx context.Context) {
 // closeHeld closes the actor's database and, when it is held, first ships
 // what is left and afterwards releases the hold (hibernation, a clean
 // stop, giving the actor up), or parks it if mayPark and the rules allow
-// (park: a hibernation from the idle drop). A deleted actor's erase still running is
-// stopped first: what it left is history no restore reads, collected
-// after the actor's next snapshot. Index entries still waiting to be
-// removed stay: extra entries, removed as stale once delivered.
+// (park: a hibernation from the idle drop). A deleted actor's erase still
+// running is stopped first: what it left is history no restore reads,
+// collected after the actor's next snapshot. Index entries still waiting
+// to be removed stay: extra entries, removed as stale once delivered.
 func (a *actor) closeHeld(ctx context.Context, mayPark bool) {
 	a.stopErase()
 	a.replaced = nil

@@ -294,9 +294,9 @@ func failureKind(err error) string {
 }
 
 // LeaseLapsed is what the node does when its lease lapsed (every hold
-// already dropped, and parked records turned into pending
-// releases): its WebSockets close with 1012 at once, before any other node
-// may take their actors, and every resident actor is given up once its
+// already dropped, and parked records, how many says parked, turned into
+// pending releases): its WebSockets close with 1012 at once, before any
+// other node may take their actors, and every resident actor is given up once its
 // queued events ran, so none runs on a hold that is gone. Each is taken
 // again, at a new generation, by its next event once the lease is valid
 // again. It does not block.

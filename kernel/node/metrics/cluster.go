@@ -107,7 +107,7 @@ func NewCluster() *Cluster {
 			Name: "wasmkeep_parked_wakes_total", Help: "Wakes of a parked actor on its node (ADR 1055): each one an acquisition at a new generation.",
 		}),
 		parkedReleases: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wasmkeep_parked_releases_total", Help: "Parked ownership records released, by reason: last_socket (the actor's last socket here closed), drain (a drain pass, or an event reaching the draining node), lapse (the node lease lapsed: a pending release), stop (a clean stop).",
+			Name: "wasmkeep_parked_releases_total", Help: "Parked ownership records released, by reason: last_socket (the actor's last socket here closed), drain (a drain pass), lapse (the node lease lapsed: a pending release), stop (a clean stop).",
 		}, []string{"reason"}),
 	}
 }
