@@ -50,9 +50,10 @@ type Config struct {
 	// none.
 	Fenced func(peer string)
 	// Lapsed is called, after every hold was dropped, when no lease write
-	// landed in time (the lease is not valid until one does); nil for
+	// landed in time (the lease is not valid until one does), with how
+	// many parked records the lapse ended (pending releases now); nil for
 	// none. It must not block.
-	Lapsed func()
+	Lapsed func(parked int)
 	// Listed is called after each heartbeat listing with how long it took
 	// and its error, after the View took a successful one; nil for none.
 	Listed func(took time.Duration, err error)
@@ -144,10 +145,10 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 		NodeID: cfg.NodeID, Instance: cfg.Instance, Info: info,
 		Events: nodelease.Events{
 			Lapsed: func() {
-				m.Owners.DropAll()
+				parked := m.Owners.DropAll()
 				log.Warn("node lease lapsed: no lease write landed in time; every actor is given up until one does")
 				if cfg.Lapsed != nil {
-					cfg.Lapsed()
+					cfg.Lapsed(parked)
 				}
 			},
 			Renewed: func() { log.Info("node lease renewed") },

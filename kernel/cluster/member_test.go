@@ -161,7 +161,7 @@ func TestLapseAndRenewal(t *testing.T) {
 		var m *Member
 		lapsed := 0
 		readyInLapsed := true
-		cfg.Lapsed = func() {
+		cfg.Lapsed = func(int) {
 			lapsed++
 			readyInLapsed = m.Ready() || len(m.Owners.Holds()) != 0
 		}

@@ -170,16 +170,16 @@ func (a *actor) run() {
 		select {
 		case <-a.queue.Ready():
 		case <-idle.C():
-			if a.hibernate() {
+			if a.hibernate(true) {
 				return
 			}
 			idle.Reset(a.node.opts.IdleTimeout)
 		case <-a.evict:
-			if a.hibernate() {
+			if a.hibernate(true) {
 				return
 			}
 		case <-a.stopCh:
-			if a.hibernate() {
+			if a.hibernate(false) {
 				return
 			}
 		}
@@ -187,13 +187,14 @@ func (a *actor) run() {
 }
 
 // hibernate drops the instance and closes the database, unless an event
-// arrived meanwhile.
-func (a *actor) hibernate() bool {
+// arrived meanwhile. From the idle drop (the idle timeout, an eviction;
+// not a stop) its hold may be parked rather than released (park).
+func (a *actor) hibernate(idleDrop bool) bool {
 	if !a.node.retire(a) {
 		return false
 	}
 	a.discardInstance()
-	a.closeHeld(context.WithoutCancel(a.node.ctx))
+	a.closeHeld(context.WithoutCancel(a.node.ctx), idleDrop && !a.stopped())
 	close(a.done)
 	a.node.closed(a)
 	return true

@@ -336,6 +336,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		PerActor: opts.WebSocketsPerActor, PerNode: opts.WebSocketsPerNode,
 		PingAfter: opts.WebSocketPingAfter, PongWait: opts.WebSocketPongWait, MaxMessage: opts.WebSocketMaxMessage,
 		Queue: opts.WebSocketQueue, QueueBytes: opts.WebSocketQueueBytes,
+		Freed: n.socketFreed,
 	})
 	n.metrics = metrics.New(metrics.Gauges{
 		Resident:        func() float64 { n.mu.Lock(); defer n.mu.Unlock(); return float64(len(n.actors)) },
@@ -450,6 +451,9 @@ func (n *Node) GuestLogDropped() int64 { return n.guestLogs.Dropped() }
 // is closed cleanly.
 func (n *Node) Shutdown(srv *http.Server, grace time.Duration) error {
 	n.beginStop()
+	if n.opts.Cluster != nil {
+		n.releaseAllParked(metrics.ParkedStop) // no park after beginStop; Member.Leave releases one that began before
+	}
 	// The grace is the operator's wall time, and net/http polls its idle
 	// connections on timers of its own: the wall clock, not n.clock.
 	ctx, cancel := context.WithTimeout(context.Background(), grace)

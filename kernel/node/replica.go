@@ -63,7 +63,7 @@ func (n *Node) newReplicas() (*replication.Replicas, error) {
 	if err := os.MkdirAll(tmp, 0o750); err != nil {
 		return nil, err
 	}
-	n.metrics.Register(c.Metrics)
+	n.metrics.Register(c.Metrics, func() int { return len(c.Member.Owners.ParkedActors()) })
 	return replication.New(replication.Config{
 		Bucket: c.Member.State, Clock: n.clock, Driver: n.storage, Root: n.stateDir, Options: n.opts.Storage,
 		TempDir: tmp, Retention: c.Retention,
@@ -127,6 +127,9 @@ func (a *actor) openDatabase(ctx context.Context) (storage.DB, error) {
 		return nil, unavailable("the node cannot take the actor now, retry", err)
 	}
 	n.forgetOwner(a.addr) // a hint learned before must not route its requests once it is released
+	if hold.Unparked {
+		n.opts.Cluster.Metrics.ParkedWake()
+	}
 	start := n.clock.Now()
 	stream, db, err := n.replicas.Open(ctx, a.addr, hold.Generation, replication.HoldValid(owners, hold))
 	if err == nil && hold.TookOver {
@@ -295,16 +298,17 @@ func (a *actor) stopErase() {
 // database dropped, the hold released.
 func (a *actor) giveUp(ctx context.Context) {
 	a.discardInstance()
-	a.closeHeld(ctx)
+	a.closeHeld(ctx, false)
 }
 
 // closeHeld closes the actor's database and, when it is held, first ships
 // what is left and afterwards releases the hold (hibernation, a clean
-// stop, giving the actor up). A deleted actor's erase still running is
-// stopped first: what it left is history no restore reads, collected
-// after the actor's next snapshot. Index entries still waiting to be
-// removed stay: extra entries, removed as stale once delivered.
-func (a *actor) closeHeld(ctx context.Context) {
+// stop, giving the actor up), or parks it if mayPark and the rules allow
+// (park: a hibernation from the idle drop). A deleted actor's erase still
+// running is stopped first: what it left is history no restore reads,
+// collected after the actor's next snapshot. Index entries still waiting
+// to be removed stay: extra entries, removed as stale once delivered.
+func (a *actor) closeHeld(ctx context.Context, mayPark bool) {
 	a.stopErase()
 	a.replaced = nil
 	if a.stream != nil {
@@ -319,7 +323,9 @@ func (a *actor) closeHeld(ctx context.Context) {
 		a.db = nil
 	}
 	if a.stream != nil || a.hold.Generation != 0 {
-		a.releaseHold(a.hold)
+		if !mayPark || a.stream == nil || !a.park(a.hold) {
+			a.releaseHold(a.hold)
+		}
 		a.stream, a.hold = nil, ownership.Hold{}
 	}
 }

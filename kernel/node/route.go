@@ -294,12 +294,16 @@ func failureKind(err error) string {
 }
 
 // LeaseLapsed is what the node does when its lease lapsed (every hold
-// already dropped): its WebSockets close with 1012 at once, before any
-// other node may take their actors, and every resident actor is given up
-// once its queued events ran, so none runs on a hold that is gone. Each is
-// taken again, at a new generation, by its next event once the lease is
-// valid again. It does not block.
-func (n *Node) LeaseLapsed() {
+// already dropped, and parked records, how many says parked, turned into
+// pending releases): its WebSockets close with 1012 at once, before any
+// other node may take their actors, and every resident actor is given up once its
+// queued events ran, so none runs on a hold that is gone. Each is taken
+// again, at a new generation, by its next event once the lease is valid
+// again. It does not block.
+func (n *Node) LeaseLapsed(parked int) {
+	if c := n.opts.Cluster; c != nil {
+		c.Metrics.ParkedReleased(metrics.ParkedLapse, parked)
+	}
 	n.metrics.OwnerClosed(metrics.OwnerCloseLapse, n.ws.CloseAll(websocket.ServiceRestart, "the node lost its lease, reconnect"))
 	n.mu.Lock()
 	for _, a := range n.actors {
@@ -319,9 +323,10 @@ const ownerSweep = time.Minute
 // message.
 func (n *Node) sweepOwners() {
 	for clock.Sleep(n.ctx, n.clock, ownerSweep) == nil {
+		parked := n.sweepParked()
 		for _, key := range n.ws.Keys() {
 			n.mu.Lock()
-			resident := n.actors[key] != nil
+			resident := n.actors[key] != nil || parked[key] // a parked record names this node: nothing to read
 			n.mu.Unlock()
 			tenant, rest, _ := strings.Cut(key, "/")
 			class, name, _ := strings.Cut(rest, "/")

@@ -135,6 +135,10 @@ func (n *Node) handOver(say func(nodelease.Taking)) nodelease.Taking {
 		}
 		return nodelease.Drained
 	}
+	// Every pass, before the hand-overs (ADR 1055): a park that checked
+	// the node took actors just before the drain began lands after the
+	// first.
+	n.releaseAllParked(metrics.ParkedDrain)
 	if !n.holdsAny() {
 		return nodelease.Drained
 	}

@@ -153,9 +153,9 @@ func joinCluster(ctx context.Context, cfg *config.Config, served app.Name, liste
 			cm.Fence()
 			log.Warn("fenced a node that stopped renewing its lease: its actors are free", "peer", peer)
 		},
-		Lapsed: func() {
+		Lapsed: func(parked int) {
 			if n := cn.node.Load(); n != nil {
-				n.LeaseLapsed()
+				n.LeaseLapsed(parked)
 			}
 		},
 		Listed: func(took time.Duration, err error) {

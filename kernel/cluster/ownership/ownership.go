@@ -7,7 +7,11 @@
 // ends with a release (the record naming nobody, If-Match on the
 // acquisition's version, generation kept). Releases that did not land and
 // acquisitions whose outcome is unknown are kept and resolved by a
-// background pass, under one lock per actor. It is logic over a bucket, a
+// background pass, under one lock per actor. A hold that hibernates with
+// sockets open on its node may be parked instead of released (ADR 1055):
+// the record stays naming this process, nothing acts under it, and it is
+// released later (its last socket, a drain, a clean stop, a lapse) or
+// replaced by the next acquisition here. It is logic over a bucket, a
 // clock and the node lease (the small Lease interface), with no network
 // and no wall-clock call of its own.
 package ownership
@@ -105,6 +109,9 @@ type Hold struct {
 	// TookOver: the record named another process that had not released
 	// the actor (a fenced, stopped or restarted node's).
 	TookOver bool
+	// Unparked: the acquisition replaced a record this process had
+	// parked (a wake of a room at its sockets' node, ADR 1055).
+	Unparked bool
 }
 
 var (
@@ -201,6 +208,7 @@ type Owners struct {
 	mu      sync.Mutex
 	locks   map[Actor]*actorLock
 	holds   map[Actor]Hold
+	parked  map[Actor]Hold // holds ended here whose record is kept (Park)
 	pending []*entry
 }
 
@@ -217,7 +225,7 @@ func New(cfg Config) (*Owners, error) {
 		nodes = cfg.Bucket
 	}
 	return &Owners{b: cfg.Bucket, nodes: nodes, clk: cfg.Clock, lease: cfg.Lease, s: cfg.Settings, floor: cfg.Floor,
-		locks: map[Actor]*actorLock{}, holds: map[Actor]Hold{}}, nil
+		locks: map[Actor]*actorLock{}, holds: map[Actor]Hold{}, parked: map[Actor]Hold{}}, nil
 }
 
 // lock takes the actor's lock; the returned func gives it back.
@@ -321,6 +329,11 @@ func (o *Owners) Acquire(ctx context.Context, a Actor) (Hold, error) {
 	defer o.lock(a)()
 	o.mu.Lock()
 	h, ok := o.holds[a]
+	p, parked := o.parked[a]
+	if !ok && parked && bugs.AdoptParked && o.lease.Valid() { // false unless a simulation test plants the bug
+		delete(o.parked, a)
+		o.holds[a], h, ok = p, p, true
+	}
 	o.mu.Unlock()
 	if ok {
 		return h, nil
@@ -328,6 +341,24 @@ func (o *Owners) Acquire(ctx context.Context, a Actor) (Hold, error) {
 	if !o.lease.Valid() {
 		return Hold{}, ErrLeaseInvalid
 	}
+	h, err := o.acquire(ctx, a)
+	var held *HeldError
+	if parked && (err == nil || errors.As(err, &held)) {
+		// The record moved past the parked hold: replaced by this
+		// acquisition, or by another holder's. A wake that wrote nothing
+		// or whose outcome is unknown keeps it: the record may still name
+		// the parked hold, which only its entry can release.
+		o.mu.Lock()
+		delete(o.parked, a)
+		o.mu.Unlock()
+		h.Unparked = err == nil
+	}
+	return h, err
+}
+
+// acquire is Acquire's read and conditional write, under the actor's
+// lock, with no hold here.
+func (o *Owners) acquire(ctx context.Context, a Actor) (Hold, error) {
 	cur, prior, r, found, err := o.read(ctx, a, o.s.AttemptTimeout())
 	if err != nil {
 		return Hold{}, err
@@ -460,12 +491,102 @@ func (o *Owners) Release(ctx context.Context, h Hold) error {
 		}
 		return nil
 	}
+	return o.writeRelease(ctx, h, bucket.Condition{IfVersion: h.Version})
+}
+
+// writeRelease writes the record naming nobody at h's generation under
+// cond, kept as a pending release if that does not land; the actor's lock
+// is held and h is no longer held nor parked here.
+func (o *Owners) writeRelease(ctx context.Context, h Hold, cond bucket.Condition) error {
 	nobody := Record{Generation: h.Generation}
-	if _, err := o.putWithin(ctx, min(ReleaseTimeout, o.s.AttemptTimeout()), h.Actor, nobody, bucket.Condition{IfVersion: h.Version}); err != nil {
+	if _, err := o.putWithin(ctx, min(ReleaseTimeout, o.s.AttemptTimeout()), h.Actor, nobody, cond); err != nil {
 		o.keep(&entry{kind: release, actor: h.Actor, generation: h.Generation, version: h.Version, since: o.clk.Now()})
 		return fmt.Errorf("%w: %s generation %d: %v", ErrReleasePending, h.Actor, h.Generation, err)
 	}
 	return nil
+}
+
+// Park ends h here as a release does (nothing acts under it from now on)
+// but writes nothing: the record keeps naming this process at h's
+// generation, so other nodes route the actor's events here, where the
+// next one acquires it anew at a later generation (a hibernation with
+// sockets open on this node, ADR 1055). The hold leaves the live set and
+// enters the parked one in one step, and only while it may still act: the
+// node lease is valid and h is still this process's hold. It reports
+// whether it parked h; if not, the caller releases it as before.
+func (o *Owners) Park(h Hold) bool {
+	if !o.lease.Valid() {
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	cur, ok := o.holds[h.Actor]
+	if !ok || cur.Generation != h.Generation || cur.Version != h.Version {
+		return false
+	}
+	delete(o.holds, h.Actor)
+	o.parked[h.Actor] = h
+	return true
+}
+
+// Parked reports whether this process keeps the actor's record parked.
+func (o *Owners) Parked(a Actor) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, ok := o.parked[a]
+	return ok
+}
+
+// ParkedActors lists the actors whose records this process keeps parked,
+// in actor order.
+func (o *Owners) ParkedActors() []Actor {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.parkedLocked()
+}
+
+// parkedLocked is the parked actors in actor order (a seeded simulation
+// replays their releases exactly); o.mu is held.
+func (o *Owners) parkedLocked() []Actor {
+	as := make([]Actor, 0, len(o.parked))
+	for a := range o.parked {
+		as = append(as, a)
+	}
+	slices.SortFunc(as, func(a, b Actor) int { return strings.Compare(a.Key(), b.Key()) })
+	return as
+}
+
+// ReleaseParked releases the actor's parked record, under the actor's
+// lock (a wake and a release never interleave): the record naming nobody,
+// If-Match on the parked hold's version, generation kept; one that does
+// not land is kept as a pending release and ErrReleasePending returned.
+// It reports whether there was a parked record to release.
+func (o *Owners) ReleaseParked(ctx context.Context, a Actor) (bool, error) {
+	defer o.lock(a)()
+	o.mu.Lock()
+	h, ok := o.parked[a]
+	delete(o.parked, a)
+	o.mu.Unlock()
+	if !ok {
+		return false, nil
+	}
+	cond := bucket.Condition{IfVersion: h.Version}
+	if bugs.UnconditionalParkedRelease { // false unless a simulation test plants the bug
+		cond = bucket.Condition{}
+	}
+	return true, o.writeRelease(ctx, h, cond)
+}
+
+// ReleaseAllParked releases every parked record (a drain's pass, a clean
+// stop) and says how many there were.
+func (o *Owners) ReleaseAllParked(ctx context.Context) int {
+	n := 0
+	for _, a := range o.ParkedActors() {
+		if ok, _ := o.ReleaseParked(ctx, a); ok { // a failure is kept pending
+			n++
+		}
+	}
+	return n
 }
 
 // pendingLocked reports whether h's release is pending; o.mu is held.
@@ -478,12 +599,13 @@ func (o *Owners) pendingLocked(h Hold) bool {
 	return false
 }
 
-// ReleaseAll releases every hold (a clean stop); it returns how many
-// releases are left pending.
+// ReleaseAll releases every hold and every parked record (a clean stop);
+// it returns how many releases are left pending.
 func (o *Owners) ReleaseAll(ctx context.Context) int {
 	for _, h := range o.Holds() {
 		o.Release(ctx, h) //nolint:errcheck // a failure is kept pending, counted below
 	}
+	o.ReleaseAllParked(ctx)
 	return o.Pending()
 }
 
@@ -506,31 +628,48 @@ func (o *Owners) holdsLocked() []Hold {
 	return hs
 }
 
-// DropAll is the lease's lapse: every hold ends here at once, each kept
-// as a pending release with its generation and acquire version; nothing
-// is written now.
-func (o *Owners) DropAll() {
+// DropAll is the lease's lapse: every hold and every parked record ends
+// here at once, each kept as a pending release with its generation and
+// acquire version; nothing is written now. It returns how many parked
+// records it ended.
+func (o *Owners) DropAll() int {
 	now := o.clk.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, h := range o.holdsLocked() {
 		o.pending = append(o.pending, &entry{kind: release, actor: h.Actor, generation: h.Generation, version: h.Version, since: now})
 	}
+	parked := len(o.parked)
+	for _, a := range o.parkedLocked() {
+		h := o.parked[a]
+		o.pending = append(o.pending, &entry{kind: release, actor: a, generation: h.Generation, version: h.Version, since: now})
+	}
 	clear(o.holds)
+	clear(o.parked)
+	return parked
 }
 
-// Abandon is the lease's loss: every hold and entry is dropped without
-// writing anything (the fence, or the other instance, frees the records).
+// Abandon is the lease's loss: every hold, parked record and entry is
+// dropped without writing anything (the fence, or the other instance,
+// frees the records).
 func (o *Owners) Abandon() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	clear(o.holds)
+	clear(o.parked)
 	o.pending = nil
 }
 
-// Pending is how many releases and acquisitions are unresolved (a drain
-// ends only at zero).
+// Pending is how many releases and acquisitions are unresolved, parked
+// records counted (a drain, and a clean stop's wait, end only at zero).
 func (o *Owners) Pending() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.pending) + len(o.parked)
+}
+
+// unresolved is how many entries the background pass has to resolve.
+func (o *Owners) unresolved() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return len(o.pending)
@@ -588,10 +727,13 @@ func (o *Owners) resolveRelease(ctx context.Context, e *entry) bool {
 }
 
 // resolveAcquire reads the record: naming this process at the generation
-// tried with no hold here, it is a landed write, released If-Match on that
-// read's version (kept as a pending release if that does not land). A
-// record unchanged since the acquisition read it keeps the entry (the
-// write may still land) for ttl + grace; anything else ends it.
+// tried with no hold here (nor a parked record at that generation: a lost
+// acquire followed by one that landed at it, then parked), it is a landed
+// write, released If-Match on that read's version (kept as a pending
+// release if that does not land); a parked record of an earlier
+// generation is behind it then, and forgotten. A record unchanged since
+// the acquisition read it keeps the entry (the write may still land) for
+// ttl + grace; anything else ends it.
 func (o *Owners) resolveAcquire(ctx context.Context, e *entry) bool {
 	rec, body, v, found, err := o.read(ctx, e.actor, o.s.AttemptTimeout())
 	if err != nil {
@@ -600,8 +742,13 @@ func (o *Owners) resolveAcquire(ctx context.Context, e *entry) bool {
 	if found && o.ours(rec, e.generation) {
 		o.mu.Lock()
 		_, held := o.holds[e.actor]
+		p, parked := o.parked[e.actor]
+		if parked && p.Generation != e.generation {
+			delete(o.parked, e.actor) // the landed write moved the record past it
+			parked = false
+		}
 		o.mu.Unlock()
-		if held {
+		if held || parked {
 			return true
 		}
 		if _, err := o.put(ctx, e.actor, Record{Generation: e.generation}, bucket.Condition{IfVersion: v}); err != nil {
@@ -620,7 +767,7 @@ func (o *Owners) Run(ctx context.Context) {
 	base := o.s.Period() / 2
 	wait := base
 	for clock.Sleep(ctx, o.clk, wait) == nil {
-		if o.Pending() == 0 || !o.lease.Valid() {
+		if o.unresolved() == 0 || !o.lease.Valid() {
 			wait = base
 			continue
 		}

@@ -19,7 +19,7 @@ func alarmRun(seed uint64) Config {
 // existing entry for its pending alarm, throughout.
 func TestAlarmIndex(t *testing.T) {
 	start := time.Now()
-	total := runSeeds(t, "TestAlarmIndex", alarmRun)
+	total := runSeeds(t, "TestAlarmIndex", seeds(), alarmRun)
 	t.Logf("%d seeds in %v: %d holds, %d events, %d late uploads, %d late writes, %d crashes, %d cuts, %d zombies; alarms: %d listed, %d replaced removed, %d stale removed, %d newer kept, %d owner fences, %d refused as the bucket had nothing, %d listed on joining, %d aimed faults, %d pauses, %d checks",
 		len(seeds()), time.Since(start).Round(time.Millisecond), total.Holds, total.Events, total.LateUploads, total.LateWrites, total.Crashes, total.Cuts, total.Zombies,
 		total.Listed, total.Replaced, total.StaleRemoved, total.NewerKept, total.OwnerFences, total.HadNothing, total.FirstListings, total.Aimed, total.Pauses, total.AlarmChecks)

@@ -65,6 +65,8 @@ type process struct {
 	ended    bool
 	busy     map[ownership.Actor]bool
 	resident map[ownership.Actor]*resident
+	sockets  map[ownership.Actor]int // open sockets of each actor (sockets.go)
+	draining bool
 }
 
 func (p *process) String() string { return p.n.id + "/" + p.instance }
@@ -89,7 +91,7 @@ func (n *node) start() {
 		return
 	}
 	p := &process{w: w, n: n, index: len(w.procs), instance: fmt.Sprintf("p%d", len(w.procs)), disk: n.disk,
-		busy: map[ownership.Actor]bool{}, resident: map[ownership.Actor]*resident{}}
+		busy: map[ownership.Actor]bool{}, resident: map[ownership.Actor]*resident{}, sockets: map[ownership.Actor]int{}}
 	max := w.settings.MaxSkew
 	switch w.rng.IntN(3) {
 	case 0:
@@ -132,6 +134,11 @@ func (p *process) main() {
 			w.res.Fences++
 			w.mu.Unlock()
 			w.note(p, "fenced %s", peer)
+		},
+		Lapsed: func(int) { // every socket closes with 1012 at a lapse
+			w.mu.Lock()
+			clear(p.sockets)
+			w.mu.Unlock()
 		},
 		Lost: func(err error) {
 			w.mu.Lock()
@@ -230,6 +237,9 @@ func (p *process) session(x ownership.Actor, seed uint64, deliver int64) {
 		p.retire(x, r)
 		r = nil
 	}
+	if r == nil && w.cfg.SocketHome && deliver == 0 && p.relay(x, seed) {
+		return
+	}
 	if r == nil {
 		h, err := m.Owners.Acquire(p.ctx, x)
 		if err != nil {
@@ -246,6 +256,9 @@ func (p *process) session(x ownership.Actor, seed uint64, deliver int64) {
 		}
 		w.mu.Lock()
 		w.newHolds = append(w.newHolds, newHold{p, h})
+		if h.Unparked {
+			w.res.HomeWakes++
+		}
 		w.mu.Unlock()
 		if r, err = p.open(x, h); err != nil {
 			w.note(p, "open %s at generation %d: %v", x, h.Generation, err)
@@ -283,8 +296,10 @@ func (p *process) session(x ownership.Actor, seed uint64, deliver int64) {
 		w.res.Events++
 		w.mu.Unlock()
 	}
-	if !owned || rng.IntN(10) < 6 {
+	if !owned {
 		p.retire(x, r)
+	} else if p.openSocket(x, rng); rng.IntN(10) < 6 {
+		p.hibernate(x, r)
 	}
 }
 
@@ -298,6 +313,12 @@ func (p *process) retire(x ownership.Actor, r *resident) {
 	}
 	w.mu.Unlock()
 	p.close(x, r)
+	p.release(x, r)
+}
+
+// release releases a closed resident's hold.
+func (p *process) release(x ownership.Actor, r *resident) {
+	w := p.w
 	err := p.member.Owners.Release(p.ctx, r.hold)
 	w.note(p, "release %s generation %d: pending %v", x, r.hold.Generation, err != nil)
 }
@@ -309,6 +330,9 @@ func (w *world) wake() {
 		return
 	}
 	w.after(w.wakeGap(), w.wake)
+	if w.cfg.SocketHome && w.rng.IntN(15) == 0 {
+		w.closeSocket()
+	}
 	n := w.nodes[w.rng.IntN(len(w.nodes))]
 	x := w.actors[w.rng.IntN(len(w.actors))]
 	seed := w.rng.Uint64()
@@ -404,6 +428,9 @@ func (n *node) episode() {
 		n.disk, n.fresh = memdb.New(), true
 		w.after(w.ms(500, 3500), n.start)
 		w.after(length, func() { p.heal() })
+	case w.cfg.SocketHome && x < 18:
+		length = w.ms(2000, 20000)
+		p.drain(length)
 	default:
 		length = w.ms(500, 5500)
 		w.tracef("%s stops", p)
@@ -466,8 +493,8 @@ func (p *process) end() {
 // lease or a refused start: a supervisor restarts the process).
 func (w *world) reap() (spawned bool) {
 	w.mu.Lock()
-	notes, holds, ran := w.notes, w.newHolds, w.ranEvents
-	w.notes, w.newHolds, w.ranEvents = nil, nil, nil
+	notes, holds, ran, parks := w.notes, w.newHolds, w.ranEvents, w.parks
+	w.notes, w.newHolds, w.ranEvents, w.parks = nil, nil, nil, nil
 	w.mu.Unlock()
 	slices.SortStableFunc(notes, func(a, b note) int {
 		return cmp.Or(cmp.Compare(a.proc, b.proc), strings.Compare(a.text, b.text))
@@ -478,11 +505,17 @@ func (w *world) reap() (spawned bool) {
 	slices.SortStableFunc(holds, func(a, b newHold) int {
 		return cmp.Or(cmp.Compare(a.p.index, b.p.index), strings.Compare(a.h.Actor.Key(), b.h.Actor.Key()))
 	})
+	for _, nh := range parks {
+		w.parkedAt[holdKey{nh.h.Actor, nh.h.Generation}] = true
+		w.res.Parks++
+	}
 	for _, nh := range holds {
 		k := holdKey{nh.h.Actor, nh.h.Generation}
 		id := holdID{nh.p.String(), string(nh.h.Version)}
 		prev, seen := w.holds[k]
 		switch {
+		case seen && w.parkedAt[k]:
+			w.violation("%s took back its parked hold of %s at generation %d without a write", nh.p, nh.h.Actor, nh.h.Generation)
 		case !seen:
 			w.holds[k] = id
 			w.top[k.actor] = max(w.top[k.actor], k.gen)
@@ -547,6 +580,7 @@ func (w *world) reap() (spawned bool) {
 func (w *world) check() {
 	for _, x := range w.allActors() {
 		var owners []string
+		var procs []*process
 		for _, p := range w.procs {
 			w.mu.Lock()
 			m, dead := p.member, p.dead
@@ -556,10 +590,12 @@ func (w *world) check() {
 			}
 			if h, ok := m.Owners.Owns(x); ok {
 				owners = append(owners, fmt.Sprintf("%s at generation %d", p, h.Generation))
+				procs = append(procs, p)
 			}
 		}
 		if len(owners) > 1 {
 			w.violation("%s owned by %s", x, strings.Join(owners, " and "))
 		}
+		w.checkParked(x, procs)
 	}
 }

@@ -73,3 +73,21 @@ func TestCatchesEventWithoutHoldCheck(t *testing.T) {
 	defer func() { bugs.SkipHoldCheck = false }()
 	caught(t, 200, []string{"ran an event"}, func(seed uint64) Config { return Config{Seed: seed} })
 }
+
+// Planted bug 6: a wake of a parked record takes the parked hold back
+// without writing (ADR 1055 forbids it: every wake is an acquisition at a
+// generation of its own).
+func TestCatchesWakeAdoptingParkedHold(t *testing.T) {
+	bugs.AdoptParked = true
+	defer func() { bugs.AdoptParked = false }()
+	caught(t, 200, []string{"took back its parked hold"}, socketRun)
+}
+
+// Planted bug 7: a parked record's release drops its If-Match on the
+// parked hold's version, so one landing late names nobody over a later
+// hold.
+func TestCatchesUnconditionalParkedRelease(t *testing.T) {
+	bugs.UnconditionalParkedRelease = true
+	defer func() { bugs.UnconditionalParkedRelease = false }()
+	caught(t, 400, []string{"owned by", "made two holds", "ran an event"}, socketRun)
+}

@@ -74,6 +74,8 @@ type Config struct {
 	// FirstUploadBeforeEntry plants an R4 violation: a joining node's
 	// first upload goes before the entry of the alarm it holds.
 	FirstUploadBeforeEntry bool
+	// SocketHome runs the socket home's workload (sockets.go).
+	SocketHome bool
 	// TempDir is where restores build databases (a test's t.TempDir()).
 	TempDir string
 	// Trace, if set, gets every line of the trace.
@@ -113,21 +115,31 @@ type Result struct {
 	Aimed         int // faults aimed at an upload (a joining node's first, and a few others)
 	Pauses        int // processes paused between an acknowledgement and a cleanup
 	AlarmChecks   int // checks of the alarm invariant
-	Settings      string
-	Violations    []string
+	// The socket home (Config.SocketHome):
+	Parks      int // holds parked
+	HomeWakes  int // acquisitions that replaced a parked record
+	Relays     int // events relayed to the process a record names
+	LastSocket int // parked records released as their last socket closed
+	Drained    int // parked records released by a drain pass
+	Settings   string
+	Violations []string
 }
 
 // Failed reports whether an invariant broke.
 func (r Result) Failed() bool { return len(r.Violations) > 0 }
 
 func (r Result) String() string {
-	alarms := ""
+	extra := ""
 	if r.AlarmChecks > 0 {
-		alarms = fmt.Sprintf("; alarms: %d listed, %d replaced removed, %d stale removed, %d newer kept, %d owner fences, %d refused as the bucket had nothing, %d listed on joining, %d aimed faults, %d pauses, %d checks",
+		extra = fmt.Sprintf("; extra: %d listed, %d replaced removed, %d stale removed, %d newer kept, %d owner fences, %d refused as the bucket had nothing, %d listed on joining, %d aimed faults, %d pauses, %d checks",
 			r.Listed, r.Replaced, r.StaleRemoved, r.NewerKept, r.OwnerFences, r.HadNothing, r.FirstListings, r.Aimed, r.Pauses, r.AlarmChecks)
 	}
+	if r.Parks > 0 {
+		extra += fmt.Sprintf("; socket home: %d parks, %d wakes at home, %d relays, %d released at the last socket, %d by drains",
+			r.Parks, r.HomeWakes, r.Relays, r.LastSocket, r.Drained)
+	}
 	return fmt.Sprintf("%d steps, %d requests, %d holds, %d generations, %d events, %d acknowledged writes, %d restores, %d snapshots, %d objects collected, %d late uploads, %d late writes, %d fences, %d leases lost, %d twins refused, %d crashes, %d restarts, %d cuts, %d zombies, %d ties (%s), trace %016x",
-		r.Steps, r.Requests, r.Holds, r.Gens, r.Events, r.Acked, r.Restores, r.Snapshots, r.Collected, r.LateUploads, r.LateWrites, r.Fences, r.Lost, r.Twins, r.Crashes, r.Restarts, r.Cuts, r.Zombies, r.Ties, r.Settings, r.Hash) + alarms
+		r.Steps, r.Requests, r.Holds, r.Gens, r.Events, r.Acked, r.Restores, r.Snapshots, r.Collected, r.LateUploads, r.LateWrites, r.Fences, r.Lost, r.Twins, r.Crashes, r.Restarts, r.Cuts, r.Zombies, r.Ties, r.Settings, r.Hash) + extra
 }
 
 // simApp is the app the simulated nodes serve: ownership, history and
@@ -187,6 +199,7 @@ type world struct {
 	nodes    []*node
 	procs    []*process
 	holds    map[holdKey]holdID
+	parkedAt map[holdKey]bool           // holds parked (sockets.go)
 	top      map[ownership.Actor]uint64 // the highest generation held of each actor
 	stopping bool
 	// What replication acknowledged and restored, by actor.
@@ -205,6 +218,7 @@ type world struct {
 	inbox     []*request
 	notes     []note
 	newHolds  []newHold
+	parks     []newHold
 	ranEvents []ranEvent
 	acks      []ack
 	restores  []restored
@@ -226,7 +240,7 @@ func Run(cfg Config) Result {
 	}
 	w := &world{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5851f42d4c957f2d)),
 		clk: clock.NewManual(Epoch), trace: fnv.New64a(), store: buckettest.NewMemory(buckettest.Flaws{}),
-		mod: map[string]time.Time{}, holds: map[holdKey]holdID{}, top: map[ownership.Actor]uint64{},
+		mod: map[string]time.Time{}, holds: map[holdKey]holdID{}, parkedAt: map[holdKey]bool{}, top: map[ownership.Actor]uint64{},
 		acked: map[ownership.Actor][]ack{}, restoredBy: map[ownership.Actor][]restored{}, states: map[statePos]alarmState{}}
 	w.settings = w.drawSettings()
 	w.res.Settings = fmt.Sprintf("ttl %v grace %v safety %v max skew %v", w.settings.TTL, w.settings.Grace, w.settings.Safety, w.settings.MaxSkew)

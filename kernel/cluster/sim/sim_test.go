@@ -15,6 +15,9 @@ var (
 	seedFlag  = flag.Int64("seed", -1, "run only this seed (with its trace under -v)")
 	seedsFlag = flag.Int("seeds", 200, "how many seeds TestSimulation runs")
 	firstFlag = flag.Int("first", 0, "the first seed TestSimulation runs")
+	// The socket home's run is the base run with more in it: half as many
+	// seeds by default keep the package's time near what it was.
+	socketSeedsFlag = flag.Int("socket-seeds", 100, "how many seeds TestSocketHome runs")
 )
 
 // TestMain runs the simulation on one processor: goroutines woken in one
@@ -35,11 +38,14 @@ func run(t *testing.T, cfg Config) Result {
 	return res
 }
 
-func seeds() []uint64 {
+func seeds() []uint64 { return seedsOf(*seedsFlag) }
+
+// seedsOf is n seeds from -first, or the one -seed names.
+func seedsOf(n int) []uint64 {
 	if *seedFlag >= 0 {
 		return []uint64{uint64(*seedFlag)}
 	}
-	s := make([]uint64, *seedsFlag)
+	s := make([]uint64, n)
 	for i := range s {
 		s[i] = uint64(*firstFlag + i)
 	}
@@ -48,19 +54,19 @@ func seeds() []uint64 {
 
 func TestSimulation(t *testing.T) {
 	start := time.Now()
-	total := runSeeds(t, "TestSimulation", func(seed uint64) Config { return Config{Seed: seed} })
+	total := runSeeds(t, "TestSimulation", seeds(), func(seed uint64) Config { return Config{Seed: seed} })
 	t.Logf("%d seeds in %v: %s", len(seeds()), time.Since(start).Round(time.Millisecond), total)
 	if len(seeds()) >= 20 && (total.LateWrites == 0 || total.LateUploads == 0 || total.Fences == 0 || total.Lost == 0 || total.Collected == 0) {
 		t.Errorf("no late write, late upload, fence, lost lease or collection in %d seeds: the faults did not reach what the invariants guard", len(seeds()))
 	}
 }
 
-// runSeeds runs cfg's run of every seed (seeds()), failing each seed that
+// runSeeds runs cfg's run of every seed of list, failing each seed that
 // broke an invariant with how to run it again (test names the test), and
 // returns the counts summed over the seeds.
-func runSeeds(t *testing.T, test string, cfg func(seed uint64) Config) Result {
+func runSeeds(t *testing.T, test string, list []uint64, cfg func(seed uint64) Config) Result {
 	var total Result
-	for _, seed := range seeds() {
+	for _, seed := range list {
 		c := cfg(seed)
 		if *seedFlag >= 0 && testing.Verbose() {
 			c.Trace = os.Stdout
@@ -108,6 +114,11 @@ func (x *Result) add(r Result) {
 	x.Aimed += r.Aimed
 	x.Pauses += r.Pauses
 	x.AlarmChecks += r.AlarmChecks
+	x.Parks += r.Parks
+	x.HomeWakes += r.HomeWakes
+	x.Relays += r.Relays
+	x.LastSocket += r.LastSocket
+	x.Drained += r.Drained
 }
 
 // A seed replays exactly: the same trace, line for line, and the same
@@ -115,6 +126,7 @@ func (x *Result) add(r Result) {
 func TestSameSeedSameTrace(t *testing.T) {
 	sameTrace(t, 20, func(seed uint64) Config { return Config{Seed: seed} })
 	sameTrace(t, 10, alarmRun)
+	sameTrace(t, 10, socketRun)
 }
 
 func sameTrace(t *testing.T, n uint64, cfg func(seed uint64) Config) {
@@ -140,4 +152,20 @@ func at(lines []string, i int) string {
 		return lines[i]
 	}
 	return "(end)"
+}
+
+// socketRun is a run with the socket home's workload (sockets.go).
+func socketRun(seed uint64) Config { return Config{Seed: seed, SocketHome: true} }
+
+// The socket home (ADR 1055): holds parked at hibernation with a socket
+// open, woken at home through relays from the other nodes, released at the
+// last socket, by drains, lapses and clean stops, under every fault.
+func TestSocketHome(t *testing.T) {
+	start := time.Now()
+	list := seedsOf(*socketSeedsFlag)
+	total := runSeeds(t, "TestSocketHome", list, socketRun)
+	t.Logf("%d seeds in %v: %s", len(list), time.Since(start).Round(time.Millisecond), total)
+	if len(list) >= 20 && (total.Parks == 0 || total.HomeWakes == 0 || total.Relays == 0 || total.LastSocket == 0 || total.Drained == 0) {
+		t.Errorf("no park, wake at home, relay, release at the last socket or by a drain in %d seeds", len(list))
+	}
 }

@@ -32,6 +32,8 @@ type Cluster struct {
 	listingSkipped   prometheus.Counter
 	alarmSweeps      *prometheus.CounterVec
 	alarmSwept       *prometheus.CounterVec
+	parkedWakes      prometheus.Counter
+	parkedReleases   *prometheus.CounterVec
 }
 
 // NewCluster returns the cluster's collectors.
@@ -101,15 +103,45 @@ func NewCluster() *Cluster {
 		alarmSwept: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wasmkeep_alarm_sweep_deliveries_total", Help: "Overdue alarms the sweep handed to this node's timer, by share: own (this node's shard of the live nodes) or anyone (three margins overdue). Rising while no node died: alarms whose owner did not fire them in time.",
 		}, []string{"share"}),
+		parkedWakes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmkeep_parked_wakes_total", Help: "Wakes of a parked actor on its node (ADR 1055): each one an acquisition at a new generation.",
+		}),
+		parkedReleases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmkeep_parked_releases_total", Help: "Parked ownership records released, by reason: last_socket (the actor's last socket here closed), drain (a drain pass), lapse (the node lease lapsed: a pending release), stop (a clean stop).",
+		}, []string{"reason"}),
 	}
 }
 
-// Register puts the cluster's collectors on the node's page.
-func (m *Metrics) Register(c *Cluster) {
+// Why a parked record was released: wasmkeep_parked_releases_total's
+// reasons.
+const (
+	ParkedLastSocket = "last_socket"
+	ParkedDrain      = "drain"
+	ParkedLapse      = "lapse"
+	ParkedStop       = "stop"
+)
+
+// ParkedWake counts a wake of a parked actor.
+func (c *Cluster) ParkedWake() { c.parkedWakes.Inc() }
+
+// ParkedReleased counts n parked records released for reason.
+func (c *Cluster) ParkedReleased(reason string, n int) {
+	c.parkedReleases.WithLabelValues(reason).Add(float64(n))
+}
+
+// Register puts the cluster's collectors on the node's page, with the
+// gauge of the parked records (parked counts them now).
+func (m *Metrics) Register(c *Cluster, parked func() int) {
 	m.reg.MustRegister(c.durableWrite, c.restore, c.restoreFailures, c.snapshotFailures, c.collected,
 		c.collectFailures, c.bucketRequests, c.leaseWrites, c.leaseFailures, c.fences, c.forwards, c.forwardFailures,
 		c.failovers, c.failoverWaits, c.failoverRestore, c.listing, c.listingFailures, c.listingSkipped,
-		c.alarmSweeps, c.alarmSwept)
+		c.alarmSweeps, c.alarmSwept, c.parkedWakes, c.parkedReleases,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "wasmkeep_parked_records", Help: "Ownership records this node keeps for actors that hibernated with sockets open here (ADR 1055).",
+		}, func() float64 { return float64(parked()) }))
+	for _, r := range []string{ParkedLastSocket, ParkedDrain, ParkedLapse, ParkedStop} {
+		c.parkedReleases.WithLabelValues(r)
+	}
 	for _, o := range []string{SweepOK, SweepFailed} {
 		c.alarmSweeps.WithLabelValues(o)
 	}

@@ -51,6 +51,9 @@ type Options struct {
 	PongWait          time.Duration // for the pong before the socket closes
 	MaxMessage        int64         // bytes per client message; larger closes the socket with 1009
 	Queue, QueueBytes int           // messages and bytes queued per socket before a send gets backpressure
+	// Freed is called with a socket's actor once its slot is freed
+	// (Release), outside the hub's lock; nil for none.
+	Freed func(key string)
 }
 
 // Actor is how a socket's events reach the actor behind it.
@@ -136,6 +139,9 @@ func (h *Hub) Release(s *Socket) {
 		delete(h.count, s.Key)
 	}
 	h.mu.Unlock()
+	if h.opts.Freed != nil {
+		h.opts.Freed(s.Key)
+	}
 }
 
 // Show makes an accepted socket one of its actor's connections, before
@@ -446,6 +452,14 @@ func (h *Hub) closeWhere(match func(*Socket) bool, code int, reason string) int 
 		}
 	}
 	return closed
+}
+
+// Open reports whether the actor key has a socket open and not closing
+// (one of its connections).
+func (h *Hub) Open(key string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.byActor[key]) > 0
 }
 
 // Has reports whether the actor key has a socket: open, being opened or

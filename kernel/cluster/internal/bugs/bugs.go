@@ -54,3 +54,13 @@ func Reused(wake bool) uint64 {
 // Collects reports whether Collectable deletes the snapshot it runs
 // after: only while CollectSnapshot is planted.
 func Collects(isSnapshot bool) bool { return CollectSnapshot && isSnapshot }
+
+// AdoptParked: a wake of a parked record takes the parked hold back
+// without writing the record (ADR 1055 forbids it), so two holds share
+// one generation and version.
+var AdoptParked bool
+
+// UnconditionalParkedRelease: the release of a parked record writes the
+// record naming nobody without If-Match on the parked hold's version, so
+// one landing late overwrites a later holder's record.
+var UnconditionalParkedRelease bool

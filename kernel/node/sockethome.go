@@ -1,0 +1,110 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
+	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
+)
+
+// Socket home (ADR 1055, book ADR 0024): a held actor that hibernates from
+// its idle drop (the idle timeout or an eviction) with a socket open here
+// parks its hold instead of releasing it, so its record keeps naming this
+// node: other nodes route its events, upgrades and calls here, where the
+// next one wakes it with an ordinary acquisition at a new generation
+// (ownership.Owners.Acquire), and its clients stay connected. The parked
+// record is released once its last socket here goes (the freed slot, and
+// the owner sweep), at each drain pass, at a clean stop; a lapse turns it
+// into a pending release, a lost lease drops it.
+
+// park parks the actor's hold h as it hibernates, when the rules allow:
+// a socket of the actor is open here and not closing, and the node takes
+// actors (not draining, not shut out of its secrets) and is not stopping.
+// It reports whether it parked h; if not, the caller releases it.
+func (a *actor) park(h ownership.Hold) bool {
+	n := a.node
+	if !n.ws.Open(a.key) || n.takesNone() || n.stopping.Load() {
+		return false
+	}
+	if !n.opts.Cluster.Member.Owners.Park(h) {
+		return false
+	}
+	// Its last socket may have gone since it was checked, its freed slot
+	// finding nothing parked yet: checked again now that it is.
+	n.socketFreed(a.key)
+	return true
+}
+
+// socketFreed releases the parked record of the actor key (tenant/class/
+// name) once it has no socket open here: called as a socket's slot is
+// freed, and by park.
+func (n *Node) socketFreed(key string) {
+	if n.opts.Cluster == nil || n.ws.Open(key) {
+		return
+	}
+	if actor, err := ownerOfKey(key); err == nil {
+		n.releaseParked(actor, metrics.ParkedLastSocket)
+	}
+}
+
+// ownerOfKey names the actor key (tenant/class/name) as its ownership
+// record does.
+func ownerOfKey(key string) (ownership.Actor, error) {
+	tenant, rest, _ := strings.Cut(key, "/")
+	class, name, _ := strings.Cut(rest, "/")
+	return ownerKey(abi.Address{Tenant: tenant, Class: class, Name: name})
+}
+
+// releaseParked releases the actor's parked record, if it has one, and
+// counts it for reason.
+func (n *Node) releaseParked(actor ownership.Actor, reason string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(n.ctx), ownership.ReleaseTimeout)
+	defer cancel()
+	ok, err := n.opts.Cluster.Member.Owners.ReleaseParked(ctx, actor)
+	if ok {
+		n.opts.Cluster.Metrics.ParkedReleased(reason, 1)
+	}
+	if err != nil && !errors.Is(err, ownership.ErrReleasePending) {
+		n.log.Warn("releasing a parked ownership record", "actor", actor.String(), "err", err)
+	}
+}
+
+// releaseAllParked releases every parked record, counted for reason (a
+// drain pass, a clean stop).
+func (n *Node) releaseAllParked(reason string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(n.ctx), ownership.ReleaseTimeout)
+	defer cancel()
+	if k := n.opts.Cluster.Member.Owners.ReleaseAllParked(ctx); k > 0 {
+		n.opts.Cluster.Metrics.ParkedReleased(reason, k)
+		n.log.Info("released parked ownership records", "count", k, "reason", reason)
+	}
+}
+
+// sweepParked is the owner sweep's part for parked records: one whose
+// actor has no socket open here any more is released, whatever the reason
+// its sockets went. It returns the actors (tenant/class/name) whose record
+// is parked here with a socket open, which the sweep need not read: their
+// record names this node. A node alone parks nothing.
+func (n *Node) sweepParked() map[string]bool {
+	if n.opts.Cluster == nil {
+		return nil
+	}
+	open := map[ownership.Actor]string{}
+	for _, key := range n.ws.Keys() {
+		if actor, err := ownerOfKey(key); err == nil {
+			open[actor] = key
+		}
+	}
+	parked := map[string]bool{}
+	for _, actor := range n.opts.Cluster.Member.Owners.ParkedActors() {
+		if key, ok := open[actor]; ok {
+			parked[key] = true
+		} else {
+			n.releaseParked(actor, metrics.ParkedLastSocket)
+		}
+	}
+	return parked
+}
