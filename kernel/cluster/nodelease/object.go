@@ -62,6 +62,13 @@ type Info struct {
 	// to a node whose heartbeat names it. Readers ignore words they do not
 	// know.
 	Capabilities []string
+	// Room is how many more actors it would start now (line 14, decimal;
+	// ADR 1054): its instance slots under --max-instances not held by a
+	// busy instance, 0 while it takes none. 0, nothing written, is also
+	// what a node says that does not say (an older build, a full one): no
+	// room, so it is sent no relocated actor. Lease.SetRoom reads it for
+	// each write.
+	Room int
 }
 
 // HasCapability reports whether the node's heartbeat names word.
@@ -95,6 +102,16 @@ func parseTaking(line string) Taking {
 		return t
 	}
 	return Takes
+}
+
+// parseRoom reads line 14; what is not a positive number (absent, or a
+// later build's form) is no room: such a node is never sent a relocated
+// actor.
+func parseRoom(line string) int {
+	if n, err := strconv.Atoi(strings.TrimSpace(line)); err == nil && n > 0 {
+		return n
+	}
+	return 0
 }
 
 // Serving is a deployed version a node runs: the version's id, the seq
@@ -145,6 +162,7 @@ func ParseServing(line string) (Serving, error) {
 //	<"secrets" if it reads the app's secrets; absent if not, or empty when line 12 follows>
 //	<taking: draining, drained or stuck; empty while it serves>
 //	<capabilities: words, space-separated>
+//	<room: how many more actors it would start, decimal; absent for 0>
 //
 // Lines from 11 on are absent when they and every later one are empty.
 //
@@ -237,7 +255,11 @@ func (o Object) Encode() []byte {
 	if o.Info.Secrets {
 		secrets = secretsLine
 	}
-	tail := []string{secrets, string(o.Info.Taking), strings.Join(o.Info.Capabilities, " ")}
+	room := ""
+	if o.Info.Room > 0 {
+		room = strconv.Itoa(o.Info.Room)
+	}
+	tail := []string{secrets, string(o.Info.Taking), strings.Join(o.Info.Capabilities, " "), room}
 	for len(tail) > 0 && tail[len(tail)-1] == "" {
 		tail = tail[:len(tail)-1]
 	}
@@ -255,7 +277,7 @@ const secretsLine = "secrets"
 func Decode(data []byte) (Object, error) {
 	var lines []string
 	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() && len(lines) < 13 {
+	for sc.Scan() && len(lines) < 14 {
 		lines = append(lines, sc.Text())
 	}
 	if len(lines) < 3 || lines[0] != Header {
@@ -296,6 +318,7 @@ func Decode(data []byte) (Object, error) {
 		o.Info.Pins = strings.Split(p, ",")
 	}
 	o.Info.Capabilities = strings.Fields(oneLine(get(12), maxBehind))
+	o.Info.Room = parseRoom(get(13))
 	return o, nil
 }
 
