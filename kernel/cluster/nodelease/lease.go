@@ -79,7 +79,7 @@ type Lease struct {
 	// room is Info.Room as each write is sent (SetRoom), read under mu
 	// and called outside it; nil: 0.
 	room func() int
-	ev  Events
+	ev   Events
 
 	mu      sync.Mutex
 	started bool
