@@ -32,6 +32,7 @@ type Cluster struct {
 	listingSkipped   prometheus.Counter
 	alarmSweeps      *prometheus.CounterVec
 	alarmSwept       *prometheus.CounterVec
+	relocations      *prometheus.CounterVec
 }
 
 // NewCluster returns the cluster's collectors.
@@ -101,6 +102,9 @@ func NewCluster() *Cluster {
 		alarmSwept: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wasmkeep_alarm_sweep_deliveries_total", Help: "Overdue alarms the sweep handed to this node's timer, by share: own (this node's shard of the live nodes) or anyone (three margins overdue). Rising while no node died: alarms whose owner did not fire them in time.",
 		}, []string{"share"}),
+		relocations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmkeep_relocations_total", Help: "Requests and WebSocket upgrades for an actor no node held that this node, every instance slot busy, sent to a peer whose heartbeat said it had room rather than answer 503 (ADR 1054), by outcome: served (the peer answered, not 503), refused (the peer answered 503: full after all, or the actor was taken meanwhile) or failed (no answer: 503, or 504 once written).",
+		}, []string{"outcome"}),
 	}
 }
 
@@ -109,12 +113,15 @@ func (m *Metrics) Register(c *Cluster) {
 	m.reg.MustRegister(c.durableWrite, c.restore, c.restoreFailures, c.snapshotFailures, c.collected,
 		c.collectFailures, c.bucketRequests, c.leaseWrites, c.leaseFailures, c.fences, c.forwards, c.forwardFailures,
 		c.failovers, c.failoverWaits, c.failoverRestore, c.listing, c.listingFailures, c.listingSkipped,
-		c.alarmSweeps, c.alarmSwept)
+		c.alarmSweeps, c.alarmSwept, c.relocations)
 	for _, o := range []string{SweepOK, SweepFailed} {
 		c.alarmSweeps.WithLabelValues(o)
 	}
 	for _, s := range []string{SweptOwn, SweptAnyone} {
 		c.alarmSwept.WithLabelValues(s)
+	}
+	for _, o := range []string{RelocationServed, RelocationRefused, RelocationFailed} {
+		c.relocations.WithLabelValues(o)
 	}
 }
 
@@ -171,6 +178,17 @@ func (c *Cluster) Forwarded(kind, failure string) {
 		c.forwardFailures.WithLabelValues(kind, failure).Inc()
 	}
 }
+
+// How a relocation ended: wasmkeep_relocations_total's outcomes.
+const (
+	RelocationServed  = "served"
+	RelocationRefused = "refused"
+	RelocationFailed  = "failed"
+)
+
+// Relocated counts a request or upgrade sent to a peer with room, by how
+// it ended.
+func (c *Cluster) Relocated(outcome string) { c.relocations.WithLabelValues(outcome).Inc() }
 
 // FailedOver counts a failover and observes its restore.
 func (c *Cluster) FailedOver(restore time.Duration) {
