@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
@@ -93,14 +96,14 @@ func scrape(t *testing.T, u string) string {
 // asked through either node. A request another node forwarded is never
 // relocated again: with b's slots busy and a's heartbeat saying it has
 // room, one marked forwarded gets b's 503, while a client's is started on
-// a, its body with it.
+// a, its body with it, and so is an upgrade for a new room.
 func TestRelocationWhenFull(t *testing.T) {
 	engineNeutral(t)
 	t.Parallel()
 	bucketURL := "file://" + memDir(t)
 	a, b := newPeerNode(t, bucketURL, steadyLease, "a"), newPeerNode(t, bucketURL, steadyLease, "b")
-	a.args = append(a.args, "--max-instances", "10", "--metrics-listen", "127.0.0.1:0")
-	b.args = append(b.args, "--max-instances", "40", "--metrics-listen", "127.0.0.1:0")
+	a.args = append(a.args, "--actor", "room="+room(t), "--max-instances", "10", "--metrics-listen", "127.0.0.1:0")
+	b.args = append(b.args, "--actor", "room="+room(t), "--max-instances", "40", "--metrics-listen", "127.0.0.1:0")
 	b.env = append(b.env, "WASMKEEP_NODE__IDLE_TIMEOUT=1s") // its slots free for its own wave below
 	startNodes(t, a, b)
 	aMetrics, bMetrics := "http://"+metricsAddr(t, a.logs)+"/metrics", "http://"+metricsAddr(t, b.logs)+"/metrics"
@@ -148,6 +151,17 @@ func TestRelocationWhenFull(t *testing.T) {
 	}
 	if r := sendOne("POST", b.url+"/actor/probe/back/echo", "hello", "", ""); r.code != 200 || r.node != "a" || r.body != "POST /echo? 5" {
 		t.Errorf("a client's request to a full b: %+v, want it started on a, its body with it", r)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	ws, up, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(b.url, "http")+"/actor/room/elsewhere/", nil)
+	if err != nil {
+		t.Errorf("an upgrade for a new room through a full b: %v", err)
+	} else {
+		ws.CloseNow()
+		if got := up.Header.Get(peers.NodeHeader); got != "a" {
+			t.Errorf("an upgrade for a new room through a full b was accepted by node %q, want a", got)
+		}
 	}
 	for _, r := range <-wave {
 		if r.code != 200 || r.node != "b" {
