@@ -39,10 +39,13 @@
 //     cluster near a tenth of the default timings, -alarms alarms due at
 //     one instant on a node killed just before it: their lateness and the
 //     rate at which the two live nodes' sweeps recover them.
+//   - relocation when a node is full (relocate.go): on a fifth cluster,
+//     -relocate new actors held busy at once through a node with a fifth
+//     as many instance slots: the 503s with its peers' room and alone.
 //
 // It prints tables and writes <out>/<date>-<commit>-cluster.csv.
 //
-//	wkcluster -wasmkeep BIN -guest probe.wasm [-kills 20] [-samples 2000] [-deploys 20] [-secrets 20] [-alarms 1000] [-quick]
+//	wkcluster -wasmkeep BIN -guest probe.wasm [-kills 20] [-samples 2000] [-deploys 20] [-secrets 20] [-alarms 1000] [-relocate 200] [-quick]
 package main
 
 import (
@@ -79,6 +82,8 @@ type config struct {
 	secrets         int
 	secretsKey      string // the deploy cluster's nodes' --secrets-key, once made
 	alarms          int
+	relocate        int           // new actors of the relocation rows' load
+	relocateBusy    time.Duration // how long each of them is busy
 	shortLease      bool
 	tmp, out        string
 }
@@ -93,6 +98,7 @@ func run(args []string, stdout io.Writer) error {
 	fl.IntVar(&c.deploys, "deploys", 20, "deploys of the rollout rows; 0: none")
 	fl.IntVar(&c.secrets, "secrets", 20, "secrets changes of the secrets rows (on the deploy cluster); 0: none")
 	fl.IntVar(&c.alarms, "alarms", 1000, "alarms of the alarm recovery rows; 0: none")
+	fl.IntVar(&c.relocate, "relocate", 200, "new actors asked for at once through a node with a fifth of that many instance slots, in the relocation rows; 0: none")
 	fl.BoolVar(&c.shortLease, "short-lease", false, "a 2 s node lease (WASMKEEP_CLUSTER__*) instead of the defaults: starts and takeovers in seconds, not the book's timings")
 	quick := fl.Bool("quick", false, "small counts and -short-lease: checks the harness, measures nothing worth keeping")
 	fl.StringVar(&c.out, "out", "bench/results", "where the CSV goes")
@@ -103,7 +109,11 @@ func run(args []string, stdout io.Writer) error {
 		return errors.New("-wasmkeep and -guest are required (bench/README.md, wkcluster)")
 	}
 	if *quick {
-		c.kills, c.samples, c.deploys, c.secrets, c.alarms, c.shortLease = 2, 100, 4, 2, 50, true
+		c.kills, c.samples, c.deploys, c.secrets, c.alarms, c.relocate, c.shortLease = 2, 100, 4, 2, 50, 20, true
+	}
+	c.relocateBusy = 2 * time.Second
+	if *quick {
+		c.relocateBusy = time.Second
 	}
 	c.warmup = max(c.samples/10, 20)
 	commit, err := measure.CheckoutCommit()
@@ -118,8 +128,9 @@ func run(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "wkcluster: %s at %s, data on %s, load %s\n", c.bin, commit, res.DataFS, measure.LoadAverage())
 
 	lat := map[string]latencies{}
-	nothing := map[string]bool{"tls": c.samples == 0 && c.kills == 0, "plain": c.samples == 0, "deploy": c.deploys == 0 && c.secrets == 0, "alarms": c.alarms == 0}
-	for _, mode := range []string{"tls", "plain", "deploy", "alarms"} {
+	nothing := map[string]bool{"tls": c.samples == 0 && c.kills == 0, "plain": c.samples == 0, "deploy": c.deploys == 0 && c.secrets == 0,
+		"alarms": c.alarms == 0, "relocate": c.relocate == 0}
+	for _, mode := range []string{"tls", "plain", "deploy", "alarms", "relocate"} {
 		if nothing[mode] {
 			continue
 		}
@@ -139,6 +150,8 @@ func run(args []string, stdout io.Writer) error {
 			rows, err = c.appRows(stdout, cl)
 		case mode == "alarms":
 			rows, err = c.alarmRecovery(stdout, cl)
+		case mode == "relocate":
+			rows, err = c.relocation(stdout, cl)
 		case c.samples > 0:
 			lat[mode], err = c.latencies(stdout, cl)
 		}
@@ -174,7 +187,8 @@ var shortLease = []string{"WASMKEEP_CLUSTER__TTL=2s", "WASMKEEP_CLUSTER__GRACE=0
 type cluster struct {
 	// tls: cluster listeners; plain: --cluster-plaintext accept; deploy:
 	// cluster listeners, the nodes serving deployApp; alarms: cluster
-	// listeners, alarmLease
+	// listeners, alarmLease; relocate: cluster listeners, node a with few
+	// instance slots (relocate.go)
 	mode      string
 	bucketDir string // the bucket-fs directory
 	nodes     []*node
@@ -240,6 +254,9 @@ func (c *config) startCluster(stdout io.Writer, mode string) (*cluster, error) {
 		if mode == "alarms" { // a holds every actor: none hibernates, releasing it
 			srv.Env = alarmLease
 			srv.ServeArgs = append(srv.ServeArgs, "--max-instances", strconv.Itoa(c.alarms+100), alarmCPUBudget)
+		}
+		if mode == "relocate" && id == "a" { // the node the uneven load goes through
+			srv.ServeArgs = append(srv.ServeArgs, "--max-instances", strconv.Itoa(relocateSlots(c.relocate)))
 		}
 		n := &node{id: id, srv: srv, dataDir: filepath.Join(dir, id), logPath: filepath.Join(dir, id+".log")}
 		addr, err := measure.FreeAddr()

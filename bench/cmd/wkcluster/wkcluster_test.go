@@ -14,7 +14,8 @@ import (
 )
 
 // TestQuickRun runs wkcluster -quick (two kills on a 2 s lease, 100
-// samples, four deploys, four secrets changes, 50 alarms recovered) and
+// samples, four deploys, four secrets changes, 50 alarms recovered, 20
+// actors through a node with 4 slots) and
 // checks the CSV: every row there, each with a positive value (never how
 // large) but what TLS adds, which may come out below zero in a run this
 // short, and the requests failed during the deploys and the secrets
@@ -41,7 +42,8 @@ func TestQuickRun(t *testing.T) {
 	metrics := []string{"takeover_p50", "takeover_p99", "takeover_min", "takeover_max", "takeover_kills",
 		"deploy_serving_p50", "deploy_serving_p99", "deploy_serving_max", "deploy_count", "deploy_load_requests",
 		"secrets_count", "secrets_polls",
-		"alarm_recovery_late_p50", "alarm_recovery_late_p99", "alarm_recovery_all_ran", "alarm_recovery_rate_per_node", "alarm_recovery_alarms"}
+		"alarm_recovery_late_p50", "alarm_recovery_late_p99", "alarm_recovery_all_ran", "alarm_recovery_rate_per_node", "alarm_recovery_alarms",
+		"relocate_requests", "relocate_503_alone", "relocate_avoided", "relocate_served_by_peers", "relocate_local_p50", "relocate_relocated_p50"}
 	// Every node's time to serve a change, and each node's slowest, are
 	// above the CSV's resolution (0.1 s): rows of a single node's p50 and
 	// p99 may round to 0 (a node that read the set while the command was
@@ -67,7 +69,7 @@ func TestQuickRun(t *testing.T) {
 	// Measurements that may be 0: a run this short may read no record
 	// (owner hints) and no lease meanwhile.
 	present := []string{"get_forward_tls_added_p50", "deploy_load_failed", "secrets_polls_failed", "alarm_recovery_ran_twice",
-		"forward_bucket_gets_per_request_tls", "forward_bucket_gets_per_request_plain"}
+		"forward_bucket_gets_per_request_tls", "forward_bucket_gets_per_request_plain", "relocate_503_with_peers"}
 	present = append(present, perNode...)
 	for _, m := range present {
 		if _, ok := values[m]; !ok {
