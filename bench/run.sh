@@ -30,8 +30,10 @@
 #                             actors.call across nodes against one node, and a
 #                             deploy's rollout to every node under load (20
 #                             deploys, -deploys N), a secret's (20 secrets
-#                             set, -secrets N) and alarm recovery after the
-#                             holder's death (-alarms N); writes ...-cluster.csv
+#                             set, -secrets N), alarm recovery after the
+#                             holder's death (-alarms N) and the 503s
+#                             relocation avoids when one node is full
+#                             (-relocate N); writes ...-cluster.csv
 #   ./bench/run.sh kv         bench/cmd/wkkv: the key-value shard class (sdk/go/kv)
 #                             on one node: get, local put and durable put through
 #                             one shard, wazero then wasmtime; writes ...-kv.csv

@@ -303,7 +303,7 @@ func TestClusterStatusAndForget(t *testing.T) {
 	wantCluster(t, bin, down, "s3://down", 2, []string{`reading nodes/a: .*connection refused`}, "fence", "a")
 
 	url, cmd, logs := serveBinary(t, bin, env, "--data-dir", t.TempDir(), "--actor", "counter="+counter(t), "--bucket", bucketURL, "--node-id", "a")
-	wantCluster(t, bin, env, bucketURL, 0, []string{`(?m)^a +yes +[\d.]+m?s +serving +\S+ +default/default +- +` + regexp.QuoteMeta(url) + ` +https://127\.0\.0\.1:\d+ +[0-9a-f]{16}\.\.\.$`, `1 of 1 nodes live; TLS: 1 with a cluster listener, 0 plain`}, "status")
+	wantCluster(t, bin, env, bucketURL, 0, []string{`(?m)^a +yes +[\d.]+m?s +serving +\d+ +\S+ +default/default +- +` + regexp.QuoteMeta(url) + ` +https://127\.0\.0\.1:\d+ +[0-9a-f]{16}\.\.\.$`, `1 of 1 nodes live; TLS: 1 with a cluster listener, 0 plain`}, "status")
 	out := wantCluster(t, bin, env, bucketURL, 0, nil, "status", "--json")
 	var st struct {
 		Live  int `json:"live"`

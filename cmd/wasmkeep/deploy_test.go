@@ -299,7 +299,7 @@ func TestDeployFollowedInStatus(t *testing.T) {
 	}
 	v1 := deployed(d.must("--actor", "counter="+counter(t), "--config", "counter="+writeFile(t, "1.env", "ROUND=1\n")))
 	serveBinary(t, d.bin, env, "--data-dir", t.TempDir(), "--bucket", bucketURL, "--node-id", "a", "--app", "acme/shop")
-	wantCluster(t, d.bin, env, bucketURL, 0, []string{`(?m)^a +yes +\S+ +serving +\S+ +acme/shop +` + v1 + ` \(seq 1\) `,
+	wantCluster(t, d.bin, env, bucketURL, 0, []string{`(?m)^a +yes +\S+ +serving +\d+ +\S+ +acme/shop +` + v1 + ` \(seq 1\) `,
 		`(?m)^acme/shop +` + v1 + ` +1$`}, "status")
 
 	v2 := deployed(d.must("--config", "counter="+writeFile(t, "2.env", "ROUND=2\n")))

@@ -164,6 +164,9 @@ func (n *Node) serveActor(w http.ResponseWriter, r *http.Request, c *class, rout
 	}
 	ev := &event{ctx: r.Context(), payload: payload, reply: make(chan outcome, 1), placed: true}
 	if err := n.deliver(r.Context(), c, route.Name, ev); err != nil {
+		if to, ok := n.relocate(w, r, c, route.Name, err, payload); ok {
+			return tried{sentTo: to}, false
+		}
 		n.refuse(w, err)
 		return tried{}, false
 	}

@@ -400,6 +400,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	}
 	if n.opts.Cluster != nil {
 		go n.runTaking()
+		n.opts.Cluster.Member.Lease.SetRoom(n.room)
 	}
 	return n, nil
 }

@@ -40,17 +40,25 @@ const callErrorHeader = "x-wasmkeep-call-error"
 // since) is not answered: the hint is dropped and the caller places it
 // again from the record.
 func (n *Node) forward(w http.ResponseWriter, r *http.Request, e *placement.Elsewhere) bool {
-	cm := n.opts.Cluster.Metrics
 	if r.Header.Get(peers.ForwardedHeader) != "" {
 		n.refuse(w, e)
 		return true
 	}
+	_, f := n.forwardOnce(w, r, e)
+	return f == nil || !f.Untouched
+}
+
+// forwardOnce sends r to e's node once (peers.Network.Forward) and
+// returns the peer's status, or the failure, which answered w unless it
+// is untouched; it counts the forward.
+func (n *Node) forwardOnce(w http.ResponseWriter, r *http.Request, e *placement.Elsewhere) (int, *peers.Failure) {
+	cm := n.opts.Cluster.Metrics
 	if r.ContentLength > n.opts.MaxBodyBytes {
 		// The holder would refuse it unread and close the connection while
 		// the body is still being sent: a 503 here, for a request that can
 		// never succeed. The answer is the holder's, given here.
 		http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
-		return true
+		return http.StatusRequestEntityTooLarge, nil
 	}
 	kind := metrics.ForwardRequest
 	if websocket.IsUpgrade(r) {
@@ -71,7 +79,7 @@ func (n *Node) forward(w http.ResponseWriter, r *http.Request, e *placement.Else
 		n.forgetOwner(e.Addr)
 	}
 	cm.Forwarded(kind, failure)
-	return f == nil || !f.Untouched
+	return status, f
 }
 
 // forwardUnrun forwards a request whose event did not run because another
@@ -81,14 +89,9 @@ func (n *Node) forward(w http.ResponseWriter, r *http.Request, e *placement.Else
 // whether it answered w.
 func (n *Node) forwardUnrun(w http.ResponseWriter, r *http.Request, out outcome, payload []byte) bool {
 	var e *placement.Elsewhere
-	if n.opts.Cluster == nil || !errors.As(out.err, &e) {
+	if n.opts.Cluster == nil || !errors.As(out.err, &e) || !withBody(r, payload) {
 		return false
 	}
-	req, err := abi.DecodeRequest(payload)
-	if err != nil {
-		return false
-	}
-	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(req.Body)), int64(len(req.Body))
 	return n.forward(w, r, e)
 }
 

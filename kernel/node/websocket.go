@@ -52,6 +52,9 @@ func (n *Node) serveWebSocket(w http.ResponseWriter, r *http.Request, c *class, 
 			http.Error(w, "too many events for this actor, retry", http.StatusServiceUnavailable)
 			return tried{}, false
 		}
+		if to, ok := n.relocate(w, r, c, name, err, nil); ok {
+			return tried{sentTo: to}, false
+		}
 		n.refuse(w, err)
 		return tried{}, false
 	}

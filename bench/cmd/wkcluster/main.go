@@ -39,10 +39,16 @@
 //     cluster near a tenth of the default timings, -alarms alarms due at
 //     one instant on a node killed just before it: their lateness and the
 //     rate at which the two live nodes' sweeps recover them.
+//   - relocation when a node is full (relocate.go): on a fifth cluster,
+//     -relocate new actors held busy at once through a node with a fifth
+//     as many instance slots: the 503s with its peers' room and alone.
+//   - draining a node (drain.go): on a sixth cluster, the time from
+//     `cluster drain` to drained with -drain-idle idle and -drain-busy busy
+//     actors on it, under a load of durable writes through the others.
 //
 // It prints tables and writes <out>/<date>-<commit>-cluster.csv.
 //
-//	wkcluster -wasmkeep BIN -guest probe.wasm [-kills 20] [-samples 2000] [-deploys 20] [-secrets 20] [-alarms 1000] [-quick]
+//	wkcluster -wasmkeep BIN -guest probe.wasm [-kills 20] [-samples 2000] [-deploys 20] [-secrets 20] [-alarms 1000] [-relocate 200] [-drain-idle 1000 -drain-busy 100] [-quick]
 package main
 
 import (
@@ -81,6 +87,8 @@ type config struct {
 	alarms          int
 	drainIdle       int
 	drainBusy       int
+	relocate        int           // new actors of the relocation rows' load
+	relocateBusy    time.Duration // how long each of them is busy
 	shortLease      bool
 	tmp, out        string
 }
@@ -97,6 +105,7 @@ func run(args []string, stdout io.Writer) error {
 	fl.IntVar(&c.alarms, "alarms", 1000, "alarms of the alarm recovery rows; 0: none")
 	fl.IntVar(&c.drainIdle, "drain-idle", 1000, "idle actors on the drained node of the drain rows")
 	fl.IntVar(&c.drainBusy, "drain-busy", 100, "busy actors (a load) on the drained node of the drain rows; with -drain-idle 0: no drain rows")
+	fl.IntVar(&c.relocate, "relocate", 200, "new actors asked for at once through a node with a fifth of that many instance slots, in the relocation rows; 0: none")
 	fl.BoolVar(&c.shortLease, "short-lease", false, "a 2 s node lease (WASMKEEP_CLUSTER__*) instead of the defaults: starts and takeovers in seconds, not the book's timings")
 	quick := fl.Bool("quick", false, "small counts and -short-lease: checks the harness, measures nothing worth keeping")
 	fl.StringVar(&c.out, "out", "bench/results", "where the CSV goes")
@@ -107,7 +116,11 @@ func run(args []string, stdout io.Writer) error {
 		return errors.New("-wasmkeep and -guest are required (bench/README.md, wkcluster)")
 	}
 	if *quick {
-		c.kills, c.samples, c.deploys, c.secrets, c.alarms, c.drainIdle, c.drainBusy, c.shortLease = 2, 100, 4, 2, 50, 50, 10, true
+		c.kills, c.samples, c.deploys, c.secrets, c.alarms, c.drainIdle, c.drainBusy, c.relocate, c.shortLease = 2, 100, 4, 2, 50, 50, 10, 20, true
+	}
+	c.relocateBusy = 2 * time.Second
+	if *quick {
+		c.relocateBusy = time.Second
 	}
 	c.warmup = max(c.samples/10, 20)
 	commit, err := measure.CheckoutCommit()
@@ -122,9 +135,9 @@ func run(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "wkcluster: %s at %s, data on %s, load %s\n", c.bin, commit, res.DataFS, measure.LoadAverage())
 
 	lat := map[string]latencies{}
-	nothing := map[string]bool{"tls": c.samples == 0 && c.kills == 0, "plain": c.samples == 0, "deploy": c.deploys == 0 && c.secrets == 0, "alarms": c.alarms == 0,
-		"drain": c.drainIdle == 0 && c.drainBusy == 0}
-	for _, mode := range []string{"tls", "plain", "deploy", "alarms", "drain"} {
+	nothing := map[string]bool{"tls": c.samples == 0 && c.kills == 0, "plain": c.samples == 0, "deploy": c.deploys == 0 && c.secrets == 0,
+		"alarms": c.alarms == 0, "relocate": c.relocate == 0, "drain": c.drainIdle == 0 && c.drainBusy == 0}
+	for _, mode := range []string{"tls", "plain", "deploy", "alarms", "relocate", "drain"} {
 		if nothing[mode] {
 			continue
 		}
@@ -146,6 +159,8 @@ func run(args []string, stdout io.Writer) error {
 			rows, err = c.alarmRecovery(stdout, cl)
 		case mode == "drain":
 			rows, err = c.drainRows(stdout, cl)
+		case mode == "relocate":
+			rows, err = c.relocation(stdout, cl)
 		case c.samples > 0:
 			lat[mode], err = c.latencies(stdout, cl)
 		}
@@ -181,7 +196,8 @@ var shortLease = []string{"WASMKEEP_CLUSTER__TTL=2s", "WASMKEEP_CLUSTER__GRACE=0
 type cluster struct {
 	// tls: cluster listeners; plain: --cluster-plaintext accept; deploy:
 	// cluster listeners, the nodes serving deployApp; alarms: cluster
-	// listeners, alarmLease; drain: cluster listeners, drainEnv
+	// listeners, alarmLease; relocate: cluster listeners, node a with few
+	// instance slots (relocate.go); drain: cluster listeners, drainEnv
 	mode      string
 	bucketDir string // the bucket-fs directory
 	nodes     []*node
@@ -251,6 +267,9 @@ func (c *config) startCluster(stdout io.Writer, mode string) (*cluster, error) {
 		if mode == "drain" { // a holds every actor until the drain
 			srv.Env = append(slices.Clone(srv.Env), drainEnv...)
 			srv.ServeArgs = append(srv.ServeArgs, "--max-instances", strconv.Itoa(c.drainIdle+c.drainBusy+100), alarmCPUBudget)
+		}
+		if mode == "relocate" && id == "a" { // the node the uneven load goes through
+			srv.ServeArgs = append(srv.ServeArgs, "--max-instances", strconv.Itoa(relocateSlots(c.relocate)))
 		}
 		n := &node{id: id, srv: srv, dataDir: filepath.Join(dir, id), logPath: filepath.Join(dir, id+".log")}
 		addr, err := measure.FreeAddr()

@@ -14,7 +14,8 @@ import (
 )
 
 // TestQuickRun runs wkcluster -quick (two kills on a 2 s lease, 100
-// samples, four deploys, four secrets changes, 50 alarms recovered) and
+// samples, four deploys, four secrets changes, 50 alarms recovered, 20
+// actors through a node with 4 slots) and
 // checks the CSV: every row there, each with a positive value (never how
 // large) but what TLS adds, which may come out below zero in a run this
 // short, and the requests failed during the deploys and the secrets
@@ -42,7 +43,8 @@ func TestQuickRun(t *testing.T) {
 		"deploy_serving_p50", "deploy_serving_p99", "deploy_serving_max", "deploy_count", "deploy_load_requests",
 		"secrets_count", "secrets_polls",
 		"alarm_recovery_late_p50", "alarm_recovery_late_p99", "alarm_recovery_all_ran", "alarm_recovery_rate_per_node", "alarm_recovery_alarms",
-		"drain_idle_actors", "drain_busy_actors", "drain_seconds", "drain_load_requests"}
+		"drain_idle_actors", "drain_busy_actors", "drain_seconds", "drain_load_requests",
+		"relocate_requests", "relocate_503_alone", "relocate_avoided", "relocate_served_by_peers", "relocate_local_p50", "relocate_relocated_p50"}
 	// Every node's time to serve a change, and each node's slowest, are
 	// above the CSV's resolution (0.1 s): rows of a single node's p50 and
 	// p99 may round to 0 (a node that read the set while the command was
@@ -69,7 +71,7 @@ func TestQuickRun(t *testing.T) {
 	// (owner hints) and no lease meanwhile.
 	present := []string{"get_forward_tls_added_p50", "deploy_load_failed", "secrets_polls_failed", "alarm_recovery_ran_twice",
 		"forward_bucket_gets_per_request_tls", "forward_bucket_gets_per_request_plain",
-		"drain_load_unavailable", "drain_load_failed", "drain_lost_writes"}
+		"drain_load_unavailable", "drain_load_failed", "drain_lost_writes", "relocate_503_with_peers"}
 	present = append(present, perNode...)
 	for _, m := range present {
 		if _, ok := values[m]; !ok {

@@ -61,7 +61,9 @@ Apps with a deployed version (apps/TENANT/APP/current) follow: the version
 and its seq.
 STATE is what the node does for its app: serving; behind (it cannot apply
 the app's current version); draining, drained or stuck while it takes no
-actor (cluster drain).
+actor (cluster drain). ROOM is how many more actors the node would start
+now, from its last heartbeat (a full node sends a new actor to a peer with
+room rather than answer 503).
 Warnings: no live node; live nodes mixing plain and the cluster listener;
 live nodes on different versions; a node behind its app; a stuck node; a node serving a
 version older than its app's current a minute after that was deployed, or
@@ -262,6 +264,7 @@ type statusJSON struct {
 	Seq            uint64   `json:"seq"`              // that version's seq
 	Since          string   `json:"since,omitempty"`  // since when it runs it
 	Behind         string   `json:"behind,omitempty"` // why it cannot apply the app's current version
+	Room           int      `json:"room"`             // how many more actors it would start (heartbeat line 14)
 	Advertise      string   `json:"advertise"`
 	ClusterAddress string   `json:"cluster_address"`
 	Pin            string   `json:"pin"`
@@ -316,7 +319,7 @@ func statusAsJSON(out io.Writer, st cluster.Status, s nodelease.Settings, where 
 		} else {
 			o := n.Object
 			j.Lease, j.Instance, j.Version, j.Advertise, j.ClusterAddress = string(o.State), o.Instance, o.Info.Version, o.Info.Advertise, o.Info.ClusterAddr
-			j.App, j.Run, j.Serving, j.Seq, j.Behind = o.Info.App, n.Run(), n.Serving.Version, n.Serving.Seq, o.Info.Behind
+			j.App, j.Run, j.Serving, j.Seq, j.Behind, j.Room = o.Info.App, n.Run(), n.Serving.Version, n.Serving.Seq, o.Info.Behind, o.Info.Room
 			if j.Serving != "" {
 				j.Since = n.Serving.Since.UTC().Format(time.RFC3339Nano)
 			}
@@ -339,10 +342,10 @@ func statusAsJSON(out io.Writer, st cluster.Status, s nodelease.Settings, where 
 func statusTable(out io.Writer, st cluster.Status, s nodelease.Settings, where string) error {
 	fmt.Fprintf(out, "Cluster %s (live: lease written within %v)\n\n", where, s.Horizon().Round(time.Millisecond))
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tLIVE\tAGE\tSTATE\tVERSION\tAPP\tSERVING\tADDRESS\tCLUSTER ADDRESS\tPIN")
+	fmt.Fprintln(tw, "NODE\tLIVE\tAGE\tSTATE\tROOM\tVERSION\tAPP\tSERVING\tADDRESS\tCLUSTER ADDRESS\tPIN")
 	for _, n := range st.Nodes {
 		if n.Err != nil {
-			fmt.Fprintf(tw, "%s\tunreadable\t-\t-\t-\t-\t-\t-\t-\t-\n", cmp.Or(n.ID, nodelease.Prefix))
+			fmt.Fprintf(tw, "%s\tunreadable\t-\t-\t-\t-\t-\t-\t-\t-\t-\n", cmp.Or(n.ID, nodelease.Prefix))
 			continue
 		}
 		live := "no (" + string(n.State) + ")"
@@ -354,7 +357,7 @@ func statusTable(out io.Writer, st cluster.Status, s nodelease.Settings, where s
 		if n.Serving.Version != "" {
 			serving = fmt.Sprintf("%s (seq %d)", n.Serving.Version, n.Serving.Seq)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, live, age(n.Age), n.Run(), dash(i.Version), dash(i.App), serving,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, live, age(n.Age), n.Run(), i.Room, dash(i.Version), dash(i.App), serving,
 			dash(i.Advertise), dash(i.ClusterAddr), dash(shortPin(n.Pin())))
 	}
 	if err := tw.Flush(); err != nil {

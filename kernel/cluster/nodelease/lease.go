@@ -76,7 +76,10 @@ type Lease struct {
 	id  string
 	ins string
 	inf Info // read and changed (SetServing, SetTaking) under mu
-	ev  Events
+	// room is Info.Room as each write is sent (SetRoom), read under mu
+	// and called outside it; nil: 0.
+	room func() int
+	ev   Events
 
 	mu      sync.Mutex
 	started bool
@@ -145,6 +148,26 @@ func (l *Lease) SetTaking(t Taking, why []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.inf.Taking, l.inf.NotTaking = t, why
+}
+
+// SetRoom has each later write say room() as Info.Room, called as the
+// write is sent, outside the lease's lock (room may take the node's
+// locks). It is safe for concurrent use.
+func (l *Lease) SetRoom(room func() int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.room = room
+}
+
+// roomNow is Info.Room for a write sent now; l.mu is not held.
+func (l *Lease) roomNow() int {
+	l.mu.Lock()
+	room := l.room
+	l.mu.Unlock()
+	if room == nil {
+		return 0
+	}
+	return room()
 }
 
 // Instance is this process's instance.
@@ -231,9 +254,10 @@ func (l *Lease) tookLocked(v bucket.Version, writtenAt, sent time.Time) {
 	}
 }
 
-// sendLocked numbers a live write sent now and records its send time,
-// forgetting those whose validity ended; l.mu is held.
-func (l *Lease) sendLocked(now time.Time) Object {
+// sendLocked numbers a live write sent now, saying room (roomNow), and
+// records its send time, forgetting those whose validity ended; l.mu is
+// held.
+func (l *Lease) sendLocked(now time.Time, room int) Object {
 	for seq, t := range l.sent {
 		if !now.Before(t.Add(l.s.Validity())) {
 			delete(l.sent, seq)
@@ -242,7 +266,9 @@ func (l *Lease) sendLocked(now time.Time) Object {
 	l.seq++
 	l.sent[l.seq] = now
 	l.lastSend = now
-	return Object{State: Live, Instance: l.ins, Seq: l.seq, WrittenAt: truncMS(now), Info: l.inf}
+	inf := l.inf
+	inf.Room = room
+	return Object{State: Live, Instance: l.ins, Seq: l.seq, WrittenAt: truncMS(now), Info: inf}
 }
 
 // Start runs the start check, then the first write, again until both pass,
@@ -322,9 +348,10 @@ func (l *Lease) first(ctx context.Context, last Read) bool {
 	if last.Found {
 		cond = bucket.Condition{IfVersion: last.Version}
 	}
+	room := l.roomNow()
 	l.mu.Lock()
 	now := l.clk.Now()
-	o := l.sendLocked(now)
+	o := l.sendLocked(now, room)
 	l.mu.Unlock()
 	v, err := l.put(ctx, o, cond)
 	if err == nil {
@@ -438,13 +465,14 @@ func (l *Lease) run() {
 // A conflict reads nodes/<id> once: this process's own live object is
 // adopted (its reply was lost); anything else loses the lease.
 func (l *Lease) renew() (ok, stop bool) {
+	room := l.roomNow()
 	l.mu.Lock()
 	if l.lost != nil || l.stopped {
 		l.mu.Unlock()
 		return false, true
 	}
 	now := l.clk.Now()
-	o := l.sendLocked(now)
+	o := l.sendLocked(now, room)
 	cond := bucket.Condition{IfVersion: l.version}
 	l.mu.Unlock()
 

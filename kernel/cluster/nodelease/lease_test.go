@@ -844,3 +844,49 @@ func TestCapabilitiesLine(t *testing.T) {
 		t.Errorf("no line 13: %+v, %v", got.Info, err)
 	}
 }
+
+// TestRoomLine: line 14 follows empty lines 11 to 13 when only it says
+// something, is absent at 0 (a full node's lease keeps its bytes), and
+// what is not a positive number reads as no room.
+func TestRoomLine(t *testing.T) {
+	o := Object{State: Live, Instance: "abc", Seq: 7, WrittenAt: time.UnixMilli(1234567), Info: Info{Version: "v1", App: "acme/shop", Room: 12}}
+	const serving = "wasmkeep-node 3\nlive abc 7\n1234567\nv1\n\nacme/shop\n\n\n\n\n"
+	if got := string(o.Encode()); got != serving+"\n\n\n12\n" {
+		t.Fatalf("a node with room: %q", got)
+	}
+	o.Info.Taking, o.Info.Capabilities = Draining, []string{"take"}
+	if got, err := Decode(o.Encode()); err != nil || got.Info.Room != 12 || got.Info.Taking != Draining || !got.Info.HasCapability("take") {
+		t.Errorf("room with lines 12 and 13: read back %+v, %v", got.Info, err)
+	}
+	o.Info = Info{Version: "v1", App: "acme/shop"}
+	if got := string(o.Encode()); got != serving {
+		t.Errorf("a node with no room: %q, want the bytes it had before line 14", got)
+	}
+	for _, line := range []string{"", "0", "-3", "many", "7 slots"} {
+		if got, err := Decode([]byte(serving + "\n\n\n" + line + "\n")); err != nil || got.Info.Room != 0 {
+			t.Errorf("line 14 %q read as room %d, %v; want 0", line, got.Info.Room, err)
+		}
+	}
+}
+
+// SetRoom's figure is read for each write as it is sent.
+func TestSetRoom(t *testing.T) {
+	sim(t, func(t *testing.T, w *world) {
+		a := w.running("a", "i1")
+		var room atomic.Int64
+		room.Store(5)
+		a.SetRoom(func() int { return int(room.Load()) })
+		w.clk.Step(5 * time.Second)
+		if got := w.object("a").Object.Info.Room; got != 5 {
+			t.Errorf("room %d, want 5", got)
+		}
+		room.Store(0)
+		w.clk.Step(5 * time.Second)
+		if got := w.object("a").Object.Info.Room; got != 0 {
+			t.Errorf("room %d after it went to 0", got)
+		}
+		if err := w.stop(a); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

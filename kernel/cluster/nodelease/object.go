@@ -67,6 +67,13 @@ type Info struct {
 	// to a node whose heartbeat names it. Readers ignore words they do not
 	// know.
 	Capabilities []string
+	// Room is how many more actors it would start now (line 14, decimal;
+	// ADR 1054): its instance slots under --max-instances not held by a
+	// busy instance, 0 while it takes none. 0, nothing written, is also
+	// what a node says that does not say (an older build, a full one): no
+	// room, so it is sent no relocated actor. Lease.SetRoom reads it for
+	// each write.
+	Room int
 }
 
 // HasCapability reports whether the node's heartbeat names word.
@@ -108,6 +115,16 @@ func parseTaking(line string) (Taking, []string) {
 		return Takes, nil
 	}
 	return Taking(f[0]), f[1:]
+}
+
+// parseRoom reads line 14; what is not a positive number (absent, or a
+// later build's form) is no room: such a node is never sent a relocated
+// actor.
+func parseRoom(line string) int {
+	if n, err := strconv.Atoi(strings.TrimSpace(line)); err == nil && n > 0 {
+		return n
+	}
+	return 0
 }
 
 // Serving is a deployed version a node runs: the version's id, the seq
@@ -158,6 +175,7 @@ func ParseServing(line string) (Serving, error) {
 //	<"secrets" if it reads the app's secrets; absent if not, or empty when line 12 follows>
 //	<taking: draining, drained or stuck, then its reasons; empty while it serves>
 //	<capabilities: words, space-separated>
+//	<room: how many more actors it would start, decimal; absent for 0>
 //
 // Lines from 11 on are absent when they and every later one are empty.
 //
@@ -254,7 +272,11 @@ func (o Object) Encode() []byte {
 	if o.Info.Taking != Takes {
 		taking = strings.Join(append([]string{string(o.Info.Taking)}, o.Info.NotTaking...), " ")
 	}
-	tail := []string{secrets, taking, strings.Join(o.Info.Capabilities, " ")}
+	room := ""
+	if o.Info.Room > 0 {
+		room = strconv.Itoa(o.Info.Room)
+	}
+	tail := []string{secrets, taking, strings.Join(o.Info.Capabilities, " "), room}
 	for len(tail) > 0 && tail[len(tail)-1] == "" {
 		tail = tail[:len(tail)-1]
 	}
@@ -272,7 +294,7 @@ const secretsLine = "secrets"
 func Decode(data []byte) (Object, error) {
 	var lines []string
 	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() && len(lines) < 13 {
+	for sc.Scan() && len(lines) < 14 {
 		lines = append(lines, sc.Text())
 	}
 	if len(lines) < 3 || lines[0] != Header {
@@ -314,6 +336,7 @@ func Decode(data []byte) (Object, error) {
 		o.Info.Pins = strings.Split(p, ",")
 	}
 	o.Info.Capabilities = strings.Fields(oneLine(get(12), maxBehind))
+	o.Info.Room = parseRoom(get(13))
 	return o, nil
 }
 

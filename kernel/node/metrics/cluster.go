@@ -34,6 +34,7 @@ type Cluster struct {
 	alarmSwept       *prometheus.CounterVec
 	parkedWakes      prometheus.Counter
 	parkedReleases   *prometheus.CounterVec
+	relocations      *prometheus.CounterVec
 }
 
 // NewCluster returns the cluster's collectors.
@@ -109,6 +110,9 @@ func NewCluster() *Cluster {
 		parkedReleases: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wasmkeep_parked_releases_total", Help: "Parked ownership records released, by reason: last_socket (the actor's last socket here closed), drain (a drain pass), lapse (the node lease lapsed: a pending release), stop (a clean stop).",
 		}, []string{"reason"}),
+		relocations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmkeep_relocations_total", Help: "Requests and WebSocket upgrades for an actor no node held that this node, every instance slot busy, sent to a peer whose heartbeat said it had room rather than answer 503 (ADR 1054), by outcome: served (the peer answered, not 503), refused (the peer answered 503: full after all, or the actor was taken meanwhile) or failed (no answer: 503, or 504 once written).",
+		}, []string{"outcome"}),
 	}
 }
 
@@ -135,7 +139,7 @@ func (m *Metrics) Register(c *Cluster, parked func() int) {
 	m.reg.MustRegister(c.durableWrite, c.restore, c.restoreFailures, c.snapshotFailures, c.collected,
 		c.collectFailures, c.bucketRequests, c.leaseWrites, c.leaseFailures, c.fences, c.forwards, c.forwardFailures,
 		c.failovers, c.failoverWaits, c.failoverRestore, c.listing, c.listingFailures, c.listingSkipped,
-		c.alarmSweeps, c.alarmSwept, c.parkedWakes, c.parkedReleases,
+		c.alarmSweeps, c.alarmSwept, c.parkedWakes, c.parkedReleases, c.relocations,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "wasmkeep_parked_records", Help: "Ownership records this node keeps for actors that hibernated with sockets open here (ADR 1055).",
 		}, func() float64 { return float64(parked()) }))
@@ -147,6 +151,9 @@ func (m *Metrics) Register(c *Cluster, parked func() int) {
 	}
 	for _, s := range []string{SweptOwn, SweptAnyone} {
 		c.alarmSwept.WithLabelValues(s)
+	}
+	for _, o := range []string{RelocationServed, RelocationRefused, RelocationFailed} {
+		c.relocations.WithLabelValues(o)
 	}
 }
 
@@ -203,6 +210,17 @@ func (c *Cluster) Forwarded(kind, failure string) {
 		c.forwardFailures.WithLabelValues(kind, failure).Inc()
 	}
 }
+
+// How a relocation ended: wasmkeep_relocations_total's outcomes.
+const (
+	RelocationServed  = "served"
+	RelocationRefused = "refused"
+	RelocationFailed  = "failed"
+)
+
+// Relocated counts a request or upgrade sent to a peer with room, by how
+// it ended.
+func (c *Cluster) Relocated(outcome string) { c.relocations.WithLabelValues(outcome).Inc() }
 
 // FailedOver counts a failover and observes its restore.
 func (c *Cluster) FailedOver(restore time.Duration) {
