@@ -16,6 +16,6 @@ func Info() plugin.Info {
 		API:     contract,
 		Summary: "WebAssembly engine Wasmtime (Cranelift), through its C API; needs cgo",
 		Unavailable: "this build was made with CGO_ENABLED=0; wasmtime needs cgo: " +
-			"rebuild with CGO_ENABLED=1 and a C compiler (go build ./cmd/wasmkeep)",
+			"rebuild with CGO_ENABLED=1 and a C compiler (go build -tags sqlite_fts5 ./cmd/wasmkeep)",
 	}
 }
