@@ -238,6 +238,9 @@ func (a *actor) handle(ev *event) {
 	}
 	end := a.node.clock.Now()
 	a.node.metrics.Event(a.class.name, a.class.stateless, kind, out.err != nil, end.Sub(start))
+	if out.err != nil {
+		a.logFailure(kind, out.err)
+	}
 	a.lastActive.Store(end.UnixNano())
 	a.busy.Store(false)
 	a.answer(ev, out)

@@ -368,24 +368,31 @@ func readBody(b []byte, body io.Reader, limit int64) ([]byte, error) {
 	}
 }
 
+// outcomeStatus is the body and status a client gets for an event that
+// failed with err: never host details.
+func outcomeStatus(err error) (msg string, code int) {
+	var f *failure
+	var elsewhere *placement.Elsewhere
+	msg, code = "internal error", http.StatusInternalServerError
+	switch {
+	case errors.As(err, &elsewhere):
+		msg, code = elsewhere.Error(), http.StatusServiceUnavailable
+	case errors.As(err, &f):
+		msg = f.public
+		switch {
+		case f.status != 0:
+			code = f.status
+		case f.retry:
+			code = http.StatusServiceUnavailable
+		}
+	}
+	return msg, code
+}
+
 // writeOutcome answers the client with how its event ended.
 func writeOutcome(w http.ResponseWriter, out outcome) {
 	if out.err != nil {
-		var f *failure
-		var elsewhere *placement.Elsewhere
-		msg, code := "internal error", http.StatusInternalServerError
-		switch {
-		case errors.As(out.err, &elsewhere):
-			msg, code = elsewhere.Error(), http.StatusServiceUnavailable
-		case errors.As(out.err, &f):
-			msg = f.public
-			switch {
-			case f.status != 0:
-				code = f.status
-			case f.retry:
-				code = http.StatusServiceUnavailable
-			}
-		}
+		msg, code := outcomeStatus(out.err)
 		if code == http.StatusServiceUnavailable {
 			w.Header().Set("Retry-After", "1")
 		}

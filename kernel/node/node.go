@@ -220,11 +220,12 @@ func (o Options) WithDefaults() Options { return o.withDefaults() }
 
 // Node serves actors over HTTP.
 type Node struct {
-	opts    Options
-	log     *slog.Logger
-	clock   clock.Clock // opts.Clock
-	engine  runtime.Engine
-	storage storage.Driver
+	opts     Options
+	log      *slog.Logger
+	failures failureLog  // the limit on failed events' log lines (failures.go)
+	clock    clock.Clock // opts.Clock
+	engine   runtime.Engine
+	storage  storage.Driver
 	// stateDir is the storage root: the app's actor databases, their
 	// sidecars and its alarm index, <data-dir>/state/<tenant>/<app>/ (ADR 1045).
 	stateDir string
