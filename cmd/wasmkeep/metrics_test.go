@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,5 +121,25 @@ func TestMetricsOfRefusals(t *testing.T) {
 	}
 	if got := stopped.metric(`wasmkeep_ready`); got != 0 {
 		t.Errorf("ready after shutdown = %v", got)
+	}
+}
+
+// A node whose data directory's disk has less free than MinFreeDisk is not
+// ready (the book: below 1 GiB, or 5% of a smaller disk), saying why on
+// the metrics page only; with room it is ready (the control: the same
+// disk, a threshold of one byte).
+func TestNotReadyOnAFullDisk(t *testing.T) {
+	for _, c := range []struct {
+		min   int64
+		ready bool
+	}{{1 << 62, false}, {1, true}} {
+		n := startNode(t, node.Options{Classes: map[string]string{"probe": probe(t)}, MinFreeDisk: c.min})
+		code, body := n.do("GET", "/_wasmkeep/ready", "")
+		if (code == 200) != c.ready || strings.Contains(body, "disk") {
+			t.Errorf("min free %d bytes: ready %d %q, want ready %v, no reason given", c.min, code, body, c.ready)
+		}
+		if got, want := n.metric(`wasmkeep_not_ready{reason="disk"}`), map[bool]float64{true: 0, false: 1}[c.ready]; got != want {
+			t.Errorf("min free %d bytes: not_ready{disk} = %v, want %v", c.min, got, want)
+		}
 	}
 }

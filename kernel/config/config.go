@@ -116,6 +116,7 @@ type Node struct {
 	MaxBodyBytes       int64         `koanf:"max_body_bytes" help:"bytes of a request body (and of an actor_call's); more are answered 413"`
 	RequestBodyTimeout time.Duration `koanf:"request_body_timeout" help:"time a client has to send a request's body once its headers arrived; past it 408 and the connection closes"`
 	MaxConnections     int           `koanf:"max_connections" help:"client connections open at once, lowered to fit the open-files limit; more wait in the kernel's backlog"`
+	MinFreeDiskBytes   int64         `koanf:"min_free_disk_bytes" help:"not ready while the data directory's disk has less free than this, or than 5% of a disk smaller than 20 times it; 0 turns the check off"`
 	// A pointer, since unset (the default, from the lease timings) and 0
 	// (off) differ; plugins.yaml gives it no value for that reason.
 	FailoverWaitSecs *int `koanf:"failover_wait_secs" help:"seconds a GET or HEAD without a body, or a WebSocket upgrade, for an actor whose node died is kept until the actor is taken over, instead of a 503 at once; default from the lease timings: ttl + grace + the watch before a fence + a heartbeat period + 1 (25), 0 turns it off"`

@@ -66,6 +66,7 @@ type Options struct {
 	Env           map[string]map[string]string // by class: its configuration (--env), name to value
 	Stateless     string                       // module file of the stateless component ("" for none)
 	Logger        *slog.Logger
+	MinFreeDisk   int64               // [0: no check] not ready while the data directory's disk has less free (disk.go)
 	Build         metrics.Build       // the build, for wasmkeep_build_info
 	Placement     placement.Placement // [Local] where each actor runs: asked before every delivery
 	Clock         clock.Clock         // [clock.Real] what idle timeouts, alarms, admission waits, WebSocket pings, owner hints and metrics read and wait on
@@ -268,10 +269,12 @@ type Node struct {
 
 	replicas *replication.Replicas // with a bucket: the actors' replication (replica.go); nil on a node alone
 
-	stopping atomic.Bool
-	leaving  chan struct{} // closed once stopping begins: kept requests end (beginStop)
-	leave    sync.Once
-	keeping  *keeping // the requests kept through a failover (failover.go)
+	stopping   atomic.Bool
+	diskLow    atomic.Bool   // the data directory's disk has less than MinFreeDisk free (disk.go)
+	diskUnread atomic.Bool   // the last read of its free space failed (logged once)
+	leaving    chan struct{} // closed once stopping begins: kept requests end (beginStop)
+	leave      sync.Once
+	keeping    *keeping // the requests kept through a failover (failover.go)
 	// unreachable are the live peers no connection could be opened to
 	unreachable *unreachable
 	alarms      *alarm.Schedule
@@ -403,6 +406,10 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		go n.runTaking()
 		n.opts.Cluster.Member.Lease.SetRoom(n.room)
 	}
+	if n.opts.MinFreeDisk > 0 {
+		n.readDisk()
+		go n.sampleDisk()
+	}
 	return n, nil
 }
 
@@ -422,6 +429,8 @@ func (n *Node) notReady() string {
 	switch {
 	case n.stopping.Load():
 		return metrics.NotReadyStopping
+	case n.diskLow.Load():
+		return metrics.NotReadyDisk
 	case n.behind() != nil:
 		return metrics.NotReadyBehind
 	case n.secretsBlocked() != nil:

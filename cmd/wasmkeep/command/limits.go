@@ -18,6 +18,7 @@ func limits(ns config.Node) node.Options {
 		CPUBudget:     ms(ns.CPUBudgetMS),
 		HostCPUBudget: ms(ns.HostCPUMS),
 		MaxInstances:  ns.MaxInstances,
+		MinFreeDisk:   minFreeDisk(ns.MinFreeDiskBytes, ns.DataDir),
 		GuestLogRate:  guestLogRate(ns.GuestLogRate),
 		FailoverWait:  optionalSecs(ns.FailoverWaitSecs, node.NoFailoverWait),
 		AlarmSweep:    optionalSecs(ns.AlarmSweepSecs, node.NoAlarmSweep),
@@ -111,4 +112,16 @@ func openFiles() (uint64, error) {
 		return 0, err
 	}
 	return l.Cur, nil
+}
+
+// minFreeDisk is the free space below which the node is not ready: the
+// setting, or 5% of a disk smaller than 20 times it (the book: 1 GiB, or
+// 5% of a smaller disk); the setting as it is when the disk cannot be
+// read.
+func minFreeDisk(setting int64, dataDir string) int64 {
+	var st syscall.Statfs_t
+	if setting <= 0 || syscall.Statfs(dataDir, &st) != nil {
+		return setting
+	}
+	return min(setting, int64(st.Blocks*uint64(st.Bsize)/20))
 }

@@ -194,10 +194,11 @@ const (
 	NotReadyCallSecret = "cluster secret not loaded"
 	NotReadyBehind     = "app version not followed"
 	NotReadySecrets    = "secrets" // the app's secrets cannot be opened
+	NotReadyDisk       = "disk"    // the data directory's disk is nearly full
 )
 
 // NotReadyReasons lists every reason, each a wasmkeep_not_ready series.
-var NotReadyReasons = []string{NotReadyStopping, NotReadyBehind, NotReadySecrets, NotReadyLease, NotReadyPeers, NotReadyCallSecret}
+var NotReadyReasons = []string{NotReadyStopping, NotReadyDisk, NotReadyBehind, NotReadySecrets, NotReadyLease, NotReadyPeers, NotReadyCallSecret}
 
 // Handler serves the metrics page (--metrics-listen).
 func (m *Metrics) Handler() http.Handler {
