@@ -354,7 +354,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) (err error) {
 	}
 	log = newLogger(cmd.ErrOrStderr(), ns.LogFormat, ns.LogLevel)
 	if id := cfg.Cluster.NodeID; id != "" && cfg.Cluster.Bucket != "" {
-		log = log.With("node_id", id) // every line of a cluster's node says which
+		log = slog.New(namingNode{log.Handler(), id}) // every line of a cluster's node says which
 	}
 	// Plugins, and anything else that logs with slog's default, log as
 	// the node does.
@@ -598,6 +598,27 @@ func notifyReady(ctx context.Context, n *node.Node, log *slog.Logger) {
 	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
 		log.Warn("telling systemd the node is ready (NOTIFY_SOCKET)", "err", err)
 	}
+}
+
+// namingNode adds node_id to every record, after the record's own
+// attributes, so a line still begins with what it says
+// (`msg=serving listen=...`), as it did before the id was added.
+type namingNode struct {
+	slog.Handler
+	id string
+}
+
+func (h namingNode) Handle(ctx context.Context, r slog.Record) error {
+	r.AddAttrs(slog.String("node_id", h.id))
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h namingNode) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return namingNode{h.Handler.WithAttrs(attrs), h.id}
+}
+
+func (h namingNode) WithGroup(name string) slog.Handler {
+	return namingNode{h.Handler.WithGroup(name), h.id}
 }
 
 // metricsMux serves the metrics page at every path, and Go's profiler
