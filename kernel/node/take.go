@@ -1,0 +1,150 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/callsign"
+	"github.com/wasmkeep/wasmkeep/kernel/node/address"
+	"github.com/wasmkeep/wasmkeep/kernel/node/alarm"
+	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
+)
+
+// The take call (book ADR 0017; ADR 1052): a signed node call, marked
+// callsign.TakeHeader, that makes its receiver acquire and restore an
+// actor, running no guest code, and arm its committed alarm (the hold's
+// start arms it: scheduleFrom). A node sends it only to a peer whose
+// heartbeat names nodelease.CapabilityTake. A node that takes no actor
+// sends it for an actor it released with an alarm pending (a hand-over),
+// or whose alarm fires here with nobody holding it, so the peer's timer
+// fires the alarm on time rather than the sweep, later.
+
+// holderHeader names, on a take's 409, the node that holds the actor.
+const holderHeader = "x-wasmkeep-holder"
+
+// takeTimeout bounds a take call (the book's 10 s: a restore can take a
+// few).
+const takeTimeout = 10 * time.Second
+
+// takeBody is a take call's signed body: its version and the tenant.
+func takeBody(tenant string) []byte { return []byte("wasmkeep-take 1\n" + tenant + "\n") }
+
+// errNoSuchActor: a take for an actor found nowhere, which it does not
+// create.
+var errNoSuchActor = errors.New("no such actor")
+
+// serveTake answers a verified take call for c/name: 200 once this node
+// holds the actor, restored and its alarm armed; 403 for another tenant;
+// 503 (Retry-After) while it takes no actor or cannot tell or take it
+// now; 404 for an actor that does not exist, which is not created; 409
+// naming the holder (holderHeader) when another node holds it.
+func (n *Node) serveTake(w http.ResponseWriter, r *http.Request, c *class, name string, body []byte) {
+	ctx := r.Context()
+	switch {
+	case !bytes.Equal(body, takeBody(n.opts.App.Tenant)):
+		http.Error(w, "a take for another tenant, or of another version: this node serves tenant "+n.opts.App.Tenant, http.StatusForbidden)
+		return
+	case n.takesNone():
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "this node takes no actor now", http.StatusServiceUnavailable)
+		return
+	case c.stateless:
+		http.Error(w, "not an actor", http.StatusNotFound)
+		return
+	}
+	// A hint learned while forwarding to the old holder must not answer
+	// for the record.
+	n.forgetOwner(abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: name})
+	found, err := n.exists(ctx, c, name)
+	switch {
+	case err != nil:
+		n.log.Warn("a take: whether the actor exists could not be checked in the bucket", "actor", n.actorKey(c, name), "err", err)
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "whether the actor exists cannot be checked now, retry", http.StatusServiceUnavailable)
+		return
+	case !found:
+		http.Error(w, "unknown actor "+address.EscapeName(name), http.StatusNotFound)
+		return
+	}
+	ev := &event{ctx: ctx, take: true, reply: make(chan outcome, 1)}
+	err = n.deliver(ctx, c, name, ev)
+	refused := err != nil
+	if !refused {
+		select {
+		case out := <-ev.reply:
+			if out.skipped {
+				return // the sender left
+			}
+			err = out.err
+		case <-ctx.Done():
+			return
+		}
+	}
+	var elsewhere *placement.Elsewhere
+	switch {
+	case err == nil:
+		io.WriteString(w, "taken\n")
+	case errors.As(err, &elsewhere) && !elsewhere.Owner.Taker:
+		w.Header().Set(holderHeader, elsewhere.Owner.Node)
+		http.Error(w, "held by node "+elsewhere.Owner.Node, http.StatusConflict)
+	case refused:
+		n.refuse(w, err)
+	default:
+		writeOutcome(w, outcome{err: err})
+	}
+}
+
+// taken ends a take event once the actor's database is open under this
+// node's hold: its alarm was armed as the hold started, from the
+// database, which must be readable (or the sender keeps its own
+// registration and asks again).
+func (a *actor) taken(ctx context.Context) outcome {
+	if a.db != nil {
+		if _, _, _, err := alarm.Read(ctx, a.db); err != nil {
+			return outcome{err: unavailable("the actor's alarm cannot be read now, retry", err)}
+		}
+	}
+	return outcome{}
+}
+
+// errTakeRefused is a take the peer did not carry out.
+var errTakeRefused = errors.New("the peer did not take the actor")
+
+// sendTake asks peer to take class's actor name: nil once peer holds it
+// (200, or 409 naming peer itself).
+func (n *Node) sendTake(ctx context.Context, peer, class, name string) error {
+	cl := n.opts.Cluster
+	if cl.Signer == nil {
+		return errors.New("calls between nodes are off: the cluster secret could not be read")
+	}
+	ctx, cancel := clock.WithTimeout(ctx, n.clock, takeTimeout)
+	defer cancel()
+	body := takeBody(n.opts.App.Tenant)
+	target := "/actor/" + class + "/" + address.EscapeName(name) + "/"
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://wasmkeep"+address.EscapeTarget(target), bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	cl.Signer.Sign(callsign.Call{Target: peer, App: n.opts.App.String(), Method: http.MethodPost, Path: hr.URL.RequestURI(), Body: body, Take: true}, hr.Header)
+	resp, err := cl.Peers.Call(ctx, peer, hr)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	switch holder := resp.Header.Get(holderHeader); {
+	case resp.StatusCode == http.StatusOK, resp.StatusCode == http.StatusConflict && holder == peer:
+		return nil
+	case resp.StatusCode == http.StatusConflict:
+		return fmt.Errorf("%w: node %s holds it", errTakeRefused, holder)
+	}
+	return fmt.Errorf("%w: %d %s", errTakeRefused, resp.StatusCode, strings.TrimSpace(string(msg)))
+}
