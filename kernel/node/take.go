@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
@@ -147,4 +148,46 @@ func (n *Node) sendTake(ctx context.Context, peer, class, name string) error {
 		return fmt.Errorf("%w: node %s holds it", errTakeRefused, holder)
 	}
 	return fmt.Errorf("%w: %d %s", errTakeRefused, resp.StatusCode, strings.TrimSpace(string(msg)))
+}
+
+// handOffAlarm has the peer that takes class's actor name (key) in this
+// node's stead take it, so that the alarm this node's timer holds for at
+// fires there, on time: true once that peer holds it, this node's
+// registration for at then forgotten (only that one: clear if). False
+// with no such peer (noPeer) or when the take failed: the alarm stays
+// here, or is the caller's to schedule again.
+func (n *Node) handOffAlarm(class, name, key string, at time.Time) (ok, noPeer bool) {
+	m := n.opts.Cluster.Member
+	owner, err := ownerKey(abi.Address{Tenant: n.opts.App.Tenant, Class: class, Name: name})
+	if err != nil {
+		return false, true
+	}
+	peer, found := placement.TakeTarget(m.View, n.opts.App.String(), owner)
+	if !found {
+		return false, true
+	}
+	if err := n.sendTake(n.ctx, peer.ID, class, name); err != nil {
+		n.log.Warn("handing an alarm off: the peer did not take the actor", "actor", key, "node", peer.ID, "err", err)
+		return false, false
+	}
+	n.alarms.ClearAt(key, at)
+	n.log.Info("alarm handed off: the peer took the actor", "actor", key, "node", peer.ID, "at", at.UnixMilli())
+	return true, false
+}
+
+// handOffAlarms hands off (handOffAlarm), all at once, the alarms this
+// node's timer holds for the actors of batch that were handed over.
+func (n *Node) handOffAlarms(batch []*actor) {
+	var wg sync.WaitGroup
+	for _, a := range batch {
+		select {
+		case <-a.done:
+		default: // not handed over (yet): it holds its alarm
+			continue
+		}
+		if at, ok := n.alarms.At(a.key); ok {
+			wg.Go(func() { n.handOffAlarm(a.class.name, a.addr.Name, a.key, at) })
+		}
+	}
+	wg.Wait()
 }

@@ -123,7 +123,9 @@ func (n *Node) takesNoneFor(reason string) bool {
 // for a moment), and, unless it has a socket again (closed, and the actor
 // left for the next pass), runs its queued events and hibernates as an
 // idle one does: what it committed shipped, its hold released, so that its next
-// event is placed on a peer that takes actors. A batch that outlasts
+// event is placed on a peer that takes actors; one with an alarm pending
+// is taken by such a peer at once (handOffAlarms), so the alarm fires
+// there on time. A batch that outlasts
 // batchWait ends the pass; the pass reads the drain request again each
 // lease period meanwhile, so an undrain is not left waiting. With no such
 // peer it keeps serving them: stuck.
@@ -170,7 +172,9 @@ func (n *Node) handOver(say func(nodelease.Taking)) nodelease.Taking {
 			a.stop()
 			stopped = append(stopped, a)
 		}
-		if !n.awaitBatch(stopped, reread) || len(stopped) < len(batch) {
+		all := n.awaitBatch(stopped, reread)
+		n.handOffAlarms(stopped)
+		if !all || len(stopped) < len(batch) {
 			break
 		}
 	}
