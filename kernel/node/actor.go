@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	goruntime "runtime"
 	"sync/atomic"
 
@@ -397,7 +396,7 @@ func (a *actor) openDB(ctx context.Context, ev *event) error {
 	a.deleted.Store(false)
 	if created && a.stream.Head().TXID == 0 && ev.take {
 		a.dropCopy(ctx)
-		return &failure{public: "unknown actor", cause: errNoSuchActor, status: http.StatusNotFound}
+		return errNoSuchActor
 	}
 	if created && a.stream.Head().TXID == 0 {
 		a.leaveEntries(ctx, ev.at, true)

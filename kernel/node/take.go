@@ -48,18 +48,39 @@ var errNoSuchActor = errors.New("no such actor")
 // now; 404 for an actor that does not exist, which is not created; 409
 // naming the holder (holderHeader) when another node holds it.
 func (n *Node) serveTake(w http.ResponseWriter, r *http.Request, c *class, name string, body []byte) {
-	ctx := r.Context()
-	switch {
-	case !bytes.Equal(body, takeBody(n.opts.App.Tenant)):
+	if !bytes.Equal(body, takeBody(n.opts.App.Tenant)) {
 		http.Error(w, "a take for another tenant, or of another version: this node serves tenant "+n.opts.App.Tenant, http.StatusForbidden)
 		return
+	}
+	err := n.take(r.Context(), c, name)
+	var elsewhere *placement.Elsewhere
+	var f *failure
+	switch {
+	case err == nil:
+		io.WriteString(w, "taken\n")
+	case errors.Is(err, errNoSuchActor):
+		http.Error(w, "unknown actor "+address.EscapeName(name), http.StatusNotFound)
+	case errors.As(err, &elsewhere) && !elsewhere.Owner.Taker:
+		w.Header().Set(holderHeader, elsewhere.Owner.Node)
+		http.Error(w, "held by node "+elsewhere.Owner.Node, http.StatusConflict)
+	case errors.As(err, &f):
+		writeOutcome(w, outcome{err: err})
+	default:
+		n.refuse(w, err) // writes nothing if the sender left
+	}
+}
+
+// take is a take's job (book ADR 0017, "At the target"): nil once this
+// node holds c/name, restored and its alarm armed; errNoSuchActor for an
+// actor that does not exist (not created); a *placement.Elsewhere naming
+// the holder (not a Taker) when another node holds it; otherwise why it
+// cannot now (a *failure, or deliver's refusal).
+func (n *Node) take(ctx context.Context, c *class, name string) error {
+	switch {
 	case n.takesNone():
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, "this node takes no actor now", http.StatusServiceUnavailable)
-		return
+		return unavailable("this node takes no actor now", placement.ErrNoTaker)
 	case c.stateless:
-		http.Error(w, "not an actor", http.StatusNotFound)
-		return
+		return errNoSuchActor
 	}
 	// A hint learned while forwarding to the old holder must not answer
 	// for the record.
@@ -67,39 +88,22 @@ func (n *Node) serveTake(w http.ResponseWriter, r *http.Request, c *class, name 
 	found, err := n.exists(ctx, c, name)
 	switch {
 	case err != nil:
-		n.log.Warn("a take: whether the actor exists could not be checked in the bucket", "actor", n.actorKey(c, name), "err", err)
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, "whether the actor exists cannot be checked now, retry", http.StatusServiceUnavailable)
-		return
+		return unavailable("whether the actor exists cannot be checked now, retry", err)
 	case !found:
-		http.Error(w, "unknown actor "+address.EscapeName(name), http.StatusNotFound)
-		return
+		return errNoSuchActor
 	}
 	ev := &event{ctx: ctx, take: true, reply: make(chan outcome, 1)}
-	err = n.deliver(ctx, c, name, ev)
-	refused := err != nil
-	if !refused {
-		select {
-		case out := <-ev.reply:
-			if out.skipped {
-				return // the sender left
-			}
-			err = out.err
-		case <-ctx.Done():
-			return
-		}
+	if err := n.deliver(ctx, c, name, ev); err != nil {
+		return err
 	}
-	var elsewhere *placement.Elsewhere
-	switch {
-	case err == nil:
-		io.WriteString(w, "taken\n")
-	case errors.As(err, &elsewhere) && !elsewhere.Owner.Taker:
-		w.Header().Set(holderHeader, elsewhere.Owner.Node)
-		http.Error(w, "held by node "+elsewhere.Owner.Node, http.StatusConflict)
-	case refused:
-		n.refuse(w, err)
-	default:
-		writeOutcome(w, outcome{err: err})
+	select {
+	case out := <-ev.reply:
+		if out.skipped {
+			return ctx.Err()
+		}
+		return out.err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
@@ -83,6 +84,7 @@ func (n *Node) runTaking() {
 	m := n.opts.Cluster.Member
 	for {
 		n.readDrainRequest()
+		n.runMoves()
 		m.Lease.SetTaking(n.handOver(m.Lease.SetTaking))
 		if clock.Sleep(n.ctx, n.clock, m.Lease.Settings().Period()) != nil {
 			return
@@ -283,12 +285,18 @@ func (n *Node) claiming() placement.Claiming {
 // counted as under way until acquireDone (holdsAny), while the node takes
 // actors, or, taking none, when it holds the actor already (a deleted
 // actor's, kept through its erase) or drains and no peer takes actors
-// (placement.KeepsUnheld). Otherwise it returns the event's refusal: the
+// (placement.KeepsUnheld), and the actor is not moving to another node
+// (move.go). Otherwise it returns the event's refusal: the move's target,
 // peer that takes the actor (placement.Elsewhere: forwarded or called
 // there), or a 503. The check and the count are one step while the node
 // takes actors, so a drain that begins meanwhile sees the acquire.
 func (n *Node) startAcquire(ctx context.Context, c *class, name string, key ownership.Actor) error {
 	n.takeMu.Lock()
+	if target, moving := n.moving[n.actorKey(c, name)]; moving {
+		n.takeMu.Unlock()
+		// The actor moves there (move.go): its events follow it.
+		return &placement.Elsewhere{Addr: abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: name}, Owner: placement.Owner{Node: target}}
+	}
 	ok := len(n.notTaking) == 0
 	if ok {
 		n.acquiring++
