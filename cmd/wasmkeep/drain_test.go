@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -295,4 +296,62 @@ func TestNotTakingSweepsNothing(t *testing.T) {
 		code, body := b.do("POST", "/actor/probe/y/query", "SELECT at FROM alarm_attempts")
 		return code == 200 && strings.HasPrefix(body, "ok ") && body != "ok "
 	})
+}
+
+// A drain hands each pending alarm to the peer that takes its actor (the
+// take call, ADR 1052), so it fires there on time: a holds six probes
+// with alarms, due from 2.5 s after the drain request (while it drains)
+// to 9 s after it (drained by then). Each fires once, on b or c, within
+// 2 s of its time; the alarm sweep alone is seconds later (its margin,
+// then its period). Those due after the hand-over were handed off with
+// it. Fails with the hand-off disabled (ADR 1052 gives the numbers), and
+// with the hand-over's own hand-off disabled (those two left to the take
+// as they fire).
+func TestDrainHandsAlarmsOffOnTime(t *testing.T) {
+	engineNeutral(t)
+	t.Parallel()
+	bucketURL := "file://" + memDir(t)
+	a, b, c := newPeerNode(t, bucketURL, steadyLease, "a"), newPeerNode(t, bucketURL, steadyLease, "b"), newPeerNode(t, bucketURL, steadyLease, "c")
+	startNodes(t, a, b, c)
+	waitState(t, a.env, bucketURL, "c", "serving") // a lists its peers: the drain has takers
+	start := time.Now()
+	due := map[string]int64{}
+	for i, after := range []time.Duration{2500, 3500, 4500, 6000, 7500, 9000} {
+		name := fmt.Sprintf("al%d", i)
+		due[name] = start.Add(after * time.Millisecond).UnixMilli()
+		r := ask(t, "GET", fmt.Sprintf("%s/actor/probe/%s/alarm-set?durable=1&at=%d", a.url, name, due[name]))
+		if r.code != 200 || r.node != "a" {
+			t.Fatalf("probe/%s's alarm through a: %+v, want it taken by a", name, r)
+		}
+	}
+	wantCluster(t, wasmkeepBinary(t), a.env, bucketURL, 0, []string{`wrote control/drain/a`}, "drain", "a")
+	// Those due after the hand-over were taken at the hand-over, not as
+	// they came due on a's timer (which a take as they fire does too).
+	time.Sleep(time.Until(start.Add(7 * time.Second)))
+	for _, name := range []string{"al4", "al5"} {
+		if !regexp.MustCompile(`alarm handed off: the peer took the actor" actor=default/probe/` + name + ` `).MatchString(a.logs.String()) {
+			t.Errorf("probe/%s, due in %d ms, was not handed off as a handed it over:\n%s", name, due[name]-time.Now().UnixMilli(), a.logs)
+		}
+	}
+	time.Sleep(time.Until(start.Add(11 * time.Second)))
+	for name, at := range due {
+		resp, err := http.Post(b.url+"/actor/probe/"+name+"/query", "text/plain", strings.NewReader("SELECT at FROM alarm_attempts"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		r := reply{resp.StatusCode, strings.TrimSpace(string(body)), resp.Header.Get(peers.NodeHeader)}
+		rows, ok := strings.CutPrefix(r.body, "ok ") // no table: never ran
+		ran := strings.Split(rows, ",")
+		if r.code != 200 || r.node == "a" || !ok || len(ran) != 1 {
+			t.Errorf("probe/%s 11 s after the drain request: %+v, want its alarm run once, held by b or c", name, r)
+			continue
+		}
+		v, err := strconv.ParseInt(ran[0], 10, 64)
+		if err != nil || v-at > 2000 {
+			t.Errorf("probe/%s's alarm ran at %s, %d ms after its time: want it within 2 s", name, ran[0], v-at)
+		}
+		t.Logf("probe/%s's alarm ran %d ms after its time, on %s", name, v-at, r.node)
+	}
 }

@@ -28,6 +28,7 @@ type event struct {
 	reply   chan outcome    // buffered: the actor never waits for the sender
 	chain   []string        // actors waiting in the call chain that sent it (calls only)
 	alarm   bool            // the pending alarm is due (no payload, no reply read)
+	take    bool            // a take call: acquire and restore, no guest code (take.go)
 	at      int64           // an alarm's: the time it was delivered for, ms (alarm.Item.At)
 	ws      *wsEvent        // a WebSocket event; payload is what its hook finds pending
 	placed  bool            // the front door asked the placement for it already (place)
@@ -237,9 +238,11 @@ func (a *actor) handle(ev *event) {
 		kind = metrics.KindWebSocket
 	}
 	end := a.node.clock.Now()
-	a.node.metrics.Event(a.class.name, a.class.stateless, kind, out.err != nil, end.Sub(start))
-	if out.err != nil {
-		a.logFailure(kind, out.err)
+	if !ev.take { // a take ran no guest code; its sender logs how it ended
+		a.node.metrics.Event(a.class.name, a.class.stateless, kind, out.err != nil, end.Sub(start))
+		if out.err != nil {
+			a.logFailure(kind, out.err)
+		}
 	}
 	a.lastActive.Store(end.UnixNano())
 	a.busy.Store(false)
@@ -289,6 +292,9 @@ func (a *actor) runEvent(ev *event) (out outcome) {
 		return outcome{err: err} // its alarm left the timer with the class
 	} else if err != nil {
 		return notRun(err)
+	}
+	if ev.take {
+		return a.taken(a.node.ctx)
 	}
 	if ev.alarm {
 		if due, err := a.alarmDue(a.node.ctx, ev.at); err != nil {
@@ -379,18 +385,23 @@ func (a *actor) endEvent() error {
 // no copy of the actor must not create it (book ADR 0009, point 4 and
 // R2): found in the bucket neither, it is given up before anything is
 // written into the new database, so nothing of it can be shipped, and
-// openDB returns errNotCreated (leaveEntries).
+// openDB returns errNotCreated (leaveEntries). Nor must a take (take.go):
+// its 404 then.
 func (a *actor) openDB(ctx context.Context, ev *event) error {
 	if a.db != nil || a.class.stateless {
 		return nil
 	}
-	created := ev.alarm && a.node.replicas != nil && a.node.noDatabase(a.addr)
+	created := (ev.alarm || ev.take) && a.node.replicas != nil && a.node.noDatabase(a.addr)
 	db, err := a.openDatabase(ctx)
 	if err != nil {
 		return err
 	}
 	a.db = db
 	a.deleted.Store(false)
+	if created && a.stream.Head().TXID == 0 && ev.take {
+		a.dropCopy(ctx)
+		return errNoSuchActor
+	}
 	if created && a.stream.Head().TXID == 0 {
 		a.leaveEntries(ctx, ev.at, true)
 		return errNotCreated

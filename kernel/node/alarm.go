@@ -161,7 +161,8 @@ func (a *actor) alarmNotRun(at int64) {
 
 // deliverAlarm queues an alarm event; one refused admission (or an owner
 // not known now) is tried again with backoff and jitter. An actor another
-// node holds leaves this node's timer: the holder's fires it. (An alarm
+// node holds leaves this node's timer: the holder's fires it. One nobody
+// holds, on a node that takes no actor, is handed off (alarmToTaker). (An alarm
 // only this node's data holds, single-node data whose first upload failed,
 // comes back through the sweep: its entry, left by the node that found
 // nothing, is anyone's once three margins overdue, and this node's
@@ -178,6 +179,12 @@ func (n *Node) deliverAlarm(it *alarm.Item) {
 	if err := n.deliver(n.ctx, c, it.Name, ev); err != nil {
 		n.alarmEvents.done(key)
 		var elsewhere *placement.Elsewhere
+		if errors.As(err, &elsewhere) && elsewhere.Owner.Taker {
+			// Nobody holds it and this node takes none: the peer that
+			// takes it is asked to, so the alarm fires there now.
+			go n.alarmToTaker(it)
+			return
+		}
 		if errors.As(err, &elsewhere) {
 			n.log.Info("alarm left to the actor's holder", "actor", it.Key, "node", elsewhere.Owner.Node)
 			return
@@ -188,6 +195,23 @@ func (n *Node) deliverAlarm(it *alarm.Item) {
 		n.metrics.AlarmRetried()
 		delay := n.alarms.Defer(it, n.clock.Now())
 		n.log.Warn("alarm delivery deferred", "actor", it.Key, "err", err, "retry_in", delay)
+	}
+}
+
+// alarmToTaker hands off a due alarm whose actor nobody holds, on a node
+// that takes none (book ADR 0014's alarm hand-off, as a take call: ADR
+// 1052): the peer that takes the actor takes it and fires the alarm. A
+// take that fails is tried again with the backoff of a refused delivery;
+// with no peer that answers takes, the alarm is left to the peer the
+// placement chose (its sweep).
+func (n *Node) alarmToTaker(it *alarm.Item) {
+	ok, noPeer := n.handOffAlarm(it.Class, it.Name, it.Key, it.At)
+	switch {
+	case noPeer:
+		n.log.Info("alarm left to the peer that takes the actor: no peer answers takes", "actor", it.Key)
+	case !ok && n.ctx.Err() == nil:
+		n.metrics.AlarmRetried()
+		n.log.Warn("alarm hand-off deferred", "actor", it.Key, "retry_in", n.alarms.Defer(it, n.clock.Now()))
 	}
 }
 

@@ -90,6 +90,10 @@ func (n *Node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// is refused before its class, and before its body is read (ADR 1045);
 	// only where signed calls are believed: elsewhere it is a client's.
 	if n.opts.Cluster != nil && n.believesCalls(r) && callsign.OtherApp(r.Header, n.opts.App.String()) {
+		if callsign.Take(r.Header) { // the book's refusal of a take for another tenant
+			http.Error(w, "not this app's node", http.StatusForbidden)
+			return
+		}
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "not this app's node", http.StatusServiceUnavailable)
 		return

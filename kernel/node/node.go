@@ -250,10 +250,12 @@ type Node struct {
 	secretsErr error
 
 	// Why the node takes no actor now (taking.go); empty: it takes them.
-	// acquiring counts the acquires let through and not returned yet.
+	// acquiring counts the acquires let through and not returned yet;
+	// moving, the target of each move under way, by actor key (move.go).
 	takeMu    sync.Mutex
 	notTaking map[string]bool
 	acquiring int
+	moving    map[string]string
 
 	ctx    context.Context // ends when the node stops: stops running guests
 	cancel context.CancelFunc

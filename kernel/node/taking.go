@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
@@ -79,6 +80,7 @@ func (n *Node) runTaking() {
 	m := n.opts.Cluster.Member
 	for {
 		n.readDrainRequest()
+		n.runMoves()
 		say := func(t nodelease.Taking) { m.Lease.SetTaking(t, n.NotTaking()) }
 		say(n.handOver(say))
 		if clock.Sleep(n.ctx, n.clock, m.Lease.Settings().Period()) != nil {
@@ -120,7 +122,9 @@ func (n *Node) takesNoneFor(reason string) bool {
 // for a moment), and, unless it has a socket again (closed, and the actor
 // left for the next pass), runs its queued events and hibernates as an
 // idle one does: what it committed shipped, its hold released, so that its next
-// event is placed on a peer that takes actors. A batch that outlasts
+// event is placed on a peer that takes actors; one with an alarm pending
+// is taken by such a peer at once (handOffAlarms), so the alarm fires
+// there on time. A batch that outlasts
 // batchWait ends the pass; the pass reads the drain request again each
 // lease period meanwhile, so an undrain is not left waiting. With no such
 // peer it keeps serving them: stuck.
@@ -171,7 +175,9 @@ func (n *Node) handOver(say func(nodelease.Taking)) nodelease.Taking {
 			a.stop()
 			stopped = append(stopped, a)
 		}
-		if !n.awaitBatch(stopped, reread) || len(stopped) < len(batch) {
+		all := n.awaitBatch(stopped, reread)
+		n.handOffAlarms(stopped)
+		if !all || len(stopped) < len(batch) {
 			break
 		}
 	}
@@ -280,12 +286,18 @@ func (n *Node) claiming() placement.Claiming {
 // counted as under way until acquireDone (holdsAny), while the node takes
 // actors, or, taking none, when it holds the actor already (a deleted
 // actor's, kept through its erase) or drains and no peer takes actors
-// (placement.KeepsUnheld). Otherwise it returns the event's refusal: the
+// (placement.KeepsUnheld), and the actor is not moving to another node
+// (move.go). Otherwise it returns the event's refusal: the move's target,
 // peer that takes the actor (placement.Elsewhere: forwarded or called
 // there), or a 503. The check and the count are one step while the node
 // takes actors, so a drain that begins meanwhile sees the acquire.
 func (n *Node) startAcquire(ctx context.Context, c *class, name string, key ownership.Actor) error {
 	n.takeMu.Lock()
+	if target, moving := n.moving[n.actorKey(c, name)]; moving {
+		n.takeMu.Unlock()
+		// The actor moves there (move.go): its events follow it.
+		return &placement.Elsewhere{Addr: abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: name}, Owner: placement.Owner{Node: target}}
+	}
 	ok := len(n.notTaking) == 0
 	if ok {
 		n.acquiring++

@@ -116,7 +116,8 @@ func joinCluster(ctx context.Context, cfg *config.Config, served app.Name, liste
 			cn.closeOpened()
 		}
 	}()
-	info := nodelease.Info{Version: readBuild().version, Advertise: cmp.Or(c.Advertise, listenURL), Secrets: readsSecrets}
+	info := nodelease.Info{Version: readBuild().version, Advertise: cmp.Or(c.Advertise, listenURL), Secrets: readsSecrets,
+		Capabilities: []string{nodelease.CapabilityTake}}
 	if c.ClusterListen != "" {
 		if cn.secure, cn.listener, info.ClusterAddr, err = clusterListener(ctx, cfg); err != nil {
 			return nil, err

@@ -47,6 +47,10 @@ const (
 	// SignatureHeader carries the signature:
 	//	v1 t=<Unix ms> n=<nonce> to=<target node> mac=<HMAC-SHA256, hex>
 	SignatureHeader = "x-wasmkeep-signature"
+	// TakeHeader, "1", marks a take call (book ADR 0017; ADR 1052): the
+	// receiver takes the actor rather than run a request. The signature
+	// covers it, so it can be neither added nor stripped in transit.
+	TakeHeader = "x-wasmkeep-take"
 )
 
 // Validity is how far a call's timestamp may be from the receiver's clock,
@@ -98,6 +102,7 @@ type Call struct {
 	Body   []byte   // the whole request body
 	Caller string   // the calling actor, tenant/class/name (name percent-encoded): a valid header value
 	Chain  []string // the actor keys waiting in the call chain, none empty
+	Take   bool     // a take call (TakeHeader)
 }
 
 // Signer signs the calls a node sends.
@@ -117,8 +122,12 @@ func (s *Signer) Sign(c Call, h http.Header) {
 	var nonce [nonceLen]byte
 	rand.Read(nonce[:]) // never fails (crypto/rand, Go 1.24+)
 	ts := s.clk.Now().UnixMilli()
-	mac := sum(s.key, c.Target, c.App, c.Method, c.Path, sha256.Sum256(c.Body), c.Caller, c.Chain, ts, nonce[:])
+	mac := sum(s.key, c.Target, c.App, c.Method, c.Path, sha256.Sum256(c.Body), c.Caller, c.Chain, ts, nonce[:], c.Take)
 	h.Set(AppHeader, c.App)
+	h.Del(TakeHeader)
+	if c.Take {
+		h.Set(TakeHeader, "1")
+	}
 	h.Set(CallerHeader, c.Caller)
 	h.Set(ChainHeader, encodeChain(c.Chain))
 	h.Set(SignatureHeader, fmt.Sprintf("%s t=%d n=%s to=%s mac=%s", version, ts,
@@ -150,7 +159,7 @@ func NewVerifier(s Secret, self string, clk clock.Clock, capacity int) *Verifier
 // wrapping ErrUnsigned, ErrBadSignature, ErrExpired, ErrReplayed or
 // ErrReplayFull: every error means the call is refused (or, on a port that
 // serves outside clients, treated as one, its x-wasmkeep- headers
-// stripped).
+// stripped). Once it returned nil, TakeHeader is believed too (Take).
 //
 // Verify spends a good signature: once it has returned nil, the same
 // signature is refused as replayed until it expires, whatever the caller
@@ -183,10 +192,17 @@ func (v *Verifier) Verify(method, path string, body []byte, h http.Header) (call
 	if chain, err = decodeChain(enc); err != nil {
 		return "", nil, err
 	}
+	take, marked, err := one(h, TakeHeader)
+	if err != nil {
+		return "", nil, err
+	}
+	if marked && take != "1" {
+		return "", nil, fmt.Errorf("%w (malformed %s: %q, want 1)", ErrBadSignature, TakeHeader, take)
+	}
 	if v.key == nil {
 		return "", nil, fmt.Errorf("%w (this node has no cluster secret)", ErrBadSignature)
 	}
-	want := sum(v.key, p.target, app, method, path, sha256.Sum256(body), caller, chain, p.ts, p.nonce[:])
+	want := sum(v.key, p.target, app, method, path, sha256.Sum256(body), caller, chain, p.ts, p.nonce[:], marked)
 	if !hmac.Equal(p.mac, want) {
 		return "", nil, fmt.Errorf("%w (the MAC does not match: another cluster secret, a request changed on the way, or a node of another version?)", ErrBadSignature)
 	}
@@ -210,6 +226,10 @@ func (v *Verifier) Spend(method, path string, body []byte, h http.Header) error 
 // Remembered is how many nonces the replay record holds, those expired
 // by now not counted.
 func (v *Verifier) Remembered() int { return v.rec.size() }
+
+// Take reports whether a call Verify passed is a take call: only then is
+// its TakeHeader believed.
+func Take(h http.Header) bool { return h.Get(TakeHeader) != "" }
 
 // OtherApp reports whether a signed call is for another app than app
 // (tenant/app): its AppHeader, read before the body and believed only once
@@ -354,8 +374,11 @@ func decodeChain(s string) ([]string, error) {
 //
 //	domain, target, app, method, path, SHA-256(body), caller,
 //	the number of chain keys (8 bytes) and each key,
-//	timestamp (Unix ms, 8 bytes), nonce
-func sum(key []byte, target, app, method, path string, bodyHash [sha256.Size]byte, caller string, chain []string, ts int64, nonce []byte) []byte {
+//	timestamp (Unix ms, 8 bytes), nonce,
+//	and "take" for a take call only, so a plain call's input is as it
+//	was before take calls (the nonce, of fixed length, ends it) and no
+//	plain call's signature passes for a take's
+func sum(key []byte, target, app, method, path string, bodyHash [sha256.Size]byte, caller string, chain []string, ts int64, nonce []byte, take bool) []byte {
 	size := len(domain) + len(target) + len(app) + len(method) + len(path) + len(bodyHash) + len(caller) + len(nonce) + 10*8
 	for _, k := range chain {
 		size += 8 + len(k)
@@ -378,6 +401,9 @@ func sum(key []byte, target, app, method, path string, bodyHash [sha256.Size]byt
 	}
 	b = binary.BigEndian.AppendUint64(b, uint64(ts))
 	str(string(nonce))
+	if take {
+		str("take")
+	}
 	m := hmac.New(sha256.New, key)
 	m.Write(b)
 	return m.Sum(nil)

@@ -184,6 +184,11 @@ func TestTampered(t *testing.T) {
 		{"two signatures", func(_ *Call, h http.Header) { h.Add(SignatureHeader, h.Get(SignatureHeader)) }, "2 x-wasmkeep-signature"},
 		{"two callers", func(_ *Call, h http.Header) { h.Add(CallerHeader, "default/admin/root") }, "2 x-wasmkeep-caller"},
 		{"two chains", func(_ *Call, h http.Header) { h.Add(ChainHeader, "") }, "2 x-wasmkeep-chain"},
+		// A take marker cannot be added to a plain call (book ADR 0017: the
+		// signature covers it).
+		{"take added", func(_ *Call, h http.Header) { h.Set(TakeHeader, "1") }, "MAC"},
+		{"take of another value", func(_ *Call, h http.Header) { h.Set(TakeHeader, "yes") }, "malformed x-wasmkeep-take"},
+		{"two takes", func(_ *Call, h http.Header) { h.Add(TakeHeader, "1"); h.Add(TakeHeader, "1") }, "2 x-wasmkeep-take"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := sample()
@@ -206,6 +211,32 @@ func TestTampered(t *testing.T) {
 				t.Fatalf("the untouched call: %v", err)
 			}
 		})
+	}
+}
+
+// A take call verifies with its marker, which is then believed (Take),
+// and fails once the marker is stripped: neither can be changed in
+// transit.
+func TestTakeMarker(t *testing.T) {
+	c := sample()
+	c.Take = true
+	h := signed(testSecret(1), start, c)
+	if !Take(h) {
+		t.Fatalf("a take call's headers carry no %s: %v", TakeHeader, h)
+	}
+	if _, _, err := verify(NewVerifier(testSecret(1), "node-b", clock.NewManual(start), 0), c, h); err != nil {
+		t.Fatalf("a take call: %v", err)
+	}
+	h = signed(testSecret(1), start, c)
+	h.Del(TakeHeader)
+	if _, _, err := verify(NewVerifier(testSecret(1), "node-b", clock.NewManual(start), 0), c, h); !errors.Is(err, ErrBadSignature) {
+		t.Fatalf("a take call with its marker stripped: %v, want ErrBadSignature", err)
+	}
+	// Signing a plain call with headers a take left drops the marker.
+	h = signed(testSecret(1), start, c)
+	NewSigner(testSecret(1), clock.NewManual(start)).Sign(sample(), h)
+	if Take(h) {
+		t.Error("a plain call signed over a take's headers kept the marker")
 	}
 }
 

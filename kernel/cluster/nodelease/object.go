@@ -76,6 +76,11 @@ type Info struct {
 	Room int
 }
 
+// CapabilityTake is the word of a node that answers the take call (book
+// ADR 0017; ADR 1052): it acquires and restores an actor it is asked to,
+// running no guest code, and arms its alarm.
+const CapabilityTake = "take"
+
 // HasCapability reports whether the node's heartbeat names word.
 func (i Info) HasCapability(word string) bool { return slices.Contains(i.Capabilities, word) }
 

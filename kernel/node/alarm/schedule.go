@@ -92,6 +92,28 @@ func (s *Schedule) Clear(key string) {
 	s.mu.Unlock()
 }
 
+// At is the time the schedule holds key's alarm for (Item.At), if it
+// holds one.
+func (s *Schedule) At(key string) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if it := s.byKey[key]; it != nil {
+		return it.At, true
+	}
+	return time.Time{}, false
+}
+
+// ClearAt forgets key's alarm if it is still for at: one set since (a
+// newer registration) stays.
+func (s *Schedule) ClearAt(key string, at time.Time) {
+	s.mu.Lock()
+	if it := s.byKey[key]; it != nil && it.At.Equal(at) {
+		heap.Remove(&s.items, it.index)
+		delete(s.byKey, key)
+	}
+	s.mu.Unlock()
+}
+
 // ClearClass forgets the alarms of class's actors (a version dropped the
 // class; the alarms stay in their databases and the index).
 func (s *Schedule) ClearClass(class string) {

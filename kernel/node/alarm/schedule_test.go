@@ -87,6 +87,29 @@ func TestScheduleClearClass(t *testing.T) {
 	}
 }
 
+// ClearAt forgets an alarm only while it is still for the time given (a
+// hand-off forgets only the registration it handed over); At reads it.
+func TestScheduleClearAt(t *testing.T) {
+	s := NewSchedule()
+	now := time.Unix(1000, 0)
+	s.Set("t/a/1", "a", "1", now)
+	if at, ok := s.At("t/a/1"); !ok || !at.Equal(now) {
+		t.Fatalf("At = %v %v, want %v", at, ok, now)
+	}
+	s.Set("t/a/1", "a", "1", now.Add(time.Second)) // set again since
+	s.ClearAt("t/a/1", now)
+	if _, ok := s.At("t/a/1"); !ok {
+		t.Fatal("ClearAt of an earlier time forgot the alarm set since")
+	}
+	s.ClearAt("t/a/1", now.Add(time.Second))
+	if _, ok := s.At("t/a/1"); ok {
+		t.Fatal("ClearAt of the time held kept the alarm")
+	}
+	if it, _ := s.next(now.Add(time.Minute)); it != nil {
+		t.Fatalf("due after ClearAt: %v", it.Key)
+	}
+}
+
 // Offer (a sweep's overdue entry) takes an actor the schedule holds nothing
 // for, and one it holds a later time for beyond the retry window; a held
 // earlier time, or one within the window of now (a retry), wins and stays.

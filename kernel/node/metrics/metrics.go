@@ -114,7 +114,7 @@ func New(g Gauges) *Metrics {
 			Name: "wasmkeep_admission_refused_total", Help: "Requests and actor calls refused before their event ran, by reason.",
 		}, []string{"reason"}),
 		ownerCloses: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wasmkeep_websocket_owner_closes_total", Help: "WebSockets closed with 1012 because this node no longer held their actor, by how it found out: event (a message on one found another node holding the actor), sweep (the owner sweep found another node holding a room that hibernated with sockets open here), lease_lapse (this node's lease ran out), drain (this node takes no actor and handed the actor over, or closed a hibernated room's sockets).",
+			Name: "wasmkeep_websocket_owner_closes_total", Help: "WebSockets closed with 1012 because this node no longer held their actor, by how it found out: event (a message on one found another node holding the actor), sweep (the owner sweep found another node holding a room that hibernated with sockets open here), lease_lapse (this node's lease ran out), drain (this node takes no actor and handed the actor over, or closed a hibernated room's sockets), move (the actor moves to another node: wasmkeep actor move).",
 		}, []string{"reason"}),
 		alarmRetries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wasmkeep_alarm_admission_retries_total", Help: "Alarm deliveries rescheduled because resident capacity or an actor queue was full.",
@@ -263,6 +263,7 @@ const (
 	OwnerCloseSweep = "sweep"
 	OwnerCloseLapse = "lease_lapse"
 	OwnerCloseDrain = "drain"
+	OwnerCloseMove  = "move"
 )
 
 // OwnerClosed counts sockets closed with 1012 because their actor is no

@@ -116,11 +116,11 @@ func KeepsUnheld(c Claiming, view *membership.View, app string) bool {
 // taker is where an actor no live node holds goes from a node that takes
 // none.
 func (o Owned) taker(key ownership.Actor) (Owner, error) {
-	p, ok := Rendezvous(key.Tenant+"/"+key.Class+"/"+key.Name, Takers(o.View, o.App))
+	p, ok := Rendezvous(shareKey(key), Takers(o.View, o.App))
 	if !ok {
 		return Here, ErrNoTaker
 	}
-	return Owner{Node: p.ID, Addr: p.Object.Info.Advertise}, nil
+	return Owner{Node: p.ID, Addr: p.Object.Info.Advertise, Taker: true}, nil
 }
 
 // peer is the live peer that holds what rec names: its node, in the

@@ -56,6 +56,10 @@ type Owner struct {
 	Node string // the node id of the node that holds the actor; "" for this node
 	Addr string // where that node takes requests from its peers
 	Hint bool   // told by an owner hint, not read from the record now
+	// Taker: nobody holds the actor and this node takes none, so it goes
+	// to this peer, chosen among those that take actors (Takers), which
+	// holds nothing yet.
+	Taker bool
 }
 
 // Here is the Owner that means this node.

@@ -6,6 +6,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/alarmindex"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/membership"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
 )
 
 // ErrNoTaker is the placement of an actor no node holds, asked on a node
@@ -44,3 +45,20 @@ func Rendezvous(key string, peers []membership.Peer) (membership.Peer, bool) {
 	}
 	return membership.Peer{}, false
 }
+
+// TakeTarget is the peer a node that takes no actor asks to take actor
+// (the take call, book ADR 0017; ADR 1052): among the Takers of app whose
+// heartbeat names the call (nodelease.CapabilityTake), the one whose
+// share the actor is; false with none.
+func TakeTarget(view *membership.View, app string, actor ownership.Actor) (membership.Peer, bool) {
+	var peers []membership.Peer
+	for _, p := range Takers(view, app) {
+		if p.Object.Info.HasCapability(nodelease.CapabilityTake) {
+			peers = append(peers, p)
+		}
+	}
+	return Rendezvous(shareKey(actor), peers)
+}
+
+// shareKey is what an actor's taker is chosen by.
+func shareKey(a ownership.Actor) string { return a.Tenant + "/" + a.Class + "/" + a.Name }

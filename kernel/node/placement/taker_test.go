@@ -50,6 +50,27 @@ func TestRendezvous(t *testing.T) {
 	}
 }
 
+// A take goes only to a taker whose heartbeat names the call: the
+// rendezvous choice among those.
+func TestTakeTarget(t *testing.T) {
+	clk := clock.NewManual(time.UnixMilli(1_000_000))
+	view := membership.NewView("a", nodelease.DefaultSettings(), clk)
+	take := func(p membership.Peer) membership.Peer {
+		p.Object.Info.Capabilities = []string{"other", nodelease.CapabilityTake}
+		return p
+	}
+	actor := ownership.Actor{Tenant: "t", Class: "c", Name: "n"}
+	view.Update([]membership.Peer{peer("b", "t/a", "", clk.Now()), peer("c", "t/a", "", clk.Now())})
+	if p, ok := TakeTarget(view, "t/a", actor); ok {
+		t.Errorf("takers that name no take call: %q chosen, want none", p.ID)
+	}
+	view.Update([]membership.Peer{peer("b", "t/a", "", clk.Now()), take(peer("c", "t/a", "", clk.Now())),
+		take(peer("d", "t/a", nodelease.Draining, clk.Now())), take(peer("e", "t/other", "", clk.Now()))})
+	if p, ok := TakeTarget(view, "t/a", actor); !ok || p.ID != "c" {
+		t.Errorf("one taker of t/a names take: %q %v, want c", p.ID, ok)
+	}
+}
+
 // A node that takes no actor sends one nobody holds to the peer of its
 // app that takes actors (never a draining one, one behind, another app's,
 // or one not live), keeps no hint of it, and when there is none refuses it with
@@ -70,8 +91,8 @@ func TestOwnedNotTaking(t *testing.T) {
 	hints := NewHints(clk, MaxHints)
 	r := records{}
 	o := Owned{Records: &r, View: view, Self: "a", Key: key, Hints: hints, App: "t/a", Claiming: func() Claiming { return claiming }}
-	if got, err := o.Place(context.Background(), addr); err != nil || got.Node != "c" || got.Addr != "http://c" || got.Hint {
-		t.Errorf("nobody holds it: %+v, %v; want c, the one peer of t/a taking actors", got, err)
+	if got, err := o.Place(context.Background(), addr); err != nil || got.Node != "c" || got.Addr != "http://c" || got.Hint || !got.Taker {
+		t.Errorf("nobody holds it: %+v, %v; want c, the one peer of t/a taking actors, as its taker", got, err)
 	}
 	if _, ok := hints.Get(ownership.Actor{Tenant: "t", Class: "c", Name: "n"}); ok {
 		t.Error("the chosen peer was kept as a hint of the actor's owner")

@@ -1,0 +1,212 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
+	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
+	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
+	"github.com/wasmkeep/wasmkeep/kernel/node/websocket"
+)
+
+// Moving one actor (book ADR 0017 as revised; ADR 1052): `wasmkeep actor
+// move` writes a move request (cluster.MoveKey) under the app's root. Once
+// per lease period a node that takes actors lists them: the holder of an
+// actor moves it (a drain of that one actor, then a take call to the
+// target), and the target takes an actor nobody holds itself.
+
+// maxMoves is how many moves a node runs at a time (the book's 16).
+const maxMoves = 16
+
+// moveDeadline bounds one move (the book's 30 s): its queued events, then
+// the take.
+const moveDeadline = 30 * time.Second
+
+// runMoves is one pass over the app's move requests. A node that takes no
+// actor does nothing: its drain moves everything. Failures leave the
+// request for a later pass, until it expires.
+func (n *Node) runMoves() {
+	if n.takesNone() {
+		return
+	}
+	m := n.opts.Cluster.Member
+	ctx, cancel := clock.WithTimeout(n.ctx, n.clock, m.Lease.Settings().AttemptTimeout())
+	moves, err := cluster.ListMoves(ctx, m.State)
+	cancel()
+	if err != nil {
+		n.log.Warn("listing move requests", "err", err)
+		return
+	}
+	self := m.Lease.NodeID()
+	for _, mv := range n.newestMoves(moves) {
+		c := n.class(mv.Class)
+		if c == nil { // left to the nodes that serve it
+			continue
+		}
+		key := n.actorKey(c, mv.Name)
+		owner, err := ownerKey(abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: mv.Name})
+		if err != nil {
+			continue
+		}
+		_, held := m.Owners.Owns(owner)
+		switch {
+		case mv.Target == self && held:
+			n.dropMove(mv, "the actor is here")
+		case mv.Target == self:
+			n.takeMoved(c, mv)
+		case held:
+			n.moveOut(c, key, mv)
+		}
+	}
+}
+
+// newestMoves drops expired requests, and all but the newest of those that
+// name the same actor (deleted), and returns the rest.
+func (n *Node) newestMoves(moves []cluster.Move) []cluster.Move {
+	newest := map[string]cluster.Move{}
+	for _, mv := range moves {
+		if n.clock.Now().Sub(mv.Written) > cluster.MoveExpiry {
+			n.dropMove(mv, "expired")
+			continue
+		}
+		actor := mv.Class + "/" + mv.Name
+		if old, ok := newest[actor]; ok {
+			if !mv.Written.After(old.Written) {
+				n.dropMove(mv, "a newer request names the actor")
+				continue
+			}
+			n.dropMove(old, "a newer request names the actor")
+		}
+		newest[actor] = mv
+	}
+	out := make([]cluster.Move, 0, len(newest))
+	for _, mv := range newest {
+		out = append(out, mv)
+	}
+	return out
+}
+
+// dropMove deletes a move request, saying why.
+func (n *Node) dropMove(mv cluster.Move, why string) {
+	ctx, cancel := clock.WithTimeout(n.ctx, n.clock, n.opts.Cluster.Member.Lease.Settings().AttemptTimeout())
+	defer cancel()
+	if err := cluster.DropMove(ctx, n.opts.Cluster.Member.State, mv.Key); err != nil {
+		n.log.Warn("deleting a move request", "key", mv.Key, "err", err)
+		return
+	}
+	n.log.Info("move request done", "actor", mv.Class+"/"+mv.Name, "to", mv.Target, "why", why)
+}
+
+// takeMoved is the target's side: an actor nobody holds (another node's
+// holder acts; this node leaves it) is taken here, as a take call would
+// have it taken.
+func (n *Node) takeMoved(c *class, mv cluster.Move) {
+	ctx, cancel := clock.WithTimeout(n.ctx, n.clock, takeTimeout)
+	defer cancel()
+	var elsewhere *placement.Elsewhere
+	switch err := n.take(ctx, c, mv.Name); {
+	case err == nil:
+		n.dropMove(mv, "taken")
+	case errors.Is(err, errNoSuchActor):
+		n.dropMove(mv, "no such actor")
+	case errors.As(err, &elsewhere):
+		// Its holder moves it.
+	default:
+		n.log.Warn("taking a moved actor: tried again later", "actor", mv.Class+"/"+mv.Name, "err", err)
+	}
+}
+
+// moveOut starts the holder's side of a move, unless one is under way for
+// the actor, maxMoves are, or the target is not an eligible peer now (the
+// request then waits for a later pass).
+func (n *Node) moveOut(c *class, key string, mv cluster.Move) {
+	if !n.eligibleTarget(mv.Target) {
+		n.log.Info("move request waits: its target is not a live peer of the app that takes actors and takes", "actor", key, "to", mv.Target)
+		return
+	}
+	n.takeMu.Lock()
+	_, under := n.moving[key]
+	start := !under && len(n.moving) < maxMoves
+	if start {
+		if n.moving == nil {
+			n.moving = map[string]string{}
+		}
+		n.moving[key] = mv.Target
+	}
+	n.takeMu.Unlock()
+	if start {
+		go n.move(c, key, mv)
+	}
+}
+
+// eligibleTarget reports whether node id is a peer a move may go to: a
+// live one of the app that takes actors and answers take calls.
+func (n *Node) eligibleTarget(id string) bool {
+	for _, p := range placement.Takers(n.opts.Cluster.Member.View, n.opts.App.String()) {
+		if p.ID == id {
+			return p.Object.Info.HasCapability(nodelease.CapabilityTake)
+		}
+	}
+	return false
+}
+
+// move hands the resident actor key over to mv.Target, as a drain hands
+// over one actor, then has the target take it: its sockets close with 1012
+// (their close events run here first), it takes no new event, its queued
+// events run and it hibernates, its hold released; while the move is under
+// way this node acquires it no more, so its events go to the target. A
+// take the target answers (200, or 409 naming it) ends the move: the
+// request is deleted and this node forgets the alarm it handed over. Any
+// other outcome leaves the request for a later pass; the actor, free,
+// is claimed by its next event wherever it lands.
+func (n *Node) move(c *class, key string, mv cluster.Move) {
+	defer func() {
+		n.takeMu.Lock()
+		delete(n.moving, key)
+		n.takeMu.Unlock()
+	}()
+	deadline := n.clock.Now().Add(moveDeadline)
+	n.metrics.OwnerClosed(metrics.OwnerCloseMove, n.ws.CloseActor(key, websocket.ServiceRestart, "the actor moves to another node, reconnect"))
+	for wait := n.clock.Now().Add(closeEventsWait); n.ws.Has(key) && n.clock.Now().Before(wait); {
+		if clock.Sleep(n.ctx, n.clock, 50*time.Millisecond) != nil {
+			return
+		}
+	}
+	n.mu.Lock()
+	a := n.actors[key]
+	n.mu.Unlock()
+	if a != nil {
+		if n.ws.Has(key) { // a socket that will not close: tried again later
+			return
+		}
+		a.handingOver.Store(true)
+		a.stop()
+		t := n.clock.NewTimer(deadline.Sub(n.clock.Now()))
+		defer t.Stop()
+		select {
+		case <-a.done:
+		case <-t.C(): // it hibernates once its queue ran
+			n.log.Warn("moving an actor: its queued events did not end in time; tried again later", "actor", key)
+			return
+		case <-n.ctx.Done():
+			return
+		}
+	}
+	at, hasAlarm := n.alarms.At(key)
+	ctx, cancel := context.WithCancel(n.ctx)
+	defer cancel()
+	if err := n.sendTake(ctx, mv.Target, c.name, mv.Name); err != nil {
+		n.log.Warn("moving an actor: the target did not take it; tried again later", "actor", key, "to", mv.Target, "err", err)
+		return
+	}
+	if hasAlarm {
+		n.alarms.ClearAt(key, at)
+	}
+	n.log.Info("actor moved", "actor", key, "to", mv.Target)
+	n.dropMove(mv, "moved")
+}
