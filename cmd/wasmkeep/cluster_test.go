@@ -245,8 +245,13 @@ func TestClusterMetricsAndRestore(t *testing.T) {
 	if strings.TrimSpace(string(b)) != "5" {
 		t.Fatalf("after the data directory was lost: %q, want 5", b)
 	}
-	if v := metricValue(page(metricsURL), "wasmkeep_restore_seconds_count"); v != 1 {
+	p = page(metricsURL)
+	if v := metricValue(p, "wasmkeep_restore_seconds_count"); v != 1 {
 		t.Errorf("restores after the restart: %v, want 1", v)
+	}
+	// The restore read the five segments (or a snapshot and what follows).
+	if v := metricValue(p, "wasmkeep_restore_read_seconds_count"); v < 1 {
+		t.Errorf("objects the restore read: %v, want at least 1", v)
 	}
 }
 

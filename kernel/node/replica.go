@@ -69,7 +69,7 @@ func (n *Node) newReplicas() (*replication.Replicas, error) {
 		TempDir: tmp, Retention: c.Retention,
 		Metrics: replication.Metrics{
 			DurableWrite: c.Metrics.DurableWrite, Restore: c.Metrics.Restore, SnapshotFailure: c.Metrics.SnapshotFailure,
-			Collected: c.Metrics.Collected, CollectFailure: c.Metrics.CollectFailure,
+			Collected: c.Metrics.Collected, CollectFailure: c.Metrics.CollectFailure, RestoreRead: c.Metrics.RestoreRead,
 		},
 	})
 }

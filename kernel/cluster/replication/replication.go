@@ -115,6 +115,16 @@ type Metrics struct {
 	// CollectFailure: a collection pass that failed
 	// (wasmkeep_history_collect_failures_total).
 	CollectFailure func()
+	// RestoreRead: one object a restore read, from its first try to its
+	// bytes, retries and waits for the node's read limit included
+	// (wasmkeep_restore_read_seconds).
+	RestoreRead func(time.Duration)
+}
+
+func (m *Metrics) restoreRead(d time.Duration) {
+	if m.RestoreRead != nil {
+		m.RestoreRead(d)
+	}
 }
 
 func (m *Metrics) durableWrite(d time.Duration) {

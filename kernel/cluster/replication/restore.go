@@ -319,7 +319,11 @@ func (r *Replicas) readAhead(ctx context.Context, objs []history.Object) *readAh
 			ra.wg.Add(1)
 			go func(i int, o history.Object) {
 				defer ra.wg.Done()
+				start := r.cfg.Clock.Now()
 				data, err := read(ctx, r.cfg.Bucket, r.cfg.Clock, r.cfg.Reads, o.Entry.Key, o.Entry.Size, bucket.GetOptions{}, &ra.extra[i])
+				if err == nil {
+					r.cfg.Metrics.restoreRead(r.cfg.Clock.Now().Sub(start))
+				}
 				ra.results[i] <- readResult{data, err}
 			}(i, o)
 		}

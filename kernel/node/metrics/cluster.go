@@ -27,6 +27,7 @@ type Cluster struct {
 	failovers        prometheus.Counter
 	failoverWaits    *prometheus.CounterVec
 	failoverRestore  prometheus.Histogram
+	restoreRead      prometheus.Histogram
 	listing          prometheus.Histogram
 	listingFailures  prometheus.Counter
 	listingSkipped   prometheus.Counter
@@ -84,6 +85,10 @@ func NewCluster() *Cluster {
 		failoverWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wasmkeep_failover_waits_total", Help: "Requests (request) and WebSocket upgrades (websocket) for an actor whose node was dead or stopping that this node kept until the actor could be taken over, instead of answering 503 at once, by how the wait ended: served (taken here and answered), forwarded (another node took it first: sent there once), owner_alive (the owner proved alive: sent to it as usual), expired (the wait ran out: 503), shutdown and lease_lost (this node began to stop, or its own lease is not valid: 503), left (the client left: never run), answered_other (asked for here and answered otherwise, or the client left during that try); over_cap: would have been kept, answered 503 at once because the node or the actor had its share kept already.",
 		}, []string{"kind", "outcome"}),
+		restoreRead: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "wasmkeep_restore_read_seconds", Help: "One object (a snapshot or a segment) a restore read from the bucket, from its first try to its bytes: retries and the wait for the node's read limit included.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
 		failoverRestore: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "wasmkeep_failover_restore_seconds", Help: "A failover's restore: listing the actor's history and rebuilding its database from the bucket.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
@@ -138,7 +143,7 @@ func (c *Cluster) ParkedReleased(reason string, n int) {
 func (m *Metrics) Register(c *Cluster, parked func() int) {
 	m.reg.MustRegister(c.durableWrite, c.restore, c.restoreFailures, c.snapshotFailures, c.collected,
 		c.collectFailures, c.bucketRequests, c.leaseWrites, c.leaseFailures, c.fences, c.forwards, c.forwardFailures,
-		c.failovers, c.failoverWaits, c.failoverRestore, c.listing, c.listingFailures, c.listingSkipped,
+		c.failovers, c.failoverWaits, c.failoverRestore, c.restoreRead, c.listing, c.listingFailures, c.listingSkipped,
 		c.alarmSweeps, c.alarmSwept, c.parkedWakes, c.parkedReleases, c.relocations,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "wasmkeep_parked_records", Help: "Ownership records this node keeps for actors that hibernated with sockets open here (ADR 1055).",
@@ -276,3 +281,6 @@ func (c *Cluster) AlarmSweep(outcome string, own, anyone int) {
 	c.alarmSwept.WithLabelValues(SweptOwn).Add(float64(own))
 	c.alarmSwept.WithLabelValues(SweptAnyone).Add(float64(anyone))
 }
+
+// RestoreRead observes one object a restore read.
+func (c *Cluster) RestoreRead(took time.Duration) { c.restoreRead.Observe(took.Seconds()) }
