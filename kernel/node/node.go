@@ -397,6 +397,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	}
 	if n.opts.Cluster != nil {
 		go n.runTaking()
+		go n.runDeletes()
 	}
 	return n, nil
 }
@@ -515,7 +516,7 @@ var (
 // it has none. Every event reaches an actor through it, and only if the
 // placement says the actor runs here (unless the front door asked already).
 func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) error {
-	if !ev.placed {
+	if !ev.placed && ev.del == nil { // a delete job's pass chose this node (ends.go)
 		if err := n.place(ctx, c, name); err != nil {
 			return err
 		}

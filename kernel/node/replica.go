@@ -334,6 +334,26 @@ func (a *actor) releaseHold(h ownership.Hold) {
 	}
 }
 
+// carryMark records in a delete's empty database the operator's delete
+// carried out last (ends.go): the one this event carries out, or the one
+// the actor's database recorded, so that a request left behind never
+// deletes an actor created after it was carried out.
+func (a *actor) carryMark(ctx context.Context, empty storage.DB) error {
+	mark := a.state.operatorMark
+	if mark == "" && a.db != nil {
+		v, _, err := metaValue(ctx, a.db, operatorDeleteKey)
+		if err != nil {
+			return err
+		}
+		mark = v
+	}
+	if mark == "" {
+		return nil
+	}
+	_, err := empty.HostExec(ctx, "INSERT OR REPLACE INTO "+metaTable+" (key, value) VALUES ('"+operatorDeleteKey+"', ?)", text(mark))
+	return err
+}
+
 // resetHeld is a held actor's delete (book ADR 0028 section 1): a reset
 // segment of an empty database, built in scratch space, on the stream's
 // head, acknowledged under the acknowledgement rule before the delete
@@ -354,6 +374,9 @@ func (a *actor) resetHeld(ctx context.Context) error {
 		return err
 	}
 	err = hostTables(ctx, empty, a.addr.Name)
+	if err == nil {
+		err = a.carryMark(ctx, empty)
+	}
 	if err == nil {
 		err = a.stream.Reset(ctx, empty)
 	}

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/wasmkeep/wasmkeep/kernel/app"
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/alarmindex"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/deletes"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
+	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
+)
+
+// actorDeleteCLI runs `wasmkeep actor delete TARGET` on the file bucket
+// dir and returns its output and exit status.
+func actorDeleteCLI(t *testing.T, dir, target string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(wasmkeepBinary(t), append([]string{"actor", "delete", target, "--bucket", "file://" + dir}, args...)...)
+	cmd.Env = withoutWasmkeepVars()
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		return string(out), exit.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return string(out), 0
+}
+
+// An operator's delete (book ADR 0028, section 3; ADR 1053), through the
+// command line on a file bucket two in-process nodes share: of an actor
+// resident on a with an alarm (its data gone, the alarm cleared in the
+// actor and in the bucket's index), of one hibernated on b (whichever
+// node takes it), of a room with a socket open on a (closed with 1000 by
+// its holder, though the class is open); a mistyped name is refused with
+// nothing written, and a request written for one anyway (not by the
+// command) ends absent on a node, which creates nothing of it. Fails
+// with the job's socket close removed (the room's delete stays pending),
+// or with openDB's refusal to create the actor for a delete removed (the
+// request for a name that was never an actor is carried out: done, and
+// history written).
+func TestOperatorDelete(t *testing.T) {
+	t.Parallel()
+	engineNeutral(t)
+	dir := t.TempDir()
+	fb, err := fsbucket.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fb.Close()
+	classes := map[string]string{"probe": probe(t), "room": hostcall(t)}
+	a, am := ownedNodeOn(t, fb, "a", classes, 0)
+	b, bm := ownedNodeOn(t, fb, "b", classes, 300*time.Millisecond)
+	waitTaker(t, am, 1)
+	waitTaker(t, bm, 1)
+	state := bucket.Under(fb, app.Default.StateRoot())
+
+	a.expect("POST", "/actor/probe/r/token?t=x1", "", 200, "1")
+	a.expect("POST", "/actor/probe/r/alarm-set?in=3600000", "", 200, "set")
+	ws := dial(t, a, "/actor/room/s/ws")
+	write(t, ws, "hello")
+	if got := readText(t, ws); got != "hello" {
+		t.Fatalf("echo %q", got)
+	}
+	b.expect("POST", "/actor/probe/h/token?t=y1", "", 200, "1")
+	waitFor(t, 10*time.Second, "h to hibernate on b", func() bool { return len(bm.Owners.Holds()) == 0 })
+
+	deleted := func(target string) {
+		t.Helper()
+		if out, code := actorDeleteCLI(t, dir, target, "--wait", "60"); code != 0 || !strings.Contains(out, "Deleted") {
+			t.Fatalf("actor delete %s: exit %d\n%s", target, code, out)
+		}
+	}
+	// The in-process nodes do not forward: each actor is asked through
+	// the node that holds it, if one does.
+	through := func(name string) *testNode {
+		key, err := history.EncodeName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range bm.Owners.Holds() {
+			if h.Actor.Name == key {
+				return b
+			}
+		}
+		return a
+	}
+	deleted("default/default/probe/r")
+	a.expect("GET", "/actor/probe/r/tokens", "", 200, "")
+	a.expect("GET", "/actor/probe/r/alarm-get", "", 200, "none")
+	waitFor(t, 10*time.Second, "r's alarm entry to leave the bucket's index", func() bool {
+		entries, err := bucket.ListAll(t.Context(), state, alarmindex.Prefix)
+		return err == nil && len(entries) == 0
+	})
+
+	deleted("default/default/probe/h")
+	through("h").expect("GET", "/actor/probe/h/tokens", "", 200, "")
+
+	deleted("default/default/room/s")
+	expectClose(t, ws, websocket.StatusNormalClosure, "actor deleted")
+
+	if out, code := actorDeleteCLI(t, dir, "default/default/probe/nope"); code != 1 || !strings.Contains(out, "no such actor") {
+		t.Errorf("a mistyped name: exit %d, want 1 and no such actor\n%s", code, out)
+	}
+	if entries, err := bucket.ListAll(t.Context(), state, deletes.Prefix); err != nil || len(entries) != 0 {
+		t.Errorf("after the refusal, under deletes/: %v %v, want nothing", entries, err)
+	}
+	r, err := deletes.New(history.Actor{Tenant: "default", Class: "probe", Name: "never"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := deletes.Write(t.Context(), state, r); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the request for a name never used to end", func() bool {
+		st, _, err := deletes.Read(t.Context(), state, r)
+		return err == nil && st == deletes.Ended
+	})
+	if _, o, _ := deletes.Read(t.Context(), state, r); o != deletes.Absent {
+		t.Errorf("the request for a name never used ended %q, want absent", o)
+	}
+	if found, err := history.Exists(t.Context(), state, history.Actor{Tenant: "default", Class: "probe", Name: "never"}); err != nil || found {
+		t.Errorf("history of the name never used: %v %v, want none", found, err)
+	}
+
+	series := `wasmkeep_actor_deletes_total{how="operator"}`
+	if got := a.metric(series) + b.metric(series); got != 3 {
+		t.Errorf("operator deletes counted on a and b: %v, want 3", got)
+	}
+	failed := `wasmkeep_actor_delete_failures_total{how="operator"}`
+	if got := a.metric(failed) + b.metric(failed); got != 0 {
+		t.Errorf("operator delete failures counted: %v, want 0", got)
+	}
+}
+
+// The command's own outcomes with no node: --no-wait returns once the
+// request is written, a wait that ends with the request still there exits
+// 3, and a request that went with no outcome is reported dropped (1).
+func TestActorDeleteWithoutNodes(t *testing.T) {
+	t.Parallel()
+	engineNeutral(t)
+	dir := t.TempDir()
+	fb, err := fsbucket.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fb.Close()
+	state := bucket.Under(fb, app.Name{Tenant: "acme", App: "shop"}.StateRoot())
+	// A history object is all the command's existence check reads.
+	prefix, err := history.Prefix(history.Actor{Tenant: "acme", Class: "cart", Name: "u-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := state.Put(t.Context(), prefix+"x", strings.NewReader(""), 0, bucket.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := actorDeleteCLI(t, dir, "acme/shop/cart/u-1", "--no-wait"); code != 0 || !strings.Contains(out, "requested") {
+		t.Errorf("--no-wait: exit %d\n%s", code, out)
+	}
+	if out, code := actorDeleteCLI(t, dir, "acme/shop/cart/u-1", "--wait", "1"); code != 3 || !strings.Contains(out, "keeps trying") {
+		t.Errorf("--wait 1 with no node: exit %d, want 3\n%s", code, out)
+	}
+	type result struct {
+		out  string
+		code int
+	}
+	waited := make(chan result, 1)
+	go func() {
+		out, code := actorDeleteCLI(t, dir, "acme/shop/cart/u-1", "--wait", "60")
+		waited <- result{out, code}
+	}()
+	waitFor(t, 20*time.Second, "the third request", func() bool {
+		l, err := deletes.List(t.Context(), state)
+		return err == nil && len(l.Requests) == 3
+	})
+	l, err := deletes.List(t.Context(), state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range l.Requests {
+		if err := state.Delete(t.Context(), r.Key(), bucket.Condition{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := <-waited; r.code != 1 || !strings.Contains(r.out, "dropped") {
+		t.Errorf("a request gone with no outcome: exit %d, want 1 and dropped\n%s", r.code, r.out)
+	}
+	if out, code := actorDeleteCLI(t, dir, "acme/shop/cart/bad/name"); code != 2 {
+		t.Errorf("a name with a /: exit %d, want 2\n%s", code, out)
+	}
+}
