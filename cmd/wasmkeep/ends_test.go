@@ -4,16 +4,20 @@ import (
 	"errors"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 
+	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
 	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/alarmindex"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/deletes"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
+	"github.com/wasmkeep/wasmkeep/kernel/node"
 	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
 )
 
@@ -206,5 +210,58 @@ func TestActorDeleteWithoutNodes(t *testing.T) {
 	}
 	if out, code := actorDeleteCLI(t, dir, "acme/shop/cart/bad/name"); code != 2 {
 		t.Errorf("a name with a /: exit %d, want 2\n%s", code, out)
+	}
+}
+
+// offsetClock is the real clock read ahead by an offset a test moves.
+type offsetClock struct{ off atomic.Int64 }
+
+func (c *offsetClock) Now() time.Time { return time.Now().Add(time.Duration(c.off.Load())) }
+func (c *offsetClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	return clock.Real.AfterFunc(d, f)
+}
+func (c *offsetClock) NewTimer(d time.Duration) clock.Timer { return clock.Real.NewTimer(d) }
+
+// Idle expiry (book ADR 0028, section 4; ADR 1053): actors used and
+// released on node a, which then stops, are judged idle by their records'
+// times in the bucket on node b, started afterwards: a restart makes no
+// actor young. With b's clock a minute short of the limit past their
+// release nothing expires; a minute past it, the actor without an alarm
+// is deleted (its next event a fresh actor) and the one with an alarm
+// pending stays. Fails with the pass's time check removed (the first
+// check), or with the job's own alarm check removed and the index's
+// listing ignored (the alarmed actor goes).
+func TestIdleExpiry(t *testing.T) {
+	t.Parallel()
+	engineNeutral(t)
+	mem := buckettest.NewMemory(buckettest.Flaws{})
+	classes := map[string]string{"probe": probe(t)}
+	a, am := ownedNodeOn(t, mem, "a", classes, 200*time.Millisecond)
+	a.expect("POST", "/actor/probe/old/token?t=x1", "", 200, "1")
+	a.expect("POST", "/actor/probe/alarmed/token?t=x2", "", 200, "1")
+	a.expect("POST", "/actor/probe/alarmed/alarm-set?in=10800000", "", 200, "set")
+	waitFor(t, 10*time.Second, "both to hibernate on a", func() bool { return len(am.Owners.Holds()) == 0 })
+	a.stop()
+	if err := am.Leave(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	clk := &offsetClock{}
+	clk.off.Store(int64(time.Hour - time.Minute))
+	b, bm := clusterNode(t, mem, "b", node.Options{Classes: classes, Clock: clk, ExpiryPass: 100 * time.Millisecond,
+		ExpireAfterIdle: map[string]time.Duration{"probe": time.Hour}})
+	go bm.WatchPeers(t.Context())
+	expired := `wasmkeep_actor_deletes_total{how="expired"}`
+	waitFor(t, 10*time.Second, "b to list its peers", func() bool { return bm.View.Listings() >= 2 })
+	time.Sleep(time.Second) // passes, which must find nothing idle long enough
+	if got := b.metric(expired); got != 0 {
+		t.Fatalf("expired a minute short of the limit: %v", got)
+	}
+	clk.off.Store(int64(time.Hour + time.Minute))
+	waitFor(t, 10*time.Second, "old to expire", func() bool { return b.metric(expired) == 1 })
+	b.expect("GET", "/actor/probe/old/tokens", "", 200, "")
+	b.expect("GET", "/actor/probe/alarmed/tokens", "", 200, "x2\n")
+	if got := b.metric(expired); got != 1 {
+		t.Errorf("expired %v actors, want old alone", got)
 	}
 }

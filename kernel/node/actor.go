@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/alarmindex"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/deletes"
@@ -396,7 +397,11 @@ func (a *actor) openDB(ctx context.Context, ev *event) error {
 		return nil
 	}
 	created := (ev.alarm || ev.del != nil) && a.node.replicas != nil && a.node.noDatabase(a.addr)
-	db, err := a.openDatabase(ctx)
+	var listed bucket.Version
+	if ev.del != nil {
+		listed = ev.del.expire
+	}
+	db, err := a.openDatabase(ctx, listed)
 	if err != nil {
 		return err
 	}

@@ -3,13 +3,22 @@ package node
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/alarmindex"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/deletes"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
+	"github.com/wasmkeep/wasmkeep/kernel/node/alarm"
 	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
+	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
 	"github.com/wasmkeep/wasmkeep/kernel/node/websocket"
 )
 
@@ -37,11 +46,12 @@ const deleteBatch = 16
 // sockets.
 const deletedReason = "actor deleted"
 
-// deleteJob is an operator's delete in an actor's mailbox; the actor sets
-// what it found before it answers.
+// deleteJob is an operator's delete, or an idle actor's expiry, in an
+// actor's mailbox; the actor sets what it found before it answers.
 type deleteJob struct {
-	req    deletes.Request
-	result deletes.Outcome // "" while the request stays
+	req    deletes.Request // the operator's request; zero for an expiry
+	expire bucket.Version  // an expiry: the record's version as listed, which the acquire requires
+	result deletes.Outcome // "" while the request stays, or the actor was not expired
 	busy   bool            // its sockets were closed: their close events run first, then the job again
 }
 
@@ -133,8 +143,8 @@ func (n *Node) carryOut(ctx context.Context, c *class, r deletes.Request) {
 	n.forgetOwner(abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: r.Name})
 	var job *deleteJob
 	for range 2 {
-		var err error
-		if job, err = n.runDeleteJob(ctx, c, r); err != nil {
+		job = &deleteJob{req: r}
+		if err := n.runDeleteJob(ctx, c, r.Name, job); err != nil {
 			n.log.Info("an operator's delete waits for a later pass", "actor", key, "request", r.ID, "err", err)
 			return
 		}
@@ -158,25 +168,24 @@ func (n *Node) carryOut(ctx context.Context, c *class, r deletes.Request) {
 	n.log.Info("an operator's delete ended", "actor", key, "request", r.ID, "outcome", job.result)
 }
 
-// runDeleteJob queues r's job in the actor's mailbox, after the events
+// runDeleteJob queues job in the mailbox of c/name, after the events
 // queued there, and waits for it.
-func (n *Node) runDeleteJob(ctx context.Context, c *class, r deletes.Request) (*deleteJob, error) {
-	job := &deleteJob{req: r}
+func (n *Node) runDeleteJob(ctx context.Context, c *class, name string, job *deleteJob) error {
 	ev := &event{ctx: ctx, reply: make(chan outcome, 1), del: job}
-	if err := n.deliver(ctx, c, r.Name, ev); err != nil {
-		return nil, err
+	if err := n.deliver(ctx, c, name, ev); err != nil {
+		return err
 	}
 	select {
 	case out := <-ev.reply:
 		switch {
 		case out.err != nil:
-			return nil, out.err
+			return out.err
 		case out.skipped:
-			return nil, errors.New("not run: the node stops")
+			return errors.New("not run: the node stops")
 		}
-		return job, nil
+		return nil
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
 }
 
@@ -188,6 +197,9 @@ func (n *Node) runDeleteJob(ctx context.Context, c *class, r deletes.Request) (*
 // operator asked for the actor to end) and the job runs again after
 // their close events; then the delete, with the request recorded.
 func (a *actor) runDelete(ctx context.Context, job *deleteJob) outcome {
+	if job.expire != "" {
+		return a.runExpiry(ctx, job)
+	}
 	mark, _, err := metaValue(ctx, a.db, operatorDeleteKey)
 	if err != nil {
 		return outcome{err: &failure{public: "internal error", cause: err}}
@@ -213,4 +225,162 @@ func (a *actor) runDelete(ctx context.Context, job *deleteJob) outcome {
 	a.state.deleted = true // the end of the event: instance, alarm timer, local files
 	job.result = deletes.Done
 	return outcome{}
+}
+
+// runExpiry is an idle actor's expiry in its mailbox, acquired only if
+// its record was as listed (openDatabase): an actor with a pending alarm
+// (its own database says, whatever the index listing showed) or a socket
+// is not idle, and stays; any other is deleted as the operator's delete
+// does, its marker carried over.
+func (a *actor) runExpiry(ctx context.Context, job *deleteJob) outcome {
+	_, _, pending, err := alarm.Read(ctx, a.db)
+	if err != nil {
+		return outcome{err: &failure{public: "internal error", cause: err}}
+	}
+	if pending || a.node.ws.Has(a.key) {
+		return outcome{}
+	}
+	err = a.removeDatabase()
+	a.node.metrics.Deleted(metrics.DeleteExpired, err)
+	if err != nil {
+		return outcome{err: unavailable("the expiry was not recorded", err)}
+	}
+	a.state.deleted = true
+	job.result = deletes.Done
+	return outcome{}
+}
+
+// Idle expiry (book ADR 0028, section 4; ADR 1053). A class's
+// expire-after-idle (a deployed version's expire line, or serve's
+// --expire-after-idle) deletes its actors that no event touched for that
+// long. An actor writes its ownership record when it is acquired and when
+// it is released at hibernation, on whichever node it ran: a record that
+// names nobody and was last modified longer ago than the limit is an
+// actor idle that long (plus its idle timeout), and that survives any
+// node's restart or takeover, since it is in the bucket.
+
+// DefaultExpiryPass is Options.ExpiryPass's default (book ADR 0028: 10
+// minutes).
+const DefaultExpiryPass = 10 * time.Minute
+
+// expiryBudget and expiryParallel bound a pass: at most 100 expiries, four
+// at a time.
+const (
+	expiryBudget   = 100
+	expiryParallel = 4
+)
+
+// runExpiry runs the expiry passes until the node stops: only on the
+// collecting node of the app (collectsExpiry), while it takes actors, its
+// lease is valid and its view of its peers is trusted. Records found and
+// tried are not tried again at the version listed.
+func (n *Node) runExpiry() {
+	m := n.opts.Cluster.Member
+	tried := map[string]bucket.Version{}
+	for clock.Sleep(n.ctx, n.clock, n.opts.ExpiryPass) == nil {
+		if n.stopping.Load() || !m.Ready() || m.View.Listings() < 2 || n.takesNone() || !n.collectsExpiry() {
+			continue
+		}
+		var err error
+		if tried, err = n.expiryPass(n.ctx, tried); err != nil && n.ctx.Err() == nil {
+			n.log.Warn("idle expiry", "err", err)
+		}
+	}
+}
+
+// collectsExpiry reports whether this node has the lowest id among itself
+// and the live peers of its app that take actors. Two nodes whose views
+// disagree may both collect: the conditional acquire makes that safe.
+func (n *Node) collectsExpiry() bool {
+	m := n.opts.Cluster.Member
+	self := m.Lease.NodeID()
+	for _, p := range placement.Takers(m.View, n.opts.App.String()) {
+		if p.ID < self {
+			return false
+		}
+	}
+	return true
+}
+
+// expiryCandidate is an actor whose record was listed idle past its
+// class's limit.
+type expiryCandidate struct {
+	class   *class
+	name    string
+	version bucket.Version
+}
+
+// expiryPass is one pass: the records of each class with a limit listed
+// (one LIST per class) past the limit by the node's clock,
+// read before the listings, and not of an actor with an alarm entry, one
+// resident here or with a socket here, are expired, expiryParallel at a
+// time. It returns the records it tried, by key, at the version listed.
+func (n *Node) expiryPass(ctx context.Context, tried map[string]bucket.Version) (map[string]bucket.Version, error) {
+	state := n.opts.Cluster.Member.State
+	now := n.clock.Now()
+	d, _ := n.deployed()
+	var limited []*class
+	for _, name := range slices.Sorted(maps.Keys(d.classes)) {
+		if c := d.classes[name]; c.spec.Expire > 0 {
+			limited = append(limited, c)
+		}
+	}
+	if len(limited) == 0 {
+		return tried, nil
+	}
+	alarmed := map[string]bool{}
+	entries, err := bucket.ListAll(ctx, state, alarmindex.TenantPrefix(n.opts.App.Tenant))
+	if err != nil {
+		return tried, err
+	}
+	for _, e := range entries {
+		if k, err := alarmindex.ParseKey(e.Key); err == nil {
+			alarmed[k.Class+"/"+k.Name] = true
+		}
+	}
+	next := map[string]bucket.Version{}
+	var todo []expiryCandidate
+	for _, c := range limited {
+		prefix := ownership.Actor{Tenant: n.opts.App.Tenant, Class: c.name}.Key()
+		records, err := bucket.ListAll(ctx, state, prefix)
+		if err != nil {
+			return tried, err
+		}
+		for _, e := range records {
+			enc := strings.TrimPrefix(e.Key, prefix)
+			if now.Sub(e.ModTime) <= c.spec.Expire || alarmed[c.name+"/"+enc] || e.Version == "" {
+				continue
+			}
+			next[e.Key] = e.Version
+			name, hashed, err := history.DecodeName(enc)
+			key := n.actorKey(c, name)
+			if err != nil || hashed || tried[e.Key] == e.Version || n.ws.Has(key) || n.resident(key) || len(todo) == expiryBudget {
+				continue
+			}
+			todo = append(todo, expiryCandidate{class: c, name: name, version: e.Version})
+		}
+	}
+	slots := make(chan struct{}, expiryParallel)
+	var wg sync.WaitGroup
+	for _, cand := range todo {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			job := &deleteJob{expire: cand.version}
+			if err := n.runDeleteJob(ctx, cand.class, cand.name, job); err == nil && job.result == deletes.Done {
+				n.log.Info("an idle actor expired", "actor", n.actorKey(cand.class, cand.name), "limit", cand.class.spec.Expire)
+			}
+		}()
+	}
+	wg.Wait()
+	return next, nil
+}
+
+// resident reports whether the actor keyed key is resident here.
+func (n *Node) resident(key string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.actors[key] != nil
 }

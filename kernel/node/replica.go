@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/callsign"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
@@ -91,7 +92,10 @@ const errBrokenPublic = "the actor's history in the bucket is broken; it is refu
 // while the node takes no actor: taking.go), as the
 // bucket's head: the local file if it is the head, else restored from the
 // bucket (restore steps 1 to 7, book ADR 0007).
-func (a *actor) openDatabase(ctx context.Context) (storage.DB, error) {
+// An idle actor's expiry (ends.go) acquires it only if its record is
+// still at the version listed, naming nobody (listed; "" for any other
+// event).
+func (a *actor) openDatabase(ctx context.Context, listed bucket.Version) (storage.DB, error) {
 	n := a.node
 	if n.replicas == nil {
 		db, err := n.storage.Open(ctx, n.stateDir, a.addr, n.opts.Storage)
@@ -109,7 +113,12 @@ func (a *actor) openDatabase(ctx context.Context) (storage.DB, error) {
 	if err := n.startAcquire(ctx, a.class, a.addr.Name, key); err != nil {
 		return nil, err
 	}
-	hold, err := owners.Acquire(ctx, key)
+	var hold ownership.Hold
+	if listed != "" {
+		hold, err = owners.AcquireUnchanged(ctx, key, listed)
+	} else {
+		hold, err = owners.Acquire(ctx, key)
+	}
 	n.acquireDone()
 	var held *ownership.HeldError
 	switch {
@@ -121,7 +130,9 @@ func (a *actor) openDatabase(ctx context.Context) (storage.DB, error) {
 		// Its holder stopped writing its lease and is not fenced yet.
 		return nil, unavailable(peers.MsgUnreachable, err)
 	case err != nil:
-		if !errors.Is(err, ownership.ErrLeaseInvalid) { // a lapse says so once, in its own line
+		// A lapse says so once, in its own line; an expiry that found the
+		// actor used since is no failure.
+		if !errors.Is(err, ownership.ErrLeaseInvalid) && !errors.Is(err, ownership.ErrChanged) {
 			n.log.Warn("the node cannot take the actor now", "actor", a.key, "err", err)
 		}
 		return nil, unavailable("the node cannot take the actor now, retry", err)

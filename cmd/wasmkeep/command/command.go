@@ -137,6 +137,7 @@ type serveFlags struct {
 	actors    []string
 	env       []string
 	access    []string
+	expire    []string
 	stateless string // the positional argument
 
 	// node holds the flags of node's settings (config.NodeFields), each
@@ -183,6 +184,7 @@ node: (--max-instances is node.max_instances).`,
 		nodeFlag(fl, key, field)
 	}
 	fl.StringArrayVar(&f.access, "access", nil, "who outside may reach a class's actors: CLASS=open|existing|existing:NAME,...|internal (repeatable; node.access)")
+	fl.StringArrayVar(&f.expire, "expire-after-idle", nil, "with a bucket, delete an --actor class's actors idle this long: CLASS=DURATION (3600s, 90m, 36h, 7d; at least 1h; repeatable); a deployed app says it in its version (deploy --expire-after-idle)")
 	fl.StringArrayVar(&f.allowOutbound, "allow-outbound", nil, "let guests' http_fetch reach this non-public range, e.g. 10.1.0.0/16 (repeatable; node.allow_outbound)")
 	fl.StringArrayVar(&f.allowOutboundPorts, "allow-outbound-port", nil, "let guests' http_fetch reach this port, which the Fetch standard blocks (repeatable; node.allow_outbound_port)")
 	fl.StringArrayVar(&f.outboundCAs, "outbound-ca", nil, "trust the CA certificates of this PEM file for guests' https fetches, besides the system roots (repeatable; node.outbound_ca)")
@@ -334,6 +336,10 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	if err != nil {
 		return err
 	}
+	expire, err := idleLimits(f.expire, false)
+	if err != nil {
+		return err
+	}
 	keyFiles := flagOrKey(cmd.Flags().Changed, "secrets-key", f.secretsKeys, ns.SecretsKey)
 	noSecrets := ns.NoSecrets
 	if cmd.Flags().Changed("no-secrets") {
@@ -416,7 +422,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	}
 	opts := limits(ns)
 	opts.DataDir = ns.DataDir
-	own := ownClasses{actors: ns.Actors, access: access, stateless: f.stateless}
+	own := ownClasses{actors: ns.Actors, access: access, expire: expire, stateless: f.stateless}
 	var fol *follower
 	var sec *nodeSecrets
 	if cn != nil {

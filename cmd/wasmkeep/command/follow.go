@@ -52,12 +52,13 @@ func firstVersion(ctx context.Context, c *clusterNode, a app.Name, dir string, l
 type ownClasses struct {
 	actors    map[string]string
 	access    map[string]access.Access
+	expire    map[string]time.Duration
 	stateless string
 }
 
 // serve sets the node's options to serve them.
 func (o ownClasses) serve(opts *node.Options) {
-	opts.Classes, opts.Access, opts.Stateless = o.actors, o.access, o.stateless
+	opts.Classes, opts.Access, opts.Stateless, opts.ExpireAfterIdle = o.actors, o.access, o.stateless, o.expire
 }
 
 // refuse refuses them on a node of an app that deployed: the version is
@@ -70,6 +71,9 @@ func (o ownClasses) refuse(l deploys.Loaded) error {
 	}
 	if len(o.access) > 0 {
 		given = append(given, "--access (node.access)")
+	}
+	if len(o.expire) > 0 {
+		given = append(given, "--expire-after-idle")
 	}
 	if o.stateless != "" {
 		given = append(given, "the stateless component "+o.stateless)
@@ -123,7 +127,7 @@ func loadOnce(ctx context.Context, c *clusterNode, a app.Name, dir string) (depl
 func nodeVersion(l deploys.Loaded) node.Version {
 	v := node.Version{ID: l.Version, Seq: l.Seq, Front: l.Front, Classes: map[string]node.ClassSpec{}}
 	for name, c := range l.Classes {
-		v.Classes[name] = node.ClassSpec{Module: c.Module, Access: c.Access, Config: c.Config, Requires: c.Requires}
+		v.Classes[name] = node.ClassSpec{Module: c.Module, Access: c.Access, Config: c.Config, Requires: c.Requires, Expire: c.Expire}
 	}
 	return v
 }
@@ -135,9 +139,13 @@ func startFrom(opts *node.Options, v node.Version) {
 	opts.Access = map[string]access.Access{}
 	opts.Config = map[string]map[string]string{}
 	opts.Requires = map[string][]string{}
+	opts.ExpireAfterIdle = map[string]time.Duration{}
 	for name, c := range v.Classes {
 		opts.Classes[name], opts.Access[name] = c.Module, c.Access
 		opts.Config[name], opts.Requires[name] = c.Config, c.Requires
+		if c.Expire > 0 {
+			opts.ExpireAfterIdle[name] = c.Expire
+		}
 	}
 }
 

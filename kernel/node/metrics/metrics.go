@@ -135,13 +135,13 @@ func New(g Gauges) *Metrics {
 			Name: "wasmkeep_deploy_follow_failures_total", Help: "Times the node could not follow its app's current version (read, download or apply failed).",
 		}),
 		deletes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wasmkeep_actor_deletes_total", Help: "Actor deletes recorded (with a bucket: the reset acknowledged), by how: self (delete-self), self_durable (delete-self-durable), operator (wasmkeep actor delete).",
+			Name: "wasmkeep_actor_deletes_total", Help: "Actor deletes recorded (with a bucket: the reset acknowledged), by how: self (delete-self), self_durable (delete-self-durable), operator (wasmkeep actor delete), expired (idle expiry).",
 		}, []string{"how"}),
 		deleteFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wasmkeep_actor_delete_failures_total", Help: "Actor deletes that failed to be recorded (the data stays; with a bucket the actor was given up or the request stays), by how, as wasmkeep_actor_deletes_total.",
 		}, []string{"how"}),
 	}
-	for _, how := range []string{DeleteSelf, DeleteSelfDurable, DeleteOperator} {
+	for _, how := range []string{DeleteSelf, DeleteSelfDurable, DeleteOperator, DeleteExpired} {
 		m.deletes.WithLabelValues(how)
 		m.deleteFailures.WithLabelValues(how)
 	}
@@ -184,6 +184,7 @@ const (
 	DeleteSelf        = "self"
 	DeleteSelfDurable = "self_durable"
 	DeleteOperator    = "operator"
+	DeleteExpired     = "expired" // idle expiry
 )
 
 // Deleted counts a delete recorded, or one that failed to be.
