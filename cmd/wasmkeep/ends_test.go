@@ -16,7 +16,9 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/alarmindex"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/deletes"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/deploys"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
 )
@@ -25,17 +27,7 @@ import (
 // dir and returns its output and exit status.
 func actorDeleteCLI(t *testing.T, dir, target string, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(wasmkeepBinary(t), append([]string{"actor", "delete", target, "--bucket", "file://" + dir}, args...)...)
-	cmd.Env = withoutWasmkeepVars()
-	out, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		return string(out), exit.ExitCode()
-	case err != nil:
-		t.Fatal(err)
-	}
-	return string(out), 0
+	return wasmkeepCLI(t, append([]string{"actor", "delete", target, "--bucket", "file://" + dir}, args...)...)
 }
 
 // An operator's delete (book ADR 0028, section 3; ADR 1053), through the
@@ -263,5 +255,91 @@ func TestIdleExpiry(t *testing.T) {
 	b.expect("GET", "/actor/probe/alarmed/tokens", "", 200, "x2\n")
 	if got := b.metric(expired); got != 1 {
 		t.Errorf("expired %v actors, want old alone", got)
+	}
+}
+
+// wasmkeepCLI runs the command line with args and returns its output and
+// exit status.
+func wasmkeepCLI(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(wasmkeepBinary(t), args...)
+	cmd.Env = withoutWasmkeepVars()
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		return string(out), exit.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return string(out), 0
+}
+
+// app delete (book ADR 0028, section 5; ADR 1053) refuses while a node of
+// the app is live, naming it, with nothing written; with --force it
+// writes the tombstone and removes every other object of the app under
+// both roots, and nothing of another app; a deploy of it is refused
+// afterwards. Fails with RemoveApp's skip of the tombstone removed (the
+// listing finds nothing at all), or with Publish's tombstone check
+// removed (the deploy goes through).
+func TestAppDelete(t *testing.T) {
+	t.Parallel()
+	engineNeutral(t)
+	dir := t.TempDir()
+	fb, err := fsbucket.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fb.Close()
+	wasm := counter(t)
+	deploy := func(a string) (string, int) {
+		return wasmkeepCLI(t, "deploy", "--app", a, "--bucket", "file://"+dir, "--actor", "cart="+wasm)
+	}
+	for _, a := range []string{"acme/shop", "acme/blog"} {
+		if out, code := deploy(a); code != 0 {
+			t.Fatalf("deploy %s: exit %d\n%s", a, code, out)
+		}
+		root := "state/" + a + "/"
+		for _, k := range []string{"actors/acme/cart/x/0000000000000001-0000000001-0000000000.ltx", "owners/acme/cart/x"} {
+			if _, err := fb.Put(t.Context(), root+k, strings.NewReader("x"), 1, bucket.Condition{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	data := nodelease.Object{State: nodelease.Live, Instance: "i1", Seq: 1, WrittenAt: time.Now(), Info: nodelease.Info{App: "acme/shop"}}.Encode()
+	if _, err := fb.Put(t.Context(), nodelease.Key("n1"), strings.NewReader(string(data)), int64(len(data)), bucket.Condition{}); err != nil {
+		t.Fatal(err)
+	}
+	del := []string{"app", "delete", "acme/shop", "--bucket", "file://" + dir}
+	if out, code := wasmkeepCLI(t, del...); code != 1 || !strings.Contains(out, "n1") {
+		t.Errorf("with a live node: exit %d, want 1 naming n1\n%s", code, out)
+	}
+	if err := deploys.RefuseDeleted(t.Context(), fb, app.Name{Tenant: "acme", App: "shop"}); err != nil {
+		t.Fatalf("a tombstone after the refusal: %v", err)
+	}
+	if out, code := wasmkeepCLI(t, append(del, "--force")...); code != 0 {
+		t.Fatalf("--force: exit %d\n%s", code, out)
+	}
+	for _, root := range []string{"state/acme/shop/", "apps/acme/shop/"} {
+		entries, err := bucket.ListAll(t.Context(), fb, root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, e := range entries {
+			keys = append(keys, e.Key)
+		}
+		want := map[string]string{"state/acme/shop/": "", "apps/acme/shop/": "apps/acme/shop/deleted"}[root]
+		if strings.Join(keys, " ") != want {
+			t.Errorf("under %s after the delete: %q, want %q", root, keys, want)
+		}
+	}
+	for _, root := range []string{"state/acme/blog/", "apps/acme/blog/"} {
+		if entries, err := bucket.ListAll(t.Context(), fb, root); err != nil || len(entries) == 0 {
+			t.Errorf("another app's %s: %d objects, %v", root, len(entries), err)
+		}
+	}
+	if out, code := deploy("acme/shop"); code == 0 || !strings.Contains(out, "deleted") {
+		t.Errorf("a deploy of the deleted app: exit %d\n%s", code, out)
 	}
 }

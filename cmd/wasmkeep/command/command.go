@@ -76,6 +76,7 @@ func Main(plugins ...plugin.Info) int {
 	root.AddCommand(bucketCommand(reg))
 	root.AddCommand(clusterCommand(reg))
 	root.AddCommand(actorCommand(reg))
+	root.AddCommand(appCommand(reg))
 	root.AddCommand(deployCommand(reg))
 	root.AddCommand(secretsCommand(reg))
 	if err := root.Execute(); err != nil {

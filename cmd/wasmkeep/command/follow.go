@@ -31,7 +31,7 @@ func modulesDir(cacheDir string) string { return filepath.Join(cacheDir, "deploy
 // nothing runs unchecked: deployed is false when the app has none. A
 // version that cannot be loaded (the bucket down, an altered object) is
 // tried again, with a growing wait, until ctx ends: the node does not
-// start serving an app it cannot read.
+// start serving an app it cannot read, nor one deleted (its tombstone).
 func firstVersion(ctx context.Context, c *clusterNode, a app.Name, dir string, log *slog.Logger) (l deploys.Loaded, deployed bool, err error) {
 	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
 		l, err = loadOnce(ctx, c, a, dir)
@@ -40,6 +40,8 @@ func firstVersion(ctx context.Context, c *clusterNode, a app.Name, dir string, l
 			return l, true, nil
 		case errors.Is(err, deploys.ErrNothingDeployed):
 			return l, false, nil
+		case errors.Is(err, deploys.ErrAppDeleted): // the node refuses to start on it
+			return l, false, err
 		}
 		log.Warn("cannot load the app's current version; trying again", "app", a.String(), "in", wait, "err", err)
 		if err := clock.Sleep(ctx, clock.Real, wait); err != nil {

@@ -38,6 +38,9 @@ type LoadedClass struct {
 // naming it), configuration parsed, and modules written into dir as
 // <sha256>.wasm, so the node loads them by path.
 func Load(ctx context.Context, b bucket.Bucket, a app.Name, dir string) (Loaded, error) {
+	if err := RefuseDeleted(ctx, b, a); err != nil {
+		return Loaded{}, err
+	}
 	cur, _, found, err := readCurrent(ctx, b, keysOf(a))
 	if err != nil {
 		return Loaded{}, err

@@ -61,6 +61,9 @@ type Result struct {
 // d.SeqFloor: current was lost, and seq 1 could be below what actors
 // recorded.
 func Publish(ctx context.Context, b bucket.Bucket, a app.Name, d Draft) (Result, error) {
+	if err := RefuseDeleted(ctx, b, a); err != nil {
+		return Result{}, err
+	}
 	k := keysOf(a)
 	cur, tok, found, err := readCurrent(ctx, b, k)
 	if err != nil {
@@ -391,6 +394,9 @@ func configChange(old, now map[string]string) string {
 // next seq (seq never goes back, so nodes take it as any deploy). One that
 // would make a class more open is refused unless allowReopen.
 func Rollback(ctx context.Context, b bucket.Bucket, a app.Name, allowReopen bool) (Result, error) {
+	if err := RefuseDeleted(ctx, b, a); err != nil {
+		return Result{}, err
+	}
 	k := keysOf(a)
 	cur, tok, found, err := readCurrent(ctx, b, k)
 	if err != nil {
