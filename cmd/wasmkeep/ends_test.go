@@ -278,8 +278,8 @@ func wasmkeepCLI(t *testing.T, args ...string) (string, int) {
 // app delete (book ADR 0028, section 5; ADR 1053) refuses while a node of
 // the app is live, naming it, with nothing written; with --force it
 // writes the tombstone and removes every other object of the app under
-// both roots, and nothing of another app; a deploy of it is refused
-// afterwards. Fails with RemoveApp's skip of the tombstone removed (the
+// both roots, and nothing of another app; a deploy of it and an actor
+// delete in it are refused afterwards. Fails with RemoveApp's skip of the tombstone removed (the
 // listing finds nothing at all), or with Publish's tombstone check
 // removed (the deploy goes through).
 func TestAppDelete(t *testing.T) {
@@ -341,5 +341,8 @@ func TestAppDelete(t *testing.T) {
 	}
 	if out, code := deploy("acme/shop"); code == 0 || !strings.Contains(out, "deleted") {
 		t.Errorf("a deploy of the deleted app: exit %d\n%s", code, out)
+	}
+	if out, code := actorDeleteCLI(t, dir, "acme/shop/cart/x"); code != 1 || !strings.Contains(out, "app delete") {
+		t.Errorf("an actor delete in the deleted app: exit %d, want 1\n%s", code, out)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/deletes"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/deploys"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
 	"github.com/wasmkeep/wasmkeep/kernel/config"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
@@ -50,7 +51,7 @@ event finds a new actor, on-init runs again) and what came before is
 erased. The node then writes the request's outcome beside it.
 
 Refused, with nothing written, for an actor with no history in the bucket
-(a mistyped name is never created). A request no node carries out (no
+(a mistyped name is never created), and for an app deleted (app delete). A request no node carries out (no
 node serves the class) expires after an hour.
 
 --wait SECS (default 60, at most 3000) waits for the outcome; --no-wait
@@ -82,6 +83,9 @@ keeps trying until it expires); 2 on an error.`,
 			}
 			f.timeout = clusterCmdTimeout + d
 			return withCluster(cmd, reg, f, func(ctx context.Context, b bucket.Bucket, _ *config.Config, _ string) error {
+				if err := deploys.RefuseDeleted(ctx, b, a); err != nil {
+					return &exitErr{exitNo, err}
+				}
 				return actorDelete(ctx, cmd.OutOrStdout(), bucket.Under(b, a.StateRoot()), actor, d)
 			})
 		},
