@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -278,8 +279,8 @@ func wasmkeepCLI(t *testing.T, args ...string) (string, int) {
 // app delete (book ADR 0028, section 5; ADR 1053) refuses while a node of
 // the app is live, naming it, with nothing written; with --force it
 // writes the tombstone and removes every other object of the app under
-// both roots, and nothing of another app; a deploy of it and an actor
-// delete in it are refused afterwards. Fails with RemoveApp's skip of the tombstone removed (the
+// both roots, and nothing of another app; a deploy of it, an actor
+// delete and a secrets set in it are refused afterwards. Fails with RemoveApp's skip of the tombstone removed (the
 // listing finds nothing at all), or with Publish's tombstone check
 // removed (the deploy goes through).
 func TestAppDelete(t *testing.T) {
@@ -344,5 +345,14 @@ func TestAppDelete(t *testing.T) {
 	}
 	if out, code := actorDeleteCLI(t, dir, "acme/shop/cart/x"); code != 1 || !strings.Contains(out, "app delete") {
 		t.Errorf("an actor delete in the deleted app: exit %d, want 1\n%s", code, out)
+	}
+	key := filepath.Join(t.TempDir(), "secrets.key")
+	if out, code := wasmkeepCLI(t, "secrets", "new-key", "--out", key); code != 0 {
+		t.Fatalf("secrets new-key: exit %d\n%s", code, out)
+	}
+	secretsSet := exec.Command(wasmkeepBinary(t), "secrets", "set", "--bucket", "file://"+dir, "--app", "acme/shop", "--key", key, "--class", "cart", "TOKEN")
+	secretsSet.Env, secretsSet.Stdin = withoutWasmkeepVars(), strings.NewReader("v")
+	if out, err := secretsSet.CombinedOutput(); err == nil || !strings.Contains(string(out), "app delete") {
+		t.Errorf("a secrets set in the deleted app: %v\n%s", err, out)
 	}
 }
