@@ -19,7 +19,6 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/deletes"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/deploys"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
-	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
 )
@@ -279,10 +278,12 @@ func wasmkeepCLI(t *testing.T, args ...string) (string, int) {
 // app delete (book ADR 0028, section 5; ADR 1053) refuses while a node of
 // the app is live, naming it, with nothing written; with --force it
 // writes the tombstone and removes every other object of the app under
-// both roots, and nothing of another app; a deploy of it, an actor
+// both roots, and nothing of another app; the node, which was live, stops
+// with an error at its next version check; a deploy of it, an actor
 // delete and a secrets set in it are refused afterwards. Fails with RemoveApp's skip of the tombstone removed (the
-// listing finds nothing at all), or with Publish's tombstone check
-// removed (the deploy goes through).
+// listing finds nothing at all), with Publish's tombstone check removed
+// (the deploy goes through), or with the follower's check removed (the
+// node runs on).
 func TestAppDelete(t *testing.T) {
 	t.Parallel()
 	engineNeutral(t)
@@ -307,10 +308,7 @@ func TestAppDelete(t *testing.T) {
 			}
 		}
 	}
-	data := nodelease.Object{State: nodelease.Live, Instance: "i1", Seq: 1, WrittenAt: time.Now(), Info: nodelease.Info{App: "acme/shop"}}.Encode()
-	if _, err := fb.Put(t.Context(), nodelease.Key("n1"), strings.NewReader(string(data)), int64(len(data)), bucket.Condition{}); err != nil {
-		t.Fatal(err)
-	}
+	_, node, logs := serveBinary(t, wasmkeepBinary(t), withoutWasmkeepVars(), "--data-dir", t.TempDir(), "--bucket", "file://"+dir, "--node-id", "n1", "--app", "acme/shop", "--cluster-plaintext", "accept")
 	del := []string{"app", "delete", "acme/shop", "--bucket", "file://" + dir}
 	if out, code := wasmkeepCLI(t, del...); code != 1 || !strings.Contains(out, "n1") {
 		t.Errorf("with a live node: exit %d, want 1 naming n1\n%s", code, out)
@@ -320,6 +318,16 @@ func TestAppDelete(t *testing.T) {
 	}
 	if out, code := wasmkeepCLI(t, append(del, "--force")...); code != 0 {
 		t.Fatalf("--force: exit %d\n%s", code, out)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- node.Wait() }()
+	select {
+	case err := <-exited:
+		if err == nil || !strings.Contains(logs.String(), "the app was deleted") {
+			t.Errorf("the node of the deleted app exited with %v:\n%s", err, logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the node of the deleted app still runs 30 s after the delete:\n%s", logs.String())
 	}
 	for _, root := range []string{"state/acme/shop/", "apps/acme/shop/"} {
 		entries, err := bucket.ListAll(t.Context(), fb, root)

@@ -5,6 +5,7 @@
 package command
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,6 +28,7 @@ import (
 	"github.com/wasmkeep/wasmkeep"
 	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/deploys"
 	"github.com/wasmkeep/wasmkeep/kernel/config"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
@@ -518,9 +520,13 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	log.Info("serving", "listen", l.Addr().String(), "runtime", rtChoice.Info.Name, "storage", stChoice.Info.Name,
 		slog.GroupAttrs(rtChoice.Info.ID(), rtChoice.Settings()...), slog.GroupAttrs(stChoice.Info.ID(), stChoice.Settings()...),
 		"app", served.String(), "data_dir", ns.DataDir)
+	var stopErr error
 	select {
 	case <-ctx.Done():
 		log.Info("stopping: finishing in-flight requests and queued events")
+	case <-fol.appDeleted():
+		stopErr = fmt.Errorf("app %s: %w", served, deploys.ErrAppDeleted)
+		log.Error("stopping: the app was deleted; finishing in-flight requests and queued events", "app", served.String())
 	case err := <-errc:
 		stopFollowing()
 		n.Close()
@@ -537,7 +543,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) error {
 	stopFollowing()
 	err = n.Shutdown(srv, 10*time.Second)
 	log.Info("stopped")
-	return err
+	return cmp.Or(stopErr, err)
 }
 
 // newLogger writes log lines to w as format says (text or json), from

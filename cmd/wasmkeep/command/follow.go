@@ -167,13 +167,23 @@ type follower struct {
 	applied  deploys.Current
 	since    time.Time // when applied became the version served
 	failures int
+	deleted  chan struct{} // closed once the app's tombstone is found
+}
+
+// appDeleted is closed once the follower found the app's tombstone
+// (wasmkeep app delete): serve then stops. Nil for no follower.
+func (f *follower) appDeleted() <-chan struct{} {
+	if f == nil {
+		return nil
+	}
+	return f.deleted
 }
 
 // newFollower follows a for n from the version it serves (first, zero
 // for none), every period; replaced are the node's own access rules, which
 // the app's first version replaces.
 func newFollower(c *clusterNode, a app.Name, first deploys.Current, dir string, period time.Duration, replaced map[string]access.Access, log *slog.Logger) *follower {
-	f := &follower{lease: c.Member.Lease, replaced: replaced, log: log, applied: first, since: time.Now()}
+	f := &follower{lease: c.Member.Lease, replaced: replaced, log: log, applied: first, since: time.Now(), deleted: make(chan struct{})}
 	f.Follower = deploys.NewFollower(deploys.FollowerConfig{
 		Bucket: c.bucket, App: a, Dir: dir, Period: period, Applied: first,
 		Apply: func(ctx context.Context, l deploys.Loaded) error {
@@ -201,6 +211,14 @@ func (f *follower) run(ctx context.Context, n *node.Node) {
 func (f *follower) report(s deploys.State) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if s.Deleted {
+		select {
+		case <-f.deleted:
+		default:
+			close(f.deleted)
+		}
+		return
+	}
 	if s.Applied != f.applied {
 		f.applied, f.since = s.Applied, time.Now()
 	}
