@@ -1,8 +1,8 @@
 package deploys
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"sync"
