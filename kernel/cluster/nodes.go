@@ -370,13 +370,24 @@ func ServedVersions(ctx context.Context, b bucket.Bucket, a app.Name) (map[strin
 // node, or one run without them. A secrets change would reach them as
 // unset values (wasmkeep secrets refuses it without --force).
 func SecretsUnread(ctx context.Context, b bucket.Bucket, a app.Name, s nodelease.Settings, now time.Time) ([]string, error) {
+	return liveOf(ctx, b, a, s, now, func(p membership.Peer) bool { return !p.Object.Info.Secrets })
+}
+
+// LiveNodes lists the live nodes of app a, by the lease timings s at now
+// (wasmkeep app delete refuses while there are any, without --force).
+func LiveNodes(ctx context.Context, b bucket.Bucket, a app.Name, s nodelease.Settings, now time.Time) ([]string, error) {
+	return liveOf(ctx, b, a, s, now, func(membership.Peer) bool { return true })
+}
+
+// liveOf lists the live nodes of app a that pick keeps.
+func liveOf(ctx context.Context, b bucket.Bucket, a app.Name, s nodelease.Settings, now time.Time, pick func(membership.Peer) bool) ([]string, error) {
 	peers, err := membership.List(ctx, b, nil)
 	if err != nil {
 		return nil, err
 	}
 	var ids []string
 	for _, p := range peers {
-		if p.Live(now, s) && p.Object.Info.App == a.String() && !p.Object.Info.Secrets {
+		if p.Live(now, s) && p.Object.Info.App == a.String() && pick(p) {
 			ids = append(ids, p.ID)
 		}
 	}

@@ -8,8 +8,10 @@ import (
 	"sync/atomic"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/alarmindex"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/deletes"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/replication"
 	"github.com/wasmkeep/wasmkeep/kernel/cputime"
@@ -33,6 +35,7 @@ type event struct {
 	ws      *wsEvent        // a WebSocket event; payload is what its hook finds pending
 	placed  bool            // the front door asked the placement for it already (place)
 	class   *class          // the class it took where it arrived (deliver): it runs on it (upToDate)
+	del     *deleteJob      // an operator's delete (ends.go): runs no guest code
 }
 
 // fromOutside reports whether ev is a client's, which an access rule
@@ -238,7 +241,7 @@ func (a *actor) handle(ev *event) {
 		kind = metrics.KindWebSocket
 	}
 	end := a.node.clock.Now()
-	if !ev.take { // a take ran no guest code; its sender logs how it ended
+	if !ev.take && ev.del == nil { // a take or a delete job runs none of the actor's code; a take's sender logs how it ended
 		a.node.metrics.Event(a.class.name, a.class.stateless, kind, out.err != nil, end.Sub(start))
 		if out.err != nil {
 			a.logFailure(kind, out.err)
@@ -284,9 +287,15 @@ func (a *actor) runEvent(ev *event) (out outcome) {
 	// actor could never be restored: every event would start the restore
 	// again and cut it again.
 	if err := a.openHeld(a.node.ctx, ev); errors.Is(err, errNotCreated) {
-		return outcome{} // found nowhere: its entries stay (leaveEntries)
+		if ev.del != nil {
+			ev.del.result = deletes.Absent
+		}
+		return outcome{} // found nowhere: an alarm's entries stay (leaveEntries)
 	} else if err != nil {
 		return notRun(err)
+	}
+	if ev.del != nil {
+		return a.runDelete(a.node.ctx, ev.del)
 	}
 	if err := a.upToDate(a.node.ctx, ev); errors.Is(err, errDropped) {
 		return outcome{err: err} // its alarm left the timer with the class
@@ -357,7 +366,11 @@ func (a *actor) endEvent() error {
 		}
 	}
 	if st.deleteAtEnd || st.deleted {
-		if err := a.removeDatabase(); err != nil {
+		err := a.removeDatabase()
+		if st.deleteAtEnd && !st.deleted { // a durable or operator delete is counted where it ran
+			a.node.metrics.Deleted(metrics.DeleteSelf, err)
+		}
+		if err != nil {
 			a.node.log.Error("deleting actor", "actor", a.key, "err", err)
 		}
 		a.discardInstance()
@@ -383,16 +396,20 @@ func (a *actor) endEvent() error {
 // openDB opens the actor's database unless it is open (or the class has
 // none), with the host's tables in it. An alarm delivered to a node with
 // no copy of the actor must not create it (book ADR 0009, point 4 and
-// R2): found in the bucket neither, it is given up before anything is
-// written into the new database, so nothing of it can be shipped, and
-// openDB returns errNotCreated (leaveEntries). Nor must a take (take.go):
-// its 404 then.
+// R2), nor must an operator's delete (ends.go) or a take (take.go): found
+// in the bucket neither, it is given up before anything is written into
+// the new database, so nothing of it can be shipped, and openDB returns
+// errNotCreated (leaveEntries; dropCopy for a delete; a take's 404).
 func (a *actor) openDB(ctx context.Context, ev *event) error {
 	if a.db != nil || a.class.stateless {
 		return nil
 	}
-	created := (ev.alarm || ev.take) && a.node.replicas != nil && a.node.noDatabase(a.addr)
-	db, err := a.openDatabase(ctx)
+	created := (ev.alarm || ev.take || ev.del != nil) && a.node.replicas != nil && a.node.noDatabase(a.addr)
+	var listed bucket.Version
+	if ev.del != nil {
+		listed = ev.del.expire
+	}
+	db, err := a.openDatabase(ctx, listed)
 	if err != nil {
 		return err
 	}
@@ -403,10 +420,14 @@ func (a *actor) openDB(ctx context.Context, ev *event) error {
 		return errNoSuchActor
 	}
 	if created && a.stream.Head().TXID == 0 {
-		a.leaveEntries(ctx, ev.at, true)
+		if ev.del != nil {
+			a.dropCopy(ctx)
+		} else {
+			a.leaveEntries(ctx, ev.at, true)
+		}
 		return errNotCreated
 	}
-	a.state.created = created
+	a.state.created = created && ev.alarm
 	if err := a.ensureHostTables(ctx); err != nil {
 		return &failure{public: "internal error", cause: err}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
@@ -30,7 +31,9 @@ func deleteSelf(_ context.Context, st *eventState, mem runtime.Memory, s []uint6
 		err = storage.Errorf(abi.SQLNotAllowed, "delete-self-durable inside a transaction: commit or roll back first")
 	default:
 		st.deleted = true // storage stays refused, even if removing fails
-		if err = st.actor.removeDatabase(); err != nil {
+		err = st.actor.removeDatabase()
+		st.actor.node.metrics.Deleted(metrics.DeleteSelfDurable, err)
+		if err != nil {
 			err = storage.Errorf(abi.SQLInternal, "removing the database: %v", err)
 		}
 	}

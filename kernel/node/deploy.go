@@ -38,6 +38,7 @@ type ClassSpec struct {
 	Access   access.Access     // who outside may reach its actors
 	Config   map[string]string // deployed configuration; the app's secrets, then the node's --env values win by name
 	Requires []string          // names that must be set (Config, the app's secrets or --env) or the class refuses its events
+	Expire   time.Duration     // idle this long, an actor is deleted (ends.go); 0 never
 }
 
 // deployment is the version the node serves, as swapped in.

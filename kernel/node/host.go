@@ -26,6 +26,9 @@ type eventState struct {
 	// deleteAtEnd: delete-self was called; deleted: the database is gone
 	// (delete-self-durable), so storage calls are refused.
 	deleteAtEnd, deleted bool
+	// operatorMark: the operator's delete the event carries out
+	// (deletes.Request.Marker), recorded in the reset's empty database.
+	operatorMark string
 	// unheld: the actor's replication ended in the event (an exec-durable
 	// or a delete's reset whose upload failed): storage calls are refused,
 	// and the actor is given up when the event ends.

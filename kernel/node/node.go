@@ -94,6 +94,13 @@ type Options struct {
 	Config    map[string]map[string]string
 	Requires  map[string][]string
 	Behind    func(seq uint64)
+	// By class, how long an actor may stay idle before it is deleted
+	// (ends.go; a deployed version's expire lines, or serve's
+	// --expire-after-idle for --actor classes).
+	ExpireAfterIdle map[string]time.Duration
+	// How often the collecting node of the app looks for idle actors to
+	// expire. [DefaultExpiryPass]
+	ExpiryPass time.Duration
 
 	// The app's secrets the node starts with (secrets.go), by class, name
 	// to value, or why it cannot open them (it starts failed closed).
@@ -190,6 +197,7 @@ func (o Options) withDefaults() Options {
 	if o.MaxConnections == 0 {
 		o.MaxConnections = DefaultMaxConnections
 	}
+	def(&o.ExpiryPass, DefaultExpiryPass)
 	if o.MaxFetches == 0 {
 		o.MaxFetches = 256
 	}
@@ -360,7 +368,8 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	}
 	v := Version{ID: opts.VersionID, Seq: opts.Seq, Classes: map[string]ClassSpec{}, Front: opts.Stateless}
 	for name, path := range opts.Classes {
-		v.Classes[name] = ClassSpec{Module: path, Access: opts.Access[name], Config: opts.Config[name], Requires: opts.Requires[name]}
+		v.Classes[name] = ClassSpec{Module: path, Access: opts.Access[name], Config: opts.Config[name], Requires: opts.Requires[name],
+			Expire: opts.ExpireAfterIdle[name]}
 	}
 	for _, by := range []struct {
 		what  string
@@ -369,6 +378,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		{"access rule", slices.Sorted(maps.Keys(opts.Access))}, // a typo would leave the class open
 		{"configuration", slices.Sorted(maps.Keys(opts.Config))},
 		{"required configuration", slices.Sorted(maps.Keys(opts.Requires))},
+		{"expire-after-idle", slices.Sorted(maps.Keys(opts.ExpireAfterIdle))},
 	} {
 		for _, name := range by.names {
 			if _, ok := opts.Classes[name]; !ok {
@@ -407,6 +417,8 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	if n.opts.Cluster != nil {
 		go n.runTaking()
 		n.opts.Cluster.Member.Lease.SetRoom(n.room)
+		go n.runDeletes()
+		go n.runExpiry()
 	}
 	if n.opts.MinFreeDisk > 0 {
 		n.readDisk()
@@ -534,7 +546,7 @@ var (
 // it has none. Every event reaches an actor through it, and only if the
 // placement says the actor runs here (unless the front door asked already).
 func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) error {
-	if !ev.placed {
+	if !ev.placed && ev.del == nil { // a delete job's pass chose this node (ends.go)
 		if err := n.place(ctx, c, name); err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/callsign"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
@@ -91,7 +92,10 @@ const errBrokenPublic = "the actor's history in the bucket is broken; it is refu
 // while the node takes no actor: taking.go), as the
 // bucket's head: the local file if it is the head, else restored from the
 // bucket (restore steps 1 to 7, book ADR 0007).
-func (a *actor) openDatabase(ctx context.Context) (storage.DB, error) {
+// An idle actor's expiry (ends.go) acquires it only if its record is
+// still at the version listed, naming nobody (listed; "" for any other
+// event).
+func (a *actor) openDatabase(ctx context.Context, listed bucket.Version) (storage.DB, error) {
 	n := a.node
 	if n.replicas == nil {
 		db, err := n.storage.Open(ctx, n.stateDir, a.addr, n.opts.Storage)
@@ -109,7 +113,12 @@ func (a *actor) openDatabase(ctx context.Context) (storage.DB, error) {
 	if err := n.startAcquire(ctx, a.class, a.addr.Name, key); err != nil {
 		return nil, err
 	}
-	hold, err := owners.Acquire(ctx, key)
+	var hold ownership.Hold
+	if listed != "" {
+		hold, err = owners.AcquireUnchanged(ctx, key, listed)
+	} else {
+		hold, err = owners.Acquire(ctx, key)
+	}
 	n.acquireDone()
 	var held *ownership.HeldError
 	switch {
@@ -121,7 +130,9 @@ func (a *actor) openDatabase(ctx context.Context) (storage.DB, error) {
 		// Its holder stopped writing its lease and is not fenced yet.
 		return nil, unavailable(peers.MsgUnreachable, err)
 	case err != nil:
-		if !errors.Is(err, ownership.ErrLeaseInvalid) { // a lapse says so once, in its own line
+		// A lapse says so once, in its own line; an expiry that found the
+		// actor used since is no failure.
+		if !errors.Is(err, ownership.ErrLeaseInvalid) && !errors.Is(err, ownership.ErrChanged) {
 			n.log.Warn("the node cannot take the actor now", "actor", a.key, "err", err)
 		}
 		return nil, unavailable("the node cannot take the actor now, retry", err)
@@ -340,6 +351,26 @@ func (a *actor) releaseHold(h ownership.Hold) {
 	}
 }
 
+// carryMark records in a delete's empty database the operator's delete
+// carried out last (ends.go): the one this event carries out, or the one
+// the actor's database recorded, so that a request left behind never
+// deletes an actor created after it was carried out.
+func (a *actor) carryMark(ctx context.Context, empty storage.DB) error {
+	mark := a.state.operatorMark
+	if mark == "" && a.db != nil {
+		v, _, err := metaValue(ctx, a.db, operatorDeleteKey)
+		if err != nil {
+			return err
+		}
+		mark = v
+	}
+	if mark == "" {
+		return nil
+	}
+	_, err := empty.HostExec(ctx, "INSERT OR REPLACE INTO "+metaTable+" (key, value) VALUES ('"+operatorDeleteKey+"', ?)", text(mark))
+	return err
+}
+
 // resetHeld is a held actor's delete (book ADR 0028 section 1): a reset
 // segment of an empty database, built in scratch space, on the stream's
 // head, acknowledged under the acknowledgement rule before the delete
@@ -360,6 +391,9 @@ func (a *actor) resetHeld(ctx context.Context) error {
 		return err
 	}
 	err = hostTables(ctx, empty, a.addr.Name)
+	if err == nil {
+		err = a.carryMark(ctx, empty)
+	}
 	if err == nil {
 		err = a.stream.Reset(ctx, empty)
 	}

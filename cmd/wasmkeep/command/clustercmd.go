@@ -37,7 +37,8 @@ const clusterCmdTimeout = 2 * time.Minute
 type clusterCmdFlags struct {
 	config  string
 	json    bool
-	force   bool // drain, undrain: for an id no live node has
+	force   bool          // drain, undrain: for an id no live node has
+	timeout time.Duration // [clusterCmdTimeout] for the whole command
 	cluster clusterFlags
 }
 
@@ -239,7 +240,7 @@ func withCluster(cmd *cobra.Command, reg *plugin.Registry, f clusterCmdFlags, fn
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		ctx, cancel := context.WithTimeout(ctx, clusterCmdTimeout)
+		ctx, cancel := context.WithTimeout(ctx, cmp.Or(f.timeout, clusterCmdTimeout))
 		defer cancel()
 		return fn(ctx, b, cfg, where)
 	}()

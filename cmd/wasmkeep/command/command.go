@@ -31,6 +31,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/deploys"
 	"github.com/wasmkeep/wasmkeep/kernel/config"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
@@ -81,6 +82,7 @@ func Main(plugins ...plugin.Info) int {
 	root.AddCommand(bucketCommand(reg))
 	root.AddCommand(clusterCommand(reg))
 	root.AddCommand(actorCommand(reg))
+	root.AddCommand(appCommand(reg))
 	root.AddCommand(deployCommand(reg))
 	root.AddCommand(secretsCommand(reg))
 	if err := root.Execute(); err != nil {
@@ -142,6 +144,7 @@ type serveFlags struct {
 	actors    []string
 	env       []string
 	access    []string
+	expire    []string
 	stateless string // the positional argument
 
 	// node holds the flags of node's settings (config.NodeFields), each
@@ -190,6 +193,7 @@ node: (--max-instances is node.max_instances).`,
 		nodeFlag(fl, key, field)
 	}
 	fl.StringArrayVar(&f.access, "access", nil, "who outside may reach a class's actors: CLASS=open|existing|existing:NAME,...|internal (repeatable; node.access)")
+	fl.StringArrayVar(&f.expire, "expire-after-idle", nil, "with a bucket, delete an --actor class's actors idle this long: CLASS=DURATION (3600s, 90m, 36h, 7d; at least 1h; repeatable); a deployed app says it in its version (deploy --expire-after-idle)")
 	fl.StringArrayVar(&f.allowOutbound, "allow-outbound", nil, "let guests' http_fetch reach this non-public range, e.g. 10.1.0.0/16 (repeatable; node.allow_outbound)")
 	fl.StringArrayVar(&f.allowOutboundPorts, "allow-outbound-port", nil, "let guests' http_fetch reach this port, which the Fetch standard blocks (repeatable; node.allow_outbound_port)")
 	fl.StringArrayVar(&f.outboundCAs, "outbound-ca", nil, "trust the CA certificates of this PEM file for guests' https fetches, besides the system roots (repeatable; node.outbound_ca)")
@@ -364,6 +368,10 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) (err error) {
 	if err != nil {
 		return err
 	}
+	expire, err := idleLimits(f.expire, false)
+	if err != nil {
+		return err
+	}
 	keyFiles := flagOrKey(cmd.Flags().Changed, "secrets-key", f.secretsKeys, ns.SecretsKey)
 	noSecrets := ns.NoSecrets
 	if cmd.Flags().Changed("no-secrets") {
@@ -458,7 +466,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) (err error) {
 	}
 	opts := limits(ns)
 	opts.DataDir = ns.DataDir
-	own := ownClasses{actors: ns.Actors, access: access, stateless: f.stateless}
+	own := ownClasses{actors: ns.Actors, access: access, expire: expire, stateless: f.stateless}
 	var fol *follower
 	var sec *nodeSecrets
 	if cn != nil {
@@ -560,9 +568,13 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) (err error) {
 	log.Info("serving", "listen", l.Addr().String(), "runtime", rtChoice.Info.Name, "storage", stChoice.Info.Name,
 		slog.GroupAttrs(rtChoice.Info.ID(), rtChoice.Settings()...), slog.GroupAttrs(stChoice.Info.ID(), stChoice.Settings()...),
 		"app", served.String(), "data_dir", ns.DataDir, "open_files", files, "max_connections", fit.connections, "max_instances", fit.instances)
+	var stopErr error
 	select {
 	case <-ctx.Done():
 		log.Info("stopping: finishing in-flight requests and queued events")
+	case <-fol.appDeleted():
+		stopErr = fmt.Errorf("app %s: %w", served, deploys.ErrAppDeleted)
+		log.Error("stopping: the app was deleted; finishing in-flight requests and queued events", "app", served.String())
 	case err := <-errc:
 		stopFollowing()
 		n.Close()
@@ -580,7 +592,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) (err error) {
 	daemon.SdNotify(false, daemon.SdNotifyStopping)
 	err = n.Shutdown(srv, 10*time.Second)
 	log.Info("stopped")
-	return err
+	return cmp.Or(stopErr, err)
 }
 
 // notifyReady tells systemd (a Type=notify unit: NOTIFY_SOCKET set) that

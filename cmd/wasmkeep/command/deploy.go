@@ -31,6 +31,7 @@ type deployFlags struct {
 	app                   string
 	actors, access        []string
 	configs, requires     []string
+	expire                []string
 	front                 string
 	frontSet              bool // --front given, maybe empty (removing the front)
 	rollback, allowReopen bool
@@ -66,6 +67,7 @@ before it are always kept.`,
 	fl.StringArrayVar(&f.access, "access", nil, "who outside may reach a class's actors: CLASS=open|existing|existing:NAME,...|internal (repeatable)")
 	fl.StringArrayVar(&f.configs, "config", nil, "a class's configuration: CLASS=FILE of NAME=value lines, stored in the clear; CLASS= removes it (repeatable)")
 	fl.StringArrayVar(&f.requires, "requires", nil, "names a class needs set: CLASS=NAME,NAME; CLASS= removes them (repeatable)")
+	fl.StringArrayVar(&f.expire, "expire-after-idle", nil, "delete a class's actors idle this long: CLASS=DURATION (3600s, 90m, 36h, 7d; at least 1h); CLASS= removes it (repeatable)")
 	fl.BoolVar(&f.rollback, "rollback", false, "make the current version's previous one current again")
 	fl.BoolVar(&f.allowReopen, "allow-reopen", false, "let --rollback make a class more open")
 	fl.BoolVar(&f.list, "list", false, "list the app's versions")
@@ -84,7 +86,7 @@ func deploy(cmd *cobra.Command, reg *plugin.Registry, f deployFlags) error {
 		return fmt.Errorf("--version-retention-secs %d: cannot be negative", f.retentionSecs)
 	}
 	f.frontSet = cmd.Flags().Changed("front")
-	changes := len(f.actors)+len(f.access)+len(f.configs)+len(f.requires) > 0 || f.frontSet
+	changes := len(f.actors)+len(f.access)+len(f.configs)+len(f.requires)+len(f.expire) > 0 || f.frontSet
 	switch {
 	case f.list && (f.rollback || changes):
 		return errors.New("--list lists: give it without --rollback, --actor, --front, --access, --config or --requires")
@@ -207,6 +209,9 @@ func draft(ctx context.Context, warn io.Writer, reg *plugin.Registry, f deployFl
 			return d, err
 		}
 	}
+	if d.Expire, err = idleLimits(f.expire, true); err != nil {
+		return d, err
+	}
 	for _, s := range f.configs {
 		class, path, ok := strings.Cut(s, "=")
 		if !ok || class == "" {
@@ -324,4 +329,31 @@ func listVersions(ctx context.Context, out io.Writer, b bucket.Bucket, a app.Nam
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.ID, written, status, classes)
 	}
 	return tw.Flush()
+}
+
+// idleLimits reads --expire-after-idle CLASS=DURATION flags; with removable,
+// CLASS= removes the class's limit (0).
+func idleLimits(flags []string, removable bool) (map[string]time.Duration, error) {
+	var out map[string]time.Duration
+	for _, s := range flags {
+		class, value, ok := strings.Cut(s, "=")
+		if !ok || class == "" || value == "" && !removable {
+			return nil, fmt.Errorf("--expire-after-idle %q: want CLASS=DURATION", s)
+		}
+		if _, twice := out[class]; twice {
+			return nil, fmt.Errorf("--expire-after-idle: class %s given twice", class)
+		}
+		var d time.Duration
+		if value != "" {
+			var err error
+			if d, err = deploys.ParseIdle(value); err != nil {
+				return nil, fmt.Errorf("--expire-after-idle %s: %w", class, err)
+			}
+		}
+		if out == nil {
+			out = map[string]time.Duration{}
+		}
+		out[class] = d
+	}
+	return out, nil
 }

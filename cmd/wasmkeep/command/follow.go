@@ -31,7 +31,7 @@ func modulesDir(cacheDir string) string { return filepath.Join(cacheDir, "deploy
 // nothing runs unchecked: deployed is false when the app has none. A
 // version that cannot be loaded (the bucket down, an altered object) is
 // tried again, with a growing wait, until ctx ends: the node does not
-// start serving an app it cannot read.
+// start serving an app it cannot read, nor one deleted (its tombstone).
 func firstVersion(ctx context.Context, c *clusterNode, a app.Name, dir string, log *slog.Logger) (l deploys.Loaded, deployed bool, err error) {
 	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
 		l, err = loadOnce(ctx, c, a, dir)
@@ -40,6 +40,8 @@ func firstVersion(ctx context.Context, c *clusterNode, a app.Name, dir string, l
 			return l, true, nil
 		case errors.Is(err, deploys.ErrNothingDeployed):
 			return l, false, nil
+		case errors.Is(err, deploys.ErrAppDeleted): // the node refuses to start on it
+			return l, false, err
 		}
 		log.Warn("cannot load the app's current version; trying again", "app", a.String(), "in", wait, "err", err)
 		if err := clock.Sleep(ctx, clock.Real, wait); err != nil {
@@ -52,12 +54,13 @@ func firstVersion(ctx context.Context, c *clusterNode, a app.Name, dir string, l
 type ownClasses struct {
 	actors    map[string]string
 	access    map[string]access.Access
+	expire    map[string]time.Duration
 	stateless string
 }
 
 // serve sets the node's options to serve them.
 func (o ownClasses) serve(opts *node.Options) {
-	opts.Classes, opts.Access, opts.Stateless = o.actors, o.access, o.stateless
+	opts.Classes, opts.Access, opts.Stateless, opts.ExpireAfterIdle = o.actors, o.access, o.stateless, o.expire
 }
 
 // refuse refuses them on a node of an app that deployed: the version is
@@ -70,6 +73,9 @@ func (o ownClasses) refuse(l deploys.Loaded) error {
 	}
 	if len(o.access) > 0 {
 		given = append(given, "--access (node.access)")
+	}
+	if len(o.expire) > 0 {
+		given = append(given, "--expire-after-idle")
 	}
 	if o.stateless != "" {
 		given = append(given, "the stateless component "+o.stateless)
@@ -123,7 +129,7 @@ func loadOnce(ctx context.Context, c *clusterNode, a app.Name, dir string) (depl
 func nodeVersion(l deploys.Loaded) node.Version {
 	v := node.Version{ID: l.Version, Seq: l.Seq, Front: l.Front, Classes: map[string]node.ClassSpec{}}
 	for name, c := range l.Classes {
-		v.Classes[name] = node.ClassSpec{Module: c.Module, Access: c.Access, Config: c.Config, Requires: c.Requires}
+		v.Classes[name] = node.ClassSpec{Module: c.Module, Access: c.Access, Config: c.Config, Requires: c.Requires, Expire: c.Expire}
 	}
 	return v
 }
@@ -135,9 +141,13 @@ func startFrom(opts *node.Options, v node.Version) {
 	opts.Access = map[string]access.Access{}
 	opts.Config = map[string]map[string]string{}
 	opts.Requires = map[string][]string{}
+	opts.ExpireAfterIdle = map[string]time.Duration{}
 	for name, c := range v.Classes {
 		opts.Classes[name], opts.Access[name] = c.Module, c.Access
 		opts.Config[name], opts.Requires[name] = c.Config, c.Requires
+		if c.Expire > 0 {
+			opts.ExpireAfterIdle[name] = c.Expire
+		}
 	}
 }
 
@@ -157,13 +167,23 @@ type follower struct {
 	applied  deploys.Current
 	since    time.Time // when applied became the version served
 	failures int
+	deleted  chan struct{} // closed once the app's tombstone is found
+}
+
+// appDeleted is closed once the follower found the app's tombstone
+// (wasmkeep app delete): serve then stops. Nil for no follower.
+func (f *follower) appDeleted() <-chan struct{} {
+	if f == nil {
+		return nil
+	}
+	return f.deleted
 }
 
 // newFollower follows a for n from the version it serves (first, zero
 // for none), every period; replaced are the node's own access rules, which
 // the app's first version replaces.
 func newFollower(c *clusterNode, a app.Name, first deploys.Current, dir string, period time.Duration, replaced map[string]access.Access, log *slog.Logger) *follower {
-	f := &follower{lease: c.Member.Lease, replaced: replaced, log: log, applied: first, since: time.Now()}
+	f := &follower{lease: c.Member.Lease, replaced: replaced, log: log, applied: first, since: time.Now(), deleted: make(chan struct{})}
 	f.Follower = deploys.NewFollower(deploys.FollowerConfig{
 		Bucket: c.bucket, App: a, Dir: dir, Period: period, Applied: first,
 		Apply: func(ctx context.Context, l deploys.Loaded) error {
@@ -191,6 +211,14 @@ func (f *follower) run(ctx context.Context, n *node.Node) {
 func (f *follower) report(s deploys.State) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if s.Deleted {
+		select {
+		case <-f.deleted:
+		default:
+			close(f.deleted)
+		}
+		return
+	}
 	if s.Applied != f.applied {
 		f.applied, f.since = s.Applied, time.Now()
 	}

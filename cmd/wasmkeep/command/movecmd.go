@@ -4,26 +4,18 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/url"
-	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	"github.com/wasmkeep/wasmkeep/kernel/config"
-	"github.com/wasmkeep/wasmkeep/kernel/node/address"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
 )
 
-func actorCommand(reg *plugin.Registry) *cobra.Command {
-	cmd := group(&cobra.Command{
-		Use:   "actor",
-		Short: "Act on one actor of a cluster's app, through the bucket",
-	}, exitFailed)
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitErr{exitFailed, err} })
+// actorMoveCommand is `wasmkeep actor move`.
+func actorMoveCommand(reg *plugin.Registry) *cobra.Command {
 	var f clusterCmdFlags
 	var to string
 	move := &cobra.Command{
@@ -71,32 +63,7 @@ Exit status: 0 once the request is written, 1 when refused, 2 on an error.`,
 	fl.BoolVar(&f.force, "force", false, "write the request even though no live node has the id")
 	fl.StringVar(&f.config, "config", "", "plugins.yaml to layer over the embedded defaults (its cluster: timings judge liveness)")
 	f.cluster.bind(fl, false)
-	cmd.AddCommand(move)
-	return cmd
-}
-
-// parseActor reads TENANT/APP/CLASS/NAME, the name percent-encoded where
-// it holds / or %.
-func parseActor(s string) (app.Name, string, string, error) {
-	parts := strings.SplitN(s, "/", 4)
-	if len(parts) != 4 {
-		return app.Name{}, "", "", fmt.Errorf("bad actor address %q: want TENANT/APP/CLASS/NAME", s)
-	}
-	a := app.Name{Tenant: parts[0], App: parts[1]}
-	if err := a.Check(); err != nil {
-		return app.Name{}, "", "", fmt.Errorf("bad actor address %q: %w", s, err)
-	}
-	if parts[2] == "" {
-		return app.Name{}, "", "", fmt.Errorf("bad actor address %q: no class", s)
-	}
-	name, err := url.PathUnescape(parts[3])
-	if err == nil {
-		err = address.CheckName(name)
-	}
-	if err != nil {
-		return app.Name{}, "", "", fmt.Errorf("bad actor address %q: %w", s, err)
-	}
-	return a, parts[2], name, nil
+	return move
 }
 
 func actorMove(ctx context.Context, out io.Writer, b bucket.Bucket, s nodelease.Settings, actor, to string, force bool) error {

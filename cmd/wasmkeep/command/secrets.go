@@ -369,6 +369,9 @@ func secretsWrite(cmd *cobra.Command, reg *plugin.Registry, f secretsFlags, c se
 		f.keys = append([]string{f.newKey}, f.keys...)
 	}
 	return withSecrets(cmd, reg, &f, func(ctx context.Context, b bucket.Bucket, p secrets.Place, keys []secrets.Key) error {
+		if err := deploys.RefuseDeleted(ctx, b, p.App); err != nil {
+			return err
+		}
 		if cmd.Flags().Lookup("force") != nil && !f.force {
 			if err := refuseSecretsUnread(ctx, b, p.App, f.lease); err != nil {
 				return err

@@ -2,6 +2,7 @@ package deploys
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"sync"
@@ -51,6 +52,9 @@ type State struct {
 	// succeeds: a node that cannot read current serves what it has, and
 	// after a while should say so.
 	Unread int
+	// Deleted: the app's tombstone is in the bucket (app delete): the
+	// node stops serving it.
+	Deleted bool
 }
 
 // Follower reads an app's current every Period and applies each new
@@ -161,6 +165,9 @@ func (f *Follower) update(ctx context.Context) State {
 	ctx, cancel := clock.WithTimeout(ctx, f.cfg.Clock, f.cfg.Timeout)
 	defer cancel()
 	s := f.State()
+	if errors.Is(RefuseDeleted(ctx, f.cfg.Bucket, f.cfg.App), ErrAppDeleted) { // one that cannot be read: the next poll
+		return State{Applied: s.Applied, Deleted: true}
+	}
 	cur, _, found, err := readCurrent(ctx, f.cfg.Bucket, keysOf(f.cfg.App))
 	if err != nil {
 		s.Err = err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/wasmkeep/wasmkeep/internal/atomicfile"
 	"github.com/wasmkeep/wasmkeep/kernel/app"
@@ -29,6 +30,7 @@ type LoadedClass struct {
 	Access   access.Access     // the zero value (open) without a rule
 	Config   map[string]string // the deployed configuration, nil without
 	Requires []string          // names that must be set, sorted
+	Expire   time.Duration     // expire-after-idle, 0 for none
 }
 
 // Load reads the app's current version for a node: the manifest, every
@@ -36,6 +38,9 @@ type LoadedClass struct {
 // naming it), configuration parsed, and modules written into dir as
 // <sha256>.wasm, so the node loads them by path.
 func Load(ctx context.Context, b bucket.Bucket, a app.Name, dir string) (Loaded, error) {
+	if err := RefuseDeleted(ctx, b, a); err != nil {
+		return Loaded{}, err
+	}
 	cur, _, found, err := readCurrent(ctx, b, keysOf(a))
 	if err != nil {
 		return Loaded{}, err
@@ -63,7 +68,7 @@ func loadAt(ctx context.Context, b bucket.Bucket, a app.Name, cur Current, dir s
 		}
 	}
 	for c, digest := range m.Classes {
-		lc := LoadedClass{Digest: digest, Access: m.Access[c], Requires: m.Requires[c]}
+		lc := LoadedClass{Digest: digest, Access: m.Access[c], Requires: m.Requires[c], Expire: m.Expire[c]}
 		if lc.Module, err = writeModule(ctx, b, k.module(cur.Version, c), digest, dir); err != nil {
 			return Loaded{}, err
 		}

@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 	"github.com/wasmkeep/wasmkeep/kernel/node/address"
@@ -43,6 +44,30 @@ type Manifest struct {
 	Access   map[string]access.Access // the classes whose rule is not open
 	Config   map[string]string        // class to the SHA-256 of its .config object
 	Requires map[string][]string      // class to the names it needs set, sorted
+	// Expire is, by class, how long an actor may stay idle before it is
+	// deleted (ADR 1053): whole seconds, at least MinIdle.
+	Expire map[string]time.Duration
+}
+
+// MinIdle is the shortest expire-after-idle (book ADR 0028, section 4).
+const MinIdle = time.Hour
+
+// ParseIdle reads an expire-after-idle duration: a whole number of
+// seconds, minutes, hours or days (3600s, 90m, 36h, 7d), at least MinIdle.
+func ParseIdle(s string) (time.Duration, error) {
+	units := map[byte]time.Duration{'s': time.Second, 'm': time.Minute, 'h': time.Hour, 'd': 24 * time.Hour}
+	if len(s) < 2 || units[s[len(s)-1]] == 0 {
+		return 0, fmt.Errorf("%q: want a whole number of seconds, minutes, hours or days (3600s, 90m, 36h, 7d)", s)
+	}
+	n, err := strconv.ParseUint(s[:len(s)-1], 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("%q: want a whole number of seconds, minutes, hours or days (3600s, 90m, 36h, 7d)", s)
+	}
+	d := time.Duration(n) * units[s[len(s)-1]]
+	if d < MinIdle {
+		return 0, fmt.Errorf("%q: at least %v", s, MinIdle)
+	}
+	return d, nil
 }
 
 // Digest is the hex SHA-256 of b, as a manifest names an object.
@@ -69,6 +94,11 @@ func (m Manifest) Identity() string {
 	}
 	for _, c := range slices.Sorted(maps.Keys(m.Requires)) {
 		fmt.Fprintf(&b, "requires %s %s\n", c, strings.Join(m.Requires[c], ","))
+	}
+	// Written only for a version with a limit: one without keeps its bytes
+	// and its id.
+	for _, c := range slices.Sorted(maps.Keys(m.Expire)) {
+		fmt.Fprintf(&b, "expire %s %d\n", c, m.Expire[c]/time.Second)
 	}
 	return b.String()
 }
@@ -139,6 +169,14 @@ func (m Manifest) Check() error {
 			}
 		}
 	}
+	for c, d := range m.Expire {
+		if err := m.has(c, "expire"); err != nil {
+			return err
+		}
+		if d < MinIdle || d%time.Second != 0 {
+			return fmt.Errorf("expire %s: %v is not whole seconds of at least %v", c, d, MinIdle)
+		}
+	}
 	return nil
 }
 
@@ -153,7 +191,8 @@ func (m Manifest) has(class, what string) error {
 // it knows, in canonical form; an error names key and the line number
 // (a manifest holds no value, but the rule is the .config one).
 func ParseManifest(key string, b []byte) (Manifest, error) {
-	m := Manifest{Classes: map[string]string{}, Access: map[string]access.Access{}, Config: map[string]string{}, Requires: map[string][]string{}}
+	m := Manifest{Classes: map[string]string{}, Access: map[string]access.Access{}, Config: map[string]string{}, Requires: map[string][]string{},
+		Expire: map[string]time.Duration{}}
 	text, ok := strings.CutSuffix(string(b), "\n")
 	if !ok {
 		return m, fmt.Errorf("%s: does not end with a newline (cut short?)", key)
@@ -177,7 +216,7 @@ func ParseManifest(key string, b []byte) (Manifest, error) {
 				return m, bad("a second %s line", word)
 			}
 			*p = rest
-		case "class", "access", "config", "requires":
+		case "class", "access", "config", "requires", "expire":
 			class, value, ok := strings.Cut(rest, " ")
 			if !ok || class == "" || value == "" {
 				return m, bad("want %s CLASS VALUE", word)
@@ -200,6 +239,13 @@ func ParseManifest(key string, b []byte) (Manifest, error) {
 			case "requires":
 				_, dup = m.Requires[class]
 				m.Requires[class] = strings.Split(value, ",")
+			case "expire":
+				secs, err := strconv.ParseUint(value, 10, 32)
+				if err != nil || strconv.FormatUint(secs, 10) != value {
+					return m, bad("expire %s: not a number of seconds", class)
+				}
+				_, dup = m.Expire[class]
+				m.Expire[class] = time.Duration(secs) * time.Second
 			}
 			if dup {
 				return m, bad("a second %s line for class %s", word, class)

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
@@ -32,6 +33,8 @@ type Draft struct {
 	Config map[string]map[string]string
 	// Requires sets the names a class needs; an empty list removes them.
 	Requires map[string][]string
+	// Expire sets classes' expire-after-idle; 0 removes one.
+	Expire map[string]time.Duration
 	// SeqFloor, if above the next seq, is the new seq: after current was
 	// lost, a seq above every one the nodes served (actors record them), so
 	// no older version runs on their data.
@@ -58,6 +61,9 @@ type Result struct {
 // d.SeqFloor: current was lost, and seq 1 could be below what actors
 // recorded.
 func Publish(ctx context.Context, b bucket.Bucket, a app.Name, d Draft) (Result, error) {
+	if err := RefuseDeleted(ctx, b, a); err != nil {
+		return Result{}, err
+	}
 	k := keysOf(a)
 	cur, tok, found, err := readCurrent(ctx, b, k)
 	if err != nil {
@@ -135,7 +141,8 @@ func refuseLostCurrent(ctx context.Context, b bucket.Bucket, a app.Name, k keys,
 
 // apply is base changed as d says, without previous.
 func (d Draft) apply(base Manifest) (Manifest, error) {
-	m := Manifest{Front: base.Front, Classes: maps.Clone(base.Classes), Access: map[string]access.Access{}, Config: map[string]string{}, Requires: map[string][]string{}}
+	m := Manifest{Front: base.Front, Classes: maps.Clone(base.Classes), Access: map[string]access.Access{}, Config: map[string]string{}, Requires: map[string][]string{},
+		Expire: map[string]time.Duration{}}
 	if d.Classes != nil {
 		m.Classes = map[string]string{}
 		for _, c := range slices.Sorted(maps.Keys(d.Classes)) {
@@ -164,6 +171,19 @@ func (d Draft) apply(base Manifest) (Manifest, error) {
 		}
 		if req, ok := base.Requires[c]; ok {
 			m.Requires[c] = req
+		}
+		if d, ok := base.Expire[c]; ok {
+			m.Expire[c] = d
+		}
+	}
+	for _, c := range slices.Sorted(maps.Keys(d.Expire)) {
+		if err := m.named(c, "an expire-after-idle"); err != nil {
+			return m, err
+		}
+		if d.Expire[c] == 0 {
+			delete(m.Expire, c)
+		} else {
+			m.Expire[c] = d.Expire[c]
 		}
 	}
 	for _, c := range slices.Sorted(maps.Keys(d.Access)) {
@@ -286,6 +306,9 @@ func changes(ctx context.Context, b bucket.Bucket, k keys, fromID string, from M
 				lines = append(lines, fmt.Sprintf("access %s: %s -> %s", c, r0, r1))
 			}
 		}
+		if e0, e1 := from.Expire[c], to.Expire[c]; has && e0 != e1 {
+			lines = append(lines, fmt.Sprintf("expire-after-idle %s: %s -> %s", c, idleOrNone(e0), idleOrNone(e1)))
+		}
 		if r0, r1 := strings.Join(from.Requires[c], ","), strings.Join(to.Requires[c], ","); has && r0 != r1 {
 			lines = append(lines, fmt.Sprintf("requires %s: %s -> %s", c, orNone(r0), orNone(r1)))
 		}
@@ -312,6 +335,13 @@ func changes(ctx context.Context, b bucket.Bucket, k keys, fromID string, from M
 		}
 	}
 	return lines, warnings, nil
+}
+
+func idleOrNone(d time.Duration) string {
+	if d == 0 {
+		return "none"
+	}
+	return d.String()
 }
 
 func change(had, has bool) string {
@@ -364,6 +394,9 @@ func configChange(old, now map[string]string) string {
 // next seq (seq never goes back, so nodes take it as any deploy). One that
 // would make a class more open is refused unless allowReopen.
 func Rollback(ctx context.Context, b bucket.Bucket, a app.Name, allowReopen bool) (Result, error) {
+	if err := RefuseDeleted(ctx, b, a); err != nil {
+		return Result{}, err
+	}
 	k := keysOf(a)
 	cur, tok, found, err := readCurrent(ctx, b, k)
 	if err != nil {

@@ -19,6 +19,7 @@
 package history
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -131,6 +132,21 @@ func Prefix(a Actor) (string, error) {
 		return "", fmt.Errorf("history: actor %s: %w", a, err)
 	}
 	return p, nil
+}
+
+// Exists reports whether a has any history in b: one listing of its
+// prefix that reads no further than the first key. A deleted actor's
+// reset and its snapshot are history too (book ADR 0028).
+func Exists(ctx context.Context, b bucket.Bucket, a Actor) (bool, error) {
+	prefix, err := Prefix(a)
+	if err != nil {
+		return false, err
+	}
+	page, err := b.List(ctx, prefix, bucket.ListOptions{Limit: 1})
+	if err != nil {
+		return false, fmt.Errorf("history: list %s: %w", prefix, err)
+	}
+	return len(page.Entries) > 0, nil
 }
 
 // ObjectKey is k's full key under a's prefix.

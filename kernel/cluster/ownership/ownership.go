@@ -326,6 +326,23 @@ func (o *Owners) free(ctx context.Context, r Record) (bool, error) {
 // while the node lease is not valid, ErrUnresolved when the write's
 // outcome is unknown (kept for the background pass).
 func (o *Owners) Acquire(ctx context.Context, a Actor) (Hold, error) {
+	return o.acquire(ctx, a, "")
+}
+
+// ErrChanged refuses AcquireUnchanged: the record is not the one listed,
+// names a holder, or this process holds the actor already.
+var ErrChanged = errors.New("ownership: the record changed since it was listed, or the actor is held")
+
+// AcquireUnchanged is Acquire of an actor whose record names nobody and
+// is still at the version listed (an idle actor's expiry, ADR 1053): the
+// record read must name nobody and the write is conditioned on listed, so
+// a wake since the listing (which rewrote the record) makes it fail with
+// ErrChanged. A hold this process has already is never taken.
+func (o *Owners) AcquireUnchanged(ctx context.Context, a Actor, listed bucket.Version) (Hold, error) {
+	return o.acquire(ctx, a, listed)
+}
+
+func (o *Owners) acquire(ctx context.Context, a Actor, listed bucket.Version) (Hold, error) {
 	defer o.lock(a)()
 	o.mu.Lock()
 	h, ok := o.holds[a]
@@ -335,13 +352,16 @@ func (o *Owners) Acquire(ctx context.Context, a Actor) (Hold, error) {
 		o.holds[a], h, ok = p, p, true
 	}
 	o.mu.Unlock()
-	if ok {
+	switch {
+	case ok && listed != "":
+		return Hold{}, ErrChanged
+	case ok:
 		return h, nil
 	}
 	if !o.lease.Valid() {
 		return Hold{}, ErrLeaseInvalid
 	}
-	h, err := o.acquire(ctx, a)
+	h, err := o.claim(ctx, a, listed)
 	var held *HeldError
 	if parked && (err == nil || errors.As(err, &held)) {
 		// The record moved past the parked hold: replaced by this
@@ -356,9 +376,9 @@ func (o *Owners) Acquire(ctx context.Context, a Actor) (Hold, error) {
 	return h, err
 }
 
-// acquire is Acquire's read and conditional write, under the actor's
-// lock, with no hold here.
-func (o *Owners) acquire(ctx context.Context, a Actor) (Hold, error) {
+// claim is acquire's read and conditional write, under the actor's
+// lock, with no hold here (at the version listed, when one is).
+func (o *Owners) claim(ctx context.Context, a Actor, listed bucket.Version) (Hold, error) {
 	cur, prior, r, found, err := o.read(ctx, a, o.s.AttemptTimeout())
 	if err != nil {
 		return Hold{}, err
@@ -375,6 +395,9 @@ func (o *Owners) acquire(ctx context.Context, a Actor) (Hold, error) {
 		}
 		next = floor + 1
 	}
+	if listed != "" && (!found || !cur.Nobody()) {
+		return Hold{}, ErrChanged
+	}
 	if found {
 		free, err := o.free(ctx, cur)
 		if err != nil {
@@ -385,6 +408,9 @@ func (o *Owners) acquire(ctx context.Context, a Actor) (Hold, error) {
 		}
 		next, cond = cur.Generation+1, bucket.Condition{IfVersion: r}
 		next -= bugs.Reused(cur.Nobody()) // 0 unless a simulation test plants the bug
+	}
+	if listed != "" {
+		cond.IfVersion = listed
 	}
 	if !o.lease.Valid() {
 		return Hold{}, ErrLeaseInvalid
@@ -405,6 +431,11 @@ func (o *Owners) acquire(ctx context.Context, a Actor) (Hold, error) {
 		if free, ferr := o.free(ctx, back); ferr == nil && !free {
 			return Hold{}, &HeldError{Record: back}
 		}
+	}
+	if listed != "" && berr == nil && errors.Is(err, bucket.ErrPrecondition) {
+		// Not ours, and the record is no longer at listed: no attempt of
+		// this write can land later.
+		return Hold{}, ErrChanged
 	}
 	o.keep(&entry{kind: acquire, actor: a, generation: next, prior: prior, since: o.clk.Now()})
 	return Hold{}, fmt.Errorf("%w: %s at generation %d: %v", ErrUnresolved, a, next, err)

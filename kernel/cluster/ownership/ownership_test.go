@@ -513,3 +513,40 @@ func TestCheckFollowsTheHold(t *testing.T) {
 		t.Fatalf("a released hold: %v, want ErrNotHeld", err)
 	}
 }
+
+// An expiry's acquire (AcquireUnchanged) takes the actor only at the
+// version listed, naming nobody: a wake and release since the listing, a
+// record naming a holder, or a hold of this process refuses it with
+// ErrChanged and writes nothing. Fails with the write conditioned on the
+// version read rather than the one listed.
+func TestAcquireUnchanged(t *testing.T) {
+	w := newWorld(t)
+	a, _ := w.node("a", "ia")
+	b, _ := w.node("b", "ib")
+	listed := func() bucket.Version {
+		page, err := w.mem.List(ctx, act.Key(), bucket.ListOptions{})
+		if err != nil || len(page.Entries) != 1 {
+			t.Fatalf("listing %s: %v %v", act.Key(), page.Entries, err)
+		}
+		return page.Entries[0].Version
+	}
+	h := w.acquire(b, act)
+	held := listed()
+	if _, err := a.AcquireUnchanged(ctx, act, held); !errors.Is(err, ErrChanged) {
+		t.Fatalf("a record naming a holder: %v, want ErrChanged", err)
+	}
+	b.Release(ctx, h)
+	old := listed()
+	b.Release(ctx, w.acquire(b, act)) // a wake since the listing
+	if _, err := a.AcquireUnchanged(ctx, act, old); !errors.Is(err, ErrChanged) {
+		t.Fatalf("a record rewritten since the listing: %v, want ErrChanged", err)
+	}
+	w.want(act, Record{Generation: 2})
+	got, err := a.AcquireUnchanged(ctx, act, listed())
+	if err != nil || got.Generation != 3 {
+		t.Fatalf("the record as listed: %+v %v, want generation 3", got, err)
+	}
+	if _, err := a.AcquireUnchanged(ctx, act, listed()); !errors.Is(err, ErrChanged) {
+		t.Fatalf("a hold of this process: %v, want ErrChanged", err)
+	}
+}

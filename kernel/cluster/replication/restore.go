@@ -59,17 +59,9 @@ func (r *Replicas) Open(ctx context.Context, addr abi.Address, gen uint64, valid
 // actor's reset and its snapshot are history too, so it still exists
 // (book ADR 0028): no key tells them apart from any other.
 func (r *Replicas) Exists(ctx context.Context, addr abi.Address) (bool, error) {
-	prefix, err := history.Prefix(Actor(addr))
-	if err != nil {
-		return false, err
-	}
 	lctx, cancel := clock.WithTimeout(ctx, r.cfg.Clock, ReadSilence)
 	defer cancel()
-	page, err := r.cfg.Bucket.List(lctx, prefix, bucket.ListOptions{Limit: 1})
-	if err != nil {
-		return false, fmt.Errorf("replication: list %s: %w", prefix, err)
-	}
-	return len(page.Entries) > 0, nil
+	return history.Exists(lctx, r.cfg.Bucket, Actor(addr))
 }
 
 func (r *Replicas) open(ctx context.Context, addr abi.Address, gen uint64, valid Valid) (*Stream, storage.DB, error) {

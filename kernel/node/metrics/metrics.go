@@ -80,6 +80,8 @@ type Metrics struct {
 	deployVersion     *prometheus.GaugeVec
 	deploySeq         prometheus.Gauge
 	followFailures    prometheus.Counter
+	deletes           *prometheus.CounterVec
+	deleteFailures    *prometheus.CounterVec
 }
 
 // New returns a node's collectors, registered with g on a registry of
@@ -144,6 +146,16 @@ func New(g Gauges) *Metrics {
 		followFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wasmkeep_deploy_follow_failures_total", Help: "Times the node could not follow its app's current version (read, download or apply failed).",
 		}),
+		deletes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmkeep_actor_deletes_total", Help: "Actor deletes recorded (with a bucket: the reset acknowledged), by how: self (delete-self), self_durable (delete-self-durable), operator (wasmkeep actor delete), expired (idle expiry).",
+		}, []string{"how"}),
+		deleteFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmkeep_actor_delete_failures_total", Help: "Actor deletes that failed to be recorded (the data stays; with a bucket the actor was given up or the request stays), by how, as wasmkeep_actor_deletes_total.",
+		}, []string{"how"}),
+	}
+	for _, how := range []string{DeleteSelf, DeleteSelfDurable, DeleteOperator, DeleteExpired} {
+		m.deletes.WithLabelValues(how)
+		m.deleteFailures.WithLabelValues(how)
 	}
 	for _, r := range []string{RefusedAccess, RefusedCapacity, RefusedOverloaded, RefusedUnavailable} {
 		m.refused.WithLabelValues(r) // every reason is on the page from the start
@@ -164,7 +176,7 @@ func New(g Gauges) *Metrics {
 	m.reg.MustRegister(build, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(m.events, m.duration, m.cuts, m.cpuBudget, m.instantiate, m.wakes, m.hibernations,
 		m.refused, m.alarmRetries, m.ownerCloses, m.requestsAbandoned, m.stateless, m.statelessDuration, m.indexRebuilds, m.indexUnreadable,
-		m.deployVersion, m.deploySeq, m.followFailures,
+		m.deployVersion, m.deploySeq, m.followFailures, m.deletes, m.deleteFailures,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_actors_resident", Help: "Actors in memory now (registered mailboxes)."}, g.Resident),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_events_queued", Help: "Events waiting in resident actors' mailboxes, not started yet."}, g.Queued),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "wasmkeep_guest_log_lines_total", Help: "Lines actors printed that reached the log."}, g.GuestLogLines),
@@ -184,6 +196,23 @@ func New(g Gauges) *Metrics {
 		}))
 	}
 	return m
+}
+
+// How an actor was deleted, the how label of wasmkeep_actor_deletes_total.
+const (
+	DeleteSelf        = "self"
+	DeleteSelfDurable = "self_durable"
+	DeleteOperator    = "operator"
+	DeleteExpired     = "expired" // idle expiry
+)
+
+// Deleted counts a delete recorded, or one that failed to be.
+func (m *Metrics) Deleted(how string, err error) {
+	if err != nil {
+		m.deleteFailures.WithLabelValues(how).Inc()
+		return
+	}
+	m.deletes.WithLabelValues(how).Inc()
 }
 
 // Why a node is not ready (book, Monitoring), the first that holds.
