@@ -59,25 +59,22 @@ func ownerOfKey(key string) (ownership.Actor, error) {
 }
 
 // releaseParked releases the actor's parked record, if it has one, and
-// counts it for reason.
+// counts it for reason once it landed (one that did not is pending).
 func (n *Node) releaseParked(actor ownership.Actor, reason string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(n.ctx), ownership.ReleaseTimeout)
-	defer cancel()
-	ok, err := n.opts.Cluster.Member.Owners.ReleaseParked(ctx, actor)
-	if ok {
+	ok, err := n.opts.Cluster.Member.Owners.ReleaseParked(context.WithoutCancel(n.ctx), actor)
+	switch {
+	case ok && err == nil:
 		n.opts.Cluster.Metrics.ParkedReleased(reason, 1)
-	}
-	if err != nil && !errors.Is(err, ownership.ErrReleasePending) {
+	case err != nil && !errors.Is(err, ownership.ErrReleasePending):
 		n.log.Warn("releasing a parked ownership record", "actor", actor.String(), "err", err)
 	}
 }
 
 // releaseAllParked releases every parked record, counted for reason (a
-// drain pass, a clean stop).
+// drain pass, a clean stop) as they land. Each release is bounded on its
+// own (ownership.ReleaseTimeout), never by a deadline shared by all.
 func (n *Node) releaseAllParked(reason string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(n.ctx), ownership.ReleaseTimeout)
-	defer cancel()
-	if k := n.opts.Cluster.Member.Owners.ReleaseAllParked(ctx); k > 0 {
+	if k := n.opts.Cluster.Member.Owners.ReleaseAllParked(context.WithoutCancel(n.ctx)); k > 0 {
 		n.opts.Cluster.Metrics.ParkedReleased(reason, k)
 		n.log.Info("released parked ownership records", "count", k, "reason", reason)
 	}
