@@ -40,12 +40,14 @@ func (a *actor) park(h ownership.Hold) bool {
 
 // socketFreed releases the parked record of the actor key (tenant/class/
 // name) once it has no socket open here: called as a socket's slot is
-// freed, and by park.
+// freed, and by park. Most actors whose last socket goes have nothing
+// parked: their actor's lock, which a wake holds through its bucket
+// writes, is not taken for them.
 func (n *Node) socketFreed(key string) {
 	if n.opts.Cluster == nil || n.ws.Open(key) {
 		return
 	}
-	if actor, err := ownerOfKey(key); err == nil {
+	if actor, err := ownerOfKey(key); err == nil && n.opts.Cluster.Member.Owners.Parked(actor) {
 		n.releaseParked(actor, metrics.ParkedLastSocket)
 	}
 }
