@@ -14,6 +14,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
 	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
 	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
 )
@@ -226,5 +227,72 @@ func TestCleanStopReleasesEveryParkedRecord(t *testing.T) {
 	}
 	if err := m.Leave(t.Context()); err != nil {
 		t.Errorf("Leave: %v", err)
+	}
+}
+
+// stalledDrainReads holds every read of a drain request once armed, its
+// caller's deadline ignored, until gate closes: the taking pass stops
+// there.
+type stalledDrainReads struct {
+	bucket.Bucket
+	armed   atomic.Bool
+	gate    chan struct{}
+	entered chan struct{}
+}
+
+func (s *stalledDrainReads) Get(ctx context.Context, key string, opts bucket.GetOptions) (*bucket.Object, error) {
+	if s.armed.Load() && strings.HasPrefix(key, cluster.DrainPrefix) {
+		select {
+		case s.entered <- struct{}{}:
+		default:
+		}
+		<-s.gate
+	}
+	return s.Bucket.Get(ctx, key, opts)
+}
+
+// An event for a room parked on a node that has just stopped taking
+// actors (before a taking pass released its parked records) releases the
+// record before the event is placed on a peer that takes actors (book ADR
+// 0024), so that peer does not find it naming this live node and send it
+// back. Here the event is the room's own socket's message on a; the
+// socket closes with 1012. Checked by hand: fails without the release in
+// place (the record is released only by the socket's close: last_socket).
+func TestParkedReleasedBeforePlacingOnATaker(t *testing.T) {
+	engineNeutral(t)
+	t.Parallel()
+	mem := buckettest.NewMemory(buckettest.Flaws{})
+	s := &stalledDrainReads{Bucket: mem, gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+	defer func() {
+		if s.armed.Load() {
+			close(s.gate)
+		}
+	}()
+	classes := map[string]string{"room": room(t)}
+	a, am := ownedNodeOn(t, s, "a", classes, 200*time.Millisecond)
+	_, bm := ownedNodeOn(t, mem, "b", classes, 0)
+	waitTaker(t, am, 1)
+	waitTaker(t, bm, 1)
+	c := dial(t, a, "/actor/room/home/")
+	if got := readText(t, c); got != "welcome 1" {
+		t.Fatalf("first message %q", got)
+	}
+	waitFor(t, 10*time.Second, "the room to park", func() bool { return am.Owners.ParkedCount() == 1 })
+	s.armed.Store(true)
+	<-s.entered // a's taking pass waits: no pass releases the parked record
+	a.node.StopTaking("test")
+	write(t, c, "hello")
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, _, err := c.Read(ctx); websocket.CloseStatus(err) != websocket.StatusServiceRestart {
+		t.Fatalf("the parked room's socket on a node taking none: %v, want a 1012 close", err)
+	}
+	waitFor(t, 10*time.Second, "the parked record released", func() bool { return am.Owners.ParkedCount() == 0 })
+	if got := a.metric(`wasmkeep_parked_releases_total{reason="not_taking"}`); got != 1 {
+		t.Errorf("parked records released before placing the event elsewhere: %v, want 1 (last_socket %v)",
+			got, a.metric(`wasmkeep_parked_releases_total{reason="last_socket"}`))
+	}
+	if rec, _, err := am.Owners.Owner(t.Context(), ownership.Actor{Tenant: "default", Class: "room", Name: "home"}); err != nil || !rec.Nobody() {
+		t.Errorf("the room's record: %+v (%v), want it naming nobody", rec, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
 	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
+	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
 )
 
 // Socket home (ADR 1055, book ADR 0024): a held actor that hibernates from
@@ -80,6 +81,24 @@ func (n *Node) releaseAllParked(reason string) {
 		n.opts.Cluster.Metrics.ParkedReleased(reason, k)
 		n.log.Info("released parked ownership records", "count", k, "reason", reason)
 	}
+}
+
+// unparkForTaker releases the parked record of the actor at addr before
+// it is placed, when this node takes no actor and the placement sends it
+// to a peer that does (book ADR 0024): the record names this live node,
+// so that peer would send the event back here, refused until the next
+// taking pass released it (a secrets block, or a park that landed after
+// a drain pass).
+func (n *Node) unparkForTaker(addr abi.Address) {
+	cl := n.opts.Cluster
+	if cl == nil || !n.takesNone() {
+		return
+	}
+	actor, err := ownerKey(addr)
+	if err != nil || !cl.Member.Owners.Parked(actor) || placement.KeepsUnheld(n.claiming(), cl.Member.View, n.opts.App.String()) {
+		return
+	}
+	n.releaseParked(actor, metrics.ParkedNotTaking)
 }
 
 // sweepParked is the owner sweep's part for parked records: one whose
