@@ -296,3 +296,30 @@ func TestParkedReleasedBeforePlacingOnATaker(t *testing.T) {
 		t.Errorf("the room's record: %+v (%v), want it naming nobody", rec, err)
 	}
 }
+
+// A room that hibernates with its socket open on a node that takes no
+// actor does not park: its record is released as any hibernation's, so
+// a node that takes actors can wake it. Here the node's taking pass is
+// held at its drain read, so only park's own check can refuse. Checked by
+// hand: fails with park's "takes actors" check removed (the room parks).
+func TestNoParkWhileNotTaking(t *testing.T) {
+	engineNeutral(t)
+	t.Parallel()
+	s := &stalledDrainReads{Bucket: buckettest.NewMemory(buckettest.Flaws{}), gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+	defer close(s.gate)
+	a, am := ownedNodeOn(t, s, "a", map[string]string{"room": room(t)}, time.Second)
+	s.armed.Store(true)
+	<-s.entered
+	c := dial(t, a, "/actor/room/home/")
+	if got := readText(t, c); got != "welcome 1" {
+		t.Fatalf("first message %q", got)
+	}
+	a.node.StopTaking("test")
+	waitFor(t, 10*time.Second, "the room to hibernate", func() bool { return a.metric("wasmkeep_actors_resident") == 0 })
+	if got := am.Owners.ParkedCount(); got != 0 {
+		t.Errorf("parked records on a node taking no actor: %d, want 0", got)
+	}
+	if rec, _, err := am.Owners.Owner(t.Context(), ownership.Actor{Tenant: "default", Class: "room", Name: "home"}); err != nil || !rec.Nobody() {
+		t.Errorf("the room's record: %+v (%v), want it naming nobody", rec, err)
+	}
+}
