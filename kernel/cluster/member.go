@@ -273,12 +273,22 @@ func (m *Member) log() *slog.Logger {
 // its events set, so it cannot fall behind the lease's state.
 func (m *Member) Ready() bool { return !m.leaving.Load() && m.Lease.Valid() }
 
-// Leave is a clean stop's end, once no event runs: every hold released
-// (those that do not land are left to expire), then the lease written
-// released, so peers may take what is left at once.
+// Leave is a clean stop's end, once no event runs: every hold released,
+// the pending releases (those of the stop that did not land at once)
+// tried once more within one attempt timeout, those still left to
+// expire, then the lease written released, so peers may take what is
+// left at once.
 func (m *Member) Leave(ctx context.Context) error {
 	m.leaving.Store(true)
 	pending := m.Owners.ReleaseAll(ctx)
+	if pending > 0 {
+		// A record left naming this process is free only ttl + grace after
+		// the lease is written released.
+		resolve, cancel := clock.WithTimeout(ctx, m.cfg.Clock, m.cfg.Settings.AttemptTimeout())
+		m.Owners.Resolve(resolve)
+		cancel()
+		pending = m.Owners.Pending()
+	}
 	m.cancel()
 	<-m.done
 	err := m.Lease.Stop(ctx)

@@ -424,3 +424,35 @@ func TestJoinGivesUpOnABucketThatDoesNotAnswer(t *testing.T) {
 		m.Leave(context.Background())
 	})
 }
+
+// A clean stop's release that did not land at once (a parked record's,
+// at the node's stop) is tried again before the lease is written
+// released, so the record does not name a stopped process for ttl +
+// grace (ADR 1055). Fails with Leave's resolve removed ("1 ownership
+// releases did not land").
+func TestLeaveRetriesPendingReleases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		mem, clk := buckettest.NewMemory(buckettest.Flaws{}), simtest.New()
+		fb := faulty.New(mem)
+		m, err := join(t, clk, config(fb, clk, "p1", nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		actor := ownership.Actor{Tenant: "default", Class: "room", Name: "r"}
+		h, err := m.Owners.Acquire(ctx, actor)
+		if err != nil || !m.Owners.Park(h) {
+			t.Fatalf("acquire: %v, or not parked", err)
+		}
+		fb.Next(faulty.Put, app.Default.StateRoot()+ownership.Prefix, faulty.Fail)
+		if n := m.Owners.ReleaseAllParked(ctx); n != 0 || m.Owners.Pending() != 1 {
+			t.Fatalf("released %d with the write refused, pending %d; want 0 and 1", n, m.Owners.Pending())
+		}
+		if err := m.Leave(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if rec, _, err := m.Owners.Owner(ctx, actor); err != nil || !rec.Nobody() {
+			t.Fatalf("the record after Leave: %+v, %v; want it naming nobody", rec, err)
+		}
+	})
+}

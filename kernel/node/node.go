@@ -591,7 +591,9 @@ func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) er
 // that asks the Placement (deliver calls it, or the front door before its
 // access check, which reads this node's storage).
 func (n *Node) place(ctx context.Context, c *class, name string) error {
-	return placement.Check(ctx, n.opts.Placement, abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: name})
+	addr := abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: name}
+	n.unparkForTaker(addr)
+	return placement.Check(ctx, n.opts.Placement, addr)
 }
 
 // forgetOwner drops the owner hint the placement may keep for addr

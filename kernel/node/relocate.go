@@ -48,7 +48,8 @@ func (n *Node) room() int {
 // forwarded would bounce back: that peer is full too). payload is the
 // request's event payload, whose body the peer gets, or nil for an
 // upgrade. A node alone, or whose placement keeps every actor here,
-// relocates nothing.
+// relocates nothing; nor is a room parked here relocated (ADR 1055): its
+// record names this live node, so the peer would send it back, 503.
 func (n *Node) relocate(w http.ResponseWriter, r *http.Request, c *class, name string, err error, payload []byte) (sentTo string, answered bool) {
 	cl := n.opts.Cluster
 	_, alone := n.opts.Placement.(placement.Local)
@@ -56,6 +57,9 @@ func (n *Node) relocate(w http.ResponseWriter, r *http.Request, c *class, name s
 		return "", false
 	}
 	addr := abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: name}
+	if actor, err := ownerKey(addr); err != nil || cl.Member.Owners.Parked(actor) {
+		return "", false
+	}
 	to, ok := placement.Relocation(cl.Member.View, n.opts.App.String(), n.actorKey(c, name))
 	if !ok || payload != nil && !withBody(r, payload) {
 		return "", false

@@ -64,7 +64,7 @@ func (n *Node) newReplicas() (*replication.Replicas, error) {
 	if err := os.MkdirAll(tmp, 0o750); err != nil {
 		return nil, err
 	}
-	n.metrics.Register(c.Metrics, func() int { return len(c.Member.Owners.ParkedActors()) })
+	n.metrics.Register(c.Metrics, c.Member.Owners.ParkedCount)
 	return replication.New(replication.Config{
 		Bucket: c.Member.State, Clock: n.clock, Driver: n.storage, Root: n.stateDir, Options: n.opts.Storage,
 		TempDir: tmp, Retention: c.Retention,

@@ -8,6 +8,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
 	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
+	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
 )
 
 // Socket home (ADR 1055, book ADR 0024): a held actor that hibernates from
@@ -40,12 +41,14 @@ func (a *actor) park(h ownership.Hold) bool {
 
 // socketFreed releases the parked record of the actor key (tenant/class/
 // name) once it has no socket open here: called as a socket's slot is
-// freed, and by park.
+// freed, and by park. Most actors whose last socket goes have nothing
+// parked: their actor's lock, which a wake holds through its bucket
+// writes, is not taken for them.
 func (n *Node) socketFreed(key string) {
 	if n.opts.Cluster == nil || n.ws.Open(key) {
 		return
 	}
-	if actor, err := ownerOfKey(key); err == nil {
+	if actor, err := ownerOfKey(key); err == nil && n.opts.Cluster.Member.Owners.Parked(actor) {
 		n.releaseParked(actor, metrics.ParkedLastSocket)
 	}
 }
@@ -59,28 +62,43 @@ func ownerOfKey(key string) (ownership.Actor, error) {
 }
 
 // releaseParked releases the actor's parked record, if it has one, and
-// counts it for reason.
+// counts it for reason once it landed (one that did not is pending).
 func (n *Node) releaseParked(actor ownership.Actor, reason string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(n.ctx), ownership.ReleaseTimeout)
-	defer cancel()
-	ok, err := n.opts.Cluster.Member.Owners.ReleaseParked(ctx, actor)
-	if ok {
+	ok, err := n.opts.Cluster.Member.Owners.ReleaseParked(context.WithoutCancel(n.ctx), actor)
+	switch {
+	case ok && err == nil:
 		n.opts.Cluster.Metrics.ParkedReleased(reason, 1)
-	}
-	if err != nil && !errors.Is(err, ownership.ErrReleasePending) {
+	case err != nil && !errors.Is(err, ownership.ErrReleasePending):
 		n.log.Warn("releasing a parked ownership record", "actor", actor.String(), "err", err)
 	}
 }
 
 // releaseAllParked releases every parked record, counted for reason (a
-// drain pass, a clean stop).
+// drain pass, a clean stop) as they land. Each release is bounded on its
+// own (ownership.ReleaseTimeout), never by a deadline shared by all.
 func (n *Node) releaseAllParked(reason string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(n.ctx), ownership.ReleaseTimeout)
-	defer cancel()
-	if k := n.opts.Cluster.Member.Owners.ReleaseAllParked(ctx); k > 0 {
+	if k := n.opts.Cluster.Member.Owners.ReleaseAllParked(context.WithoutCancel(n.ctx)); k > 0 {
 		n.opts.Cluster.Metrics.ParkedReleased(reason, k)
 		n.log.Info("released parked ownership records", "count", k, "reason", reason)
 	}
+}
+
+// unparkForTaker releases the parked record of the actor at addr before
+// it is placed, when this node takes no actor and the placement sends it
+// to a peer that does (book ADR 0024): the record names this live node,
+// so that peer would send the event back here, refused until the next
+// taking pass released it (a secrets block, or a park that landed after
+// a drain pass).
+func (n *Node) unparkForTaker(addr abi.Address) {
+	cl := n.opts.Cluster
+	if cl == nil || !n.takesNone() {
+		return
+	}
+	actor, err := ownerKey(addr)
+	if err != nil || !cl.Member.Owners.Parked(actor) || placement.KeepsUnheld(n.claiming(), cl.Member.View, n.opts.App.String()) {
+		return
+	}
+	n.releaseParked(actor, metrics.ParkedNotTaking)
 }
 
 // sweepParked is the owner sweep's part for parked records: one whose

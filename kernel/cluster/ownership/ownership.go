@@ -560,6 +560,13 @@ func (o *Owners) Park(h Hold) bool {
 	return true
 }
 
+// ParkedCount is how many records this process keeps parked.
+func (o *Owners) ParkedCount() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.parked)
+}
+
 // Parked reports whether this process keeps the actor's record parked.
 func (o *Owners) Parked(a Actor) bool {
 	o.mu.Lock()
@@ -589,9 +596,10 @@ func (o *Owners) parkedLocked() []Actor {
 
 // ReleaseParked releases the actor's parked record, under the actor's
 // lock (a wake and a release never interleave): the record naming nobody,
-// If-Match on the parked hold's version, generation kept; one that does
-// not land is kept as a pending release and ErrReleasePending returned.
-// It reports whether there was a parked record to release.
+// If-Match on the parked hold's version, generation kept, within
+// ReleaseTimeout of its own; one that does not land is kept as a pending
+// release and ErrReleasePending returned. It reports whether there was a
+// parked record to release.
 func (o *Owners) ReleaseParked(ctx context.Context, a Actor) (bool, error) {
 	defer o.lock(a)()
 	o.mu.Lock()
@@ -608,16 +616,35 @@ func (o *Owners) ReleaseParked(ctx context.Context, a Actor) (bool, error) {
 	return true, o.writeRelease(ctx, h, cond)
 }
 
+// ParkedReleases is how many parked records ReleaseAllParked releases at
+// a time, each within its own ReleaseTimeout: a node with many parked
+// rooms releases them all within a clean stop's moment.
+const ParkedReleases = 16
+
 // ReleaseAllParked releases every parked record (a drain's pass, a clean
-// stop) and says how many there were.
+// stop), ParkedReleases at a time, and says how many releases landed (the
+// others are pending). ctx should carry no deadline shared by them all:
+// each release is bounded on its own.
 func (o *Owners) ReleaseAllParked(ctx context.Context) int {
-	n := 0
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		landed int
+	)
+	slots := make(chan struct{}, ParkedReleases)
 	for _, a := range o.ParkedActors() {
-		if ok, _ := o.ReleaseParked(ctx, a); ok { // a failure is kept pending
-			n++
-		}
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			if ok, err := o.ReleaseParked(ctx, a); ok && err == nil {
+				mu.Lock()
+				landed++
+				mu.Unlock()
+			}
+		})
 	}
-	return n
+	wg.Wait()
+	return landed
 }
 
 // pendingLocked reports whether h's release is pending; o.mu is held.

@@ -2,13 +2,18 @@ package ownership
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/internal/faulty"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 )
 
 // park acquires act on o and parks the hold.
@@ -216,4 +221,58 @@ func TestParkedLapseLossAndStop(t *testing.T) {
 		t.Fatal("a clean stop left the parked record")
 	}
 	w.want(h.Actor, Record{Generation: 1})
+}
+
+// slowPuts makes every record write take a second (of a synctest bubble's
+// time) and says how many were in flight at most.
+type slowPuts struct {
+	bucket.Bucket
+	mu             sync.Mutex
+	inFlight, peak int
+}
+
+func (s *slowPuts) Put(ctx context.Context, key string, body io.Reader, size int64, cond bucket.Condition) (bucket.Version, error) {
+	s.mu.Lock()
+	s.inFlight++
+	s.peak = max(s.peak, s.inFlight)
+	s.mu.Unlock()
+	time.Sleep(time.Second)
+	s.mu.Lock()
+	s.inFlight--
+	s.mu.Unlock()
+	return s.Bucket.Put(ctx, key, body, size, cond)
+}
+
+// A clean stop or a drain pass releases its parked records ParkedReleases
+// at a time, not one after another (ADR 1055): on a slow bucket the last
+// of many would wait for all the others. Fails with the releases made one
+// after another (peak 1).
+func TestReleaseAllParkedSideBySide(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t)
+		slow := &slowPuts{Bucket: w.fb}
+		l := &fakeLease{valid: true, id: "a", inst: "ia"}
+		w.nodeObject("a", nodelease.Live, "ia", w.clk.Now())
+		o, err := New(Config{Bucket: slow, Clock: w.clk, Lease: l, Settings: nodelease.DefaultSettings()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const rooms = ParkedReleases + 4
+		for i := range rooms {
+			h, err := o.Acquire(ctx, Actor{"t", "room", fmt.Sprint(i)})
+			if err != nil || !o.Park(h) {
+				t.Fatalf("room %d: %v, or not parked", i, err)
+			}
+		}
+		slow.peak = 0
+		if n := o.ReleaseAllParked(ctx); n != rooms || o.Pending() != 0 {
+			t.Fatalf("released %d of %d, pending %d", n, rooms, o.Pending())
+		}
+		if slow.peak != ParkedReleases {
+			t.Fatalf("%d releases in flight at most, want %d", slow.peak, ParkedReleases)
+		}
+		for i := range rooms {
+			w.want(Actor{"t", "room", fmt.Sprint(i)}, Record{Generation: 1})
+		}
+	})
 }
