@@ -150,7 +150,7 @@ func TestBucketCommands(t *testing.T) {
 // A node may answer ready just before it logs its listeners.
 func metricsAddr(t *testing.T, logs *syncBuffer) string {
 	t.Helper()
-	line := regexp.MustCompile(`msg=metrics(?: node_id=\S+)? listen=(\S+)`) // a cluster node names itself on every line
+	line := regexp.MustCompile(`msg=metrics listen=(\S+)`)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if m := line.FindStringSubmatch(logs.String()); m != nil {
 			return m[1]
