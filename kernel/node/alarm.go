@@ -182,7 +182,7 @@ func (n *Node) deliverAlarm(it *alarm.Item) {
 		if errors.As(err, &elsewhere) && elsewhere.Owner.Taker {
 			// Nobody holds it and this node takes none: the peer that
 			// takes it is asked to, so the alarm fires there now.
-			go n.alarmToTaker(it)
+			n.goTask(func() { n.alarmToTaker(it) })
 			return
 		}
 		if errors.As(err, &elsewhere) {
@@ -201,17 +201,18 @@ func (n *Node) deliverAlarm(it *alarm.Item) {
 // alarmToTaker hands off a due alarm whose actor nobody holds, on a node
 // that takes none (book ADR 0014's alarm hand-off, as a take call: ADR
 // 1052): the peer that takes the actor takes it and fires the alarm. A
-// take that fails is tried again with the backoff of a refused delivery;
-// with no peer that answers takes, the alarm is left to the peer the
-// placement chose (its sweep).
+// take that fails is tried again with the backoff of a refused delivery,
+// one refused for good is not (handOffAlarm); with no peer that answers
+// takes, the alarm is left to the peer the placement chose (its sweep).
 func (n *Node) alarmToTaker(it *alarm.Item) {
-	ok, noPeer := n.handOffAlarm(it.Class, it.Name, it.Key, it.At)
-	switch {
-	case noPeer:
+	switch n.handOffAlarm(it.Class, it.Name, it.Key, it.At) {
+	case noTakePeer:
 		n.log.Info("alarm left to the peer that takes the actor: no peer answers takes", "actor", it.Key)
-	case !ok && n.ctx.Err() == nil:
-		n.metrics.AlarmRetried()
-		n.log.Warn("alarm hand-off deferred", "actor", it.Key, "retry_in", n.alarms.Defer(it, n.clock.Now()))
+	case takeFailed:
+		if n.ctx.Err() == nil {
+			n.metrics.AlarmRetried()
+			n.log.Warn("alarm hand-off deferred", "actor", it.Key, "retry_in", n.alarms.Defer(it, n.clock.Now()))
+		}
 	}
 }
 

@@ -261,8 +261,10 @@ func (n *Node) headersOverCaps(r *http.Request) string {
 	return ""
 }
 
-// refuse answers and counts a request that could not be delivered.
-func (n *Node) refuse(w http.ResponseWriter, err error) {
+// refuse answers and counts a request that could not be delivered; false
+// when it wrote nothing (an error it does not know: the client left while
+// waiting for admission).
+func (n *Node) refuse(w http.ResponseWriter, err error) bool {
 	n.countRefusal(err)
 	var elsewhere *placement.Elsewhere
 	var unplaced *placement.Unplaced
@@ -288,8 +290,10 @@ func (n *Node) refuse(w http.ResponseWriter, err error) {
 	case errors.Is(err, errStopping): // another node, or this one restarted, may answer the retry
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "server is stopping, retry", http.StatusServiceUnavailable)
+	default:
+		return false
 	}
-	// otherwise the client left while waiting for admission
+	return true
 }
 
 // readRequest encodes r for the guest with path (escaped, without the

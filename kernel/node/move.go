@@ -58,7 +58,7 @@ func (n *Node) runMoves() {
 		case mv.Target == self && held:
 			n.dropMove(mv, "the actor is here")
 		case mv.Target == self:
-			n.takeMoved(c, mv)
+			n.startTake(key, func() { n.takeMoved(c, mv) })
 		case held:
 			n.moveOut(c, key, mv)
 		}
@@ -104,7 +104,8 @@ func (n *Node) dropMove(mv cluster.Move, why string) {
 
 // takeMoved is the target's side: an actor nobody holds (another node's
 // holder acts; this node leaves it) is taken here, as a take call would
-// have it taken.
+// have it taken; in the background, so one slow to restore holds up no
+// pass.
 func (n *Node) takeMoved(c *class, mv cluster.Move) {
 	ctx, cancel := clock.WithTimeout(n.ctx, n.clock, takeTimeout)
 	defer cancel()
@@ -139,8 +140,10 @@ func (n *Node) moveOut(c *class, key string, mv cluster.Move) {
 		n.moving[key] = mv.Target
 	}
 	n.takeMu.Unlock()
-	if start {
-		go n.move(c, key, mv)
+	if start && !n.goTask(func() { n.move(c, key, mv) }) {
+		n.takeMu.Lock()
+		delete(n.moving, key)
+		n.takeMu.Unlock()
 	}
 }
 

@@ -259,11 +259,17 @@ type Node struct {
 
 	// Why the node takes no actor now (taking.go); empty: it takes them.
 	// acquiring counts the acquires let through and not returned yet;
-	// moving, the target of each move under way, by actor key (move.go).
-	takeMu    sync.Mutex
-	notTaking map[string]bool
-	acquiring int
-	moving    map[string]string
+	// moving, the target of each move under way, by actor key (move.go);
+	// takesUnderWay, the actors a take runs for in the background
+	// (take.go: hand-offs, a move's target side); tasks, those and the
+	// moves, which Close waits for once tasksClosed.
+	takeMu        sync.Mutex
+	notTaking     map[string]bool
+	acquiring     int
+	moving        map[string]string
+	takesUnderWay map[string]bool
+	tasks         sync.WaitGroup
+	tasksClosed   bool
 
 	ctx    context.Context // ends when the node stops: stops running guests
 	cancel context.CancelFunc
@@ -517,6 +523,10 @@ func (n *Node) Close() {
 	if n.cancel != nil {
 		n.cancel()
 	}
+	n.takeMu.Lock()
+	n.tasksClosed = true
+	n.takeMu.Unlock()
+	n.tasks.Wait() // hand-offs and moves, ended by n.ctx
 	if n.sweepDone != nil {
 		<-n.sweepDone
 	}

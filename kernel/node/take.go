@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
@@ -65,8 +64,12 @@ func (n *Node) serveTake(w http.ResponseWriter, r *http.Request, c *class, name 
 		http.Error(w, "held by node "+elsewhere.Owner.Node, http.StatusConflict)
 	case errors.As(err, &f):
 		writeOutcome(w, outcome{err: err})
-	default:
-		n.refuse(w, err) // writes nothing if the sender left
+	case !n.refuse(w, err) && r.Context().Err() == nil:
+		// Not one of a delivery's refusals, and the sender waits: it may
+		// ask again.
+		n.log.Warn("a take call failed", "actor", c.name+"/"+address.EscapeName(name), "err", err)
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "the actor cannot be taken now, retry", http.StatusServiceUnavailable)
 	}
 }
 
@@ -108,23 +111,35 @@ func (n *Node) take(ctx context.Context, c *class, name string) error {
 }
 
 // taken ends a take event once the actor's database is open under this
-// node's hold: its alarm was armed as the hold started, from the
-// database, which must be readable (or the sender keeps its own
+// node's hold: it arms the alarm the database holds on this node's timer
+// (the hold's start armed it too, but an actor held here already has had
+// no start), and the alarm must be readable (or the sender keeps its own
 // registration and asks again).
 func (a *actor) taken(ctx context.Context) outcome {
-	if a.db != nil {
-		if _, _, _, err := alarm.Read(ctx, a.db); err != nil {
-			return outcome{err: unavailable("the actor's alarm cannot be read now, retry", err)}
-		}
+	if a.db == nil {
+		return outcome{}
+	}
+	at, _, pending, err := alarm.Read(ctx, a.db)
+	if err != nil {
+		return outcome{err: unavailable("the actor's alarm cannot be read now, retry", err)}
+	}
+	if pending { // armed from this read (book ADR 0017 step 5), whatever the hold's start did
+		a.node.alarms.Set(a.key, a.class.name, a.addr.Name, time.UnixMilli(at))
 	}
 	return outcome{}
 }
 
-// errTakeRefused is a take the peer did not carry out.
-var errTakeRefused = errors.New("the peer did not take the actor")
+// errTakeRefused is a take the peer did not carry out; errTakeFinal one
+// it will not carry out if asked again: the actor is not its to take
+// (403, 404), its history cannot be restored (500), or another node
+// holds it, whose timer fires the alarm.
+var (
+	errTakeRefused = errors.New("the peer did not take the actor")
+	errTakeFinal   = errors.New("the peer refuses to take the actor")
+)
 
 // sendTake asks peer to take class's actor name: nil once peer holds it
-// (200, or 409 naming peer itself).
+// (200 taken, or 409 naming peer itself).
 func (n *Node) sendTake(ctx context.Context, peer, class, name string) error {
 	cl := n.opts.Cluster
 	if cl.Signer == nil {
@@ -144,54 +159,132 @@ func (n *Node) sendTake(ctx context.Context, peer, class, name string) error {
 		return err
 	}
 	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	msg := strings.TrimSpace(string(b))
 	switch holder := resp.Header.Get(holderHeader); {
-	case resp.StatusCode == http.StatusOK, resp.StatusCode == http.StatusConflict && holder == peer:
+	case resp.StatusCode == http.StatusOK && msg == "taken", resp.StatusCode == http.StatusConflict && holder == peer:
 		return nil
-	case resp.StatusCode == http.StatusConflict:
-		return fmt.Errorf("%w: node %s holds it", errTakeRefused, holder)
+	case resp.StatusCode == http.StatusConflict && holder != "":
+		return fmt.Errorf("%w: node %s holds it", errTakeFinal, holder)
+	case resp.StatusCode == http.StatusForbidden, resp.StatusCode == http.StatusNotFound, resp.StatusCode == http.StatusInternalServerError:
+		return fmt.Errorf("%w: %d %s", errTakeFinal, resp.StatusCode, msg)
 	}
-	return fmt.Errorf("%w: %d %s", errTakeRefused, resp.StatusCode, strings.TrimSpace(string(msg)))
+	// A 200 without the taken body is not the take call's answer: a build
+	// that ran it as a request, or a proxy's page.
+	return fmt.Errorf("%w: %d %s", errTakeRefused, resp.StatusCode, msg)
+}
+
+// handOff is how a hand-off of an alarm (handOffAlarm) ended.
+type handOff int
+
+const (
+	handedOff  handOff = iota // the peer holds the actor: its timer fires the alarm
+	noTakePeer                // no peer answers takes: the alarm stays here
+	takeFailed                // tried again later
+	takeFinal                 // refused for good: dropped from this node's timer, left to the sweep
+)
+
+// takeTarget is the peer that takes class's actor name in this node's
+// stead and answers take calls (placement.TakeTarget), if there is one.
+func (n *Node) takeTarget(class, name string) (string, bool) {
+	owner, err := ownerKey(abi.Address{Tenant: n.opts.App.Tenant, Class: class, Name: name})
+	if err != nil {
+		return "", false
+	}
+	peer, found := placement.TakeTarget(n.opts.Cluster.Member.View, n.opts.App.String(), owner)
+	return peer.ID, found
 }
 
 // handOffAlarm has the peer that takes class's actor name (key) in this
 // node's stead take it, so that the alarm this node's timer holds for at
-// fires there, on time: true once that peer holds it, this node's
-// registration for at then forgotten (only that one: clear if). False
-// with no such peer (noPeer) or when the take failed: the alarm stays
-// here, or is the caller's to schedule again.
-func (n *Node) handOffAlarm(class, name, key string, at time.Time) (ok, noPeer bool) {
-	m := n.opts.Cluster.Member
-	owner, err := ownerKey(abi.Address{Tenant: n.opts.App.Tenant, Class: class, Name: name})
-	if err != nil {
-		return false, true
-	}
-	peer, found := placement.TakeTarget(m.View, n.opts.App.String(), owner)
+// fires there, on time. Once that peer holds it, or refuses it for good
+// (its alarm index entry stays: the sweep's), this node's registration
+// for at is forgotten (only that one: clear if).
+func (n *Node) handOffAlarm(class, name, key string, at time.Time) handOff {
+	peer, found := n.takeTarget(class, name)
 	if !found {
-		return false, true
+		return noTakePeer
 	}
-	if err := n.sendTake(n.ctx, peer.ID, class, name); err != nil {
-		n.log.Warn("handing an alarm off: the peer did not take the actor", "actor", key, "node", peer.ID, "err", err)
-		return false, false
+	err := n.sendTake(n.ctx, peer, class, name)
+	switch {
+	case errors.Is(err, errTakeFinal):
+		n.alarms.ClearAt(key, at)
+		n.log.Warn("handing an alarm off: the peer refuses the actor; the alarm is left to the sweep", "actor", key, "node", peer, "err", err)
+		return takeFinal
+	case err != nil:
+		n.log.Warn("handing an alarm off: the peer did not take the actor", "actor", key, "node", peer, "err", err)
+		return takeFailed
 	}
 	n.alarms.ClearAt(key, at)
-	n.log.Info("alarm handed off: the peer took the actor", "actor", key, "node", peer.ID, "at", at.UnixMilli())
-	return true, false
+	n.log.Info("alarm handed off: the peer took the actor", "actor", key, "node", peer, "at", at.UnixMilli())
+	return handedOff
 }
 
-// handOffAlarms hands off (handOffAlarm), all at once, the alarms this
-// node's timer holds for the actors of batch that were handed over.
-func (n *Node) handOffAlarms(batch []*actor) {
-	var wg sync.WaitGroup
-	for _, a := range batch {
-		select {
-		case <-a.done:
-		default: // not handed over (yet): it holds its alarm
+// maxTakes is how many takes a node runs in the background at a time
+// (startTake).
+const maxTakes = handOverBatch
+
+// handOffAlarms starts a hand-off (handOffAlarm) of each alarm this
+// node's timer holds for an actor it does not hold (handed over, or
+// hibernated before the drain), in the background (startTake) so that a
+// peer slow to answer holds up no hand-over; one
+// that fails keeps its entry for the next call. It returns how many such
+// alarms are left that a peer could take, those under way included: the
+// node is not drained while one is (book ADR 0014).
+func (n *Node) handOffAlarms() (left int) {
+	m := n.opts.Cluster.Member
+	for _, it := range n.alarms.Items() {
+		owner, err := ownerKey(abi.Address{Tenant: n.opts.App.Tenant, Class: it.Class, Name: it.Name})
+		if err != nil {
 			continue
 		}
-		if at, ok := n.alarms.At(a.key); ok {
-			wg.Go(func() { n.handOffAlarm(a.class.name, a.addr.Name, a.key, at) })
+		if _, held := m.Owners.Owns(owner); held {
+			continue // handed off as its hand-over ends
 		}
+		if _, found := n.takeTarget(it.Class, it.Name); !found {
+			continue
+		}
+		left++
+		n.startTake(it.Key, func() { n.handOffAlarm(it.Class, it.Name, it.Key, it.At) })
 	}
-	wg.Wait()
+	return left
+}
+
+// startTake runs f, a take for the actor key (a hand-off, or a move's
+// target-side take), in the background (goTask), unless one is under way
+// for it or maxTakes are.
+func (n *Node) startTake(key string, f func()) {
+	n.takeMu.Lock()
+	start := !n.takesUnderWay[key] && len(n.takesUnderWay) < maxTakes
+	if start {
+		if n.takesUnderWay == nil {
+			n.takesUnderWay = map[string]bool{}
+		}
+		n.takesUnderWay[key] = true
+	}
+	n.takeMu.Unlock()
+	done := func() {
+		n.takeMu.Lock()
+		delete(n.takesUnderWay, key)
+		n.takeMu.Unlock()
+	}
+	if start && !n.goTask(func() { defer done(); f() }) {
+		done()
+	}
+}
+
+// goTask runs f in a goroutine Close waits for (hand-offs, moves: they
+// end with n.ctx); false, not running it, once Close began waiting.
+func (n *Node) goTask(f func()) bool {
+	n.takeMu.Lock()
+	defer n.takeMu.Unlock()
+	if n.tasksClosed {
+		return false
+	}
+	n.tasks.Add(1)
+	go func() {
+		defer n.tasks.Done()
+		f()
+	}()
+	return true
 }

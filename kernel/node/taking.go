@@ -124,7 +124,9 @@ func (n *Node) takesNoneFor(reason string) bool {
 // idle one does: what it committed shipped, its hold released, so that its next
 // event is placed on a peer that takes actors; one with an alarm pending
 // is taken by such a peer at once (handOffAlarms), so the alarm fires
-// there on time. A batch that outlasts
+// there on time; so is one that hibernated before the drain, and one
+// whose hand-off failed is tried again each pass, the node draining, not
+// drained, until none is left. A batch that outlasts
 // batchWait ends the pass; the pass reads the drain request again each
 // lease period meanwhile, so an undrain is not left waiting. With no such
 // peer it keeps serving them: stuck.
@@ -144,7 +146,7 @@ func (n *Node) handOver(say func(nodelease.Taking)) nodelease.Taking {
 	// first.
 	n.releaseAllParked(metrics.ParkedDrain)
 	if !n.holdsAny() {
-		return nodelease.Drained
+		return n.drainedUnless(n.handOffAlarms())
 	}
 	say(nodelease.Draining) // while the batches run
 	n.metrics.OwnerClosed(metrics.OwnerCloseDrain, n.ws.CloseAll(websocket.ServiceRestart, closeReason))
@@ -176,7 +178,7 @@ func (n *Node) handOver(say func(nodelease.Taking)) nodelease.Taking {
 			stopped = append(stopped, a)
 		}
 		all := n.awaitBatch(stopped, reread)
-		n.handOffAlarms(stopped)
+		n.handOffAlarms()
 		if !all || len(stopped) < len(batch) {
 			break
 		}
@@ -185,6 +187,16 @@ func (n *Node) handOver(say func(nodelease.Taking)) nodelease.Taking {
 	case !n.takesNone(): // undrained meanwhile
 		return nodelease.Takes
 	case n.holdsAny():
+		return nodelease.Draining
+	}
+	return n.drainedUnless(n.handOffAlarms())
+}
+
+// drainedUnless is the state of a node that holds nothing: draining while
+// alarmsLeft alarms on its timer are still to be handed off to a peer
+// (handOffAlarms), drained once none is.
+func (n *Node) drainedUnless(alarmsLeft int) nodelease.Taking {
+	if alarmsLeft > 0 {
 		return nodelease.Draining
 	}
 	return nodelease.Drained

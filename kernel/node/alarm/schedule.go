@@ -103,6 +103,17 @@ func (s *Schedule) At(key string) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// Items are the alarms the schedule holds, copies in no order.
+func (s *Schedule) Items() []Item {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Item, 0, len(s.byKey))
+	for _, it := range s.byKey {
+		out = append(out, Item{Key: it.Key, Class: it.Class, Name: it.Name, At: it.At})
+	}
+	return out
+}
+
 // ClearAt forgets key's alarm if it is still for at: one set since (a
 // newer registration) stays.
 func (s *Schedule) ClearAt(key string, at time.Time) {

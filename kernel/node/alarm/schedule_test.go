@@ -97,6 +97,9 @@ func TestScheduleClearAt(t *testing.T) {
 		t.Fatalf("At = %v %v, want %v", at, ok, now)
 	}
 	s.Set("t/a/1", "a", "1", now.Add(time.Second)) // set again since
+	if items := s.Items(); len(items) != 1 || items[0].Key != "t/a/1" || items[0].Name != "1" || !items[0].At.Equal(now.Add(time.Second)) {
+		t.Fatalf("Items = %+v, want t/a/1's alarm at %v", items, now.Add(time.Second))
+	}
 	s.ClearAt("t/a/1", now)
 	if _, ok := s.At("t/a/1"); !ok {
 		t.Fatal("ClearAt of an earlier time forgot the alarm set since")
@@ -104,6 +107,9 @@ func TestScheduleClearAt(t *testing.T) {
 	s.ClearAt("t/a/1", now.Add(time.Second))
 	if _, ok := s.At("t/a/1"); ok {
 		t.Fatal("ClearAt of the time held kept the alarm")
+	}
+	if items := s.Items(); len(items) != 0 {
+		t.Fatalf("Items after ClearAt = %+v, want none", items)
 	}
 	if it, _ := s.next(now.Add(time.Minute)); it != nil {
 		t.Fatalf("due after ClearAt: %v", it.Key)
