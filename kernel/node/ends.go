@@ -220,7 +220,7 @@ func (a *actor) runDelete(ctx context.Context, job *deleteJob) outcome {
 		job.busy = true
 		return outcome{}
 	}
-	a.state.operatorMark = job.req.Marker()
+	a.state.operatorMark = job.req.Marker(mark)
 	err = a.removeDatabase()
 	a.node.metrics.Deleted(metrics.DeleteOperator, err)
 	if err != nil {
