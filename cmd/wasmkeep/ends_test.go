@@ -340,8 +340,10 @@ func wasmkeepCLI(t *testing.T, args ...string) (string, int) {
 	return string(out), 0
 }
 
-// app delete (book ADR 0028, section 5; ADR 1053) refuses while a node of
-// the app is live, naming it, with nothing written; with --force it
+// app delete (book ADR 0028, section 5; ADR 1053) refuses an app of which
+// nothing is in the bucket, writing no tombstone (fails without the
+// check); it refuses while a node of the app is live, naming it, with
+// nothing written; with --force it
 // writes the tombstone and removes every other object of the app under
 // both roots, and nothing of another app; the node, which was live, stops
 // with an error at its next version check; a deploy of it, an actor
@@ -372,6 +374,13 @@ func TestAppDelete(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+	nosuch := []string{"app", "delete", "acme/nosuch", "--bucket", "file://" + dir}
+	if out, code := wasmkeepCLI(t, nosuch...); code != 1 || !strings.Contains(out, "nothing of acme/nosuch") {
+		t.Errorf("an app never deployed: exit %d, want 1\n%s", code, out)
+	}
+	if err := deploys.RefuseDeleted(t.Context(), fb, app.Name{Tenant: "acme", App: "nosuch"}); err != nil {
+		t.Errorf("a tombstone for an app never deployed: %v", err)
 	}
 	_, node, logs := serveBinary(t, wasmkeepBinary(t), withoutWasmkeepVars(), "--data-dir", t.TempDir(), "--bucket", "file://"+dir, "--node-id", "n1", "--app", "acme/shop", "--cluster-plaintext", "accept")
 	del := []string{"app", "delete", "acme/shop", "--bucket", "file://" + dir}
