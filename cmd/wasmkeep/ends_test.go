@@ -220,8 +220,9 @@ func (c *offsetClock) NewTimer(d time.Duration) clock.Timer { return clock.Real.
 // released on node a, which then stops, are judged idle by their records'
 // times in the bucket on node b, started afterwards: a restart makes no
 // actor young. With b's clock a minute short of the limit past their
-// release nothing expires; a minute past it, the actors without an alarm
-// expire and the one with a pending alarm keeps its data. Three more
+// release nothing expires, nor a minute past it while b is behind on
+// deploys; then the actors without an alarm expire and the one with a
+// pending alarm keeps its data. Three more
 // rules, each with its failure planted in the bucket (expiryGate): a
 // request that wakes a candidate on b after b's listing, queued before its
 // job, keeps its data (the job did not acquire it); a job refused for a
@@ -265,6 +266,12 @@ func TestIdleExpiry(t *testing.T) {
 		}
 	}
 	clk.off.Store(int64(time.Hour + time.Minute))
+	b.node.SetBehind(errors.New("a version it cannot follow"))
+	time.Sleep(time.Second) // passes, which a node behind on deploys does not run
+	if got := b.metric(expired); got != 0 {
+		t.Fatalf("expired %v actors while behind on deploys", got)
+	}
+	b.node.SetBehind(nil)
 	waitFor(t, 20*time.Second, "a1 to a4 to expire", func() bool { return b.metric(expired) >= 4 })
 	// a1 to a4 are not read: an event would make them actors used since.
 	// Records written from now on (old's, resident since its wake, when it
