@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -218,21 +220,29 @@ func (c *offsetClock) NewTimer(d time.Duration) clock.Timer { return clock.Real.
 // released on node a, which then stops, are judged idle by their records'
 // times in the bucket on node b, started afterwards: a restart makes no
 // actor young. With b's clock a minute short of the limit past their
-// release nothing expires; a minute past it, the actor without an alarm
-// is deleted (its next event a fresh actor) and the one with an alarm
-// pending stays. Fails with the pass's time check removed (the first
-// check), or with the job's own alarm check removed and the index's
-// listing ignored (the alarmed actor goes).
+// release nothing expires, nor a minute past it while b is behind on
+// deploys; then the actors without an alarm expire and the one with a
+// pending alarm keeps its data. Three more
+// rules, each with its failure planted in the bucket (expiryGate): a
+// request that wakes a candidate on b after b's listing, queued before its
+// job, keeps its data (the job did not acquire it); a job refused for a
+// passing reason is tried
+// again by the next pass (old's record unreadable during its first pass
+// past the limit once more); and an expired actor, empty, is not expired
+// (nor counted) again once its record is past the limit once more.
 func TestIdleExpiry(t *testing.T) {
 	t.Parallel()
 	engineNeutral(t)
 	mem := buckettest.NewMemory(buckettest.Flaws{})
 	classes := map[string]string{"probe": probe(t)}
 	a, am := ownedNodeOn(t, mem, "a", classes, 200*time.Millisecond)
-	a.expect("POST", "/actor/probe/old/token?t=x1", "", 200, "1")
+	idle := []string{"a1", "a2", "a3", "a4"} // listed before old: their jobs take the four slots
+	for _, name := range append(idle, "old") {
+		a.expect("POST", "/actor/probe/"+name+"/token?t=x1", "", 200, "1")
+	}
 	a.expect("POST", "/actor/probe/alarmed/token?t=x2", "", 200, "1")
 	a.expect("POST", "/actor/probe/alarmed/alarm-set?in=10800000", "", 200, "set")
-	waitFor(t, 10*time.Second, "both to hibernate on a", func() bool { return len(am.Owners.Holds()) == 0 })
+	waitFor(t, 10*time.Second, "all to hibernate on a", func() bool { return len(am.Owners.Holds()) == 0 })
 	a.stop()
 	if err := am.Leave(t.Context()); err != nil {
 		t.Fatal(err)
@@ -240,8 +250,9 @@ func TestIdleExpiry(t *testing.T) {
 
 	clk := &offsetClock{}
 	clk.off.Store(int64(time.Hour - time.Minute))
-	b, bm := clusterNode(t, mem, "b", node.Options{Classes: classes, Clock: clk, ExpiryPass: 100 * time.Millisecond,
-		ExpireAfterIdle: map[string]time.Duration{"probe": time.Hour}})
+	gate := &expiryGate{Bucket: mem}
+	b, bm := clusterNode(t, gate, "b", node.Options{Classes: classes, Clock: clk, ExpiryPass: 100 * time.Millisecond,
+		IdleTimeout: 5 * time.Second, ExpireAfterIdle: map[string]time.Duration{"probe": time.Hour}})
 	go bm.WatchPeers(t.Context())
 	expired := `wasmkeep_actor_deletes_total{how="expired"}`
 	waitFor(t, 10*time.Second, "b to list its peers", func() bool { return bm.View.Listings() >= 2 })
@@ -249,13 +260,74 @@ func TestIdleExpiry(t *testing.T) {
 	if got := b.metric(expired); got != 0 {
 		t.Fatalf("expired a minute short of the limit: %v", got)
 	}
-	clk.off.Store(int64(time.Hour + time.Minute))
-	waitFor(t, 10*time.Second, "old to expire", func() bool { return b.metric(expired) == 1 })
-	b.expect("GET", "/actor/probe/old/tokens", "", 200, "")
-	b.expect("GET", "/actor/probe/alarmed/tokens", "", 200, "x2\n")
-	if got := b.metric(expired); got != 1 {
-		t.Errorf("expired %v actors, want old alone", got)
+	gate.wake = func() {
+		if code, got := b.do("POST", "/actor/probe/old/token?t=x3", ""); code != 200 || got != "2" {
+			t.Errorf("old woken after the listing: %d %q, want its second token", code, got)
+		}
 	}
+	clk.off.Store(int64(time.Hour + time.Minute))
+	b.node.SetBehind(errors.New("a version it cannot follow"))
+	time.Sleep(time.Second) // passes, which a node behind on deploys does not run
+	if got := b.metric(expired); got != 0 {
+		t.Fatalf("expired %v actors while behind on deploys", got)
+	}
+	b.node.SetBehind(nil)
+	waitFor(t, 20*time.Second, "a1 to a4 to expire", func() bool { return b.metric(expired) >= 4 })
+	// a1 to a4 are not read: an event would make them actors used since.
+	// Records written from now on (old's, resident since its wake, when it
+	// hibernates) are not past the limit on b's clock.
+	clk.off.Store(0)
+	b.expect("GET", "/actor/probe/old/tokens", "", 200, "x1\nx3\n")
+	b.expect("GET", "/actor/probe/alarmed/tokens", "", 200, "x2\n")
+	if got := b.metric(expired); got != 4 {
+		t.Errorf("expired %v actors, want a1 to a4", got)
+	}
+
+	waitFor(t, 20*time.Second, "all to hibernate on b", func() bool { return len(bm.Owners.Holds()) == 0 })
+	gate.down.Store(true)
+	clk.off.Store(int64(time.Hour + time.Minute))
+	waitFor(t, 20*time.Second, "old to expire", func() bool { return b.metric(expired) >= 5 })
+	time.Sleep(time.Second) // passes, which must not expire a1 to a4 again
+	if got := b.metric(expired); got != 5 {
+		t.Errorf("expired %v actors in all, want a1 to a4 once and old", got)
+	}
+	b.expect("GET", "/actor/probe/old/tokens", "", 200, "")
+}
+
+// expiryGate is the bucket of TestIdleExpiry's node b. Once down is set,
+// the first read of a1's to a4's records runs wake, holding those four
+// jobs until it returns (old's job, queued after them, runs after its
+// wake). While down is set, reads of old's record fail, until the next
+// listing of records after one failed (old's job in that pass is refused).
+type expiryGate struct {
+	bucket.Bucket
+	wake   func()
+	down   atomic.Bool // old's record cannot be read
+	failed atomic.Bool // and a read of it failed
+	once   sync.Once
+}
+
+func (g *expiryGate) Get(ctx context.Context, key string, opts bucket.GetOptions) (*bucket.Object, error) {
+	if !strings.Contains(key, "owners/") {
+		return g.Bucket.Get(ctx, key, opts)
+	}
+	switch key[strings.LastIndex(key, "/")+1:] {
+	case "a1", "a2", "a3", "a4":
+		g.once.Do(g.wake) // the other three wait until it returns
+	case "old":
+		if g.down.Load() {
+			g.failed.Store(true)
+			return nil, bucket.ErrTransient
+		}
+	}
+	return g.Bucket.Get(ctx, key, opts)
+}
+
+func (g *expiryGate) List(ctx context.Context, prefix string, opts bucket.ListOptions) (bucket.ListPage, error) {
+	if strings.Contains(prefix, "owners/") && g.failed.Load() {
+		g.down.Store(false)
+	}
+	return g.Bucket.List(ctx, prefix, opts)
 }
 
 // wasmkeepCLI runs the command line with args and returns its output and
@@ -275,8 +347,10 @@ func wasmkeepCLI(t *testing.T, args ...string) (string, int) {
 	return string(out), 0
 }
 
-// app delete (book ADR 0028, section 5; ADR 1053) refuses while a node of
-// the app is live, naming it, with nothing written; with --force it
+// app delete (book ADR 0028, section 5; ADR 1053) refuses an app of which
+// nothing is in the bucket, writing no tombstone (fails without the
+// check); it refuses while a node of the app is live, naming it, with
+// nothing written; with --force it
 // writes the tombstone and removes every other object of the app under
 // both roots, and nothing of another app; the node, which was live, stops
 // with an error at its next version check; a deploy of it, an actor
@@ -307,6 +381,13 @@ func TestAppDelete(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+	nosuch := []string{"app", "delete", "acme/nosuch", "--bucket", "file://" + dir}
+	if out, code := wasmkeepCLI(t, nosuch...); code != 1 || !strings.Contains(out, "nothing of acme/nosuch") {
+		t.Errorf("an app never deployed: exit %d, want 1\n%s", code, out)
+	}
+	if err := deploys.RefuseDeleted(t.Context(), fb, app.Name{Tenant: "acme", App: "nosuch"}); err != nil {
+		t.Errorf("a tombstone for an app never deployed: %v", err)
 	}
 	_, node, logs := serveBinary(t, wasmkeepBinary(t), withoutWasmkeepVars(), "--data-dir", t.TempDir(), "--bucket", "file://"+dir, "--node-id", "n1", "--app", "acme/shop", "--cluster-plaintext", "accept")
 	del := []string{"app", "delete", "acme/shop", "--bucket", "file://" + dir}

@@ -415,6 +415,9 @@ func (a *actor) openDB(ctx context.Context, ev *event) error {
 	}
 	a.db = db
 	a.deleted.Store(false)
+	if listed != "" {
+		ev.del.acquired = true // this job's own acquire, at the version listed
+	}
 	if created && a.stream.Head().TXID == 0 && ev.take {
 		a.dropCopy(ctx)
 		return errNoSuchActor

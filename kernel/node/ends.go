@@ -51,8 +51,12 @@ const deletedReason = "actor deleted"
 type deleteJob struct {
 	req    deletes.Request // the operator's request; zero for an expiry
 	expire bucket.Version  // an expiry: the record's version as listed, which the acquire requires
-	result deletes.Outcome // "" while the request stays, or the actor was not expired
-	busy   bool            // its sockets were closed: their close events run first, then the job again
+	// acquired is set by openDB when this job's own open acquired the
+	// actor at the listed version: an expiry deletes nothing else (an
+	// actor found open was woken since the listing).
+	acquired bool
+	result   deletes.Outcome // "" while the request stays, or the actor was not expired
+	busy     bool            // its sockets were closed: their close events run first, then the job again
 }
 
 // runDeletes lists the app's delete requests once per lease period, until
@@ -216,7 +220,7 @@ func (a *actor) runDelete(ctx context.Context, job *deleteJob) outcome {
 		job.busy = true
 		return outcome{}
 	}
-	a.state.operatorMark = job.req.Marker()
+	a.state.operatorMark = job.req.Marker(mark)
 	err = a.removeDatabase()
 	a.node.metrics.Deleted(metrics.DeleteOperator, err)
 	if err != nil {
@@ -227,17 +231,28 @@ func (a *actor) runDelete(ctx context.Context, job *deleteJob) outcome {
 	return outcome{}
 }
 
-// runExpiry is an idle actor's expiry in its mailbox, acquired only if
-// its record was as listed (openDatabase): an actor with a pending alarm
-// (its own database says, whatever the index listing showed) or a socket
-// is not idle, and stays; any other is deleted as the operator's delete
-// does, its marker carried over.
+// runExpiry is an idle actor's expiry in its mailbox, run only if this
+// job's own open acquired it at the version listed (openDB): an actor
+// found open was woken since the listing, and is not idle. An actor with
+// a pending alarm (its own database says, whatever the index listing
+// showed) or a socket is not idle either, and stays; one with nothing of
+// its own (expired already, or never written) is left as it is, so an
+// expired actor is not expired, nor counted, again each limit; any other
+// is deleted as the operator's delete does, its marker carried over.
 func (a *actor) runExpiry(ctx context.Context, job *deleteJob) outcome {
+	if !job.acquired {
+		return outcome{}
+	}
 	_, _, pending, err := alarm.Read(ctx, a.db)
 	if err != nil {
 		return outcome{err: &failure{public: "internal error", cause: err}}
 	}
 	if pending || a.node.ws.Has(a.key) {
+		return outcome{}
+	}
+	if empty, err := a.blank(ctx); err != nil {
+		return outcome{err: &failure{public: "internal error", cause: err}}
+	} else if empty {
 		return outcome{}
 	}
 	err = a.removeDatabase()
@@ -272,13 +287,18 @@ const (
 
 // runExpiry runs the expiry passes until the node stops: only on the
 // collecting node of the app (collectsExpiry), while it takes actors, its
-// lease is valid and its view of its peers is trusted. Records found and
-// tried are not tried again at the version listed.
+// lease is valid, its view of its peers is trusted and it is not behind
+// on deploys. A record whose job ended for good (expired, or kept: an
+// alarm, a socket, nothing to expire) is not tried again at the version
+// listed; one not tried (past the budget) or refused for a passing reason
+// is tried again by the next pass.
 func (n *Node) runExpiry() {
 	m := n.opts.Cluster.Member
 	tried := map[string]bucket.Version{}
 	for clock.Sleep(n.ctx, n.clock, n.opts.ExpiryPass) == nil {
-		if n.stopping.Load() || !m.Ready() || m.View.Listings() < 2 || n.takesNone() || !n.collectsExpiry() {
+		// A node behind on deploys runs no pass: it would judge by a limit
+		// that may have changed (book ADR 0028).
+		if n.stopping.Load() || !m.Ready() || m.View.Listings() < 2 || n.takesNone() || n.behind() != nil || !n.collectsExpiry() {
 			continue
 		}
 		var err error
@@ -307,6 +327,7 @@ func (n *Node) collectsExpiry() bool {
 type expiryCandidate struct {
 	class   *class
 	name    string
+	key     string // its record's key
 	version bucket.Version
 }
 
@@ -314,7 +335,8 @@ type expiryCandidate struct {
 // (one LIST per class) past the limit by the node's clock,
 // read before the listings, and not of an actor with an alarm entry, one
 // resident here or with a socket here, are expired, expiryParallel at a
-// time. It returns the records it tried, by key, at the version listed.
+// time. It returns the records whose job ended for good, by key, at the
+// version listed, for the next pass to leave alone.
 func (n *Node) expiryPass(ctx context.Context, tried map[string]bucket.Version) (map[string]bucket.Version, error) {
 	state := n.opts.Cluster.Member.State
 	now := n.clock.Now()
@@ -351,15 +373,19 @@ func (n *Node) expiryPass(ctx context.Context, tried map[string]bucket.Version) 
 			if now.Sub(e.ModTime) <= c.spec.Expire || alarmed[c.name+"/"+enc] || e.Version == "" {
 				continue
 			}
-			next[e.Key] = e.Version
-			name, hashed, err := history.DecodeName(enc)
-			key := n.actorKey(c, name)
-			if err != nil || hashed || tried[e.Key] == e.Version || n.ws.Has(key) || n.resident(key) || len(todo) == expiryBudget {
+			if tried[e.Key] == e.Version {
+				next[e.Key] = e.Version // ended for good at this version
 				continue
 			}
-			todo = append(todo, expiryCandidate{class: c, name: name, version: e.Version})
+			name, hashed, err := history.DecodeName(enc)
+			key := n.actorKey(c, name)
+			if err != nil || hashed || n.ws.Has(key) || n.resident(key) || len(todo) == expiryBudget {
+				continue
+			}
+			todo = append(todo, expiryCandidate{class: c, name: name, key: e.Key, version: e.Version})
 		}
 	}
+	var mu sync.Mutex // guards next
 	slots := make(chan struct{}, expiryParallel)
 	var wg sync.WaitGroup
 	for _, cand := range todo {
@@ -369,13 +395,38 @@ func (n *Node) expiryPass(ctx context.Context, tried map[string]bucket.Version) 
 			defer wg.Done()
 			defer func() { <-slots }()
 			job := &deleteJob{expire: cand.version}
-			if err := n.runDeleteJob(ctx, cand.class, cand.name, job); err == nil && job.result == deletes.Done {
+			err := n.runDeleteJob(ctx, cand.class, cand.name, job)
+			if err != nil {
+				return // refused for now (a wake since, the bucket, a lapse): tried again
+			}
+			mu.Lock()
+			next[cand.key] = cand.version
+			mu.Unlock()
+			if job.result == deletes.Done {
 				n.log.Info("an idle actor expired", "actor", n.actorKey(cand.class, cand.name), "limit", cand.class.spec.Expire)
 			}
 		}()
 	}
 	wg.Wait()
 	return next, nil
+}
+
+// blank reports whether the actor's database holds nothing of its own: no
+// table, index, view or trigger but the host's, and no on-init recorded.
+// Such an actor is what a new one would be (a delete's empty database).
+func (a *actor) blank(ctx context.Context) (bool, error) {
+	if _, initialised, err := metaValue(ctx, a.db, "init_version"); err != nil || initialised {
+		return false, err
+	}
+	var w abi.RowsWriter
+	// sqlite_* are SQLite's own; the host's tables are _wasmkeep_*.
+	err := a.db.HostQuery(ctx, `SELECT 1 FROM sqlite_schema WHERE name NOT LIKE 'sqlite\_%' ESCAPE '\' AND name NOT LIKE '\_wasmkeep\_%' ESCAPE '\' LIMIT 1`, nil, &w)
+	if err != nil {
+		return false, err
+	}
+	r := abi.NewReader(w.Buf)
+	_, rows := r.Columns()
+	return rows == 0, r.Err()
 }
 
 // resident reports whether the actor keyed key is resident here.

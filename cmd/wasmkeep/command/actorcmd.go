@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -118,8 +119,10 @@ keeps trying until it expires); 2 on an error.`,
 			}
 			f.timeout = clusterCmdTimeout + d
 			return withCluster(cmd, reg, f, func(ctx context.Context, b bucket.Bucket, _ *config.Config, _ string) error {
-				if err := deploys.RefuseDeleted(ctx, b, a); err != nil {
+				if err := deploys.RefuseDeleted(ctx, b, a); errors.Is(err, deploys.ErrAppDeleted) {
 					return &exitErr{exitNo, err}
+				} else if err != nil {
+					return err // the bucket did not answer: exit 2
 				}
 				return actorDelete(ctx, cmd.OutOrStdout(), bucket.Under(b, a.StateRoot()), actor, d)
 			})

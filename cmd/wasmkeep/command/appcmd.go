@@ -40,7 +40,9 @@ held outside the bucket (the secrets key) are the operator's to destroy.
 Refused while a node of the app is live (stop them first), naming the
 nodes, unless --force (after cluster fence of each, whose processes then
 stop at their next lease write): a node still running would keep writing
-the app's state. Run again, it resumes (the tombstone is kept).
+the app's state. Run again, it resumes (the tombstone is kept). An app of
+which nothing is in the bucket (a mistyped name) is refused too, unless
+--force: its tombstone would stay for good.
 
 Exit status: 0 once the app is deleted, 1 when refused, 2 on an error.`,
 		Example: `  wasmkeep app delete acme/legacy --bucket s3://wasmkeep-demo`,
@@ -72,6 +74,12 @@ Exit status: 0 once the app is deleted, 1 when refused, 2 on an error.`,
 func appDelete(ctx context.Context, out io.Writer, b bucket.Bucket, s nodelease.Settings, a app.Name, force bool) error {
 	if a == app.Default {
 		return &exitErr{exitNo, fmt.Errorf("refused: %s is the implicit app of serve --actor, whose nodes do not follow deploys", a)}
+	}
+	switch exists, err := deploys.AppExists(ctx, b, a); {
+	case err != nil:
+		return err
+	case !exists && !force: // a mistyped name would leave a tombstone for good
+		return &exitErr{exitNo, fmt.Errorf("refused: nothing of %s is in the bucket (a mistyped name?); give --force to write its tombstone all the same", a)}
 	}
 	live, err := cluster.LiveNodes(ctx, b, a, s, time.Now())
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -66,27 +67,41 @@ func (r Request) Key() string {
 // OutcomeKey is the key of the request's outcome o.
 func (r Request) OutcomeKey(o Outcome) string { return r.Key() + "." + string(o) }
 
-// Marker is what an actor's database records of the last request carried
-// out on it (host meta operator_delete): its time and id.
-func (r Request) Marker() string {
-	return strconv.FormatInt(r.At.UnixNano(), 10) + " " + r.ID
+// Marker is what an actor's database records of the requests carried out
+// on it (host meta operator_delete) once r is carried out on an actor
+// whose marker was prior: r's time and id, followed by the ids of the
+// others carried out at that same time (a bucket with second precision
+// may give two requests one time), so none of them is carried out again
+// on data written after it was acknowledged.
+func (r Request) Marker(prior string) string {
+	ns, ids, ok := parseMarker(prior)
+	mine := r.At.UnixNano()
+	switch {
+	case !ok || ns < mine:
+		return strconv.FormatInt(mine, 10) + " " + r.ID
+	case ns > mine || slices.Contains(ids, r.ID):
+		return prior
+	}
+	return prior + " " + r.ID
 }
 
-// CarriedOutBy reports whether marker (Marker of a request carried out on
-// the actor, "" for none) says r was carried out already: marker is r
-// itself, or a request after it. Two requests with the same time (a
-// bucket with second precision) are told apart by their ids only.
+// CarriedOutBy reports whether marker (Marker of the requests carried out
+// on the actor, "" for none) says r was carried out already: a request
+// after it, or r itself among those of its time.
 func (r Request) CarriedOutBy(marker string) bool {
-	at, id, ok := strings.Cut(marker, " ")
+	ns, ids, ok := parseMarker(marker)
+	mine := r.At.UnixNano()
+	return ok && (ns > mine || ns == mine && slices.Contains(ids, r.ID))
+}
+
+// parseMarker reads a marker's time and ids; ok is false for none.
+func parseMarker(marker string) (ns int64, ids []string, ok bool) {
+	at, rest, ok := strings.Cut(marker, " ")
 	if !ok {
-		return false
+		return 0, nil, false
 	}
 	ns, err := strconv.ParseInt(at, 10, 64)
-	if err != nil {
-		return false
-	}
-	mine := r.At.UnixNano()
-	return ns > mine || ns == mine && id == r.ID
+	return ns, strings.Fields(rest), err == nil
 }
 
 // New is a request for the actor a with a fresh id, not written yet. A

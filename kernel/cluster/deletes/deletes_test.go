@@ -52,7 +52,10 @@ func TestKeys(t *testing.T) {
 }
 
 // A request is carried out by a marker of itself or of a later request,
-// never of an earlier one, and requests of one time are told apart by id.
+// never of an earlier one, and requests of one time are told apart by id:
+// a marker keeps every id carried out at its time (two requests in one
+// second both stay carried out), and only those. Fails with Marker
+// keeping the last id alone.
 func TestCarriedOutBy(t *testing.T) {
 	at := time.Unix(1000, 0)
 	r := Request{ID: "00000000000000aa", At: at}
@@ -65,13 +68,27 @@ func TestCarriedOutBy(t *testing.T) {
 	}{
 		{"", false},
 		{"garbage", false},
-		{r.Marker(), true},
-		{later.Marker(), true},
-		{same.Marker(), false},
-		{earlier.Marker(), false},
+		{r.Marker(""), true},
+		{later.Marker(""), true},
+		{same.Marker(""), false},
+		{earlier.Marker(""), false},
+		{same.Marker(r.Marker("")), true},
+		{r.Marker(same.Marker("")), true},
+		{r.Marker(r.Marker("")), true},
+		{same.Marker(earlier.Marker("")), false},
+		{later.Marker(same.Marker(r.Marker(""))), true},
 	} {
 		if got := r.CarriedOutBy(c.marker); got != c.want {
 			t.Errorf("CarriedOutBy(%q) = %v, want %v", c.marker, got, c.want)
 		}
+	}
+	if got, want := same.Marker(r.Marker("")), r.Marker("")+" "+same.ID; got != want {
+		t.Errorf("two of one time: %q, want %q", got, want)
+	}
+	if got, want := earlier.Marker(later.Marker("")), later.Marker(""); got != want {
+		t.Errorf("an earlier request over a later marker: %q, want %q", got, want)
+	}
+	if got, want := later.Marker(same.Marker(r.Marker(""))), later.Marker(""); got != want {
+		t.Errorf("a later request: %q, want %q", got, want)
 	}
 }

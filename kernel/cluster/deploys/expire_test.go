@@ -7,16 +7,17 @@ import (
 )
 
 // expire-after-idle: whole seconds, minutes, hours or days of at least an
-// hour; a manifest line "expire CLASS SECONDS" only for a class with a
+// hour and at most what the manifest line holds (213505d, which overflowed
+// to 24.4 h, is refused: fails without ParseIdle's cap); a manifest line "expire CLASS SECONDS" only for a class with a
 // limit (a version without one keeps its id), read back as written; a
 // draft keeps a base's limit, sets one, and 0 removes it.
 func TestExpireAfterIdle(t *testing.T) {
-	for s, want := range map[string]time.Duration{"3600s": time.Hour, "90m": 90 * time.Minute, "36h": 36 * time.Hour, "7d": 7 * 24 * time.Hour} {
+	for s, want := range map[string]time.Duration{"3600s": time.Hour, "90m": 90 * time.Minute, "36h": 36 * time.Hour, "7d": 7 * 24 * time.Hour, "4294967295s": MaxIdle} {
 		if got, err := ParseIdle(s); err != nil || got != want {
 			t.Errorf("ParseIdle(%q) = %v, %v; want %v", s, got, err, want)
 		}
 	}
-	for _, s := range []string{"", "59m", "1w", "1.5h", "-2h", "h", "2 h"} {
+	for _, s := range []string{"", "59m", "1w", "1.5h", "-2h", "h", "2 h", "4294967296s", "49711d", "213505d", "4294967295d"} {
 		if _, err := ParseIdle(s); err == nil {
 			t.Errorf("ParseIdle(%q) accepted", s)
 		}

@@ -52,8 +52,13 @@ type Manifest struct {
 // MinIdle is the shortest expire-after-idle (book ADR 0028, section 4).
 const MinIdle = time.Hour
 
+// MaxIdle is the longest, what a manifest's expire line holds (seconds in
+// 32 bits: about 136 years).
+const MaxIdle = (1<<32 - 1) * time.Second
+
 // ParseIdle reads an expire-after-idle duration: a whole number of
-// seconds, minutes, hours or days (3600s, 90m, 36h, 7d), at least MinIdle.
+// seconds, minutes, hours or days (3600s, 90m, 36h, 7d), at least MinIdle
+// and at most MaxIdle.
 func ParseIdle(s string) (time.Duration, error) {
 	units := map[byte]time.Duration{'s': time.Second, 'm': time.Minute, 'h': time.Hour, 'd': 24 * time.Hour}
 	if len(s) < 2 || units[s[len(s)-1]] == 0 {
@@ -63,7 +68,11 @@ func ParseIdle(s string) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%q: want a whole number of seconds, minutes, hours or days (3600s, 90m, 36h, 7d)", s)
 	}
-	d := time.Duration(n) * units[s[len(s)-1]]
+	unit := units[s[len(s)-1]]
+	if n > uint64(MaxIdle/unit) { // before multiplying, which would overflow
+		return 0, fmt.Errorf("%q: at most %v", s, MaxIdle)
+	}
+	d := time.Duration(n) * unit
 	if d < MinIdle {
 		return 0, fmt.Errorf("%q: at least %v", s, MinIdle)
 	}

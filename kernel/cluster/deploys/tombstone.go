@@ -35,6 +35,22 @@ func RefuseDeleted(ctx context.Context, b bucket.Bucket, a app.Name) error {
 	return fmt.Errorf("app %s: %w", a, ErrAppDeleted)
 }
 
+// AppExists reports whether anything of a is in the bucket: an object
+// under its deploy root (a version, its secrets, its tombstone) or its
+// state root (its actors).
+func AppExists(ctx context.Context, b bucket.Bucket, a app.Name) (bool, error) {
+	for _, root := range []string{a.DeployRoot(), a.StateRoot()} {
+		page, err := b.List(ctx, root, bucket.ListOptions{Limit: 1})
+		if err != nil {
+			return false, fmt.Errorf("listing %s: %w", root, err)
+		}
+		if len(page.Entries) > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // WriteTombstone creates a's tombstone holding body (who and when), once:
 // one already there is kept, and created says so.
 func WriteTombstone(ctx context.Context, b bucket.Bucket, a app.Name, body []byte) (created bool, err error) {
