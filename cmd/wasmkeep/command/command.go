@@ -553,7 +553,6 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) (err error) {
 		srv.Handler = accessLog(srv.Handler, log)
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(l) }()
 	if cn != nil && cn.listener != nil {
 		csrv := cn.Peers.ClusterServer(n)
 		// Not capped by a wrapper: the transport knows a peer by the very
@@ -564,10 +563,13 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) (err error) {
 		defer csrv.Close()
 		log.Info("cluster listener", "listen", cn.listener.Addr().String())
 	}
-	go notifyReady(ctx, n, log)
+	// Logged before the public listener serves, so that whoever sees the
+	// node ready finds the line (a test killed it between the two).
 	log.Info("serving", "listen", l.Addr().String(), "runtime", rtChoice.Info.Name, "storage", stChoice.Info.Name,
 		slog.GroupAttrs(rtChoice.Info.ID(), rtChoice.Settings()...), slog.GroupAttrs(stChoice.Info.ID(), stChoice.Settings()...),
 		"app", served.String(), "data_dir", ns.DataDir, "open_files", files, "max_connections", fit.connections, "max_instances", fit.instances)
+	go func() { errc <- srv.Serve(l) }()
+	go notifyReady(ctx, n, log)
 	var stopErr error
 	select {
 	case <-ctx.Done():
