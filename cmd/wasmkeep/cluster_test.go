@@ -215,16 +215,21 @@ func TestClusterMetricsAndRestore(t *testing.T) {
 		`wasmkeep_bucket_requests_total{operation="list",status="ok"}`: 1, // the restore's listing
 		"wasmkeep_node_lease_writes_total":                             1,
 		"wasmkeep_restore_failures_total":                              0,
-		"wasmkeep_node_lease_failures_total":                           0,
 		"wasmkeep_ready":                                               1,
 		`wasmkeep_not_ready{reason="peers not listed yet"}`:            0,
 		"wasmkeep_listing_seconds_count":                               2, // ready after two listings
-		"wasmkeep_listing_failures_total":                              0,
-		"wasmkeep_listing_skipped_total":                               0,
 		"wasmkeep_failovers_total":                                     0,
 	} {
 		if v := metricValue(p, series); v < least || (least == 0 && v != 0) {
 			t.Errorf("%s = %v, want at least %v", series, v, least)
+		}
+	}
+	// With a one-second lease a loaded machine may time out a lease write or
+	// a listing (CI saw one): these need only be exported.
+	for _, series := range []string{"wasmkeep_node_lease_failures_total",
+		"wasmkeep_listing_failures_total", "wasmkeep_listing_skipped_total"} {
+		if metricValue(p, series) < 0 {
+			t.Errorf("%s not exported", series)
 		}
 	}
 
