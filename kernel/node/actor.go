@@ -500,13 +500,17 @@ func (a *actor) wake(ctx context.Context) error {
 
 const metaTable = "_wasmkeep_meta"
 
+// initVersionKey names the metadata row that records the module version
+// whose on-init last ran to completion: an actor with it has existed.
+const initVersionKey = "init_version"
+
 // initPending reports whether on-init must run: the module has it and the
 // database has not recorded a successful run for this module version.
 func (a *actor) initPending(ctx context.Context) (bool, error) {
 	if !a.class.hooks.onInit || a.class.stateless { // no database to record it in
 		return false, nil
 	}
-	v, ok, err := metaValue(ctx, a.db, "init_version")
+	v, ok, err := metaValue(ctx, a.db, initVersionKey)
 	return !ok || v != a.class.version, err
 }
 
@@ -536,8 +540,8 @@ func metaRow(ctx context.Context, db storage.DB, key string) (abi.Value, bool, e
 func text(s string) abi.Value { return abi.Value{Kind: abi.KindText, Bytes: []byte(s)} }
 
 func (a *actor) recordInit(ctx context.Context) error {
-	_, err := a.db.HostExec(ctx, "INSERT OR REPLACE INTO "+metaTable+" (key, value) VALUES ('init_version', ?)",
-		abi.Value{Kind: abi.KindText, Bytes: []byte(a.class.version)})
+	_, err := a.db.HostExec(ctx, "INSERT OR REPLACE INTO "+metaTable+" (key, value) VALUES (?, ?)",
+		text(initVersionKey), text(a.class.version))
 	return err
 }
 

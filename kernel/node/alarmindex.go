@@ -172,7 +172,7 @@ func (a *actor) alarmDue(ctx context.Context, delivered int64) (bool, error) {
 	}
 	st.alarmTouched = true // a stale schedule: follow the database
 	if st.created && !pending {
-		_, initialised, err := metaValue(ctx, a.db, "init_version")
+		_, initialised, err := metaValue(ctx, a.db, initVersionKey)
 		if err != nil {
 			return false, &failure{public: "internal error", cause: err}
 		}

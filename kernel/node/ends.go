@@ -415,7 +415,7 @@ func (n *Node) expiryPass(ctx context.Context, tried map[string]bucket.Version) 
 // table, index, view or trigger but the host's, and no on-init recorded.
 // Such an actor is what a new one would be (a delete's empty database).
 func (a *actor) blank(ctx context.Context) (bool, error) {
-	if _, initialised, err := metaValue(ctx, a.db, "init_version"); err != nil || initialised {
+	if _, initialised, err := metaValue(ctx, a.db, initVersionKey); err != nil || initialised {
 		return false, err
 	}
 	var w abi.RowsWriter
