@@ -395,9 +395,15 @@ func row(metric string, v float64, unit string) measure.Row {
 // spread is took's p50, p99 and max in seconds, as the rows <metric>_p50,
 // _p99 and _max.
 func spread(metric string, took []time.Duration) []measure.Row {
+	return spreadIn(metric, took, time.Second, "s")
+}
+
+// spreadIn is spread in unit, named name: the CSV keeps one decimal.
+func spreadIn(metric string, took []time.Duration, unit time.Duration, name string) []measure.Row {
+	in := func(d time.Duration) float64 { return float64(d) / float64(unit) }
 	return []measure.Row{
-		row(metric+"_p50", measure.Percentile(took, 0.5).Seconds(), "s"),
-		row(metric+"_p99", measure.Percentile(took, 0.99).Seconds(), "s"),
-		row(metric+"_max", slices.Max(took).Seconds(), "s"),
+		row(metric+"_p50", in(measure.Percentile(took, 0.5)), name),
+		row(metric+"_p99", in(measure.Percentile(took, 0.99)), name),
+		row(metric+"_max", in(slices.Max(took)), name),
 	}
 }

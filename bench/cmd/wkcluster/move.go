@@ -23,9 +23,11 @@ import (
 // each), then moves each to b in turn, `wasmkeep actor move
 // default/default/probe/NAME --to b`, while two clients write unique
 // tokens to it (POST /token, exec-durable), one through a and one through
-// c, every 2 to 5 ms. Each move comes after a random pause of up to a
-// follow period: a node acts on move requests once per lease period, and
-// moves one after another would lock onto its phase.
+// c, every 2 to 5 ms. Each move comes after a random pause of up to
+// followJitter, more than a lease period: a node acts on move requests
+// once a period, and moves one after another would lock onto its phase.
+// The times are in milliseconds (a move's gap is tens to hundreds of them,
+// below the CSV's 0.1 s):
 //   - move_unavailable_*: from the command's return to the first 200
 //     answered by b (x-wasmkeep-node): the wait for a's pass, then the
 //     hand-over and the take;
@@ -114,7 +116,7 @@ func (c *config) moveRows(stdout io.Writer, cl *cluster) ([]measure.Row, error) 
 	fmt.Fprintf(stdout, "  writes: %d requests, %d not 200 (by status %v), %d failed otherwise, %d acknowledged writes lost\n",
 		all.requests, non200, all.non200, all.failed, lost)
 	rows := slices.Concat([]measure.Row{row("move_actors", float64(c.moves), "actors")},
-		spread("move_unavailable", unavailable), spread("move_gap", gaps),
+		spreadIn("move_unavailable", unavailable, time.Millisecond, "ms"), spreadIn("move_gap", gaps, time.Millisecond, "ms"),
 		[]measure.Row{
 			row("move_requests", float64(all.requests), "requests"),
 			row("move_non200", float64(non200), "requests"),
@@ -246,7 +248,7 @@ func (c *config) roomMoves(stdout io.Writer, cl *cluster) ([]measure.Row, error)
 	printTimings(stdout, "a room's move (s)", timing{"request to its socket's 1012 close", closed},
 		timing{"request to a new socket's welcome from b", reconnected})
 	fmt.Fprintf(stdout, "  %d dials after a close did not reach the room on b\n", redials)
-	return slices.Concat(spread("move_room_closed", closed), spread("move_room_reconnect", reconnected),
+	return slices.Concat(spreadIn("move_room_closed", closed, time.Millisecond, "ms"), spreadIn("move_room_reconnect", reconnected, time.Millisecond, "ms"),
 		[]measure.Row{row("move_room_redials", float64(redials), "dials")}), nil
 }
 
