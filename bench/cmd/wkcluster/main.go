@@ -398,7 +398,8 @@ func spread(metric string, took []time.Duration) []measure.Row {
 	return spreadIn(metric, took, time.Second, "s")
 }
 
-// spreadIn is spread in unit, named name: the CSV keeps one decimal.
+// spreadIn is spread in units of unit, the rows' unit called name (the CSV
+// keeps one decimal of it).
 func spreadIn(metric string, took []time.Duration, unit time.Duration, name string) []measure.Row {
 	in := func(d time.Duration) float64 { return float64(d) / float64(unit) }
 	return []measure.Row{
