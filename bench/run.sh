@@ -33,7 +33,8 @@
 #                             set, -secrets N), alarm recovery after the
 #                             holder's death (-alarms N) and the 503s
 #                             relocation avoids when one node is full
-#                             (-relocate N); writes ...-cluster.csv
+#                             (-relocate N), and a moved actor's
+#                             unavailability (-move N); writes ...-cluster.csv
 #   ./bench/run.sh kv         bench/cmd/wkkv: the key-value shard class (sdk/go/kv)
 #                             on one node: get, local put and durable put through
 #                             one shard, wazero then wasmtime; writes ...-kv.csv
@@ -92,8 +93,9 @@ bucket)
 cluster)
 	shift
 	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$tmp/probe.wasm" ./cmd/wasmkeep/testdata/guests/probe
+	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$tmp/room.wasm" ./cmd/wasmkeep/testdata/guests/room
 	go build -o "$tmp/wkcluster" ./bench/cmd/wkcluster
-	"$tmp/wkcluster" -wasmkeep "$tmp/wasmkeep" -guest "$tmp/probe.wasm" -out bench/results "$@"
+	"$tmp/wkcluster" -wasmkeep "$tmp/wasmkeep" -guest "$tmp/probe.wasm" -room "$tmp/room.wasm" -out bench/results "$@"
 	;;
 kv)
 	shift

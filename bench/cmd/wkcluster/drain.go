@@ -32,8 +32,8 @@ import (
 // hibernation while 1,000 are taken, which takes tens of seconds here).
 var drainEnv = []string{"WASMKEEP_NODE__IDLE_TIMEOUT=10m"}
 
-// drainURL is actor name's path on n.
-func drainURL(n *node, name, path string) string {
+// probeURL is probe actor name's path on n.
+func probeURL(n *node, name, path string) string {
 	return n.URL() + "/actor/probe/" + name + path
 }
 
@@ -51,7 +51,7 @@ func (c *config) drainRows(stdout io.Writer, cl *cluster) ([]measure.Row, error)
 	fmt.Fprintf(stdout, "\ndrain: node a holds %d idle and %d busy actors (a load through b and c), then `cluster drain a`\n", c.drainIdle, c.drainBusy)
 	begin := time.Now()
 	if err := forEach(append(slices.Clone(idle), busy...), 8, func(name string) error {
-		_, err := expect("GET", drainURL(a, name, "/echo"), a.id)
+		_, err := expect("GET", probeURL(a, name, "/echo"), a.id)
 		return err
 	}); err != nil {
 		return nil, err
@@ -74,7 +74,7 @@ func (c *config) drainRows(stdout io.Writer, cl *cluster) ([]measure.Row, error)
 			}()
 			for j := 0; !stopping.Load(); j++ {
 				token := "t" + strconv.Itoa(j)
-				url := drainURL(cl.nodes[1+j%2], name, "/token?t="+token)
+				url := probeURL(cl.nodes[1+j%2], name, "/token?t="+token)
 				ans, err := do("GET", url)
 				requests.Add(1)
 				switch {
@@ -122,7 +122,7 @@ func (c *config) drainRows(stdout io.Writer, cl *cluster) ([]measure.Row, error)
 
 	var lost atomic.Int64
 	if err := forEach(busy, 8, func(name string) error {
-		ans, err := do("GET", drainURL(b, name, "/tokens"))
+		ans, err := do("GET", probeURL(b, name, "/tokens"))
 		if err != nil || ans.code != 200 {
 			return fmt.Errorf("reading %s's tokens through b: %v %d %q", name, err, ans.code, ans.body)
 		}

@@ -45,10 +45,15 @@
 //   - draining a node (drain.go): on a sixth cluster, the time from
 //     `cluster drain` to drained with -drain-idle idle and -drain-busy busy
 //     actors on it, under a load of durable writes through the others.
+//   - moving one actor (move.go): on a seventh cluster, -move actors held
+//     by one node moved to another one at a time under writes through two
+//     nodes: the time from `actor move` to the first answer from the
+//     target, the longest gap between answers, the failures and lost
+//     writes; with -room, as many rooms with a socket each.
 //
 // It prints tables and writes <out>/<date>-<commit>-cluster.csv.
 //
-//	wkcluster -wasmkeep BIN -guest probe.wasm [-kills 20] [-samples 2000] [-deploys 20] [-secrets 20] [-alarms 1000] [-relocate 200] [-drain-idle 1000 -drain-busy 100] [-quick]
+//	wkcluster -wasmkeep BIN -guest probe.wasm [-kills 20] [-samples 2000] [-deploys 20] [-secrets 20] [-alarms 1000] [-relocate 200] [-drain-idle 1000 -drain-busy 100] [-move 20 -room room.wasm] [-quick]
 package main
 
 import (
@@ -89,6 +94,8 @@ type config struct {
 	drainBusy       int
 	relocate        int           // new actors of the relocation rows' load
 	relocateBusy    time.Duration // how long each of them is busy
+	moves           int
+	roomGuest       string // the room guest of the move rows' rooms; "": no rooms
 	shortLease      bool
 	tmp, out        string
 }
@@ -106,6 +113,8 @@ func run(args []string, stdout io.Writer) error {
 	fl.IntVar(&c.drainIdle, "drain-idle", 1000, "idle actors on the drained node of the drain rows")
 	fl.IntVar(&c.drainBusy, "drain-busy", 100, "busy actors (a load) on the drained node of the drain rows; with -drain-idle 0: no drain rows")
 	fl.IntVar(&c.relocate, "relocate", 200, "new actors asked for at once through a node with a fifth of that many instance slots, in the relocation rows; 0: none")
+	fl.IntVar(&c.moves, "move", 20, "actors moved one at a time from one node to another in the move rows (and rooms, with -room); 0: none")
+	fl.StringVar(&c.roomGuest, "room", "", "cmd/wasmkeep/testdata/guests/room built for wasip1: the move rows move rooms with a socket too")
 	fl.BoolVar(&c.shortLease, "short-lease", false, "a 2 s node lease (WASMKEEP_CLUSTER__*) instead of the defaults: starts and takeovers in seconds, not the book's timings")
 	quick := fl.Bool("quick", false, "small counts and -short-lease: checks the harness, measures nothing worth keeping")
 	fl.StringVar(&c.out, "out", "bench/results", "where the CSV goes")
@@ -116,7 +125,7 @@ func run(args []string, stdout io.Writer) error {
 		return errors.New("-wasmkeep and -guest are required (bench/README.md, wkcluster)")
 	}
 	if *quick {
-		c.kills, c.samples, c.deploys, c.secrets, c.alarms, c.drainIdle, c.drainBusy, c.relocate, c.shortLease = 2, 100, 4, 2, 50, 50, 10, 20, true
+		c.kills, c.samples, c.deploys, c.secrets, c.alarms, c.drainIdle, c.drainBusy, c.relocate, c.moves, c.shortLease = 2, 100, 4, 2, 50, 50, 10, 20, 3, true
 	}
 	c.relocateBusy = 2 * time.Second
 	if *quick {
@@ -136,8 +145,8 @@ func run(args []string, stdout io.Writer) error {
 
 	lat := map[string]latencies{}
 	nothing := map[string]bool{"tls": c.samples == 0 && c.kills == 0, "plain": c.samples == 0, "deploy": c.deploys == 0 && c.secrets == 0,
-		"alarms": c.alarms == 0, "relocate": c.relocate == 0, "drain": c.drainIdle == 0 && c.drainBusy == 0}
-	for _, mode := range []string{"tls", "plain", "deploy", "alarms", "relocate", "drain"} {
+		"alarms": c.alarms == 0, "relocate": c.relocate == 0, "drain": c.drainIdle == 0 && c.drainBusy == 0, "move": c.moves == 0}
+	for _, mode := range []string{"tls", "plain", "deploy", "alarms", "relocate", "drain", "move"} {
 		if nothing[mode] {
 			continue
 		}
@@ -161,6 +170,8 @@ func run(args []string, stdout io.Writer) error {
 			rows, err = c.drainRows(stdout, cl)
 		case mode == "relocate":
 			rows, err = c.relocation(stdout, cl)
+		case mode == "move":
+			rows, err = c.moveRows(stdout, cl)
 		case c.samples > 0:
 			lat[mode], err = c.latencies(stdout, cl)
 		}
@@ -197,7 +208,8 @@ type cluster struct {
 	// tls: cluster listeners; plain: --cluster-plaintext accept; deploy:
 	// cluster listeners, the nodes serving deployApp; alarms: cluster
 	// listeners, alarmLease; relocate: cluster listeners, node a with few
-	// instance slots (relocate.go); drain: cluster listeners, drainEnv
+	// instance slots (relocate.go); drain: cluster listeners, drainEnv;
+	// move: cluster listeners, the room class beside the probe with -room
 	mode      string
 	bucketDir string // the bucket-fs directory
 	nodes     []*node
@@ -267,6 +279,12 @@ func (c *config) startCluster(stdout io.Writer, mode string) (*cluster, error) {
 		if mode == "drain" { // a holds every actor until the drain
 			srv.Env = append(slices.Clone(srv.Env), drainEnv...)
 			srv.ServeArgs = append(srv.ServeArgs, "--max-instances", strconv.Itoa(c.drainIdle+c.drainBusy+100), alarmCPUBudget)
+		}
+		if mode == "move" {
+			srv.ServeArgs = append(srv.ServeArgs, alarmCPUBudget)
+			if c.roomGuest != "" {
+				srv.ServeArgs = append(srv.ServeArgs, "--actor", "room="+c.roomGuest)
+			}
 		}
 		if mode == "relocate" && id == "a" { // the node the uneven load goes through
 			srv.ServeArgs = append(srv.ServeArgs, "--max-instances", strconv.Itoa(relocateSlots(c.relocate)))
@@ -377,9 +395,16 @@ func row(metric string, v float64, unit string) measure.Row {
 // spread is took's p50, p99 and max in seconds, as the rows <metric>_p50,
 // _p99 and _max.
 func spread(metric string, took []time.Duration) []measure.Row {
+	return spreadIn(metric, took, time.Second, "s")
+}
+
+// spreadIn is spread in units of unit, the rows' unit called name (the CSV
+// keeps one decimal of it).
+func spreadIn(metric string, took []time.Duration, unit time.Duration, name string) []measure.Row {
+	in := func(d time.Duration) float64 { return float64(d) / float64(unit) }
 	return []measure.Row{
-		row(metric+"_p50", measure.Percentile(took, 0.5).Seconds(), "s"),
-		row(metric+"_p99", measure.Percentile(took, 0.99).Seconds(), "s"),
-		row(metric+"_max", slices.Max(took).Seconds(), "s"),
+		row(metric+"_p50", in(measure.Percentile(took, 0.5)), name),
+		row(metric+"_p99", in(measure.Percentile(took, 0.99)), name),
+		row(metric+"_max", in(slices.Max(took)), name),
 	}
 }

@@ -15,7 +15,7 @@ import (
 
 // TestQuickRun runs wkcluster -quick (two kills on a 2 s lease, 100
 // samples, four deploys, four secrets changes, 50 alarms recovered, 20
-// actors through a node with 4 slots) and
+// actors through a node with 4 slots, three probes and three rooms moved) and
 // checks the CSV: every row there, each with a positive value (never how
 // large) but what TLS adds, which may come out below zero in a run this
 // short, and the requests failed during the deploys and the secrets
@@ -23,9 +23,10 @@ import (
 func TestQuickRun(t *testing.T) {
 	bin, _ := benchtest.Build(t)
 	guest := benchtest.BuildGuest(t, "cmd/wasmkeep/testdata/guests/probe")
+	room := benchtest.BuildGuest(t, "cmd/wasmkeep/testdata/guests/room")
 	out := filepath.Join(t.TempDir(), "results")
 	var stdout strings.Builder
-	err := run([]string{"-wasmkeep", bin, "-guest", guest, "-out", out, "-quick"}, &stdout)
+	err := run([]string{"-wasmkeep", bin, "-guest", guest, "-room", room, "-out", out, "-quick"}, &stdout)
 	t.Log(stdout.String())
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +45,10 @@ func TestQuickRun(t *testing.T) {
 		"secrets_count", "secrets_polls",
 		"alarm_recovery_late_p50", "alarm_recovery_late_p99", "alarm_recovery_all_ran", "alarm_recovery_rate_per_node", "alarm_recovery_alarms",
 		"drain_idle_actors", "drain_busy_actors", "drain_seconds", "drain_load_requests",
-		"relocate_requests", "relocate_503_alone", "relocate_avoided", "relocate_served_by_peers", "relocate_local_p50", "relocate_relocated_p50"}
+		"relocate_requests", "relocate_503_alone", "relocate_avoided", "relocate_served_by_peers", "relocate_local_p50", "relocate_relocated_p50",
+		"move_actors", "move_unavailable_p50", "move_unavailable_p99", "move_unavailable_max", "move_gap_p50", "move_gap_p99", "move_gap_max",
+		"move_requests", "move_room_closed_p50", "move_room_closed_p99", "move_room_closed_max",
+		"move_room_reconnect_p50", "move_room_reconnect_p99", "move_room_reconnect_max"}
 	// Every node's time to serve a change, and each node's slowest, are
 	// above the CSV's resolution (0.1 s): rows of a single node's p50 and
 	// p99 may round to 0 (a node that read the set while the command was
@@ -71,7 +75,8 @@ func TestQuickRun(t *testing.T) {
 	// (owner hints) and no lease meanwhile.
 	present := []string{"get_forward_tls_added_p50", "deploy_load_failed", "secrets_polls_failed", "alarm_recovery_ran_twice",
 		"forward_bucket_gets_per_request_tls", "forward_bucket_gets_per_request_plain",
-		"drain_load_unavailable", "drain_load_failed", "drain_lost_writes", "relocate_503_with_peers"}
+		"drain_load_unavailable", "drain_load_failed", "drain_lost_writes", "relocate_503_with_peers",
+		"move_non200", "move_failed", "move_lost_writes", "move_room_redials"}
 	present = append(present, perNode...)
 	for _, m := range present {
 		if _, ok := values[m]; !ok {
@@ -91,10 +96,13 @@ func TestQuickRun(t *testing.T) {
 			values["takeover_kills"], values["deploy_count"], values["secrets_count"])
 	}
 	// The rows count what they read back; a lost write is a bug, not a
-	// measurement (the drain tests are what look for it).
+	// measurement (the drain and move tests are what look for it).
 	if values["drain_lost_writes"] != 0 || values["drain_idle_actors"] != 50 || values["drain_busy_actors"] != 10 {
 		t.Errorf("drain_lost_writes = %v, drain_idle_actors = %v, drain_busy_actors = %v, want 0, 50 and 10",
 			values["drain_lost_writes"], values["drain_idle_actors"], values["drain_busy_actors"])
+	}
+	if values["move_lost_writes"] != 0 || values["move_actors"] != 3 {
+		t.Errorf("move_lost_writes = %v, move_actors = %v, want 0 and 3", values["move_lost_writes"], values["move_actors"])
 	}
 }
 
