@@ -221,7 +221,7 @@ func runReadmeSession(t *testing.T, root string, blocks []readmeBlock) {
 	}
 	// A pasted curl that gets an HTTP error shows it; here it fails the block.
 	wrapper := "#!/bin/sh\nfor a; do case $a in --fail*|-[!-]*f*) exec " + curl + " \"$@\";; esac; done\nexec " +
-		curl + " --fail-with-body \"$@\"\n"
+		curl + " -sS --fail-with-body \"$@\"\n"
 	if err := os.WriteFile(filepath.Join(bin, "curl"), []byte(wrapper), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -297,8 +297,6 @@ func runReadmeSession(t *testing.T, root string, blocks []readmeBlock) {
 		default:
 			t.Errorf("%s: exit status %s\n%s", where, s, out)
 		}
-		drv, _ := os.ReadFile(log.Name())
-		t.Logf("driver: %s", drv)
 		return
 	}
 }
@@ -338,6 +336,38 @@ func stopGroup(pgid int) {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
 			return
+		}
+	}
+}
+
+// The extraction: which blocks run, what a console block runs, and the
+// markers refused.
+func TestReadmeBlocksExtraction(t *testing.T) {
+	blocks, err := readmeBlocks("text\n```yaml\nnode: {}\n```\n" +
+		"<!-- readme-test: skip: needs sudo; and docker -->\n```sh\nsudo true\n```\n" +
+		"<!-- readme-test: session s; serve http://127.0.0.1:8080/ -->\n```bash\nwasmkeep serve\n```\n" +
+		"```console\n$ curl localhost:8080\nan answer\n$ echo two\ntwo\n```\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []readmeBlock{
+		{line: 6, script: "sudo true\n", skip: "needs sudo; and docker", session: "line 6"},
+		{line: 10, script: "wasmkeep serve\n", session: "s", serve: "http://127.0.0.1:8080/"},
+		{line: 13, script: "curl localhost:8080\necho two\n", session: "line 13"},
+	}
+	if !slices.Equal(blocks, want) {
+		t.Errorf("got %+v\nwant %+v", blocks, want)
+	}
+	for _, bad := range []string{
+		"<!-- readme-test: skip: x -->\n```yaml\na: b\n```\n",            // not a shell block
+		"<!-- readme-test: skip: x -->\n\n```sh\ntrue\n```\n",            // not the line before
+		"<!-- readme-test: sesion s -->\n```sh\ntrue\n```\n",             // unknown directive
+		"<!-- readme-test: serve localhost:8080 -->\n```sh\ntrue\n```\n", // not a URL
+		"<!-- readme-test: skip: -->\n```sh\ntrue\n```\n",                // no reason
+		"```sh\ntrue\n", // never closed
+	} {
+		if _, err := readmeBlocks(bad); err == nil {
+			t.Errorf("%q: no error", bad)
 		}
 	}
 }
