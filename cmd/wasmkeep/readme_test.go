@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -180,11 +181,19 @@ func servedExamples(t *testing.T, root string) readmeBlock {
 	for _, m := range regexp.MustCompile(`([a-z-]+)\) echo ([a-z-]+) ;;`).FindAllStringSubmatch(text, -1) {
 		renamed[m[1]] = m[2]
 	}
-	mains, _ := filepath.Glob(filepath.Join(root, "examples/*/main.go"))
-	deeper, _ := filepath.Glob(filepath.Join(root, "examples/*/*/main.go"))
+	var pkgs []string
+	err = filepath.WalkDir(filepath.Join(root, "examples"), func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.Name() == "main.go" {
+			pkg, _ := filepath.Rel(root, filepath.Dir(path))
+			pkgs = append(pkgs, pkg)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd := "wasmkeep serve"
-	for _, main := range append(mains, deeper...) {
-		pkg, _ := filepath.Rel(root, filepath.Dir(main))
+	for _, pkg := range pkgs {
 		class := filepath.Base(pkg)
 		if r, ok := renamed[class]; ok {
 			class = r
@@ -206,6 +215,15 @@ func runReadmeSession(t *testing.T, root string, blocks []readmeBlock) {
 		}
 	}
 	linkCheckout(t, root, dir)
+	// The default data directory's compile cache is the suite's: the tests
+	// before this one compiled what its blocks serve (the examples, eleven
+	// classes, took two minutes to compile beside the suite's load).
+	if err := os.MkdirAll(filepath.Join(dir, "wasmkeep-data"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(cacheDir, filepath.Join(dir, "wasmkeep-data", "cache")); err != nil {
+		t.Fatal(err)
+	}
 	server := wasmkeepBinary(t)
 	for _, link := range [][2]string{
 		{server, filepath.Join(dir, "wasmkeep")}, {server, filepath.Join(bin, "wasmkeep")},
@@ -256,8 +274,9 @@ func runReadmeSession(t *testing.T, root string, blocks []readmeBlock) {
 		"WASMKEEP_NODE__CPU_BUDGET_MS="+strconv.Itoa(int(suiteCPUBudget.Milliseconds())))
 	env = append(env, steadyLease...)
 
-	// Three nodes, each with its start check, on a loaded 2-core machine.
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	// A bound for a block that hangs: eleven classes compiled without the
+	// cache took two minutes beside the suite's load on 2 cores.
+	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
 	defer cancel()
 	log, err := os.Create(filepath.Join(dir, ".driver.out"))
 	if err != nil {
