@@ -218,8 +218,10 @@ func runReadmeSession(t *testing.T, root string, blocks []readmeBlock) {
 	// The default data directory's compile cache is the suite's: the tests
 	// before this one compiled what its blocks serve (the examples, eleven
 	// classes, took two minutes to compile beside the suite's load).
-	if err := os.MkdirAll(filepath.Join(dir, "wasmkeep-data"), 0o755); err != nil {
-		t.Fatal(err)
+	for _, d := range []string{cacheDir, filepath.Join(dir, "wasmkeep-data")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := os.Symlink(cacheDir, filepath.Join(dir, "wasmkeep-data", "cache")); err != nil {
 		t.Fatal(err)
