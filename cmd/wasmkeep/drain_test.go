@@ -134,12 +134,16 @@ func waitState(t *testing.T, env []string, bucketURL, id, want string) []string 
 // through a, b or c, reaches the same room on b or c: the room's close
 // log holds what it kept before the drain, the 1012 close (its event run
 // on a before the hand-over), then the reconnected client's close. Each
-// alarm runs once, within 2 s of its time, its actor held by b or c. New
+// alarm runs once, within 2 s of its time, its actor held by b or c
+// after: one due before its actor's hand-over runs on a, which holds it
+// (the hand-over takes actors in no order), none due after a drained
+// does. Fails with the alarm hand-off disabled (a never drained). New
 // actors asked for through a are created on b or c (an upgrade for a new
 // room too), and status shows a draining (while the slow event holds its
-// actor), then drained. Drained, a holds no actor, socket or parked
-// record: stopped then (SIGTERM), it leaves with no release pending, and
-// every actor answers from b or c with no 5xx. Restarted, it starts
+// actor), then drained. Drained, a holds nothing, no socket and no
+// parked record: stopped then (SIGTERM), it leaves with no release
+// pending (a stop logs nothing else countable), and every actor answers
+// at once from b or c with no 5xx. Restarted, it starts
 // drained; undrained, it takes new actors again. The drain and undrain of
 // an id no live node has are refused without --force.
 func TestDrainHandsActorsOver(t *testing.T) {
