@@ -124,14 +124,28 @@ func waitState(t *testing.T, env []string, bucketURL, id, want string) []string 
 	}
 }
 
-// A drained node (wasmkeep cluster drain, ADR 1051) hands what it holds to
-// the other nodes under a load through every node, losing no acknowledged
-// write: its actors end up held by b or c, its WebSocket closes with 1012
-// (counted as a drain's) and its close event runs before the room goes, new actors asked for through it are created on b
-// or c (an upgrade for a new room too), and status shows it draining (while an event it ran before the
-// drain holds its actor), then drained. Undrained, it takes new actors
-// again. The drain and undrain of an id no live node has are refused
-// without --force.
+// A drained node (wasmkeep cluster drain, ADR 1051) hands the 200 actors
+// it holds to the other nodes under a load through every node (issue 28):
+// 180 counters, each written through it, 8 of them under the load; 10
+// rooms with a socket open each; 9 probes with alarms due from the drain
+// request to after the drain, and one in a slow event as the drain
+// begins. No acknowledged write is lost on any of them. Each socket
+// closes with 1012 (counted as a drain's) and its client, reconnecting
+// through a, b or c, reaches the same room on b or c: the room's close
+// log holds what it kept before the drain, the 1012 close (its event run
+// on a before the hand-over), then the reconnected client's close. Each
+// alarm runs once, within 2 s of its time, its actor held by b or c
+// after: one due before its actor's hand-over runs on a, which holds it
+// (the hand-over takes actors in no order), none due after a drained
+// does. Fails with the alarm hand-off disabled (a never drained). New
+// actors asked for through a are created on b or c (an upgrade for a new
+// room too), and status shows a draining (while the slow event holds its
+// actor), then drained. Drained, a holds nothing, no socket and no
+// parked record: stopped then (SIGTERM), it leaves with no release
+// pending (a stop logs nothing else countable), and every actor answers
+// at once from b or c with no 5xx. Restarted, it starts
+// drained; undrained, it takes new actors again. The drain and undrain of
+// an id no live node has are refused without --force.
 func TestDrainHandsActorsOver(t *testing.T) {
 	engineNeutral(t)
 	t.Parallel()
@@ -142,35 +156,98 @@ func TestDrainHandsActorsOver(t *testing.T) {
 	c.args = append(c.args, "--actor", "room="+room(t))
 	startNodes(t, a, b, c)
 	bin, env := wasmkeepBinary(t), a.env
-	for i := range 8 {
-		if r := ask(t, "POST", fmt.Sprintf("%s/actor/counter/k%d", a.url, i)); r.code != 200 || r.node != "a" {
-			t.Fatalf("counter/k%d through a: %+v, want it taken by a", i, r)
-		}
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(a.url, "http")+"/actor/room/lobby/", nil)
-	if err != nil {
-		t.Fatalf("dial: %v\n%s", err, a.logs)
-	}
-	defer ws.CloseNow()
+	waitState(t, env, bucketURL, "c", "serving") // a lists its peers: the drain has takers
+	began := time.Now()
 	wantCluster(t, bin, env, bucketURL, 1, []string{`refused: no live node has id "nosuch"`}, "drain", "nosuch")
 	wantCluster(t, bin, env, bucketURL, 0, []string{`wrote control/drain/nosuch`}, "drain", "nosuch", "--force")
 	wantCluster(t, bin, env, bucketURL, 0, []string{`deleted control/drain/nosuch`}, "undrain", "nosuch")
 	wantCluster(t, bin, env, bucketURL, 1, []string{`refused`}, "undrain", "nosuch")
+
+	// The 180 counters: k0..k7 take the load below.
+	counters := make([]string, 180)
+	for i := range counters {
+		counters[i] = fmt.Sprintf("n%03d", i)
+		if i < 8 {
+			counters[i] = fmt.Sprintf("k%d", i)
+		}
+	}
+	acked := make([]int, len(counters))
+	forEach(counters, 8, func(i int, name string) {
+		r := ask(t, "POST", a.url+"/actor/counter/"+name)
+		if r.code != 200 || r.node != "a" {
+			t.Errorf("counter/%s through a: %+v, want it taken by a", name, r)
+		}
+		acked[i], _ = strconv.Atoi(r.body)
+	})
+	// The 10 rooms: in each a first client leaves with a code and reason
+	// that tell the rooms apart in their close logs; a second stays.
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute) // to the clients' reconnects, on a loaded machine
+	defer cancel()
+	roomURL := func(n *bucketNode, name string) string {
+		return "ws" + strings.TrimPrefix(n.url, "http") + "/actor/room/" + name + "/"
+	}
+	const rooms = 10
+	closes := make([]chan error, rooms) // how each staying client's socket ended
+	for i := range rooms {
+		name := fmt.Sprintf("r%d", i)
+		first, _, err := websocket.Dial(ctx, roomURL(a, name), nil)
+		if err != nil {
+			t.Fatalf("dial room/%s: %v\n%s", name, err, a.logs)
+		}
+		first.Close(websocket.StatusCode(4000+i), "left "+name)
+		ws, _, err := websocket.Dial(ctx, roomURL(a, name), nil)
+		if err != nil {
+			t.Fatalf("dial room/%s: %v\n%s", name, err, a.logs)
+		}
+		defer ws.CloseNow()
+		closes[i] = make(chan error, 1)
+		go func() { // what the room sends, then the close
+			for {
+				if _, _, err := ws.Read(ctx); err != nil {
+					closes[i] <- err
+					return
+				}
+			}
+		}()
+		waitFor(t, 10*time.Second, "room/"+name+"'s first close event", func() bool {
+			return ask(t, "GET", a.url+"/actor/room/"+name+"/closes").body == fmt.Sprintf("%d left %s", 4000+i, name)
+		})
+	}
+	// The 9 probes with alarms, due from a's first pass over its drain
+	// request (within a lease period of it) to after the drain (which
+	// the slow event keeps going for 4 s at least).
+	drainAt := time.Now()
+	due := map[string]int64{}
+	for i := range 9 {
+		name := fmt.Sprintf("al%d", i)
+		due[name] = drainAt.Add(time.Duration(2000+i*700) * time.Millisecond).UnixMilli()
+		if r := ask(t, "GET", fmt.Sprintf("%s/actor/probe/%s/alarm-set?durable=1&at=%d", a.url, name, due[name])); r.code != 200 || r.node != "a" {
+			t.Fatalf("probe/%s's alarm through a: %+v, want it taken by a", name, r)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	t.Logf("a holds 200 actors, %v after the nodes started", time.Since(began).Round(time.Millisecond))
 
 	load := startDrainLoad(a.url, b.url, c.url)
 	slow := make(chan reply, 1)
 	go func() { slow <- ask(t, "POST", a.url+"/actor/probe/slow/sleep?ms=4000") }()
 	time.Sleep(200 * time.Millisecond) // the slow event under way on a: the drain waits for it
 	wantCluster(t, bin, env, bucketURL, 0, []string{`wrote control/drain/a`}, "drain", "a")
-	for err == nil { // what the room sent first, then the close
-		_, _, err = ws.Read(ctx)
-	}
-	if websocket.CloseStatus(err) != websocket.StatusServiceRestart {
-		t.Errorf("a's socket as it drained: %v, want a 1012 close", err)
+	for i, end := range closes {
+		select {
+		case err := <-end:
+			if websocket.CloseStatus(err) != websocket.StatusServiceRestart {
+				t.Errorf("room/r%d's socket on a as it drained: %v, want a 1012 close", i, err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("room/r%d's socket on a was not closed as it drained", i)
+		}
 	}
 	seen := waitState(t, env, bucketURL, "a", "drained")
+	drained := time.Now()
+	t.Logf("a drained %v after the drain request", drained.Sub(drainAt).Round(time.Millisecond))
 	if len(seen) < 2 || seen[len(seen)-2] != "draining" {
 		t.Errorf("a's states as it drained: %v, want draining, then drained", seen)
 	}
@@ -178,6 +255,29 @@ func TestDrainHandsActorsOver(t *testing.T) {
 		t.Errorf("the event a ran as the drain began: %+v, want it answered by a", r)
 	}
 	load.end(t, b.url)
+
+	// Each room's client reconnects, through a, b or c, to the room on b
+	// or c, which still has it: the room sends only to its own clients.
+	for i := range rooms {
+		name := fmt.Sprintf("r%d", i)
+		ws, up, err := websocket.Dial(ctx, roomURL([]*bucketNode{a, b, c}[i%3], name), nil)
+		if err != nil {
+			t.Errorf("room/%s's client reconnecting: %v", name, err)
+			continue
+		}
+		if holder := up.Header.Get(peers.NodeHeader); holder != "b" && holder != "c" {
+			t.Errorf("room/%s's client reconnected to node %q, want b or c", name, holder)
+		}
+		_, hello, err := ws.Read(ctx)
+		if err == nil {
+			err = ws.Write(ctx, websocket.MessageText, []byte("back in "+name))
+		}
+		_, echo, err2 := ws.Read(ctx)
+		if err != nil || err2 != nil || string(hello) != "welcome 1" || string(echo) != "back in "+name {
+			t.Errorf("room/%s reconnected: %q, %q (%v, %v), want its welcome and the message sent back", name, hello, echo, err, err2)
+		}
+		ws.Close(websocket.StatusNormalClosure, "back")
+	}
 	for i := range 8 {
 		if r := ask(t, "GET", fmt.Sprintf("%s/actor/counter/k%d", a.url, i)); r.code != 200 || r.node == "a" || r.node == "" {
 			t.Errorf("counter/k%d through drained a: %+v, want it held by b or c", i, r)
@@ -188,40 +288,84 @@ func TestDrainHandsActorsOver(t *testing.T) {
 			t.Errorf("a new actor through drained a: %+v, want it created on b or c", r)
 		}
 	}
-	if r := ask(t, "GET", b.url+"/actor/room/lobby/closes"); r.code != 200 || !strings.Contains(r.body, "1012 the node hands its actors over") || r.node == "a" {
-		t.Errorf("the room's close events after the drain: %+v, want its socket's 1012 close run on a before the hand-over", r)
-	}
-	room2, up, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(a.url, "http")+"/actor/room/fresh/", nil)
+	fresh, up, err := websocket.Dial(ctx, roomURL(a, "fresh"), nil)
 	if err != nil {
 		t.Fatalf("an upgrade for a new room through drained a: %v", err)
 	}
 	if holder := up.Header.Get(peers.NodeHeader); holder == "a" || holder == "" {
 		t.Errorf("an upgrade for a new room through drained a answered by %q, want b or c", holder)
 	}
-	room2.CloseNow()
-	resp, err := http.Get("http://" + metricsAddr(t, a.logs) + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	fresh.CloseNow()
+
+	// Drained, a holds nothing (its state says: no hold, no release
+	// pending), no socket and no parked record: stopped, it leaves with no
+	// release left pending (nothing else of a stop is logged), and every
+	// actor answers at once from b or c, with no 5xx.
+	aMetrics := "http://" + metricsAddr(t, a.logs) + "/metrics"
+	waitFor(t, 5*time.Second, "the sockets a relayed to end", func() bool {
+		return metricValue(scrape(t, aMetrics), "wasmkeep_websockets_open") == 0
+	})
+	page := scrape(t, aMetrics)
+	if v := metricValue(page, `wasmkeep_websocket_owner_closes_total{reason="drain"}`); v != rooms {
+		t.Errorf("sockets a closed as it drained: %v, want %d", v, rooms)
 	}
-	var page strings.Builder
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := resp.Body.Read(buf)
-		page.Write(buf[:n])
-		if err != nil {
-			break
+	if v := metricValue(page, "wasmkeep_parked_records"); v != 0 {
+		t.Errorf("parked records on a drained: %v, want 0", v)
+	}
+	// An alarm due before its actor's hand-over runs on a, which holds
+	// it; none due after a drained can.
+	onA, dueBefore := max(0, metricValue(page, `wasmkeep_events_total{class="probe",kind="alarm",outcome="ok"}`)), 0
+	for _, at := range due {
+		if at < drained.UnixMilli() {
+			dueBefore++
 		}
 	}
-	resp.Body.Close()
-	if v := metricValue(page.String(), `wasmkeep_websocket_owner_closes_total{reason="drain"}`); v < 1 {
-		t.Errorf("sockets a closed as it drained: %v, want 1", v)
+	if onA > float64(dueBefore) {
+		t.Errorf("%v alarms ran on a, but only %d were due before it showed drained", onA, dueBefore)
+	}
+	t.Logf("alarms run on a before their actors' hand-over: %v of the %d due before a drained", onA, dueBefore)
+	a.stop()
+	if strings.Contains(a.logs.String(), "leaving the cluster") || strings.Contains(a.logs.String(), "released parked ownership records") {
+		t.Errorf("a, drained, had something to hand over as it stopped:\n%s", a.logs)
+	}
+	forEach(counters, 8, func(i int, name string) {
+		r := ask(t, "GET", []*bucketNode{b, c}[i%2].url+"/actor/counter/"+name)
+		if v, err := strconv.Atoi(r.body); r.code != 200 || err != nil || v < acked[i] || (r.node != "b" && r.node != "c") {
+			t.Errorf("counter/%s, a stopped: %+v, want at least the %d acknowledged, from b or c", name, r, acked[i])
+		}
+	})
+	var last int64
+	for _, at := range due {
+		last = max(last, at)
+	}
+	time.Sleep(time.Until(time.UnixMilli(last).Add(2100 * time.Millisecond)))
+	for i := range rooms {
+		name := fmt.Sprintf("r%d", i)
+		want := fmt.Sprintf("%d left %s\n1012 %s\n1000 back", 4000+i, name, "the node hands its actors over, reconnect")
+		waitFor(t, 5*time.Second, "room/"+name+"'s close log, a stopped, to hold the reconnected client's close", func() bool {
+			r := ask(t, "GET", []*bucketNode{b, c}[i%2].url+"/actor/room/"+name+"/closes")
+			return r.code == 200 && r.body == want && (r.node == "b" || r.node == "c")
+		})
+	}
+	for name, at := range due {
+		if late, ok := alarmRanOnce(t, c.url, name, at, "after its time, a stopped", "b", "c"); ok {
+			t.Logf("probe/%s's alarm ran %d ms after its time", name, late)
+		}
+	}
+	if r := ask(t, "GET", b.url+"/actor/probe/slow/hits"); r.code != 200 || (r.node != "b" && r.node != "c") {
+		t.Errorf("probe/slow, a stopped: %+v, want it served by b or c", r)
 	}
 
+	// Restarted, a starts drained (it claims nothing); undrained, it takes
+	// new actors again.
+	a.start()
+	waitState(t, env, bucketURL, "a", "drained")
 	wantCluster(t, bin, env, bucketURL, 0, []string{`deleted control/drain/a`}, "undrain", "a")
 	waitState(t, env, bucketURL, "a", "serving")
 	if r := ask(t, "POST", a.url+"/actor/counter/after"); r.code != 200 || r.node != "a" {
 		t.Errorf("a new actor through a undrained: %+v, want it taken by a", r)
 	}
+	t.Logf("the test took %v after the nodes started", time.Since(began).Round(time.Millisecond))
 }
 
 // A node drained with no other node of its app keeps serving what it
