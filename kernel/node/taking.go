@@ -245,24 +245,44 @@ func (n *Node) awaitBatch(batch []*actor, reread clock.Timer) bool {
 
 // heldResidents are up to max resident actors this node holds and has
 // not stopped yet: one resident without a hold (woken since, refused at
-// its acquire) holds nothing to hand over.
+// its acquire) holds nothing to hand over. Those with an alarm on the
+// timer come first, the earliest due first, so that an alarm due during
+// the drain fires on the actor's new owner as often as it can.
 func (n *Node) heldResidents(max int) []*actor {
 	n.mu.Lock()
 	resident := slices.Collect(maps.Values(n.actors))
 	n.mu.Unlock()
-	var out []*actor
+	type held struct {
+		a        *actor
+		due      time.Time
+		hasAlarm bool
+	}
+	var all []held
 	for _, a := range resident {
-		if len(out) == max {
-			break
-		}
 		if a.stopped() { // by an earlier batch
 			continue
 		}
 		if key, err := ownerKey(a.addr); err == nil {
-			if _, held := n.opts.Cluster.Member.Owners.Owns(key); held {
-				out = append(out, a)
+			if _, ok := n.opts.Cluster.Member.Owners.Owns(key); ok {
+				due, hasAlarm := n.alarms.At(a.key)
+				all = append(all, held{a, due, hasAlarm})
 			}
 		}
+	}
+	slices.SortFunc(all, func(x, y held) int {
+		switch {
+		case x.hasAlarm != y.hasAlarm:
+			if x.hasAlarm {
+				return -1
+			}
+			return 1
+		default:
+			return x.due.Compare(y.due)
+		}
+	})
+	out := make([]*actor, 0, min(max, len(all)))
+	for _, h := range all[:min(max, len(all))] {
+		out = append(out, h.a)
 	}
 	return out
 }
