@@ -271,6 +271,10 @@ type Node struct {
 	tasks         sync.WaitGroup
 	tasksClosed   bool
 
+	// moveWaitsSaid: the move requests whose wait for their target was
+	// logged at Info (move.go), touched only by the taking pass.
+	moveWaitsSaid map[string]bool
+
 	ctx    context.Context // ends when the node stops: stops running guests
 	cancel context.CancelFunc
 
