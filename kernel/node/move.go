@@ -166,7 +166,7 @@ func (n *Node) moveOut(c *class, key string, owner ownership.Actor, mv cluster.M
 		if n.moving == nil {
 			n.moving = map[string]string{}
 		}
-		n.moving[key] = mv.Target
+		n.moving[key] = "" // the target once its sockets closed (move)
 	}
 	n.takeMu.Unlock()
 	if start && !n.goTask(func() { n.move(c, key, owner, mv) }) {
@@ -189,11 +189,11 @@ func (n *Node) eligibleTarget(id string) bool {
 
 // move hands the actor key (owner) over to mv.Target, as a drain hands
 // over one actor, then has the target take it: its sockets close with 1012
-// (their close events run here first), it takes no new event, its queued
-// events run and it hibernates, its hold released (or, hibernated
-// already, its parked record); while the move is under way this node
-// acquires it no more, so its events go to the target. A
-// take the target answers (200, or 409 naming it) ends the move: the
+// and their close events run here (a parked actor's wake it here, so it
+// is resident then), it takes no new event, its queued events run and it
+// hibernates, its hold released; from the sockets' close until the move
+// ends this node acquires it no more (startAcquire), so its events go to
+// the target. A take the target carries out ends the move: the
 // request is deleted and this node forgets the alarm it handed over. Any
 // other outcome leaves the request for a later pass; the actor, free,
 // is claimed by its next event wherever it lands.
@@ -213,6 +213,9 @@ func (n *Node) move(c *class, key string, owner ownership.Actor, mv cluster.Move
 	if n.ws.Has(key) { // a socket that will not close: tried again later
 		return
 	}
+	n.takeMu.Lock()
+	n.moving[key] = mv.Target
+	n.takeMu.Unlock()
 	n.mu.Lock()
 	a := n.actors[key]
 	n.mu.Unlock()
