@@ -32,7 +32,8 @@ type Move struct {
 	Key         string
 	Class, Name string
 	Target      string
-	Written     time.Time // the bucket's last-modified time
+	Written     time.Time      // the bucket's last-modified time
+	Version     bucket.Version // as listed: DropMove deletes only that
 }
 
 // MoveKey is the key of the request to move class's actor name to
@@ -73,14 +74,22 @@ func ListMoves(ctx context.Context, state bucket.Bucket) ([]Move, error) {
 		if err != nil || len(name) == 0 {
 			continue
 		}
-		out = append(out, Move{Key: e.Key, Class: parts[0], Name: string(name), Target: parts[2], Written: e.ModTime})
+		out = append(out, Move{Key: e.Key, Class: parts[0], Name: string(name), Target: parts[2], Written: e.ModTime, Version: e.Version})
 	}
 	return out, nil
 }
 
-// DropMove deletes a move request; one that is gone already is no error.
-func DropMove(ctx context.Context, state bucket.Bucket, key string) error {
-	err := state.Delete(ctx, key, bucket.Condition{})
+// DropMove deletes the move request mv at the version listed, so that
+// one written again since under the same key stays: that is
+// bucket.ErrPrecondition. One gone already is no error. The condition is
+// a best effort: a store may ignore it, or refuse it (then the request is
+// deleted unconditionally), and a request lost so is only a move to ask
+// again, since a request decides no ownership.
+func DropMove(ctx context.Context, state bucket.Bucket, mv Move) error {
+	err := state.Delete(ctx, mv.Key, bucket.Condition{IfVersion: mv.Version})
+	if err != nil && !errors.Is(err, bucket.ErrNotFound) && !errors.Is(err, bucket.ErrPrecondition) {
+		err = state.Delete(ctx, mv.Key, bucket.Condition{})
+	}
 	if errors.Is(err, bucket.ErrNotFound) {
 		return nil
 	}

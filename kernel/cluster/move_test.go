@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
@@ -31,13 +32,51 @@ func TestMoveRequests(t *testing.T) {
 	if m := moves[0]; m.Class != "room" || m.Name != "a/b c%" || m.Target != "node-b" || m.Key != key || m.Written.IsZero() {
 		t.Errorf("ListMoves: %+v", m)
 	}
-	if err := DropMove(ctx, b, key); err != nil {
+	if err := DropMove(ctx, b, moves[0]); err != nil {
 		t.Fatal(err)
 	}
-	if err := DropMove(ctx, b, key); err != nil {
+	if err := DropMove(ctx, b, moves[0]); err != nil {
 		t.Errorf("dropping a request gone already: %v", err)
 	}
 	if moves, _ := ListMoves(ctx, b); len(moves) != 0 {
 		t.Errorf("after DropMove: %+v", moves)
+	}
+}
+
+// A request written again between a node's listing and its drop stays
+// (the drop is at the version listed); a store that refuses a delete's
+// condition still has its requests dropped. The first fails with the
+// drop unconditional, the second without the unconditional retry.
+func TestDropMoveAtTheVersionListed(t *testing.T) {
+	ctx := context.Background()
+	for name, flaws := range map[string]buckettest.Flaws{"conditional": {}, "refused": {RefuseDeleteIfVersion: true}} {
+		t.Run(name, func(t *testing.T) {
+			b := buckettest.NewMemory(flaws)
+			if _, err := RequestMove(ctx, b, "room", "lobby", "node-b"); err != nil {
+				t.Fatal(err)
+			}
+			listed, err := ListMoves(ctx, b)
+			if err != nil || len(listed) != 1 {
+				t.Fatalf("ListMoves: %+v %v", listed, err)
+			}
+			if name == "refused" {
+				if err := DropMove(ctx, b, listed[0]); err != nil {
+					t.Fatalf("DropMove on a store refusing its condition: %v", err)
+				}
+				if moves, _ := ListMoves(ctx, b); len(moves) != 0 {
+					t.Errorf("after DropMove on a store refusing its condition: %+v, want none", moves)
+				}
+				return
+			}
+			if _, err := RequestMove(ctx, b, "room", "lobby", "node-b"); err != nil { // the operator again
+				t.Fatal(err)
+			}
+			if err := DropMove(ctx, b, listed[0]); !errors.Is(err, bucket.ErrPrecondition) {
+				t.Errorf("dropping a request written again since it was listed: %v, want ErrPrecondition", err)
+			}
+			if moves, _ := ListMoves(ctx, b); len(moves) != 1 {
+				t.Errorf("the request written again: %+v, want it kept", moves)
+			}
+		})
 	}
 }

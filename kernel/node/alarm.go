@@ -181,8 +181,12 @@ func (n *Node) deliverAlarm(it *alarm.Item) {
 		var elsewhere *placement.Elsewhere
 		if errors.As(err, &elsewhere) && elsewhere.Owner.Taker {
 			// Nobody holds it and this node takes none: the peer that
-			// takes it is asked to, so the alarm fires there now.
-			n.goTask(func() { n.alarmToTaker(it) })
+			// takes it is asked to, so the alarm fires there now; with a
+			// take under way for it (a hand-off) or maxTakes, later.
+			if !n.startTake(key, func() { n.alarmToTaker(it) }) && n.ctx.Err() == nil {
+				n.metrics.AlarmRetried()
+				n.log.Info("alarm hand-off deferred: a take for the actor is under way, or as many takes as run at a time", "actor", it.Key, "retry_in", n.alarms.Defer(it, n.clock.Now()))
+			}
 			return
 		}
 		if errors.As(err, &elsewhere) {
@@ -205,10 +209,12 @@ func (n *Node) deliverAlarm(it *alarm.Item) {
 // one refused for good is not (handOffAlarm); with no peer that answers
 // takes, the alarm is left to the peer the placement chose (its sweep).
 func (n *Node) alarmToTaker(it *alarm.Item) {
-	switch n.handOffAlarm(it.Class, it.Name, it.Key, it.At) {
-	case noTakePeer:
+	peer, found := n.takeTarget(it.Class, it.Name)
+	if !found {
 		n.log.Info("alarm left to the peer that takes the actor: no peer answers takes", "actor", it.Key)
-	case takeFailed:
+		return
+	}
+	if n.handOffAlarm(peer, it.Class, it.Name, it.Key, it.At) == takeFailed {
 		if n.ctx.Err() == nil {
 			n.metrics.AlarmRetried()
 			n.log.Warn("alarm hand-off deferred", "actor", it.Key, "retry_in", n.alarms.Defer(it, n.clock.Now()))

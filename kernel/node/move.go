@@ -1,14 +1,16 @@
 package node
 
 import (
-	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
 	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
 	"github.com/wasmkeep/wasmkeep/kernel/node/placement"
 	"github.com/wasmkeep/wasmkeep/kernel/node/websocket"
@@ -23,8 +25,9 @@ import (
 // maxMoves is how many moves a node runs at a time (the book's 16).
 const maxMoves = 16
 
-// moveDeadline bounds one move (the book's 30 s): its queued events, then
-// the take.
+// moveDeadline bounds one move (the book's 30 s) from its start: its
+// queued events, then the take, which has at most what is left of it and
+// never more than its own takeTimeout.
 const moveDeadline = 30 * time.Second
 
 // runMoves is one pass over the app's move requests. A node that takes no
@@ -43,7 +46,9 @@ func (n *Node) runMoves() {
 		return
 	}
 	self := m.Lease.NodeID()
-	for _, mv := range n.newestMoves(moves) {
+	listed := n.newestMoves(moves)
+	n.forgetMoveWaits(listed)
+	for _, mv := range listed {
 		c := n.class(mv.Class)
 		if c == nil { // left to the nodes that serve it
 			continue
@@ -53,16 +58,30 @@ func (n *Node) runMoves() {
 		if err != nil {
 			continue
 		}
+		// A parked record (ADR 1055) names this node too: the actor is
+		// here, hibernated with its sockets open.
 		_, held := m.Owners.Owns(owner)
+		held = held || m.Owners.Parked(owner)
 		switch {
 		case mv.Target == self && held:
 			n.dropMove(mv, "the actor is here")
 		case mv.Target == self:
 			n.startTake(key, func() { n.takeMoved(c, mv) })
 		case held:
-			n.moveOut(c, key, mv)
+			n.moveOut(c, key, owner, mv)
 		}
 	}
+}
+
+// forgetMoveWaits forgets the waits said of requests no longer listed.
+func (n *Node) forgetMoveWaits(listed []cluster.Move) {
+	keep := make(map[string]bool, len(listed))
+	for _, mv := range listed {
+		if n.moveWaitsSaid[mv.Key] {
+			keep[mv.Key] = true
+		}
+	}
+	n.moveWaitsSaid = keep
 }
 
 // newestMoves drops expired requests, and all but the newest of those that
@@ -95,7 +114,11 @@ func (n *Node) newestMoves(moves []cluster.Move) []cluster.Move {
 func (n *Node) dropMove(mv cluster.Move, why string) {
 	ctx, cancel := clock.WithTimeout(n.ctx, n.clock, n.opts.Cluster.Member.Lease.Settings().AttemptTimeout())
 	defer cancel()
-	if err := cluster.DropMove(ctx, n.opts.Cluster.Member.State, mv.Key); err != nil {
+	switch err := cluster.DropMove(ctx, n.opts.Cluster.Member.State, mv); {
+	case errors.Is(err, bucket.ErrPrecondition):
+		n.log.Info("move request written again since it was listed: kept", "key", mv.Key)
+		return
+	case err != nil:
 		n.log.Warn("deleting a move request", "key", mv.Key, "err", err)
 		return
 	}
@@ -122,12 +145,18 @@ func (n *Node) takeMoved(c *class, mv cluster.Move) {
 	}
 }
 
-// moveOut starts the holder's side of a move, unless one is under way for
-// the actor, maxMoves are, or the target is not an eligible peer now (the
-// request then waits for a later pass).
-func (n *Node) moveOut(c *class, key string, mv cluster.Move) {
+// moveOut starts the holder's side of a move of the actor key (owner, its
+// ownership record's name), unless one is under way for the actor,
+// maxMoves are, or the target is not an eligible peer now (the request
+// then waits for a later pass, said once per request at Info).
+func (n *Node) moveOut(c *class, key string, owner ownership.Actor, mv cluster.Move) {
 	if !n.eligibleTarget(mv.Target) {
-		n.log.Info("move request waits: its target is not a live peer of the app that takes actors and takes", "actor", key, "to", mv.Target)
+		level := slog.LevelDebug
+		if !n.moveWaitsSaid[mv.Key] {
+			n.moveWaitsSaid[mv.Key] = true
+			level = slog.LevelInfo
+		}
+		n.log.Log(n.ctx, level, "move request waits: its target is not now a live peer of the app that takes actors and answers take calls", "actor", key, "to", mv.Target)
 		return
 	}
 	n.takeMu.Lock()
@@ -137,10 +166,10 @@ func (n *Node) moveOut(c *class, key string, mv cluster.Move) {
 		if n.moving == nil {
 			n.moving = map[string]string{}
 		}
-		n.moving[key] = mv.Target
+		n.moving[key] = "" // the target once its sockets closed (move)
 	}
 	n.takeMu.Unlock()
-	if start && !n.goTask(func() { n.move(c, key, mv) }) {
+	if start && !n.goTask(func() { n.move(c, key, owner, mv) }) {
 		n.takeMu.Lock()
 		delete(n.moving, key)
 		n.takeMu.Unlock()
@@ -158,16 +187,17 @@ func (n *Node) eligibleTarget(id string) bool {
 	return false
 }
 
-// move hands the resident actor key over to mv.Target, as a drain hands
+// move hands the actor key (owner) over to mv.Target, as a drain hands
 // over one actor, then has the target take it: its sockets close with 1012
-// (their close events run here first), it takes no new event, its queued
-// events run and it hibernates, its hold released; while the move is under
-// way this node acquires it no more, so its events go to the target. A
-// take the target answers (200, or 409 naming it) ends the move: the
+// and their close events run here (a parked actor's wake it here, so it
+// is resident then), it takes no new event, its queued events run and it
+// hibernates, its hold released; from the sockets' close until the move
+// ends this node acquires it no more (startAcquire), so its events go to
+// the target. A take the target carries out ends the move: the
 // request is deleted and this node forgets the alarm it handed over. Any
 // other outcome leaves the request for a later pass; the actor, free,
 // is claimed by its next event wherever it lands.
-func (n *Node) move(c *class, key string, mv cluster.Move) {
+func (n *Node) move(c *class, key string, owner ownership.Actor, mv cluster.Move) {
 	defer func() {
 		n.takeMu.Lock()
 		delete(n.moving, key)
@@ -180,13 +210,16 @@ func (n *Node) move(c *class, key string, mv cluster.Move) {
 			return
 		}
 	}
+	if n.ws.Has(key) { // a socket that will not close: tried again later
+		return
+	}
+	n.takeMu.Lock()
+	n.moving[key] = mv.Target
+	n.takeMu.Unlock()
 	n.mu.Lock()
 	a := n.actors[key]
 	n.mu.Unlock()
 	if a != nil {
-		if n.ws.Has(key) { // a socket that will not close: tried again later
-			return
-		}
 		a.handingOver.Store(true)
 		a.stop()
 		t := n.clock.NewTimer(deadline.Sub(n.clock.Now()))
@@ -200,8 +233,12 @@ func (n *Node) move(c *class, key string, mv cluster.Move) {
 			return
 		}
 	}
+	// Its last socket's freed slot released a parked record, or is
+	// releasing it: this waits for that write (the actor's lock), so the
+	// target does not find the record naming this node.
+	n.releaseParked(owner, metrics.ParkedMove)
 	at, hasAlarm := n.alarms.At(key)
-	ctx, cancel := context.WithCancel(n.ctx)
+	ctx, cancel := clock.WithTimeout(n.ctx, n.clock, deadline.Sub(n.clock.Now()))
 	defer cancel()
 	if err := n.sendTake(ctx, mv.Target, c.name, mv.Name); err != nil {
 		n.log.Warn("moving an actor: the target did not take it; tried again later", "actor", key, "to", mv.Target, "err", err)

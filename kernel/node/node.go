@@ -259,7 +259,8 @@ type Node struct {
 
 	// Why the node takes no actor now (taking.go); empty: it takes them.
 	// acquiring counts the acquires let through and not returned yet;
-	// moving, the target of each move under way, by actor key (move.go);
+	// moving, the target of each move under way, by actor key (move.go;
+	// "" while its sockets close);
 	// takesUnderWay, the actors a take runs for in the background
 	// (take.go: hand-offs, a move's target side); tasks, those and the
 	// moves, which Close waits for once tasksClosed.
@@ -270,6 +271,10 @@ type Node struct {
 	takesUnderWay map[string]bool
 	tasks         sync.WaitGroup
 	tasksClosed   bool
+
+	// moveWaitsSaid: the move requests whose wait for their target was
+	// logged at Info (move.go), touched only by the taking pass.
+	moveWaitsSaid map[string]bool
 
 	ctx    context.Context // ends when the node stops: stops running guests
 	cancel context.CancelFunc

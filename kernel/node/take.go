@@ -139,7 +139,7 @@ var (
 )
 
 // sendTake asks peer to take class's actor name: nil once peer holds it
-// (200 taken, or 409 naming peer itself).
+// (200 taken; serveTake answers 409 only naming another node).
 func (n *Node) sendTake(ctx context.Context, peer, class, name string) error {
 	cl := n.opts.Cluster
 	if cl.Signer == nil {
@@ -162,7 +162,7 @@ func (n *Node) sendTake(ctx context.Context, peer, class, name string) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	msg := strings.TrimSpace(string(b))
 	switch holder := resp.Header.Get(holderHeader); {
-	case resp.StatusCode == http.StatusOK && msg == "taken", resp.StatusCode == http.StatusConflict && holder == peer:
+	case resp.StatusCode == http.StatusOK && msg == "taken":
 		return nil
 	case resp.StatusCode == http.StatusConflict && holder != "":
 		return fmt.Errorf("%w: node %s holds it", errTakeFinal, holder)
@@ -179,7 +179,6 @@ type handOff int
 
 const (
 	handedOff  handOff = iota // the peer holds the actor: its timer fires the alarm
-	noTakePeer                // no peer answers takes: the alarm stays here
 	takeFailed                // tried again later
 	takeFinal                 // refused for good: dropped from this node's timer, left to the sweep
 )
@@ -195,16 +194,12 @@ func (n *Node) takeTarget(class, name string) (string, bool) {
 	return peer.ID, found
 }
 
-// handOffAlarm has the peer that takes class's actor name (key) in this
-// node's stead take it, so that the alarm this node's timer holds for at
-// fires there, on time. Once that peer holds it, or refuses it for good
-// (its alarm index entry stays: the sweep's), this node's registration
-// for at is forgotten (only that one: clear if).
-func (n *Node) handOffAlarm(class, name, key string, at time.Time) handOff {
-	peer, found := n.takeTarget(class, name)
-	if !found {
-		return noTakePeer
-	}
+// handOffAlarm has peer, the one that takes class's actor name (key) in
+// this node's stead (takeTarget), take it, so that the alarm this node's
+// timer holds for at fires there, on time. Once that peer holds it, or
+// refuses it for good (its alarm index entry stays: the sweep's), this
+// node's registration for at is forgotten (only that one: clear if).
+func (n *Node) handOffAlarm(peer, class, name, key string, at time.Time) handOff {
 	err := n.sendTake(n.ctx, peer, class, name)
 	switch {
 	case errors.Is(err, errTakeFinal):
@@ -241,19 +236,21 @@ func (n *Node) handOffAlarms() (left int) {
 		if _, held := m.Owners.Owns(owner); held {
 			continue // handed off as its hand-over ends
 		}
-		if _, found := n.takeTarget(it.Class, it.Name); !found {
+		peer, found := n.takeTarget(it.Class, it.Name)
+		if !found {
 			continue
 		}
 		left++
-		n.startTake(it.Key, func() { n.handOffAlarm(it.Class, it.Name, it.Key, it.At) })
+		n.startTake(it.Key, func() { n.handOffAlarm(peer, it.Class, it.Name, it.Key, it.At) })
 	}
 	return left
 }
 
 // startTake runs f, a take for the actor key (a hand-off, or a move's
 // target-side take), in the background (goTask), unless one is under way
-// for it or maxTakes are.
-func (n *Node) startTake(key string, f func()) {
+// for it or maxTakes are, or the node is closing; it reports whether it
+// started f.
+func (n *Node) startTake(key string, f func()) bool {
 	n.takeMu.Lock()
 	start := !n.takesUnderWay[key] && len(n.takesUnderWay) < maxTakes
 	if start {
@@ -270,7 +267,9 @@ func (n *Node) startTake(key string, f func()) {
 	}
 	if start && !n.goTask(func() { defer done(); f() }) {
 		done()
+		return false
 	}
+	return start
 }
 
 // goTask runs f in a goroutine Close waits for (hand-offs, moves: they

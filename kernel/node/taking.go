@@ -325,7 +325,7 @@ func (n *Node) claiming() placement.Claiming {
 // takes actors, so a drain that begins meanwhile sees the acquire.
 func (n *Node) startAcquire(ctx context.Context, c *class, name string, key ownership.Actor) error {
 	n.takeMu.Lock()
-	if target, moving := n.moving[n.actorKey(c, name)]; moving {
+	if target := n.moving[n.actorKey(c, name)]; target != "" {
 		n.takeMu.Unlock()
 		// The actor moves there (move.go): its events follow it.
 		return &placement.Elsewhere{Addr: abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: name}, Owner: placement.Owner{Node: target}}

@@ -492,17 +492,17 @@ func clusterForget(ctx context.Context, out io.Writer, b bucket.Bucket, s nodele
 
 // liveNode reports whether node id is live by the leases' rule with s (as
 // cluster status counts it), at this machine's time.
-func liveNode(ctx context.Context, b bucket.Bucket, s nodelease.Settings, id string) (bool, error) {
+func liveNode(ctx context.Context, b bucket.Bucket, s nodelease.Settings, id string) (bool, nodelease.Read, error) {
 	r, err := nodelease.ReadObject(ctx, b, id)
 	if err != nil {
-		return false, fmt.Errorf("reading nodes/%s: %w", id, err)
+		return false, r, fmt.Errorf("reading nodes/%s: %w", id, err)
 	}
 	p := membership.Peer{ID: id, Object: r.Object}
-	return r.Found && r.Err == nil && p.Live(time.Now(), s), nil
+	return r.Found && r.Err == nil && p.Live(time.Now(), s), r, nil
 }
 
 func clusterDrain(ctx context.Context, out io.Writer, b bucket.Bucket, s nodelease.Settings, id string, force bool) error {
-	live, err := liveNode(ctx, b, s, id)
+	live, _, err := liveNode(ctx, b, s, id)
 	if err != nil {
 		return err
 	}
@@ -517,7 +517,7 @@ func clusterDrain(ctx context.Context, out io.Writer, b bucket.Bucket, s nodelea
 }
 
 func clusterUndrain(ctx context.Context, out io.Writer, b bucket.Bucket, s nodelease.Settings, id string, force bool) error {
-	live, err := liveNode(ctx, b, s, id)
+	live, _, err := liveNode(ctx, b, s, id)
 	if err != nil {
 		return err
 	}

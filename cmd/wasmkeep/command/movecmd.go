@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/deploys"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	"github.com/wasmkeep/wasmkeep/kernel/config"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
@@ -34,8 +36,9 @@ will not close) is tried every heartbeat until it expires, 5 minutes
 after it was written. The move does not pin the actor: once idle it
 hibernates on NODE, and its next event takes it wherever that lands.
 
-Refused for a node id no live node has (a mistyped request would wait 5
-minutes for nothing), unless --force (for a node about to start).
+Refused for an app that was deleted (wasmkeep app delete), and for a node
+id no live node has (a mistyped request would wait 5 minutes for
+nothing), unless --force (for a node about to start).
 
 Exit status: 0 once the request is written, 1 when refused, 2 on an error.`,
 		Example: `  wasmkeep actor move acme/chat/room/lobby --to node-c --bucket s3://acme-wasmkeep/prod`,
@@ -71,11 +74,12 @@ func actorMove(ctx context.Context, out io.Writer, b bucket.Bucket, s nodelease.
 	if err != nil {
 		return &exitErr{exitFailed, err}
 	}
-	r, err := nodelease.ReadObject(ctx, b, to)
-	if err != nil {
-		return fmt.Errorf("reading nodes/%s: %w", to, err)
+	if err := deploys.RefuseDeleted(ctx, b, a); errors.Is(err, deploys.ErrAppDeleted) {
+		return &exitErr{exitNo, err}
+	} else if err != nil {
+		return err // the bucket did not answer: exit 2
 	}
-	live, err := liveNode(ctx, b, s, to)
+	live, r, err := liveNode(ctx, b, s, to)
 	if err != nil {
 		return err
 	}

@@ -113,7 +113,7 @@ func NewCluster() *Cluster {
 			Name: "wasmkeep_parked_wakes_total", Help: "Wakes of a parked actor on its node (ADR 1055): each one an acquisition at a new generation.",
 		}),
 		parkedReleases: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wasmkeep_parked_releases_total", Help: "Parked ownership records this node ended (ADR 1055), by reason: last_socket (the actor's last socket here closed, or the owner sweep found none open), drain (a drain pass), stop (a clean stop) and not_taking (an event for it reached this node while it took no actor: released before it went to a peer that does) count the releases that landed when tried (one that did not is retried in the background with the other pending releases, and not counted); lapse counts the parked records a lapse of the node lease turned into pending releases.",
+			Name: "wasmkeep_parked_releases_total", Help: "Parked ownership records this node ended (ADR 1055), by reason: last_socket (the actor's last socket here closed, or the owner sweep found none open), drain (a drain pass), stop (a clean stop), not_taking (an event for it reached this node while it took no actor: released before it went to a peer that does) and move (wasmkeep actor move, its sockets closed: a release their freed slot had not made) count the releases that landed when tried (one that did not is retried in the background with the other pending releases, and not counted); lapse counts the parked records a lapse of the node lease turned into pending releases.",
 		}, []string{"reason"}),
 		relocations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wasmkeep_relocations_total", Help: "Requests and WebSocket upgrades for an actor no node held that this node, every instance slot busy, sent to a peer whose heartbeat said it had room rather than answer 503 (ADR 1054), by outcome: served (the peer answered, not 503), refused (the peer answered 503: full after all, or the actor was taken meanwhile) or failed (no answer: 503, or 504 once written).",
@@ -129,6 +129,7 @@ const (
 	ParkedLapse      = "lapse"
 	ParkedStop       = "stop"
 	ParkedNotTaking  = "not_taking"
+	ParkedMove       = "move"
 )
 
 // ParkedWake counts a wake of a parked actor.
@@ -150,7 +151,7 @@ func (m *Metrics) Register(c *Cluster, parked func() int) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "wasmkeep_parked_records", Help: "Ownership records this node keeps for actors that hibernated with sockets open here (ADR 1055).",
 		}, func() float64 { return float64(parked()) }))
-	for _, r := range []string{ParkedLastSocket, ParkedDrain, ParkedLapse, ParkedStop, ParkedNotTaking} {
+	for _, r := range []string{ParkedLastSocket, ParkedDrain, ParkedLapse, ParkedStop, ParkedNotTaking, ParkedMove} {
 		c.parkedReleases.WithLabelValues(r)
 	}
 	for _, o := range []string{SweepOK, SweepFailed} {
