@@ -7,6 +7,7 @@
 package cputime
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,6 +110,32 @@ func StartCapped(limit time.Duration, onExceed func(), limitAll time.Duration, o
 		w.mu.Unlock()
 	}
 	return w
+}
+
+type watchKey struct{}
+
+// NewContext returns ctx carrying w, so that code the watched thread runs
+// for its caller (a storage plugin's SQL budget) can bound what it counts
+// by the thread's CPU since Start (Since) without a clock read of its own.
+func NewContext(ctx context.Context, w *Watch) context.Context {
+	return context.WithValue(ctx, watchKey{}, w)
+}
+
+// FromContext is the watch NewContext put in ctx, or nil.
+func FromContext(ctx context.Context) *Watch {
+	w, _ := ctx.Value(watchKey{}).(*Watch)
+	return w
+}
+
+// Since is the CPU the watched thread has spent since Start, host calls
+// included. ok is false unless the caller runs on that thread: what a
+// caller on another thread spent is not on its clock.
+func (w *Watch) Since() (all time.Duration, ok bool) {
+	if threadClock(unix.Gettid()) != w.clock {
+		return 0, false
+	}
+	now, ok := readClock(w.clock)
+	return now - w.start, ok
 }
 
 // nearer is the smaller of two limits, where <= 0 is none.
