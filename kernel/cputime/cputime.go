@@ -7,6 +7,7 @@
 package cputime
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,27 +45,50 @@ func readClock(id int32) (time.Duration, bool) {
 // since CPU time cannot run ahead of wall time.
 //
 // A host call (EnterHost to LeaveHost) is left out of the counted time by
-// the CPU the thread spent in it, read from the thread's clock at each end
-// (a system call, well under a microsecond): not by its wall time, which
-// would credit the guest with every call's waiting (a fetch, an fsync,
-// another actor's event) to spend on its own code. The budget never runs out
-// inside a host call: it is checked again when the call returns, so a guest
-// over it is stopped as soon as it runs again. The cap runs out anywhere.
+// the CPU the thread spent in it, not by its wall time, which would credit
+// the guest with every call's waiting (a fetch, an fsync, another actor's
+// event) to spend on its own code. Past the watch's first exactAfter of wall
+// time that CPU is read from the thread's clock at each end of the call. A
+// read is a system call (about 2 µs on a virtual machine with page-table
+// isolation), and most events end within that first millisecond, several
+// host calls each: there, a call's ends are timed on the wall clock (no
+// system call) and the calls together are left out by what the thread's
+// clock shows beyond the guest's own wall time (youngCredit). That is never
+// more than the calls' CPU, and less only by time the guest's own code
+// waited for a core while calls spent CPU: at most the first exactAfter.
+// The budget never runs out inside a host call: it is checked again when
+// the call returns, so a guest over it is stopped as soon as it runs again.
+// The cap runs out anywhere.
 type Watch struct {
 	clock    int32
-	start    time.Duration
+	start    time.Duration // the thread's clock at Start
+	began    time.Time     // the wall clock at Start
 	limit    time.Duration // on the counted time; <= 0: none
 	cap      time.Duration // on all the time; <= 0: none
-	excluded atomic.Int64  // CPU time of the host calls that have returned
-	inHost   atomic.Int64  // the thread's clock when the running host call began; 0: none runs
-	recheck  atomic.Bool   // the timer found the budget nearly spent during a host call
 	onExceed func()
 	onCap    func()
+
+	// Until young is false, host calls are timed on the wall clock (since
+	// began): hostWall is the calls' that have returned, inHostWall when the
+	// running one began (0: none runs). Only the watched thread ends young,
+	// at a host call's end past exactAfter.
+	young      atomic.Bool
+	hostWall   atomic.Int64
+	inHostWall atomic.Int64
+	// After: the CPU left out (the young calls' credit, then each call's
+	// CPU), and the thread's clock when the running call began (0: none).
+	excluded atomic.Int64
+	inHost   atomic.Int64
+	recheck  atomic.Bool // the timer found the budget nearly spent during a host call
 
 	mu      sync.Mutex
 	timer   *time.Timer
 	stopped bool
 }
+
+// exactAfter is how long a watch times host calls on the wall clock before
+// it reads the thread's clock at each end of each call (see Watch).
+var exactAfter = time.Millisecond
 
 // Start begins watching the calling (locked) thread; onExceed runs once, on
 // another goroutine, when the budget is spent. A limit <= 0 watches nothing.
@@ -77,13 +101,41 @@ func Start(limit time.Duration, onExceed func()) *Watch {
 // included. At most one of onExceed and onCap runs. A limit <= 0 is none.
 func StartCapped(limit time.Duration, onExceed func(), limitAll time.Duration, onCap func()) *Watch {
 	w := &Watch{clock: threadClock(unix.Gettid()), limit: limit, cap: limitAll, onExceed: onExceed, onCap: onCap}
+	w.young.Store(true)
 	w.start, _ = readClock(w.clock)
+	w.began = time.Now()
 	if first := nearer(limit, limitAll); first > 0 {
 		w.mu.Lock()
 		w.timer = time.AfterFunc(first, w.check)
 		w.mu.Unlock()
 	}
 	return w
+}
+
+type watchKey struct{}
+
+// NewContext returns ctx carrying w, so that code the watched thread runs
+// for its caller (a storage plugin's SQL budget) can bound what it counts
+// by the thread's CPU since Start (Since) without a clock read of its own.
+func NewContext(ctx context.Context, w *Watch) context.Context {
+	return context.WithValue(ctx, watchKey{}, w)
+}
+
+// FromContext is the watch NewContext put in ctx, or nil.
+func FromContext(ctx context.Context) *Watch {
+	w, _ := ctx.Value(watchKey{}).(*Watch)
+	return w
+}
+
+// Since is the CPU the watched thread has spent since Start, host calls
+// included. ok is false unless the caller runs on that thread: what a
+// caller on another thread spent is not on its clock.
+func (w *Watch) Since() (all time.Duration, ok bool) {
+	if threadClock(unix.Gettid()) != w.clock {
+		return 0, false
+	}
+	now, ok := readClock(w.clock)
+	return now - w.start, ok
 }
 
 // nearer is the smaller of two limits, where <= 0 is none.
@@ -94,9 +146,33 @@ func nearer(a, b time.Duration) time.Duration {
 	return a
 }
 
+// youngCredit is what the host calls of a young watch leave out of all, the
+// thread's CPU since Start, wall after Start, when the calls took hostWall
+// of it: what the thread spent beyond the guest's own wall time, at most the
+// calls' wall time. The guest's CPU is at most its wall time, so the calls
+// spent at least that, and at most their wall time.
+func youngCredit(all, wall, hostWall time.Duration) time.Duration {
+	return min(max(all-(wall-hostWall), 0), hostWall)
+}
+
 // EnterHost marks the start of a host call on the watched thread; its
 // result goes to LeaveHost when the call returns.
 func (w *Watch) EnterHost() time.Duration {
+	if w.young.Load() {
+		wall := max(time.Since(w.began), 1) // 0 means no call runs
+		if wall < exactAfter {
+			w.inHostWall.Store(int64(wall))
+			return 0
+		}
+		// Past exactAfter: the calls so far are credited, this one is read.
+		now, _ := readClock(w.clock)
+		w.excluded.Store(int64(youngCredit(now-w.start, wall, time.Duration(w.hostWall.Load()))))
+		since := max(now, 1)
+		w.inHost.Store(int64(since))
+		w.inHostWall.Store(int64(wall)) // a reader still on the young sums counts the call as host
+		w.young.Store(false)
+		return since
+	}
 	since, _ := readClock(w.clock)
 	since = max(since, 1) // 0 means no call runs
 	w.inHost.Store(int64(since))
@@ -106,12 +182,34 @@ func (w *Watch) EnterHost() time.Duration {
 // LeaveHost ends the host call begun at since: its CPU time is left out of
 // the counted time, and the budget is checked if it ran low meanwhile.
 func (w *Watch) LeaveHost(since time.Duration) {
-	now, _ := readClock(w.clock)
-	w.excluded.Add(int64(max(now-since, 0))) // before inHost clears, so no reader counts the call
-	w.inHost.Store(0)
+	switch {
+	case w.young.Load():
+		wall := time.Since(w.began)
+		entered := time.Duration(w.inHostWall.Load())
+		if wall < exactAfter {
+			w.hostWall.Add(int64(max(wall-entered, 0))) // before inHostWall clears, so no reader misses the call
+			w.inHostWall.Store(0)
+			break
+		}
+		now, _ := readClock(w.clock)
+		w.excluded.Store(int64(youngCredit(now-w.start, wall, time.Duration(w.hostWall.Load())+max(wall-entered, 0))))
+		w.young.Store(false) // inHost is 0: no call runs
+	default:
+		now, _ := readClock(w.clock)
+		w.excluded.Add(int64(max(now-since, 0))) // before inHost clears, so no reader counts the call
+		w.inHost.Store(0)
+	}
 	if w.recheck.CompareAndSwap(true, false) {
 		w.check()
 	}
+}
+
+// inHostCall says whether a host call is running.
+func (w *Watch) inHostCall() bool {
+	if w.young.Load() {
+		return w.inHostWall.Load() != 0
+	}
+	return w.inHost.Load() != 0
 }
 
 // Used is the CPU time counted so far: all of it, less the host calls'.
@@ -124,11 +222,22 @@ func (w *Watch) Used() time.Duration {
 // calls', the running one's so far too), all the time, and whether a host
 // call is running.
 func (w *Watch) times() (counted, all time.Duration, inHost bool) {
+	young := w.young.Load()
+	wall := time.Since(w.began)
 	now, ok := readClock(w.clock)
 	if !ok {
 		return 0, 0, false
 	}
 	all = now - w.start
+	if young {
+		// The running call first: one that ends meanwhile is then in
+		// hostWall too, counted twice (less counted) rather than not at all.
+		var running time.Duration
+		if entered := w.inHostWall.Load(); entered != 0 {
+			running, inHost = max(wall-time.Duration(entered), 0), true
+		}
+		return all - youngCredit(all, wall, time.Duration(w.hostWall.Load())+running), all, inHost
+	}
 	counted = all - time.Duration(w.excluded.Load())
 	if since := w.inHost.Load(); since != 0 {
 		counted -= max(now-time.Duration(since), 0)
@@ -159,7 +268,7 @@ func (w *Watch) check() {
 		// over through a long call. Unless the call has just returned,
 		// missing the flag.
 		w.recheck.Store(true)
-		inHost = w.inHost.Load() != 0 || !w.recheck.CompareAndSwap(true, false)
+		inHost = w.inHostCall() || !w.recheck.CompareAndSwap(true, false)
 	}
 	if w.limit > 0 && !inHost {
 		left := w.limit - counted

@@ -556,7 +556,9 @@ func (a *actor) guest(ctx context.Context, what string, f func(ctx context.Conte
 	budget := a.node.opts.CPUBudget
 	a.state.watch = cputime.StartCapped(budget, func() { stop(errCPUBudget) },
 		budget+a.node.opts.HostCPUBudget, func() { stop(errHostCPU) })
-	err := f(runtime.WithHostWork(ctx, a.state.watch)) // memory growth is host work (ADR 1043)
+	// Memory growth is host work (ADR 1043); storage bounds its SQL CPU by
+	// the thread's since the watch started (cputime.Since).
+	err := f(runtime.WithHostWork(cputime.NewContext(ctx, a.state.watch), a.state.watch))
 	a.state.watch.Stop()
 	if err == nil {
 		return nil

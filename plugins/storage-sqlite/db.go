@@ -12,8 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/cputime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
@@ -62,15 +60,14 @@ type db struct {
 	stopDeadline func() bool     // ends the deadline watch; nil if none
 
 	// The current event. cpuUsed is its SQL CPU so far, or more (see
-	// spent); threadStart the CPU clock of thread threadID at its first
-	// guest statement, if threadRead.
-	cpuUsed     time.Duration
-	cpuSpent    bool // the budget was found spent: no later clock read undoes it
-	threadStart time.Duration
-	threadID    int
-	threadRead  bool
-	written     int64 // bytes written to the log
-	aborted     bool  // a failure rolled the event's transaction back
+	// spent); thread watches the thread of its guest statements since the
+	// event began (the caller's watch, cputime.FromContext) or else since
+	// its first guest statement; nil before that.
+	cpuUsed  time.Duration
+	cpuSpent bool // the budget was found spent: no later clock read undoes it
+	thread   *cputime.Watch
+	written  int64 // bytes written to the log
+	aborted  bool  // a failure rolled the event's transaction back
 
 	wal       *os.File // the WAL, opened at the first durable write or capture
 	file      *os.File // the database file, opened at the first CaptureAll
@@ -204,7 +201,7 @@ func (d *db) EndEvent(context.Context) error {
 	if d.c.inTx() {
 		err = d.rollback()
 	}
-	d.cpuUsed, d.cpuSpent, d.threadRead, d.written, d.aborted = 0, false, false, 0, false
+	d.cpuUsed, d.cpuSpent, d.thread, d.written, d.aborted = 0, false, nil, 0, false
 	d.endDeadlineWatch()
 	d.c.rest()
 	return err
@@ -240,8 +237,12 @@ func (d *db) guestRun(ctx context.Context, sql string, params []abi.Value, w *ab
 		return 0, errClosed
 	}
 	d.hostStmt, d.denied = false, ""
-	if !d.threadRead {
-		d.threadStart, d.threadID, d.threadRead = cputime.Thread(), unix.Gettid(), true
+	if d.thread == nil {
+		// The kernel's watch has read the thread's clock already: reading
+		// it again would cost a system call per event.
+		if d.thread = cputime.FromContext(ctx); d.thread == nil {
+			d.thread = cputime.Start(0, nil)
+		}
 	}
 	d.beginGuest(ctx)
 	refuse := func(err error) (int64, error) {
@@ -604,10 +605,11 @@ func isSchemaTable(name string) bool {
 // checked against the thread's CPU clock: every guest statement of the
 // event runs on this thread (the caller locks its goroutine to it for the
 // event; a cgo call runs on the caller's thread), so what the thread has
-// spent since the event's first guest statement began is also at least the
+// spent since the event began (or, for a caller without a cputime watch in
+// its ctx, since the event's first guest statement) is also at least the
 // event's SQL CPU, and the smaller is charged. Besides the SQL it holds
-// only what the thread ran between statements (the guest itself, under its
-// own, smaller budget). A caller that did not lock its goroutine, found on
+// only what the thread ran around statements (the guest itself, under its
+// own, smaller budget, and the caller's other host work). A caller that did not lock its goroutine, found on
 // another thread, is charged the count as it is: that thread's clock says
 // nothing of the event's.
 func (d *db) spent() bool {
@@ -617,8 +619,8 @@ func (d *db) spent() bool {
 	if d.cpuUsed < d.opts.SQLCPUPerEvent {
 		return false
 	}
-	if unix.Gettid() == d.threadID {
-		d.cpuUsed = min(d.cpuUsed, cputime.Thread()-d.threadStart)
+	if all, ok := d.thread.Since(); ok {
+		d.cpuUsed = min(d.cpuUsed, all)
 	}
 	d.cpuSpent = d.cpuUsed >= d.opts.SQLCPUPerEvent
 	return d.cpuSpent
