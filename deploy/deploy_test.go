@@ -6,6 +6,7 @@
 package deploy
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,18 +86,142 @@ func TestComposeFile(t *testing.T) {
 	run(t, tool(t, "docker-compose", "apt-get install docker-compose, or Docker's compose plugin"), args...)
 }
 
-// The manifests pass kubeconform's strict schema check. Its schemas are
-// downloaded from GitHub: without a way there, the check is skipped.
+// The manifests pass kubeconform's strict check against the Kubernetes API
+// of kubernetesVersion. Not kubeconform's own schemas, which come from
+// GitHub: these are made from the API's OpenAPI documents in the
+// k8s.io/kubernetes module, which the Go module proxy serves (cached in
+// GOMODCACHE like any module). Skipped only when the proxy cannot be
+// reached.
 func TestKubernetesManifests(t *testing.T) {
 	kubeconform := tool(t, "kubeconform", "go install github.com/yannh/kubeconform/cmd/kubeconform@v0.6.7")
-	out, err := exec.Command(kubeconform, "-strict", "-summary", "kubernetes").CombinedOutput()
-	switch {
-	case err != nil && strings.Contains(string(out), "failed downloading schema"):
-		t.Skipf("kubeconform could not download its schemas (no way to GitHub from here): not checked\n%s", out)
-	case err != nil:
+	schemas := t.TempDir()
+	writeKindSchemas(t, kubernetesOpenAPI(t), schemas)
+	out, err := exec.Command(kubeconform, "-strict", "-summary",
+		"-schema-location", filepath.Join(schemas, "{{ .ResourceKind }}{{ .KindSuffix }}.json"),
+		"kubernetes").CombinedOutput()
+	if err != nil {
 		t.Fatalf("kubeconform: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
+}
+
+// The Kubernetes release whose API the manifests are checked against.
+const kubernetesVersion = "v1.37.2"
+
+// kubernetesOpenAPI returns the directory of the API's OpenAPI v3
+// documents, one per group and version, downloading the module once.
+func kubernetesOpenAPI(t *testing.T) string {
+	t.Helper()
+	cmd := exec.Command("go", "mod", "download", "-json", "k8s.io/kubernetes@"+kubernetesVersion)
+	cmd.Dir = t.TempDir() // outside this module: its go.mod and go.sum stay as they are
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var mod struct{ Dir, Error string }
+	if jsonErr := json.Unmarshal(out, &mod); jsonErr != nil && err == nil {
+		t.Fatalf("go mod download: %v\n%s", jsonErr, out)
+	}
+	if err != nil || mod.Error != "" {
+		if unreachable.MatchString(mod.Error) {
+			t.Skipf("the Go module proxy cannot be reached, so the Kubernetes API's schemas cannot be had: not checked\n%s", mod.Error)
+		}
+		t.Fatalf("go mod download k8s.io/kubernetes@%s: %v %s\n%s", kubernetesVersion, err, mod.Error, stderr.String())
+	}
+	return filepath.Join(mod.Dir, "api", "openapi-spec", "v3")
+}
+
+// What go reports when it cannot reach the module proxy.
+var unreachable = regexp.MustCompile(`dial tcp|no such host|connection refused|i/o timeout|network is unreachable|GOPROXY=off`)
+
+// writeKindSchemas writes into dir, under kubeconform's names
+// (statefulset-apps-v1.json), a schema per kind of the API: each refers
+// to its definition in a copy of its group's document, in which every
+// object with listed properties allows no others (kubeconform's strict
+// schemas do the same), so that a misspelt field fails.
+func writeKindSchemas(t *testing.T, openAPI, dir string) {
+	t.Helper()
+	docs, err := filepath.Glob(filepath.Join(openAPI, "*.json"))
+	if err != nil || len(docs) == 0 {
+		t.Fatalf("no OpenAPI documents in %s (%v)", openAPI, err)
+	}
+	for _, doc := range docs {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var api struct {
+			Components struct {
+				Schemas map[string]map[string]any `json:"schemas"`
+			} `json:"components"`
+		}
+		if err := json.Unmarshal(b, &api); err != nil {
+			t.Fatalf("%s: %v", doc, err)
+		}
+		for _, s := range api.Components.Schemas {
+			closeObjects(s)
+		}
+		group := "group-" + filepath.Base(doc)
+		writeJSON(t, filepath.Join(dir, group), map[string]any{"components": api.Components})
+		for name, s := range api.Components.Schemas {
+			gvks, _ := s["x-kubernetes-group-version-kind"].([]any)
+			for _, gvk := range gvks {
+				gvk := gvk.(map[string]any)
+				kind := filepath.Join(dir, kindSchemaName(gvk["group"].(string), gvk["version"].(string), gvk["kind"].(string)))
+				if !fileExists(kind) { // the first group that defines a kind, as each document repeats the shared ones
+					writeJSON(t, kind, map[string]any{"$ref": group + "#/components/schemas/" + name})
+				}
+			}
+		}
+	}
+}
+
+// kindSchemaName is kubeconform's file name for a kind's schema: its kind,
+// the group's first label and the version ({{ .ResourceKind }}{{ .KindSuffix }}).
+func kindSchemaName(group, version, kind string) string {
+	suffix := "-" + version
+	if group != "" {
+		suffix = "-" + strings.Split(group, ".")[0] + suffix
+	}
+	return strings.ToLower(kind+suffix) + ".json"
+}
+
+// closeObjects sets additionalProperties false on every schema, s and
+// those within it, that lists properties and says nothing of others.
+func closeObjects(s map[string]any) {
+	if props, ok := s["properties"].(map[string]any); ok {
+		if _, set := s["additionalProperties"]; !set {
+			s["additionalProperties"] = false
+		}
+		for _, p := range props {
+			closeSchema(p)
+		}
+	}
+	for _, key := range []string{"items", "additionalProperties", "not"} {
+		closeSchema(s[key])
+	}
+	for _, key := range []string{"allOf", "anyOf", "oneOf"} {
+		list, _ := s[key].([]any)
+		for _, sub := range list {
+			closeSchema(sub)
+		}
+	}
+}
+
+func closeSchema(s any) {
+	if m, ok := s.(map[string]any); ok {
+		closeObjects(m)
+	}
+}
+
+func writeJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // What the StatefulSet must keep, whatever the schema allows: the pod's
