@@ -369,6 +369,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	n.metrics = metrics.New(metrics.Gauges{
 		Resident:        func() float64 { n.mu.Lock(); defer n.mu.Unlock(); return float64(len(n.actors)) },
 		Queued:          func() float64 { n.mu.Lock(); defer n.mu.Unlock(); return float64(n.queued()) },
+		WaitingCPU:      func() float64 { return float64(n.cpu.Waiting()) },
 		GuestLogLines:   func() float64 { return float64(n.GuestLogLines()) },
 		GuestLogDropped: func() float64 { return float64(n.GuestLogDropped()) },
 		WebSockets:      func() float64 { return float64(n.ws.Len()) },

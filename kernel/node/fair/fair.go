@@ -74,6 +74,9 @@ func New(turns int, now func() time.Time) *Sched {
 	return &Sched{free: max(turns, 1), cpu: cputime.Thread, now: func() int64 { return now().UnixNano() }}
 }
 
+// Waiting is the number of events waiting for a turn.
+func (s *Sched) Waiting() int { return int(s.waiters.Load()) }
+
 // Begin starts a run of guest code for sh, waiting for a turn if its actor
 // is heavy. The caller runs on a locked OS thread until End: its CPU clock
 // is the run's.
