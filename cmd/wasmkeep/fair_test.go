@@ -16,8 +16,8 @@ func TestFairTurns(t *testing.T) {
 	n := startNode(t, node.Options{
 		Classes:       map[string]string{"hostile": hostile(t)},
 		CPUTurns:      1,
-		CPUBudget:     time.Second, // the loops run for seconds of CPU
-		HostCPUBudget: 2 * time.Second,
+		CPUBudget:     500 * time.Millisecond, // each loop runs for 1.5 s of CPU, which the test's close waits for
+		HostCPUBudget: time.Second,
 		WallClock:     time.Minute,
 	})
 	n.expect("GET", "/actor/hostile/light/hits", "", 200, "ok 1")

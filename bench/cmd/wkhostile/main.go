@@ -100,9 +100,10 @@ func main() {
 			}
 			add("counter_p50_"+p.key, measure.Us(r.p50), "µs")
 			add("counter_p99_"+p.key, measure.Us(r.p99), "µs")
+			add("counter_failed_"+p.key, float64(len(r.counterFailed)), "requests")
 			if p.path == "" {
 				b.alone = r.cpu / time.Duration(*requests)
-				fmt.Printf("%-38s %9.2f %9.2f %12s %8s\n", name, measure.Ms(r.p50), measure.Ms(r.p99), "-", "-")
+				fmt.Printf("%-38s %9.2f %9.2f %12s %8s  %s\n", name, measure.Ms(r.p50), measure.Ms(r.p99), "-", "-", counterTally(r.counterFailed))
 				continue
 			}
 			cpu := "-"
@@ -114,7 +115,7 @@ func main() {
 				cpu = fmt.Sprintf("%.2f", perEvent.Seconds())
 			}
 			add("hostile_events_"+p.key, float64(len(r.answers)), "events")
-			fmt.Printf("%-38s %9.2f %9.2f %12s %8d  %s\n", name, measure.Ms(r.p50), measure.Ms(r.p99), cpu, len(r.answers), tally(r.answers, r.unfinished))
+			fmt.Printf("%-38s %9.2f %9.2f %12s %8d  %s%s\n", name, measure.Ms(r.p50), measure.Ms(r.p99), cpu, len(r.answers), tally(r.answers, r.unfinished), counterTally(r.counterFailed))
 		}
 	}
 	var results []measure.Result
@@ -134,6 +135,7 @@ type result struct {
 	cpu            time.Duration // the server's, during the phase
 	answers        []string      // of the hostile events that finished
 	unfinished     int
+	counterFailed  []string // the counter's answers other than 200
 }
 
 func run(srv measure.Wasmkeep, p phase, hostiles, requests int, wait time.Duration) (result, error) {
@@ -202,12 +204,15 @@ func run(srv measure.Wasmkeep, p phase, hostiles, requests int, wait time.Durati
 	for i := range latencies {
 		start := time.Now()
 		answer, err := get(fmt.Sprintf("/actor/counter/c%d", i%actors))
-		if err != nil || !strings.HasPrefix(answer, "200 ") {
+		if err != nil {
 			stop.Store(true)
 			wg.Wait()
-			return result{}, fmt.Errorf("counter: %q %v", answer, err)
+			return result{}, fmt.Errorf("counter: %v", err)
 		}
 		latencies[i] = time.Since(start)
+		if !strings.HasPrefix(answer, "200 ") { // counted, its latency kept: a loaded machine can take a counter past its CPU budget
+			res.counterFailed = append(res.counterFailed, answer)
+		}
 	}
 	// Every hostile event started after cpu0 ends before cpu1.
 	stop.Store(true)
@@ -236,4 +241,12 @@ func tally(answers []string, unfinished int) string {
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, "; ")
+}
+
+// counterTally is the counter's failed answers, for the table: "; counter: 1× 500 ...".
+func counterTally(failed []string) string {
+	if len(failed) == 0 {
+		return ""
+	}
+	return "; counter: " + tally(failed, 0)
 }
