@@ -194,6 +194,27 @@ func testMemoryGrowthIsHostWork(t *testing.T, h *harness) {
 	}
 }
 
+// A guest's sleep (poll_oneoff on a clock) runs through the Waiter of the
+// call's ctx (runtime.AsWait), so that the kernel runs it outside the
+// event's turn of the cores (ADR 1057).
+func testSleepIsAWait(t *testing.T, h *harness) {
+	e := h.engine(t, runtime.Config{})
+	in := instantiate(t, compile(t, e, wasiGuest()), runtime.InstanceConfig{})
+	var w waits
+	got, err := tryCall(runtime.WithWaiter(t.Context(), &w), in, "poll_oneoff", sleepFor(time.Millisecond)(t, in)...)
+	if err != nil || got[0] != 0 {
+		t.Fatalf("poll_oneoff = %v, %v; want errno 0", got, err)
+	}
+	if w != 1 {
+		t.Errorf("the sleep ran through the ctx's Waiter %d times, want once", w)
+	}
+}
+
+// waits counts the waits of the calls whose ctx carries it.
+type waits int
+
+func (w *waits) Wait(f func()) { *w++; f() }
+
 // hostWork counts the host work of the calls whose ctx carries it.
 type hostWork struct{ calls int }
 

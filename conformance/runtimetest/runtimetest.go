@@ -57,6 +57,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) runtime.Driver) {
 		{"Interrupt", testInterrupt},
 		{"MemoryLimit", testMemoryLimit},
 		{"MemoryGrowthIsHostWork", testMemoryGrowthIsHostWork},
+		{"SleepIsAWait", testSleepIsAWait},
 		{"InstantiateGuest", testInstantiateGuest},
 		{"Stdio", testStdio},
 		{"Clocks", testClocks},

@@ -15,6 +15,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/replication"
 	"github.com/wasmkeep/wasmkeep/kernel/cputime"
+	"github.com/wasmkeep/wasmkeep/kernel/node/fair"
 	"github.com/wasmkeep/wasmkeep/kernel/node/guestlog"
 	"github.com/wasmkeep/wasmkeep/kernel/node/mailbox"
 	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
@@ -103,6 +104,7 @@ type actor struct {
 	stderr   guestlog.Stream
 	state    eventState
 	stack    [3]uint64
+	share    fair.Share // its recent CPU: whether, and in what order, it waits for a turn to run guest code
 }
 
 func newActor(n *Node, c *class, addr abi.Address, key string, prev *actor) *actor {
@@ -547,18 +549,22 @@ func (a *actor) recordInit(ctx context.Context) error {
 
 // guest runs f, which calls into the guest, under the event's CPU budget
 // (the guest's own CPU) and its cap (all its CPU, host calls included: it
-// stops a running statement or fetch too, through ctx). A failure (a trap,
-// a stop) discards the instance and returns a *failure that says which
-// limit stopped it, if one did.
+// stops a running statement or fetch too, through ctx), in a turn of the
+// node's cores if the actor uses much CPU (fair.Sched). A failure (a trap, a stop) discards the
+// instance and returns a *failure that says which limit stopped it, if one
+// did.
 func (a *actor) guest(ctx context.Context, what string, f func(ctx context.Context) error) error {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
+	a.node.cpu.Begin(&a.share)
+	defer a.node.cpu.End(&a.share)
 	budget := a.node.opts.CPUBudget
 	a.state.watch = cputime.StartCapped(budget, func() { stop(errCPUBudget) },
 		budget+a.node.opts.HostCPUBudget, func() { stop(errHostCPU) })
-	// Memory growth is host work (ADR 1043); storage bounds its SQL CPU by
-	// the thread's since the watch started (cputime.Since).
-	err := f(runtime.WithHostWork(cputime.NewContext(ctx, a.state.watch), a.state.watch))
+	// Memory growth is host work (ADR 1043), a sleep a wait (ADR 1057);
+	// storage bounds its SQL CPU by the thread's since the watch started
+	// (cputime.Since).
+	err := f(runtime.WithWaiter(runtime.WithHostWork(cputime.NewContext(ctx, a.state.watch), a.state.watch), a))
 	a.state.watch.Stop()
 	if err == nil {
 		return nil
@@ -566,6 +572,11 @@ func (a *actor) guest(ctx context.Context, what string, f func(ctx context.Conte
 	a.discardInstance()
 	return a.failed(ctx, what, err)
 }
+
+// Wait runs f, which waits for something other than the CPU (a sleep, a
+// call to another actor, a fetch, an fsync), without the event's turn of
+// the node's cores (runtime.Waiter, fair.Sched.Offload).
+func (a *actor) Wait(f func()) { a.node.cpu.Offload(&a.share, f) }
 
 // failed returns the *failure for err, which ended what: the limit that
 // stopped it, if ctx was stopped, or the actor's failure. The error itself

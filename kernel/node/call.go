@@ -87,7 +87,8 @@ func actorCall(ctx context.Context, st *eventState, mem runtime.Memory, s []uint
 		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-min(time.Second, n.opts.WallClock/10)))
 		defer cancel()
 	}
-	res := n.callActor(ctx, c, name, req, caller, chain, true)
+	var res callResult
+	st.actor.Wait(func() { res = n.callActor(ctx, c, name, req, caller, chain, true) })
 	if res.failed {
 		fail(res.kind, res.msg)
 		return

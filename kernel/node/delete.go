@@ -30,8 +30,8 @@ func deleteSelf(_ context.Context, st *eventState, mem runtime.Memory, s []uint6
 	case st.actor.db != nil && st.actor.db.InTransaction():
 		err = storage.Errorf(abi.SQLNotAllowed, "delete-self-durable inside a transaction: commit or roll back first")
 	default:
-		st.deleted = true // storage stays refused, even if removing fails
-		err = st.actor.removeDatabase()
+		st.deleted = true                                         // storage stays refused, even if removing fails
+		st.actor.Wait(func() { err = st.actor.removeDatabase() }) // an fsync, and with a bucket an upload
 		st.actor.node.metrics.Deleted(metrics.DeleteSelfDurable, err)
 		if err != nil {
 			err = storage.Errorf(abi.SQLInternal, "removing the database: %v", err)

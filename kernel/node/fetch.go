@@ -34,7 +34,9 @@ func httpFetch(ctx context.Context, st *eventState, mem runtime.Memory, s []uint
 		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-min(time.Second, n.opts.WallClock/10)))
 		defer cancel()
 	}
-	resp, err := n.fetch.Do(ctx, req, step)
+	var resp *abi.Response
+	var err *fetch.Error
+	st.actor.Wait(func() { resp, err = n.fetch.Do(ctx, req, step) })
 	if err != nil {
 		st.fetchFailed(mem, s, err)
 		return

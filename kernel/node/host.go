@@ -99,14 +99,19 @@ func sig(params []runtime.ValueType, results ...runtime.ValueType) runtime.Signa
 func types(ts ...runtime.ValueType) []runtime.ValueType { return ts }
 
 // hostFunc wraps a host function so that its time is not charged to the
-// guest's CPU budget (only to the event's cap on all CPU), even while it runs.
+// guest's CPU budget (only to the event's cap on all CPU), even while it
+// runs, and so that each call is a point where an event that uses much CPU
+// waits for a turn of the cores, or gives its turn to a waiting event
+// (fair.Sched.Check).
 func hostFunc(name string, s runtime.Signature, f func(ctx context.Context, st *eventState, mem runtime.Memory, stack []uint64)) runtime.HostFunction {
 	return runtime.HostFunction{Name: name, Signature: s, Func: func(ctx context.Context, mem runtime.Memory, stack []uint64) {
 		st := stateOf(ctx)
 		if st == nil {
 			faultf("%s.%s called while the module was pre-initialised: a module whose start calls the host cannot be", abi.HostModule, name)
 		}
-		defer st.watch.LeaveHost(st.watch.EnterHost())
+		since := st.watch.EnterHost()
+		defer st.watch.LeaveHost(since)
+		st.actor.node.cpu.Check(&st.actor.share, since) // where a guest that loops is rationed
 		f(ctx, st, mem, stack)
 	}}
 }
@@ -162,9 +167,18 @@ func hostFunctions() map[string]runtime.HostFunction {
 				return
 			}
 			durable := flags&abi.ExecDurable != 0
-			n, err := st.actor.db.Exec(ctx, sql, params, storage.ExecOptions{Durable: durable})
-			if err == nil && durable {
-				err = st.shipDurable(ctx)
+			var n int64
+			var err error
+			exec := func() {
+				n, err = st.actor.db.Exec(ctx, sql, params, storage.ExecOptions{Durable: durable})
+				if err == nil && durable {
+					err = st.shipDurable(ctx)
+				}
+			}
+			if durable { // an fsync, and with a bucket an upload
+				st.actor.Wait(exec)
+			} else {
+				exec()
 			}
 			if err != nil {
 				s[0] = st.sqlError(mem, s[5], s[6], err)

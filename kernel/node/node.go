@@ -22,6 +22,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -34,6 +35,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/replication"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
 	"github.com/wasmkeep/wasmkeep/kernel/node/alarm"
+	"github.com/wasmkeep/wasmkeep/kernel/node/fair"
 	"github.com/wasmkeep/wasmkeep/kernel/node/fetch"
 	"github.com/wasmkeep/wasmkeep/kernel/node/guestlog"
 	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
@@ -55,6 +57,7 @@ type Options struct {
 	HostCPUBudget time.Duration            // [3s] CPU per event besides CPUBudget, in host calls or not: the event's CPU cap is their sum
 	WallClock     time.Duration            // [30s] wall time per event
 	MaxInstances  int                      // [1000] instances at once: resident actors and stateless requests
+	CPUTurns      int                      // [GOMAXPROCS-1, at least 1] events of actors heavy on CPU that run guest code at once, the rest waiting their turn (fair.Sched, ADR 1057)
 	MemoryLimit   uint32                   // [128 MiB] per linear memory, in bytes
 	QueueLimit    int                      // [1024] events waiting per actor
 	MaxBodyBytes  int64                    // [16 MB] request body
@@ -182,6 +185,9 @@ func (o Options) withDefaults() Options {
 	if o.MemoryLimit == 0 {
 		o.MemoryLimit = 128 << 20
 	}
+	if o.CPUTurns == 0 {
+		o.CPUTurns = max(goruntime.GOMAXPROCS(0)-1, 1)
+	}
 	if o.QueueLimit == 0 {
 		o.QueueLimit = 1024
 	}
@@ -283,6 +289,7 @@ type Node struct {
 	actors  map[string]*actor // registered mailboxes, by tenant/class/name
 	closing map[string]*actor // incarnations still closing their resources
 	slots   chan struct{}     // one token per instance: resident actor or stateless request
+	cpu     *fair.Sched       // the turns of events running guest code
 	wg      sync.WaitGroup    // actor goroutines and stateless requests
 	// background: modules being pre-initialised (preinit.go)
 	background sync.WaitGroup
@@ -345,6 +352,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 		swapped:  make(chan struct{}),
 		actors:   map[string]*actor{}, closing: map[string]*actor{},
 		slots:       make(chan struct{}, opts.MaxInstances),
+		cpu:         fair.New(opts.CPUTurns, opts.Clock.Now),
 		alarms:      alarm.NewSchedule(),
 		fetch:       fetcher,
 		guestLogs:   guestlog.NewSink(opts.Logger, opts.Clock, opts.GuestLogRate),
@@ -366,6 +374,7 @@ func New(ctx context.Context, opts Options, rt runtime.Driver, st storage.Driver
 	n.metrics = metrics.New(metrics.Gauges{
 		Resident:        func() float64 { n.mu.Lock(); defer n.mu.Unlock(); return float64(len(n.actors)) },
 		Queued:          func() float64 { n.mu.Lock(); defer n.mu.Unlock(); return float64(n.queued()) },
+		WaitingCPU:      func() float64 { return float64(n.cpu.Waiting()) },
 		GuestLogLines:   func() float64 { return float64(n.GuestLogLines()) },
 		GuestLogDropped: func() float64 { return float64(n.GuestLogDropped()) },
 		WebSockets:      func() float64 { return float64(n.ws.Len()) },

@@ -277,6 +277,34 @@ func AsHostWork(ctx context.Context, f func()) {
 	f()
 }
 
+// Waiter runs a guest's wait for the kernel: WASI's sleep (poll_oneoff on
+// a clock) is a wait for time, not work, which the kernel runs outside the
+// event's turn of the node's cores (ADR 1057). The kernel puts one in the
+// ctx of every call (WithWaiter).
+type Waiter interface {
+	Wait(f func())
+}
+
+type waiterKey struct{}
+
+// WithWaiter returns ctx carrying w.
+func WithWaiter(ctx context.Context, w Waiter) context.Context {
+	return context.WithValue(ctx, waiterKey{}, w)
+}
+
+// AsWait runs f, a wait of the guest's (a sleep), through the Waiter of
+// the call ctx belongs to, if the kernel gave it one. Every engine's sleep
+// runs through it.
+func AsWait(ctx context.Context, f func()) {
+	if ctx != nil {
+		if w, _ := ctx.Value(waiterKey{}).(Waiter); w != nil {
+			w.Wait(f)
+			return
+		}
+	}
+	f()
+}
+
 // ErrInterrupted matches the error of a call stopped because its ctx was
 // done. context.Cause(ctx) tells the kernel why.
 var ErrInterrupted = errors.New("guest interrupted")

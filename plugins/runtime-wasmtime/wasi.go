@@ -217,10 +217,16 @@ func pollOneoff(in *instance, stack []uint64) (interrupt bool) {
 		if in.ctx != nil {
 			done = in.ctx.Done()
 		}
-		select {
-		case <-t.C:
-		case <-done:
-			t.Stop()
+		stopped := false
+		runtime.AsWait(in.ctx, func() {
+			select {
+			case <-t.C:
+			case <-done:
+				t.Stop()
+				stopped = true
+			}
+		})
+		if stopped {
 			return true
 		}
 	}

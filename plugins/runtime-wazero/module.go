@@ -139,9 +139,15 @@ func (in *instance) Close(ctx context.Context) error { return in.mod.Close(ctx) 
 func (in *instance) sleep(ns int64) {
 	t := time.NewTimer(time.Duration(ns))
 	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-in.ctx.Done():
+	stopped := false
+	runtime.AsWait(in.ctx, func() {
+		select {
+		case <-t.C:
+		case <-in.ctx.Done():
+			stopped = true
+		}
+	})
+	if stopped {
 		code := sys.ExitCodeContextCanceled
 		if errors.Is(in.ctx.Err(), context.DeadlineExceeded) {
 			code = sys.ExitCodeDeadlineExceeded

@@ -41,6 +41,7 @@ const (
 type Gauges struct {
 	Resident        func() float64 // actors in memory
 	Queued          func() float64 // events waiting in their mailboxes
+	WaitingCPU      func() float64 // events of actors heavy on CPU waiting for a turn of the cores (ADR 1057)
 	GuestLogLines   func() float64
 	GuestLogDropped func() float64
 	WebSockets      func() float64 // registered sockets
@@ -179,6 +180,7 @@ func New(g Gauges) *Metrics {
 		m.deployVersion, m.deploySeq, m.followFailures, m.deletes, m.deleteFailures,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_actors_resident", Help: "Actors in memory now (registered mailboxes)."}, g.Resident),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_events_queued", Help: "Events waiting in resident actors' mailboxes, not started yet."}, g.Queued),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_events_waiting_cpu", Help: "Running events of actors heavy on CPU waiting for a turn of the cores."}, g.WaitingCPU),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "wasmkeep_guest_log_lines_total", Help: "Lines actors printed that reached the log."}, g.GuestLogLines),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "wasmkeep_guest_log_dropped_total", Help: "Lines actors printed that were dropped over the rate."}, g.GuestLogDropped),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "wasmkeep_websockets_open", Help: "Registered WebSockets, including pending close cleanup."}, g.WebSockets),

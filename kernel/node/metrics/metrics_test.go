@@ -22,7 +22,7 @@ func page(t *testing.T, m *Metrics) string {
 func TestPage(t *testing.T) {
 	ready := true
 	one := func() float64 { return 1 }
-	m := New(Gauges{Resident: one, Queued: one, GuestLogLines: one, GuestLogDropped: one, WebSockets: one, Classes: one, NotReady: func() string {
+	m := New(Gauges{Resident: one, Queued: one, WaitingCPU: one, GuestLogLines: one, GuestLogDropped: one, WebSockets: one, Classes: one, NotReady: func() string {
 		if ready {
 			return ""
 		}
@@ -41,6 +41,7 @@ func TestPage(t *testing.T) {
 		`wasmkeep_stateless_requests_total{outcome="failed"} 1`,
 		`wasmkeep_alarm_index_rebuilds_total 0`,
 		`wasmkeep_events_queued 1`,
+		`wasmkeep_events_waiting_cpu 1`,
 		`wasmkeep_ready 1`,
 		`wasmkeep_not_ready{reason="shutting down"} 0`,
 	} {
