@@ -84,7 +84,7 @@ func (n *Node) deletePass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := deletes.Expire(ctx, state, l, now); err != nil {
+	if err := deletes.Expire(ctx, state, l, now); err != nil {
 		n.log.Warn("deleting expired delete requests", "err", err)
 	}
 	slots := make(chan struct{}, deleteBatch)
