@@ -56,9 +56,15 @@ func (n *Node) socketFreed(key string) {
 // ownerOfKey names the actor key (tenant/class/name) as its ownership
 // record does.
 func ownerOfKey(key string) (ownership.Actor, error) {
+	return ownerKey(addrOfKey(key))
+}
+
+// addrOfKey is the address of the actor key (tenant/class/name); the name
+// may hold '/'.
+func addrOfKey(key string) abi.Address {
 	tenant, rest, _ := strings.Cut(key, "/")
 	class, name, _ := strings.Cut(rest, "/")
-	return ownerKey(abi.Address{Tenant: tenant, Class: class, Name: name})
+	return abi.Address{Tenant: tenant, Class: class, Name: name}
 }
 
 // releaseParked releases the actor's parked record, if it has one, and
