@@ -142,9 +142,12 @@ func (n *Node) handOver(say func(nodelease.Taking)) nodelease.Taking {
 		return nodelease.Drained
 	}
 	// Every pass, before the hand-overs (ADR 1055): a park that checked
-	// the node took actors just before the drain began lands after the
-	// first.
-	n.releaseAllParked(metrics.ParkedDrain)
+	// the node took actors just before it stopped lands after the first.
+	reason := metrics.ParkedNotTaking // its secrets, say: no drain asked
+	if n.takesNoneFor(nodelease.ReasonDrain) {
+		reason = metrics.ParkedDrain
+	}
+	n.releaseAllParked(reason)
 	if !n.holdsAny() {
 		return n.drainedUnless(n.handOffAlarms())
 	}
