@@ -372,6 +372,9 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) (err error) {
 	if err != nil {
 		return err
 	}
+	if len(expire) > 0 && cfg.Cluster.Bucket == "" {
+		return errors.New("--expire-after-idle needs a bucket (--bucket): an actor's idle time is read from its ownership record there")
+	}
 	keyFiles := flagOrKey(cmd.Flags().Changed, "secrets-key", f.secretsKeys, ns.SecretsKey)
 	noSecrets := ns.NoSecrets
 	if cmd.Flags().Changed("no-secrets") {
