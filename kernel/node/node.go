@@ -101,6 +101,9 @@ type Options struct {
 	// How often the collecting node of the app looks for idle actors to
 	// expire. [DefaultExpiryPass]
 	ExpiryPass time.Duration
+	// How many idle actors one pass tries at most; the rest wait for the
+	// next. [DefaultExpiryBudget]
+	ExpiryBudget int
 
 	// The app's secrets the node starts with (secrets.go), by class, name
 	// to value, or why it cannot open them (it starts failed closed).
@@ -198,6 +201,9 @@ func (o Options) withDefaults() Options {
 		o.MaxConnections = DefaultMaxConnections
 	}
 	def(&o.ExpiryPass, DefaultExpiryPass)
+	if o.ExpiryBudget == 0 {
+		o.ExpiryBudget = DefaultExpiryBudget
+	}
 	if o.MaxFetches == 0 {
 		o.MaxFetches = 256
 	}
