@@ -156,10 +156,8 @@ func (n *Node) carryOut(ctx context.Context, c *class, r deletes.Request) {
 			break
 		}
 		// Their close events run in the mailbox before the job again.
-		for wait := n.clock.Now().Add(closeEventsWait); n.ws.Has(key) && n.clock.Now().Before(wait); {
-			if clock.Sleep(ctx, n.clock, 50*time.Millisecond) != nil {
-				return
-			}
+		if n.awaitSocketsGone(ctx, key) != nil {
+			return
 		}
 	}
 	if job.result == "" {
