@@ -488,13 +488,16 @@ func (n *Node) GuestLogDropped() int64 { return n.guestLogs.Dropped() }
 // is closed cleanly.
 func (n *Node) Shutdown(srv *http.Server, grace time.Duration) error {
 	n.beginStop()
-	if n.opts.Cluster != nil {
-		n.releaseAllParked(metrics.ParkedStop) // no park after beginStop; Member.Leave releases one that began before
-	}
 	// The grace is the operator's wall time, and net/http polls its idle
 	// connections on timers of its own: the wall clock, not n.clock.
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
+	if n.opts.Cluster != nil {
+		// No park after beginStop; Member.Leave releases one that began
+		// before, and those the grace left (thousands of parked rooms),
+		// or the lease's release frees them.
+		n.releaseAllParked(ctx, metrics.ParkedStop)
+	}
 	err := srv.Shutdown(ctx)
 	n.ws.Shutdown()
 	n.hibernateAll()

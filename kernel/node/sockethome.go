@@ -80,10 +80,11 @@ func (n *Node) releaseParked(actor ownership.Actor, reason string) {
 }
 
 // releaseAllParked releases every parked record, counted for reason (a
-// drain pass, a clean stop) as they land. Each release is bounded on its
-// own (ownership.ReleaseTimeout), never by a deadline shared by all.
-func (n *Node) releaseAllParked(reason string) {
-	if k := n.opts.Cluster.Member.Owners.ReleaseAllParked(context.WithoutCancel(n.ctx)); k > 0 {
+// drain pass, a clean stop) as they land, starting none once ctx ends.
+// Each release is bounded on its own (ownership.ReleaseTimeout), not by
+// ctx; those not started stay parked (ownership.Owners.ReleaseAllParked).
+func (n *Node) releaseAllParked(ctx context.Context, reason string) {
+	if k := n.opts.Cluster.Member.Owners.ReleaseAllParked(ctx); k > 0 {
 		n.opts.Cluster.Metrics.ParkedReleased(reason, k)
 		n.log.Info("released parked ownership records", "count", k, "reason", reason)
 	}

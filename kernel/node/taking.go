@@ -164,7 +164,7 @@ func (n *Node) handOver(say func(nodelease.Taking)) nodelease.Taking {
 	if n.takesNoneFor(nodelease.ReasonDrain) {
 		reason = metrics.ParkedDrain
 	}
-	n.releaseAllParked(reason)
+	n.releaseAllParked(n.ctx, reason)
 	if !n.holdsAny() {
 		return n.drainedUnless(n.handOffAlarms())
 	}
