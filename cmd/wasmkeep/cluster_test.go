@@ -73,8 +73,9 @@ func TestNodeIDTwinRefused(t *testing.T) {
 }
 
 // A --bucket a build cannot serve, a malformed URL, a bucket without a
-// node id, an --app outside the grammar or without a bucket is refused
-// before anything starts, naming what is wrong.
+// node id, an --app outside the grammar or without a bucket, an
+// --expire-after-idle without a bucket is refused before anything starts,
+// naming what is wrong.
 func TestBucketFlagRefusals(t *testing.T) {
 	bin := wasmkeepBinary(t)
 	for args, want := range map[string]string{
@@ -86,6 +87,7 @@ func TestBucketFlagRefusals(t *testing.T) {
 		"--bucket file:///tmp/x --node-id a --history-retention-secs -1": "cannot be negative",
 		"--app acme/Shop --bucket file:///tmp/x --node-id a":             `--app (node.app): app acme/Shop: app name "Shop" must match [a-z][a-z0-9-]{0,63}`,
 		"--app acme/shop":                                                "--app acme/shop needs a bucket (--bucket)",
+		"--expire-after-idle counter=2h":                                 "--expire-after-idle needs a bucket (--bucket)",
 	} {
 		cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--actor", "counter=" + counter(t)}, strings.Fields(args)...)...)
 		cmd.Env = withoutWasmkeepVars()

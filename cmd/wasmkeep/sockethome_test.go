@@ -15,6 +15,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/app"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
 	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
 )
@@ -294,6 +295,30 @@ func TestParkedReleasedBeforePlacingOnATaker(t *testing.T) {
 	}
 	if rec, _, err := am.Owners.Owner(t.Context(), ownership.Actor{Tenant: "default", Class: "room", Name: "home"}); err != nil || !rec.Nobody() {
 		t.Errorf("the room's record: %+v (%v), want it naming nobody", rec, err)
+	}
+}
+
+// A taking pass of a node that takes no actor for a reason other than a
+// drain (its secrets) releases its parked records counted not_taking, not
+// drain. Checked by hand: fails with the pass's reason fixed to drain.
+func TestParkedReleasedByATakingPassWithoutDrain(t *testing.T) {
+	engineNeutral(t)
+	t.Parallel()
+	mem := buckettest.NewMemory(buckettest.Flaws{})
+	classes := map[string]string{"room": room(t)}
+	a, am := ownedNodeOn(t, mem, "a", classes, 200*time.Millisecond)
+	_, bm := ownedNodeOn(t, mem, "b", classes, 0)
+	waitTaker(t, am, 1)
+	waitTaker(t, bm, 1)
+	c := dial(t, a, "/actor/room/home/")
+	if got := readText(t, c); got != "welcome 1" {
+		t.Fatalf("first message %q", got)
+	}
+	waitFor(t, 10*time.Second, "the room to park", func() bool { return am.Owners.ParkedCount() == 1 })
+	a.node.StopTaking(nodelease.ReasonSecrets)
+	waitFor(t, 10*time.Second, "a's taking pass to release the parked record", func() bool { return am.Owners.ParkedCount() == 0 })
+	if got, drain := a.metric(`wasmkeep_parked_releases_total{reason="not_taking"}`), a.metric(`wasmkeep_parked_releases_total{reason="drain"}`); got != 1 || drain != 0 {
+		t.Errorf("parked records released by a pass not taking for its secrets: not_taking %v, drain %v; want 1 and 0", got, drain)
 	}
 }
 

@@ -112,9 +112,18 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 	if err := cfg.App.Check(); err != nil {
 		return nil, err
 	}
+	// Each probe, and each sleep, within what is left of BucketWait (a
+	// probe's own retries may take minutes): the node gives up once it
+	// has passed, not at the last probe whose full wait would fit.
 	start := cfg.Clock.Now()
+	left := func() time.Duration { return cfg.BucketWait - cfg.Clock.Now().Sub(start) }
 	for wait, tries := time.Second, 1; ; wait, tries = min(2*wait, probeRetry), tries+1 {
-		err := bucket.Probe(ctx, cfg.Bucket)
+		probeCtx, cancel := ctx, context.CancelFunc(func() {})
+		if cfg.BucketWait > 0 {
+			probeCtx, cancel = clock.WithTimeout(ctx, cfg.Clock, left())
+		}
+		err := bucket.Probe(probeCtx, cfg.Bucket)
+		cancel()
 		if err == nil {
 			break
 		}
@@ -122,16 +131,20 @@ func Join(ctx context.Context, cfg Config) (*Member, error) {
 			return nil, fmt.Errorf("the bucket cannot be used: %w", err)
 		}
 		waited := cfg.Clock.Now().Sub(start)
-		if cfg.BucketWait > 0 && waited+wait > cfg.BucketWait {
-			return nil, fmt.Errorf("%w: no answer to %d probes over %v (cluster.bucket_wait_secs); the last: %w", ErrNoBucket, tries, waited.Round(time.Second), err)
+		last, then := cfg.BucketWait > 0 && left() <= wait, "trying again"
+		if last { // no probe after this wait
+			wait, then = max(0, left()), "giving up at cluster.bucket_wait_secs"
 		}
 		if tries == 1 {
-			log.Warn("the bucket did not answer its probe; trying again", "in", wait, "err", err)
+			log.Warn("the bucket did not answer its probe; "+then, "in", wait, "err", err)
 		} else {
-			log.Warn("the bucket still does not answer its probe; trying again", "in", wait, "tries", tries, "waited", waited.Round(time.Second))
+			log.Warn("the bucket still does not answer its probe; "+then, "in", wait, "tries", tries, "waited", waited.Round(time.Second))
 		}
 		if err := clock.Sleep(ctx, cfg.Clock, wait); err != nil {
 			return nil, err
+		}
+		if last {
+			return nil, fmt.Errorf("%w: no answer to %d probes over %v (cluster.bucket_wait_secs); the last: %w", ErrNoBucket, tries, cfg.BucketWait.Round(time.Second), err)
 		}
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -394,9 +394,22 @@ func (u *unanswered) Put(ctx context.Context, key string, body io.Reader, size i
 	return u.Bucket.Put(ctx, key, body, size, cond)
 }
 
+// hanging is a bucket whose writes never answer: they end with their
+// context.
+type hanging struct{ bucket.Bucket }
+
+func (hanging) Put(ctx context.Context, key string, body io.Reader, size int64, cond bucket.Condition) (bucket.Version, error) {
+	<-ctx.Done()
+	return "", ctx.Err()
+}
+
 // A start whose bucket does not answer gives up after BucketWait with
 // ErrNoBucket, counting its probes, and logs the long error once, not at
-// every probe; with BucketWait 0 it waits until the bucket answers.
+// every probe; with BucketWait 0 it waits until the bucket answers. It
+// gives up at BucketWait, not at the last probe whose full wait would fit
+// (fails with the sleep not cut to what is left: given up at 15 s), and
+// a probe that hangs is cut there too (fails with the probe not bounded:
+// Join never ends).
 func TestJoinGivesUpOnABucketThatDoesNotAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var logs bytes.Buffer
@@ -404,14 +417,26 @@ func TestJoinGivesUpOnABucketThatDoesNotAnswer(t *testing.T) {
 		cfg := config(&unanswered{Bucket: buckettest.NewMemory(buckettest.Flaws{}), fails: 1000}, clk, "p1", nil)
 		cfg.Logger, cfg.BucketWait = slog.New(slog.NewTextHandler(&logs, nil)), 20*time.Second
 		_, err := join(t, clk, cfg)
-		if !errors.Is(err, ErrNoBucket) || !strings.Contains(err.Error(), "no answer to 5 probes over 15s") {
+		if !errors.Is(err, ErrNoBucket) || !strings.Contains(err.Error(), "no answer to 5 probes over 20s") {
 			t.Fatalf("Join: %v, want ErrNoBucket after 5 probes (at 0, 1, 3, 7 and 15 s: the next, at 31 s, is past 20 s)", err)
 		}
-		if clk.Since() > 20*time.Second {
-			t.Errorf("gave up after %v, past BucketWait", clk.Since())
+		if clk.Since() != 20*time.Second {
+			t.Errorf("gave up after %v, want BucketWait", clk.Since())
 		}
-		if n := strings.Count(logs.String(), "a long SDK message"); n != 60 || strings.Count(logs.String(), "still does not answer") != 3 {
-			t.Errorf("the long error logged %d times over, want once (and 3 short lines):\n%s", n/60, logs.String())
+		if n := strings.Count(logs.String(), "a long SDK message"); n != 60 || strings.Count(logs.String(), "still does not answer") != 4 {
+			t.Errorf("the long error logged %d times over, want once (and 4 short lines):\n%s", n/60, logs.String())
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		clk := simtest.New()
+		cfg := config(hanging{buckettest.NewMemory(buckettest.Flaws{})}, clk, "p1", nil)
+		cfg.BucketWait = 20 * time.Second
+		_, err := join(t, clk, cfg)
+		if !errors.Is(err, ErrNoBucket) || !strings.Contains(err.Error(), "no answer to 1 probes over 20s") {
+			t.Fatalf("Join on a bucket whose probe hangs: %v, want ErrNoBucket after its one probe", err)
+		}
+		if clk.Since() > 21*time.Second { // a step of the test's clock past it
+			t.Errorf("gave up after %v, want BucketWait", clk.Since())
 		}
 	})
 	synctest.Test(t, func(t *testing.T) {

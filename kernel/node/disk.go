@@ -15,14 +15,14 @@ import (
 // diskSample is how often the free space is read.
 const diskSample = 5 * time.Second
 
-// freeDisk is the space an unprivileged process may still write on the
-// filesystem holding dir.
-func freeDisk(dir string) (uint64, error) {
+// DiskSpace is the space an unprivileged process may still write on the
+// filesystem holding dir, and that filesystem's size, in bytes.
+func DiskSpace(dir string) (free, size uint64, err error) {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return st.Bavail * uint64(st.Bsize), nil
+	return st.Bavail * uint64(st.Bsize), st.Blocks * uint64(st.Bsize), nil
 }
 
 // sampleDisk reads the free space every diskSample until the node stops
@@ -36,7 +36,7 @@ func (n *Node) sampleDisk() {
 // readDisk reads the free space and says whether the node is short of it;
 // a read that fails changes nothing (logged, as each change is).
 func (n *Node) readDisk() {
-	free, err := freeDisk(n.opts.DataDir)
+	free, _, err := DiskSpace(n.opts.DataDir)
 	if err != nil {
 		if !n.diskUnread.Swap(true) {
 			n.log.Warn("reading the data directory's free space", "dir", n.opts.DataDir, "err", err)

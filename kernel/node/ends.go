@@ -84,7 +84,7 @@ func (n *Node) deletePass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := deletes.Expire(ctx, state, l, now); err != nil {
+	if err := deletes.Expire(ctx, state, l, now); err != nil {
 		n.log.Warn("deleting expired delete requests", "err", err)
 	}
 	slots := make(chan struct{}, deleteBatch)
@@ -156,10 +156,8 @@ func (n *Node) carryOut(ctx context.Context, c *class, r deletes.Request) {
 			break
 		}
 		// Their close events run in the mailbox before the job again.
-		for wait := n.clock.Now().Add(closeEventsWait); n.ws.Has(key) && n.clock.Now().Before(wait); {
-			if clock.Sleep(ctx, n.clock, 50*time.Millisecond) != nil {
-				return
-			}
+		if n.awaitSocketsGone(ctx, key) != nil {
+			return
 		}
 	}
 	if job.result == "" {
@@ -278,23 +276,27 @@ func (a *actor) runExpiry(ctx context.Context, job *deleteJob) outcome {
 // minutes).
 const DefaultExpiryPass = 10 * time.Minute
 
-// expiryBudget and expiryParallel bound a pass: at most 100 expiries, four
-// at a time.
-const (
-	expiryBudget   = 100
-	expiryParallel = 4
-)
+// DefaultExpiryBudget is Options.ExpiryBudget's default: at most 100
+// expiries a pass.
+const DefaultExpiryBudget = 100
+
+// expiryParallel is how many expiries of a pass run at a time.
+const expiryParallel = 4
 
 // runExpiry runs the expiry passes until the node stops: only on the
 // collecting node of the app (collectsExpiry), while it takes actors, its
 // lease is valid, its view of its peers is trusted and it is not behind
-// on deploys. A record whose job ended for good (expired, or kept: an
-// alarm, a socket, nothing to expire) is not tried again at the version
-// listed; one not tried (past the budget) or refused for a passing reason
-// is tried again by the next pass.
+// on deploys. A job that acquired the actor, or found it woken since the
+// listing, leaves its record rewritten: a kept actor (an alarm, a socket,
+// nothing to expire) is listed again only a limit later. A record the
+// job found changed or held (ownership.ErrChanged) keeps its version
+// while its holder runs the actor, however long: it is not tried again
+// at that version (changed), so that such records never fill a pass's
+// budget ahead of idle ones. One not tried (past the budget) or refused
+// for a passing reason is tried again by the next pass.
 func (n *Node) runExpiry() {
 	m := n.opts.Cluster.Member
-	tried := map[string]bucket.Version{}
+	changed := map[string]bucket.Version{}
 	for clock.Sleep(n.ctx, n.clock, n.opts.ExpiryPass) == nil {
 		// A node behind on deploys runs no pass: it would judge by a limit
 		// that may have changed (book ADR 0028).
@@ -302,7 +304,7 @@ func (n *Node) runExpiry() {
 			continue
 		}
 		var err error
-		if tried, err = n.expiryPass(n.ctx, tried); err != nil && n.ctx.Err() == nil {
+		if changed, err = n.expiryPass(n.ctx, changed); err != nil && n.ctx.Err() == nil {
 			n.log.Warn("idle expiry", "err", err)
 		}
 	}
@@ -335,9 +337,10 @@ type expiryCandidate struct {
 // (one LIST per class) past the limit by the node's clock,
 // read before the listings, and not of an actor with an alarm entry, one
 // resident here or with a socket here, are expired, expiryParallel at a
-// time. It returns the records whose job ended for good, by key, at the
-// version listed, for the next pass to leave alone.
-func (n *Node) expiryPass(ctx context.Context, tried map[string]bucket.Version) (map[string]bucket.Version, error) {
+// time. It returns the records found changed or held (changed, and those
+// its jobs found so), by key, at the version listed, for the next pass to
+// leave alone.
+func (n *Node) expiryPass(ctx context.Context, changed map[string]bucket.Version) (map[string]bucket.Version, error) {
 	state := n.opts.Cluster.Member.State
 	now := n.clock.Now()
 	d, _ := n.deployed()
@@ -348,12 +351,12 @@ func (n *Node) expiryPass(ctx context.Context, tried map[string]bucket.Version) 
 		}
 	}
 	if len(limited) == 0 {
-		return tried, nil
+		return changed, nil
 	}
 	alarmed := map[string]bool{}
 	entries, err := bucket.ListAll(ctx, state, alarmindex.TenantPrefix(n.opts.App.Tenant))
 	if err != nil {
-		return tried, err
+		return changed, err
 	}
 	for _, e := range entries {
 		if k, err := alarmindex.ParseKey(e.Key); err == nil {
@@ -366,20 +369,20 @@ func (n *Node) expiryPass(ctx context.Context, tried map[string]bucket.Version) 
 		prefix := ownership.Actor{Tenant: n.opts.App.Tenant, Class: c.name}.Key()
 		records, err := bucket.ListAll(ctx, state, prefix)
 		if err != nil {
-			return tried, err
+			return changed, err
 		}
 		for _, e := range records {
 			enc := strings.TrimPrefix(e.Key, prefix)
 			if now.Sub(e.ModTime) <= c.spec.Expire || alarmed[c.name+"/"+enc] || e.Version == "" {
 				continue
 			}
-			if tried[e.Key] == e.Version {
-				next[e.Key] = e.Version // ended for good at this version
+			if changed[e.Key] == e.Version {
+				next[e.Key] = e.Version // still held, or never idle at this version
 				continue
 			}
 			name, hashed, err := history.DecodeName(enc)
 			key := n.actorKey(c, name)
-			if err != nil || hashed || n.ws.Has(key) || n.resident(key) || len(todo) == expiryBudget {
+			if err != nil || hashed || n.ws.Has(key) || n.resident(key) || len(todo) == n.opts.ExpiryBudget {
 				continue
 			}
 			todo = append(todo, expiryCandidate{class: c, name: name, key: e.Key, version: e.Version})
@@ -396,12 +399,14 @@ func (n *Node) expiryPass(ctx context.Context, tried map[string]bucket.Version) 
 			defer func() { <-slots }()
 			job := &deleteJob{expire: cand.version}
 			err := n.runDeleteJob(ctx, cand.class, cand.name, job)
-			if err != nil {
-				return // refused for now (a wake since, the bucket, a lapse): tried again
+			if errors.Is(err, ownership.ErrChanged) {
+				mu.Lock()
+				next[cand.key] = cand.version
+				mu.Unlock()
 			}
-			mu.Lock()
-			next[cand.key] = cand.version
-			mu.Unlock()
+			if err != nil {
+				return // the bucket, a lapse: tried again
+			}
 			if job.result == deletes.Done {
 				n.log.Info("an idle actor expired", "actor", n.actorKey(cand.class, cand.name), "limit", cand.class.spec.Expire)
 			}

@@ -205,10 +205,8 @@ func (n *Node) move(c *class, key string, owner ownership.Actor, mv cluster.Move
 	}()
 	deadline := n.clock.Now().Add(moveDeadline)
 	n.metrics.OwnerClosed(metrics.OwnerCloseMove, n.ws.CloseActor(key, websocket.ServiceRestart, "the actor moves to another node, reconnect"))
-	for wait := n.clock.Now().Add(closeEventsWait); n.ws.Has(key) && n.clock.Now().Before(wait); {
-		if clock.Sleep(n.ctx, n.clock, 50*time.Millisecond) != nil {
-			return
-		}
+	if n.awaitSocketsGone(n.ctx, key) != nil {
+		return
 	}
 	if n.ws.Has(key) { // a socket that will not close: tried again later
 		return

@@ -104,6 +104,9 @@ type Options struct {
 	// How often the collecting node of the app looks for idle actors to
 	// expire. [DefaultExpiryPass]
 	ExpiryPass time.Duration
+	// How many idle actors one pass tries at most; the rest wait for the
+	// next. [DefaultExpiryBudget]
+	ExpiryBudget int
 
 	// The app's secrets the node starts with (secrets.go), by class, name
 	// to value, or why it cannot open them (it starts failed closed).
@@ -204,6 +207,9 @@ func (o Options) withDefaults() Options {
 		o.MaxConnections = DefaultMaxConnections
 	}
 	def(&o.ExpiryPass, DefaultExpiryPass)
+	if o.ExpiryBudget == 0 {
+		o.ExpiryBudget = DefaultExpiryBudget
+	}
 	if o.MaxFetches == 0 {
 		o.MaxFetches = 256
 	}
@@ -496,13 +502,16 @@ func (n *Node) GuestLogDropped() int64 { return n.guestLogs.Dropped() }
 // is closed cleanly.
 func (n *Node) Shutdown(srv *http.Server, grace time.Duration) error {
 	n.beginStop()
-	if n.opts.Cluster != nil {
-		n.releaseAllParked(metrics.ParkedStop) // no park after beginStop; Member.Leave releases one that began before
-	}
 	// The grace is the operator's wall time, and net/http polls its idle
 	// connections on timers of its own: the wall clock, not n.clock.
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
+	if n.opts.Cluster != nil {
+		// No park after beginStop; Member.Leave releases one that began
+		// before, and those the grace left (thousands of parked rooms),
+		// or the lease's release frees them.
+		n.releaseAllParked(ctx, metrics.ParkedStop)
+	}
 	err := srv.Shutdown(ctx)
 	n.ws.Shutdown()
 	n.hibernateAll()

@@ -335,14 +335,13 @@ func (n *Node) sweepOwners() {
 			n.mu.Lock()
 			resident := n.actors[key] != nil || parked[key] // a parked record names this node: nothing to read
 			n.mu.Unlock()
-			tenant, rest, _ := strings.Cut(key, "/")
-			class, name, _ := strings.Cut(rest, "/")
-			c := n.class(class)
-			if resident || c == nil || tenant != n.opts.App.Tenant {
+			addr := addrOfKey(key)
+			c := n.class(addr.Class)
+			if resident || c == nil || addr.Tenant != n.opts.App.Tenant {
 				continue
 			}
 			var e *placement.Elsewhere
-			if errors.As(n.place(n.ctx, c, name), &e) {
+			if errors.As(n.place(n.ctx, c, addr.Name), &e) {
 				n.metrics.OwnerClosed(metrics.OwnerCloseSweep, n.ws.CloseActor(key, websocket.ServiceRestart, "the actor moved, reconnect"))
 			}
 		}

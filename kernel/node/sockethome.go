@@ -56,9 +56,15 @@ func (n *Node) socketFreed(key string) {
 // ownerOfKey names the actor key (tenant/class/name) as its ownership
 // record does.
 func ownerOfKey(key string) (ownership.Actor, error) {
+	return ownerKey(addrOfKey(key))
+}
+
+// addrOfKey is the address of the actor key (tenant/class/name); the name
+// may hold '/'.
+func addrOfKey(key string) abi.Address {
 	tenant, rest, _ := strings.Cut(key, "/")
 	class, name, _ := strings.Cut(rest, "/")
-	return ownerKey(abi.Address{Tenant: tenant, Class: class, Name: name})
+	return abi.Address{Tenant: tenant, Class: class, Name: name}
 }
 
 // releaseParked releases the actor's parked record, if it has one, and
@@ -74,10 +80,11 @@ func (n *Node) releaseParked(actor ownership.Actor, reason string) {
 }
 
 // releaseAllParked releases every parked record, counted for reason (a
-// drain pass, a clean stop) as they land. Each release is bounded on its
-// own (ownership.ReleaseTimeout), never by a deadline shared by all.
-func (n *Node) releaseAllParked(reason string) {
-	if k := n.opts.Cluster.Member.Owners.ReleaseAllParked(context.WithoutCancel(n.ctx)); k > 0 {
+// drain pass, a clean stop) as they land, starting none once ctx ends.
+// Each release is bounded on its own (ownership.ReleaseTimeout), not by
+// ctx; those not started stay parked (ownership.Owners.ReleaseAllParked).
+func (n *Node) releaseAllParked(ctx context.Context, reason string) {
+	if k := n.opts.Cluster.Member.Owners.ReleaseAllParked(ctx); k > 0 {
 		n.opts.Cluster.Metrics.ParkedReleased(reason, k)
 		n.log.Info("released parked ownership records", "count", k, "reason", reason)
 	}

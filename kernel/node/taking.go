@@ -67,6 +67,23 @@ const handOverBatch = 16
 // the close leaves its event unrun.
 const closeEventsWait = 5 * time.Second
 
+// awaitSocketsGone waits until no socket of the actor key (of any actor,
+// for "") is open here, for up to closeEventsWait: the close events of the
+// sockets just closed run in their mailboxes meanwhile. It returns ctx's
+// error if ctx ends first.
+func (n *Node) awaitSocketsGone(ctx context.Context, key string) error {
+	open := func() bool { return n.ws.Has(key) }
+	if key == "" {
+		open = func() bool { return n.ws.Len() > 0 }
+	}
+	for wait := n.clock.Now().Add(closeEventsWait); open() && n.clock.Now().Before(wait); {
+		if err := clock.Sleep(ctx, n.clock, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // batchWait bounds how long a hand-over waits for a batch's queues (book
 // ADR 0014: 30 s): then it moves on, and the actors left hibernate once
 // their queues ran, taking no new event meanwhile.
@@ -142,9 +159,12 @@ func (n *Node) handOver(say func(nodelease.Taking)) nodelease.Taking {
 		return nodelease.Drained
 	}
 	// Every pass, before the hand-overs (ADR 1055): a park that checked
-	// the node took actors just before the drain began lands after the
-	// first.
-	n.releaseAllParked(metrics.ParkedDrain)
+	// the node took actors just before it stopped lands after the first.
+	reason := metrics.ParkedNotTaking // its secrets, say: no drain asked
+	if n.takesNoneFor(nodelease.ReasonDrain) {
+		reason = metrics.ParkedDrain
+	}
+	n.releaseAllParked(n.ctx, reason)
 	if !n.holdsAny() {
 		return n.drainedUnless(n.handOffAlarms())
 	}
@@ -152,11 +172,7 @@ func (n *Node) handOver(say func(nodelease.Taking)) nodelease.Taking {
 	n.metrics.OwnerClosed(metrics.OwnerCloseDrain, n.ws.CloseAll(websocket.ServiceRestart, closeReason))
 	// Their close events run here, under the holds, before those go: one
 	// queued after the release would find no hold and never run.
-	for wait := n.clock.Now().Add(closeEventsWait); n.ws.Len() > 0 && n.clock.Now().Before(wait); {
-		if clock.Sleep(n.ctx, n.clock, 50*time.Millisecond) != nil {
-			break
-		}
-	}
+	n.awaitSocketsGone(n.ctx, "") //nolint:errcheck // a node that stops ends the batches below
 	reread := n.clock.NewTimer(n.opts.Cluster.Member.Lease.Settings().Period())
 	defer reread.Stop()
 	for n.takesNone() && n.ctx.Err() == nil {

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -359,7 +360,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) (err error) {
 	}
 	log = newLogger(cmd.ErrOrStderr(), ns.LogFormat, ns.LogLevel)
 	if id := cfg.Cluster.NodeID; id != "" && cfg.Cluster.Bucket != "" {
-		log = slog.New(namingNode{log.Handler(), id}) // every line of a cluster's node says which
+		log = slog.New(namingNode{log.Handler(), id, nil}) // every line of a cluster's node says which
 	}
 	// Plugins, and anything else that logs with slog's default, log as
 	// the node does.
@@ -371,6 +372,9 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) (err error) {
 	expire, err := idleLimits(f.expire, false)
 	if err != nil {
 		return err
+	}
+	if len(expire) > 0 && cfg.Cluster.Bucket == "" {
+		return errors.New("--expire-after-idle needs a bucket (--bucket): an actor's idle time is read from its ownership record there")
 	}
 	keyFiles := flagOrKey(cmd.Flags().Changed, "secrets-key", f.secretsKeys, ns.SecretsKey)
 	noSecrets := ns.NoSecrets
@@ -617,23 +621,55 @@ func notifyReady(ctx context.Context, n *node.Node, log *slog.Logger) {
 
 // namingNode adds node_id to every record, after the record's own
 // attributes, so a line still begins with what it says
-// (`msg=serving listen=...`), as it did before the id was added.
+// (`msg=serving listen=...`), as it did before the id was added. It keeps
+// node_id at the top level whatever groups a logger opened: those are
+// kept here and built around the record's attributes, since a group
+// opened in the handler beneath would take node_id in too.
 type namingNode struct {
-	slog.Handler
-	id string
+	slog.Handler // with the attributes given before any group
+	id           string
+	groups       []logGroup // outermost first
+}
+
+// logGroup is a group a logger opened (WithGroup), with the attributes
+// given while it was the innermost.
+type logGroup struct {
+	name  string
+	attrs []slog.Attr
 }
 
 func (h namingNode) Handle(ctx context.Context, r slog.Record) error {
+	if len(h.groups) > 0 {
+		var attrs []slog.Attr
+		r.Attrs(func(a slog.Attr) bool {
+			attrs = append(attrs, a)
+			return true
+		})
+		for _, g := range slices.Backward(h.groups) {
+			attrs = []slog.Attr{slog.GroupAttrs(g.name, append(slices.Clip(g.attrs), attrs...)...)}
+		}
+		r = slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+		r.AddAttrs(attrs...)
+	}
 	r.AddAttrs(slog.String("node_id", h.id))
 	return h.Handler.Handle(ctx, r)
 }
 
 func (h namingNode) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return namingNode{h.Handler.WithAttrs(attrs), h.id}
+	if len(h.groups) == 0 {
+		return namingNode{h.Handler.WithAttrs(attrs), h.id, nil}
+	}
+	groups := slices.Clone(h.groups)
+	inner := &groups[len(groups)-1]
+	inner.attrs = append(slices.Clip(inner.attrs), attrs...)
+	return namingNode{h.Handler, h.id, groups}
 }
 
 func (h namingNode) WithGroup(name string) slog.Handler {
-	return namingNode{h.Handler.WithGroup(name), h.id}
+	if name == "" {
+		return h
+	}
+	return namingNode{h.Handler, h.id, append(slices.Clip(h.groups), logGroup{name: name})}
 }
 
 // metricsMux serves the metrics page at every path, and Go's profiler

@@ -119,9 +119,12 @@ func openFiles() (uint64, error) {
 // 5% of a smaller disk); the setting as it is when the disk cannot be
 // read.
 func minFreeDisk(setting int64, dataDir string) int64 {
-	var st syscall.Statfs_t
-	if setting <= 0 || syscall.Statfs(dataDir, &st) != nil {
+	if setting <= 0 {
 		return setting
 	}
-	return min(setting, int64(st.Blocks*uint64(st.Bsize)/20))
+	_, size, err := node.DiskSpace(dataDir)
+	if err != nil {
+		return setting
+	}
+	return min(setting, int64(size/20))
 }

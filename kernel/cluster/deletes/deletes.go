@@ -174,19 +174,17 @@ func isHex(s string) bool {
 func Expired(at, now time.Time) bool { return now.Sub(at) > Expiry }
 
 // Expire deletes the listed objects (requests and outcomes) that expired
-// by now, and returns how many it deleted.
-func Expire(ctx context.Context, b bucket.Bucket, l Listing, now time.Time) (int, error) {
-	n := 0
+// by now.
+func Expire(ctx context.Context, b bucket.Bucket, l Listing, now time.Time) error {
 	for _, e := range l.Entries {
 		if !Expired(e.ModTime, now) {
 			continue
 		}
 		if err := b.Delete(ctx, e.Key, bucket.Condition{}); err != nil && !errors.Is(err, bucket.ErrNotFound) {
-			return n, err
+			return err
 		}
-		n++
 	}
-	return n, nil
+	return nil
 }
 
 // Finish writes r's outcome o beside it, then deletes r. If the outcome

@@ -623,8 +623,10 @@ const ParkedReleases = 16
 
 // ReleaseAllParked releases every parked record (a drain's pass, a clean
 // stop), ParkedReleases at a time, and says how many releases landed (the
-// others are pending). ctx should carry no deadline shared by them all:
-// each release is bounded on its own.
+// others are pending). It starts none once ctx ends, and returns when
+// those started end: each is bounded on its own (ReleaseTimeout), not
+// cut by ctx. The records not started stay parked, for a later pass or
+// the lease's release (a clean stop's Leave), which frees them.
 func (o *Owners) ReleaseAllParked(ctx context.Context) int {
 	var (
 		wg     sync.WaitGroup
@@ -632,11 +634,18 @@ func (o *Owners) ReleaseAllParked(ctx context.Context) int {
 		landed int
 	)
 	slots := make(chan struct{}, ParkedReleases)
+	each := context.WithoutCancel(ctx)
 	for _, a := range o.ParkedActors() {
-		slots <- struct{}{}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			if ok, err := o.ReleaseParked(ctx, a); ok && err == nil {
+			if ok, err := o.ReleaseParked(each, a); ok && err == nil {
 				mu.Lock()
 				landed++
 				mu.Unlock()
@@ -658,7 +667,8 @@ func (o *Owners) pendingLocked(h Hold) bool {
 }
 
 // ReleaseAll releases every hold and every parked record (a clean stop);
-// it returns how many releases are left pending.
+// it returns how many releases are left pending (parked records not
+// started once ctx ended among them: Pending).
 func (o *Owners) ReleaseAll(ctx context.Context) int {
 	for _, h := range o.Holds() {
 		o.Release(ctx, h) //nolint:errcheck // a failure is kept pending, counted below

@@ -276,3 +276,41 @@ func TestReleaseAllParkedSideBySide(t *testing.T) {
 		}
 	})
 }
+
+// A release pass bounded by ctx (a clean stop's grace) starts no release
+// once ctx ends, lets those started land on their own bounds, and leaves
+// the rest parked, for Leave or the lease's release (ADR 1055): a node
+// with thousands of parked rooms stops within its grace. Fails with the
+// releases cut by ctx (the second batch pending, the rest tried and
+// pending too).
+func TestReleaseAllParkedWithinItsBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t)
+		slow := &slowPuts{Bucket: w.fb}
+		l := &fakeLease{valid: true, id: "a", inst: "ia"}
+		w.nodeObject("a", nodelease.Live, "ia", w.clk.Now())
+		o, err := New(Config{Bucket: slow, Clock: w.clk, Lease: l, Settings: nodelease.DefaultSettings()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const rooms = 2*ParkedReleases + 4
+		for i := range rooms {
+			h, err := o.Acquire(ctx, Actor{"t", "room", fmt.Sprint(i)})
+			if err != nil || !o.Park(h) {
+				t.Fatalf("room %d: %v, or not parked", i, err)
+			}
+		}
+		// Each write takes a second: the second batch starts at 1 s, the
+		// bound ends at 1.5 s, before a third could start.
+		bound, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		n := o.ReleaseAllParked(bound)
+		if n != 2*ParkedReleases || o.unresolved() != 0 || o.ParkedCount() != 4 {
+			t.Fatalf("released %d, unresolved %d, parked %d; want %d, 0 and 4", n, o.unresolved(), o.ParkedCount(), 2*ParkedReleases)
+		}
+		if took := time.Since(start); took != 2*time.Second {
+			t.Errorf("the pass took %v, want 2 s (its second batch ending)", took)
+		}
+	})
+}
