@@ -78,11 +78,15 @@ func peeredNodeOn(t *testing.T, b bucket.Bucket, id string, classes map[string]s
 // An operator's delete of a parked room (socket home, ADR 1055; ADR
 // 1053): the room hibernated on a with a socket open, its record parked
 // naming a. a, which has its sockets, acts: the job wakes the room at the
-// next generation, closes the socket with 1000 "actor deleted" (its close
-// event runs first) and deletes the room; the command exits 0. Nothing is
-// left parked or pending on a, and the room, woken afterwards through b
-// from the bucket, is a new empty one: the parked record brought nothing
-// back.
+// next generation and closes the socket with 1000 "actor deleted". Its
+// client answers the close a second late, five idle timeouts, through
+// which a keeps the room held: its close event runs there, then the
+// delete; the command exits 0. Nothing is left parked or pending on a,
+// and the room, woken afterwards through b from the bucket, is a new
+// empty one. Fails with the idle drop's wait for closing sockets removed
+// (actor.run): the room hibernates with its socket closing, its record
+// released, and b may delete it before a's close event wakes it again
+// and writes the close into the deleted room.
 func TestOperatorDeleteParked(t *testing.T) {
 	t.Parallel()
 	engineNeutral(t)
@@ -92,6 +96,7 @@ func TestOperatorDeleteParked(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fb.Close()
+	wasmkeepBinary(t) // built before the wait for the command's request
 	classes := map[string]string{"room": room(t)}
 	a, am := peeredNodeOn(t, fb, "a", classes, 200*time.Millisecond)
 	b, bm := peeredNodeOn(t, fb, "b", classes, 200*time.Millisecond)
@@ -117,10 +122,26 @@ func TestOperatorDeleteParked(t *testing.T) {
 	})
 	waitFor(t, 10*time.Second, "the room to park on a", func() bool { return am.Owners.ParkedCount() == 1 })
 
-	if out, code := actorDeleteCLI(t, dir, "default/default/room/p", "--wait", "60"); code != 0 || !strings.Contains(out, "Deleted") {
-		t.Fatalf("actor delete of the parked room: exit %d\n%s", code, out)
+	type result struct {
+		out  string
+		code int
+	}
+	deleted := make(chan result, 1)
+	go func() {
+		out, code := actorDeleteCLI(t, dir, "default/default/room/p", "--wait", "60")
+		deleted <- result{out, code}
+	}()
+	// The client answers the close a second late: five idle timeouts,
+	// through which a holds the room woken for its delete.
+	waitFor(t, 20*time.Second, "the delete to wake the parked room", func() bool { return am.Owners.ParkedCount() == 0 })
+	time.Sleep(time.Second)
+	if _, held := am.Owners.Owns(actor); !held {
+		t.Errorf("the room whose socket closes for its delete is not held on a: it hibernated before its close event")
 	}
 	expectClose(t, stay, websocket.StatusNormalClosure, "actor deleted")
+	if r := <-deleted; r.code != 0 || !strings.Contains(r.out, "Deleted") {
+		t.Fatalf("actor delete of the parked room: exit %d\n%s", r.code, r.out)
+	}
 	waitFor(t, 10*time.Second, "the deleted room to hibernate on a", func() bool {
 		rec, _, err := am.Owners.Owner(t.Context(), actor)
 		return err == nil && rec.Nobody()
