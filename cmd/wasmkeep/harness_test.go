@@ -168,6 +168,17 @@ func startNode(t testing.TB, opts node.Options) *testNode {
 // with its tiering setting after a slash ("wazero/fast").
 func startNodeOn(t testing.TB, engine string, opts node.Options) *testNode {
 	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveNodeOn(t, engine, l, opts)
+}
+
+// serveNodeOn is startNodeOn serving on l, which it closes if the node
+// cannot start.
+func serveNodeOn(t testing.TB, engine string, l net.Listener, opts node.Options) *testNode {
+	t.Helper()
 	if opts.DataDir == "" {
 		opts.DataDir = t.TempDir()
 	}
@@ -182,10 +193,7 @@ func startNodeOn(t testing.TB, engine string, opts node.Options) *testNode {
 	rt, st := standardPlugins(t, engine)
 	n, err := node.New(context.Background(), opts, rt, st)
 	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+		l.Close()
 		t.Fatal(err)
 	}
 	srv := n.NewServer(l.Addr().String())

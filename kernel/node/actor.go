@@ -176,7 +176,11 @@ func (a *actor) run() {
 		select {
 		case <-a.queue.Ready():
 		case <-idle.C():
-			if a.hibernate(true) {
+			// A socket closing here has its close event on the way: it runs
+			// under this hold, before anything queued after it (an
+			// operator's delete waits for it, ends.go), rather than wake the
+			// actor again, perhaps on another node and after its delete.
+			if !a.node.ws.Closing(a.key) && a.hibernate(true) {
 				return
 			}
 			idle.Reset(a.node.opts.IdleTimeout)

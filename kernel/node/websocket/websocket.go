@@ -462,6 +462,28 @@ func (h *Hub) Open(key string) bool {
 	return len(h.byActor[key]) > 0
 }
 
+// Closing reports whether the actor key has a socket closing, whose close
+// event is still to be delivered.
+func (h *Hub) Closing(key string) bool {
+	h.mu.Lock()
+	var of []*Socket
+	for _, s := range h.all {
+		if s.Key == key {
+			of = append(of, s)
+		}
+	}
+	h.mu.Unlock()
+	for _, s := range of {
+		s.mu.Lock()
+		closing := s.closing
+		s.mu.Unlock()
+		if closing {
+			return true
+		}
+	}
+	return false
+}
+
 // Has reports whether the actor key has a socket: open, being opened or
 // closing.
 func (h *Hub) Has(key string) bool {
