@@ -288,11 +288,23 @@ func (w *Watch) check() {
 // Stop ends the watch and returns the CPU time counted. It must be called on
 // the watched thread, before the goroutine unlocks it.
 func (w *Watch) Stop() time.Duration {
+	used, _ := w.StopAt()
+	return used
+}
+
+// StopAt is Stop, which also returns the thread's CPU clock as it stopped
+// (for a caller that keeps its own account of the thread's CPU, the fair
+// scheduler, without a clock read of its own: a system call).
+func (w *Watch) StopAt() (used, clock time.Duration) {
 	w.mu.Lock()
 	w.stopped = true
 	if w.timer != nil {
 		w.timer.Stop()
 	}
 	w.mu.Unlock()
-	return w.Used()
+	used, all, _ := w.times()
+	return used, w.start + all
 }
+
+// StartClock is the thread's CPU clock as the watch started.
+func (w *Watch) StartClock() time.Duration { return w.start }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	goruntime "runtime"
 	"sync/atomic"
+	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
@@ -560,16 +561,19 @@ func (a *actor) recordInit(ctx context.Context) error {
 func (a *actor) guest(ctx context.Context, what string, f func(ctx context.Context) error) error {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	a.node.cpu.Begin(&a.share)
-	defer a.node.cpu.End(&a.share)
 	budget := a.node.opts.CPUBudget
 	a.state.watch = cputime.StartCapped(budget, func() { stop(errCPUBudget) },
 		budget+a.node.opts.HostCPUBudget, func() { stop(errHostCPU) })
+	// The turn's account reads the watch's clock at both ends: no clock
+	// read of its own (issue 30's resident read).
+	a.node.cpu.BeginAt(&a.share, a.state.watch.StartClock())
+	var cpu time.Duration // the clock as the watch stopped (0 if f panics: its turn is passed on all the same)
+	defer func() { a.node.cpu.EndAt(&a.share, cpu) }()
 	// Memory growth is host work (ADR 1043), a sleep a wait (ADR 1057);
 	// storage bounds its SQL CPU by the thread's since the watch started
 	// (cputime.Since).
 	err := f(runtime.WithWaiter(runtime.WithHostWork(cputime.NewContext(ctx, a.state.watch), a.state.watch), a))
-	a.state.watch.Stop()
+	_, cpu = a.state.watch.StopAt()
 	if err == nil {
 		return nil
 	}

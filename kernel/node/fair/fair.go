@@ -80,20 +80,28 @@ func (s *Sched) Waiting() int { return int(s.waiters.Load()) }
 // Begin starts a run of guest code for sh, waiting for a turn if its actor
 // is heavy. The caller runs on a locked OS thread until End: its CPU clock
 // is the run's.
-func (s *Sched) Begin(sh *Share) {
+func (s *Sched) Begin(sh *Share) { s.BeginAt(sh, s.cpu()) }
+
+// BeginAt is Begin, cpu the thread's CPU clock as the run begins (read by
+// the caller's own CPU watch: a read is a system call). A wait for a turn
+// spends next to no CPU, so the clock read before it serves.
+func (s *Sched) BeginAt(sh *Share, cpu time.Duration) {
 	now := s.now()
 	sh.began = sh.recent(now)
+	sh.cpu = cpu
 	if sh.began >= Heavy {
 		s.mu.Lock()
 		s.acquire(sh, now)
 	}
-	sh.cpu = s.cpu()
 }
 
 // End ends sh's run, charging it the CPU the run took, and hands its turn,
 // if it held one, to the waiting actor that used the least recently.
-func (s *Sched) End(sh *Share) {
-	s.charge(sh, s.cpu())
+func (s *Sched) End(sh *Share) { s.EndAt(sh, s.cpu()) }
+
+// EndAt is End, cpu the thread's CPU clock as the run ended.
+func (s *Sched) EndAt(sh *Share, cpu time.Duration) {
+	s.charge(sh, cpu)
 	if sh.holding {
 		sh.holding = false
 		s.mu.Lock()
