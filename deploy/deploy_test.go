@@ -296,7 +296,7 @@ func TestImageBuilds(t *testing.T) {
 		t.Skip("the image build pulls its base images from docker.io: set WASMKEEP_IMAGE_CHECK=1 to run it (with buildah installed)")
 	}
 	buildah := tool(t, "buildah", "apt-get install buildah")
-	run(t, buildah, "build", "--isolation", "chroot", "-t", "wasmkeep:check", "-f", "../Dockerfile", "..")
+	run(t, buildah, "build", "--isolation", "chroot", "--format", "docker", "-t", "wasmkeep:check", "-f", "../Dockerfile", "..")
 	out := run(t, buildah, "inspect", "--type", "image", "--format", "{{.OCIv1.Config.User}} {{.Docker.Config.Healthcheck.Test}}", "wasmkeep:check")
 	if !strings.HasPrefix(out, "wasmkeep ") || !strings.Contains(out, "/_wasmkeep/ready") {
 		t.Errorf("the image's user and health check: %q, want wasmkeep and a check of /_wasmkeep/ready", out)
