@@ -252,7 +252,7 @@ func TestIdleExpiry(t *testing.T) {
 	clk.off.Store(int64(time.Hour - time.Minute))
 	gate := &expiryGate{Bucket: mem}
 	b, bm := clusterNode(t, gate, "b", node.Options{Classes: classes, Clock: clk, ExpiryPass: 100 * time.Millisecond,
-		IdleTimeout: 5 * time.Second, ExpireAfterIdle: map[string]time.Duration{"probe": time.Hour}})
+		IdleTimeout: 15 * time.Second, ExpireAfterIdle: map[string]time.Duration{"probe": time.Hour}})
 	go bm.WatchPeers(t.Context())
 	expired := `wasmkeep_actor_deletes_total{how="expired"}`
 	waitFor(t, 10*time.Second, "b to list its peers", func() bool { return bm.View.Listings() >= 2 })
@@ -276,6 +276,10 @@ func TestIdleExpiry(t *testing.T) {
 	// a1 to a4 are not read: an event would make them actors used since.
 	// Records written from now on (old's, resident since its wake, when it
 	// hibernates) are not past the limit on b's clock.
+	// (old must stay resident on b until then: hibernated before, its
+	// record would be past the limit on b's clock, and expired by the rules.
+	// With a 5 s idle timeout a1 to a4's jobs outlasted it once, on a
+	// loaded machine.)
 	clk.off.Store(0)
 	b.expect("GET", "/actor/probe/old/tokens", "", 200, "x1\nx3\n")
 	b.expect("GET", "/actor/probe/alarmed/tokens", "", 200, "x2\n")
@@ -283,7 +287,7 @@ func TestIdleExpiry(t *testing.T) {
 		t.Errorf("expired %v actors, want a1 to a4", got)
 	}
 
-	waitFor(t, 20*time.Second, "all to hibernate on b", func() bool { return len(bm.Owners.Holds()) == 0 })
+	waitFor(t, 40*time.Second, "all to hibernate on b", func() bool { return len(bm.Owners.Holds()) == 0 })
 	gate.down.Store(true)
 	clk.off.Store(int64(time.Hour + time.Minute))
 	waitFor(t, 20*time.Second, "old to expire", func() bool { return b.metric(expired) >= 5 })
