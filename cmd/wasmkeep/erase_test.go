@@ -57,7 +57,20 @@ func clusterNodeIn(t *testing.T, b bucket.Bucket, id string, classes map[string]
 // placement is the node's own with a bucket (placement.Owned).
 func clusterNode(t *testing.T, b bucket.Bucket, id string, opts node.Options) (*testNode, *cluster.Member) {
 	t.Helper()
-	s := nodelease.Settings{TTL: time.Second, Grace: 500 * time.Millisecond, Safety: 300 * time.Millisecond, MaxSkew: 100 * time.Millisecond}
+	return clusterNodeWith(t, b, id, opts, shortNodeLease)
+}
+
+// shortNodeLease is clusterNode's lease timings (shortLease's): a lapse
+// comes soon, and a bucket attempt may take 233 ms.
+var shortNodeLease = nodelease.Settings{TTL: time.Second, Grace: 500 * time.Millisecond, Safety: 300 * time.Millisecond, MaxSkew: 100 * time.Millisecond}
+
+// steadyNodeLease is steadyLease's timings, for an in-process node whose
+// test is not about lapses: an attempt may take a second.
+var steadyNodeLease = nodelease.Settings{TTL: 4 * time.Second, Grace: 500 * time.Millisecond, Safety: time.Second, MaxSkew: 100 * time.Millisecond}
+
+// clusterNodeWith is clusterNode with the lease timings s.
+func clusterNodeWith(t *testing.T, b bucket.Bucket, id string, opts node.Options, s nodelease.Settings) (*testNode, *cluster.Member) {
+	t.Helper()
 	m, err := cluster.Join(t.Context(), cluster.Config{Bucket: b, Clock: clock.Real, Settings: s, NodeID: id,
 		Instance: id + "1", Info: nodelease.Info{Advertise: "http://127.0.0.1:1"}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/cluster"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
+	"github.com/wasmkeep/wasmkeep/kernel/node"
 	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
 )
 
@@ -199,7 +200,12 @@ func TestCleanStopReleasesEveryParkedRecord(t *testing.T) {
 	engineNeutral(t)
 	t.Parallel()
 	slow := &slowOwners{Bucket: buckettest.NewMemory(buckettest.Flaws{}), delay: 100 * time.Millisecond}
-	tn, m := ownedNodeOn(t, slow, "a", map[string]string{"room": room(t)}, 200*time.Millisecond)
+	// A one-second attempt timeout (so ReleaseTimeout's second bounds each
+	// release): with shortNodeLease's 233 ms a loaded machine let some
+	// 100 ms puts time out, left pending, and Leave's one retry pass (a put
+	// and a read each, in turn) could not end them all within its attempt.
+	tn, m := clusterNodeWith(t, slow, "a", node.Options{Classes: map[string]string{"room": room(t)}, IdleTimeout: 200 * time.Millisecond}, steadyNodeLease)
+	go m.WatchPeers(t.Context())
 	const rooms = 20
 	for i := range rooms {
 		c := dial(t, tn, fmt.Sprintf("/actor/room/r%d/", i))
