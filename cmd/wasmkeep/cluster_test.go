@@ -445,11 +445,7 @@ func TestClusterFence(t *testing.T) {
 	wantCluster(t, bin, env, bucketURL, 1, []string{`refused: 1 ownership records still name node b`}, "forget", "b")
 
 	wantCluster(t, bin, env, bucketURL, 0, []string{`nodes/ghost did not exist: created a fence dated `}, "fence", "ghost")
-	b, err := fsbucket.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := fileBucket(t, dir)
 	r, err := nodelease.ReadObject(t.Context(), b, "ghost")
 	if err != nil || !r.Found || r.Err != nil || r.Object.State != nodelease.Fenced || r.Object.Instance != "" {
 		t.Fatalf("nodes/ghost after the fence: %+v %v", r, err)

@@ -14,7 +14,6 @@ import (
 	"github.com/wasmkeep/wasmkeep/conformance/buckettest"
 	"github.com/wasmkeep/wasmkeep/conformance/transporttest"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
-	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
 	"github.com/wasmkeep/wasmkeep/plugins/bucket-s3/s3test"
 )
 
@@ -208,11 +207,7 @@ func TestConformanceBucketStandard(t *testing.T) {
 		if err != nil || !strings.Contains(string(out), "bucket plugin fs (bucket/v1)") || !strings.Contains(string(out), "18 rules: 18 passed, 0 failed") {
 			t.Fatalf("the fs bucket: %v\n%s", err, out)
 		}
-		b, err := fsbucket.Open(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
+		b := fileBucket(t, dir)
 		if page, err := b.List(t.Context(), "", bucket.ListOptions{}); err != nil || len(page.Entries) != 0 {
 			t.Errorf("left behind: %+v (%v)", page.Entries, err)
 		}

@@ -24,7 +24,6 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
 	"github.com/wasmkeep/wasmkeep/kernel/transport/plaintext"
-	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
 )
 
 // peeredNodeOn is a node on b as serve makes one with --cluster-plaintext
@@ -91,11 +90,7 @@ func TestOperatorDeleteParked(t *testing.T) {
 	t.Parallel()
 	engineNeutral(t)
 	dir := t.TempDir()
-	fb, err := fsbucket.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fb.Close()
+	fb := fileBucket(t, dir)
 	wasmkeepBinary(t) // built before the wait for the command's request
 	classes := map[string]string{"room": room(t)}
 	a, am := peeredNodeOn(t, fb, "a", classes, 200*time.Millisecond)
@@ -200,11 +195,7 @@ func TestOperatorDeleteMoving(t *testing.T) {
 	t.Parallel()
 	engineNeutral(t)
 	dir := t.TempDir()
-	fb, err := fsbucket.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fb.Close()
+	fb := fileBucket(t, dir)
 	hist, err := history.Prefix(history.Actor{Tenant: "default", Class: "probe", Name: "m"})
 	if err != nil {
 		t.Fatal(err)

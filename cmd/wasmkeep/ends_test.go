@@ -22,7 +22,6 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/deploys"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/history"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
-	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
 )
 
 // actorDeleteCLI runs `wasmkeep actor delete TARGET` on the file bucket
@@ -48,11 +47,7 @@ func TestOperatorDelete(t *testing.T) {
 	t.Parallel()
 	engineNeutral(t)
 	dir := t.TempDir()
-	fb, err := fsbucket.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fb.Close()
+	fb := fileBucket(t, dir)
 	classes := map[string]string{"probe": probe(t), "room": hostcall(t)}
 	a, am := ownedNodeOn(t, fb, "a", classes, 0)
 	b, bm := ownedNodeOn(t, fb, "b", classes, 300*time.Millisecond)
@@ -157,11 +152,7 @@ func TestActorDeleteWithoutNodes(t *testing.T) {
 	t.Parallel()
 	engineNeutral(t)
 	dir := t.TempDir()
-	fb, err := fsbucket.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fb.Close()
+	fb := fileBucket(t, dir)
 	state := bucket.Under(fb, app.Name{Tenant: "acme", App: "shop"}.StateRoot())
 	// A history object is all the command's existence check reads.
 	prefix, err := history.Prefix(history.Actor{Tenant: "acme", Class: "cart", Name: "u-1"})
@@ -366,11 +357,7 @@ func TestAppDelete(t *testing.T) {
 	t.Parallel()
 	engineNeutral(t)
 	dir := t.TempDir()
-	fb, err := fsbucket.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fb.Close()
+	fb := fileBucket(t, dir)
 	wasm := counter(t)
 	deploy := func(a string) (string, int) {
 		return wasmkeepCLI(t, "deploy", "--app", a, "--bucket", "file://"+dir, "--actor", "cart="+wasm)

@@ -20,11 +20,13 @@ import (
 
 	"github.com/wasmkeep/wasmkeep"
 	"github.com/wasmkeep/wasmkeep/cmd/wasmkeep/command"
+	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/config"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
+	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
 )
 
 // guestDir holds the guests the tests build, once per test binary, and
@@ -35,6 +37,18 @@ var (
 	guestOnce sync.Map // output name → *sync.Once
 	guestErrs sync.Map // output name → error
 )
+
+// fileBucket opens the bucket-fs bucket in dir, closed when the test ends
+// (after the nodes it started, whose cleanups run first).
+func fileBucket(t *testing.T, dir string) bucket.Bucket {
+	t.Helper()
+	b, err := fsbucket.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
 
 // suiteCPUBudget is the guest CPU budget of the suite's servers, unless a
 // test sets one (a node in process, or a process given the variable or the

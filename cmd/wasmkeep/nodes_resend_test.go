@@ -16,7 +16,6 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/peers"
 	"github.com/wasmkeep/wasmkeep/kernel/transport"
-	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
 	mtlstransport "github.com/wasmkeep/wasmkeep/plugins/transport-mtls"
 )
 
@@ -68,11 +67,7 @@ func TestResendAfterRefusal(t *testing.T) {
 	go srv.Serve(ln)
 	defer srv.Close()
 	startForgedPeer(t, dir, "t", tr, nodelease.Info{App: "default/default", Advertise: "http://127.0.0.1:1", ClusterAddr: "https://" + ln.Addr().String()})
-	b, err := fsbucket.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := fileBucket(t, dir)
 	rec := ownership.Record{Node: "t", Instance: "forgedpeer", Generation: 1}.Encode()
 	key := "state/default/default/" + ownership.Actor{Tenant: "default", Class: "probe", Name: "held"}.Key()
 	if _, err := b.Put(t.Context(), key, bytes.NewReader(rec), int64(len(rec)), bucket.Condition{}); err != nil {

@@ -18,7 +18,6 @@ import (
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
-	fsbucket "github.com/wasmkeep/wasmkeep/plugins/bucket-fs"
 )
 
 // Socket home between real nodes (ADR 1055, book ADR 0024): a room that
@@ -45,11 +44,7 @@ func TestSocketHomeAcrossNodes(t *testing.T) {
 	metric := func(series string) float64 {
 		return metricValue(ask(t, "GET", "http://"+metricsAddr(t, a.logs)+"/metrics").body, series)
 	}
-	fsb, err := fsbucket.Open(bucketDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fsb.Close()
+	fsb := fileBucket(t, bucketDir)
 	record := func(name string) ownership.Record {
 		t.Helper()
 		key := app.Default.StateRoot() + ownership.Actor{Tenant: "default", Class: "room", Name: name}.Key()
@@ -118,7 +113,7 @@ func TestSocketHomeAcrossNodes(t *testing.T) {
 	wantCluster(t, a.bin, a.env, bucketURL, 0, []string{`wrote control/drain/a`}, "drain", "a")
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	_, _, err = lobby.Read(ctx)
+	_, _, err := lobby.Read(ctx)
 	if websocket.CloseStatus(err) != websocket.StatusServiceRestart {
 		t.Errorf("the parked room's socket as a drained: %v, want a 1012 close", err)
 	}
