@@ -132,7 +132,7 @@ func TestPreinitRefusedWhenInitCallsTheHost(t *testing.T) {
 }
 
 // waitLog waits for the node's log to contain s.
-func waitLog(t *testing.T, tn *testNode, s string) {
+func waitLog(t testing.TB, tn *testNode, s string) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for !strings.Contains(tn.log.String(), s) {

@@ -80,10 +80,18 @@ func BenchmarkResidentRequests(b *testing.B) {
 }
 
 // processCPU is the CPU time this process has used, user and system.
-func processCPU(b testing.TB) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+func processCPU(b testing.TB) time.Duration { return processUsage(b).cpu() }
+
+// usage is what getrusage says of this process.
+type usage struct{ syscall.Rusage }
+
+func processUsage(b testing.TB) usage {
+	var u usage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &u.Rusage); err != nil {
 		b.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return u
 }
+
+// cpu is the CPU time used, user and system.
+func (u usage) cpu() time.Duration { return time.Duration(u.Utime.Nano() + u.Stime.Nano()) }
