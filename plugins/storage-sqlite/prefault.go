@@ -1,0 +1,49 @@
+package sqlitestorage
+
+import (
+	"modernc.org/libc"
+
+	"golang.org/x/sys/unix"
+)
+
+// A connection's first statements touch about 30 pages of C memory that
+// no connection touched before (the WAL index alone is 32 KiB SQLite
+// zeroes, then its page cache, its lookaside, its schema): a page fault
+// each, about 20 µs on the VMs the bench runs on against about 2 µs a page
+// for the kernel to populate a range in one call (bench/README.md, "Issue
+// 30: a new C actor").
+//
+// modernc's allocator (modernc.org/memory) maps C memory in 64 KiB regions
+// and keeps the regions freed on a stack it hands out last-in first-out.
+// So before a connection opens, prefault takes warmRegions regions from
+// that stack, has the kernel populate them (MADV_POPULATE_WRITE: page
+// tables filled as a write would, contents untouched) and frees them back
+// on top, where the connection's allocations find them. Regions already
+// populated cost the call a walk of their page tables; a kernel older than
+// 5.14 refuses the call, and the connection faults its pages in as before.
+const (
+	allocatorRegion = 64 << 10
+	// About what a new connection takes from the stack: the WAL index's
+	// region and most of one or two regions of small allocations.
+	warmRegions = 3
+	// Of each region, the part the WAL index takes (32 KiB after the
+	// region's header): populating whole regions would leave the rest of
+	// the WAL index's region resident and unused, 28 KiB an actor.
+	warmBytes = 36 << 10
+)
+
+func prefault(tls *libc.TLS) {
+	var taken [warmRegions]uintptr
+	for i := range taken {
+		// Larger than the allocator's largest slot (16 KiB), so a region
+		// of its own.
+		if taken[i] = libc.Xmalloc(tls, allocatorRegion/2); taken[i] == 0 {
+			break
+		}
+		region := taken[i] &^ (allocatorRegion - 1)
+		unix.Madvise(cbytes(region, warmBytes), unix.MADV_POPULATE_WRITE)
+	}
+	for i := len(taken) - 1; i >= 0; i-- {
+		libc.Xfree(tls, taken[i])
+	}
+}
