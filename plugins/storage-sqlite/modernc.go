@@ -59,6 +59,7 @@ func (modernc) open(path string) (conn, error) {
 	}
 	c := &mconn{}
 	tls := c.tls()
+	opening(tls)
 	if c.out = libc.Xmalloc(tls, 16); c.out == 0 {
 		c.freeC()
 		return nil, fmt.Errorf("open %s: out of memory", path)
@@ -81,6 +82,7 @@ func (modernc) open(path string) (conn, error) {
 		c.freeC()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
+	connOpened()
 	return c, nil
 }
 
@@ -342,6 +344,7 @@ func (c *mconn) close() error {
 	if rc := sqlite3.Xsqlite3_close_v2(c.tls(), c.db); rc != sqlite3.SQLITE_OK {
 		err = c.err(rc)
 	}
+	connClosed()
 	c.freeC()
 	return err
 }

@@ -1,0 +1,56 @@
+package sqlitestorage
+
+import (
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+	"modernc.org/libc"
+)
+
+// TestPrefault: the region a connection's next large allocation gets from
+// modernc's allocator is resident after prefault, though its pages had been
+// handed back to the kernel. It fails if the allocator stops handing out
+// the regions freed last first, or in other than 64 KiB regions, which
+// the lever rests on.
+func TestPrefault(t *testing.T) {
+	tls := libc.NewTLS()
+	defer tls.Close()
+	p := libc.Xmalloc(tls, allocatorRegion/2)
+	if p == 0 {
+		t.Fatal("out of memory")
+	}
+	// Hand back all but the first page, the region's header, as the
+	// allocator does with regions it keeps beyond what it keeps resident.
+	region, osPage := p&^(allocatorRegion-1), uintptr(unix.Getpagesize())
+	if err := unix.Madvise(cbytes(region+osPage, warmBytes-int(osPage)), unix.MADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	libc.Xfree(tls, p)
+	if n := residentPages(t, region); n > 1 {
+		t.Fatalf("%d pages still resident after MADV_DONTNEED", n)
+	}
+	prefault(tls)
+	q := libc.Xmalloc(tls, allocatorRegion/2)
+	defer libc.Xfree(tls, q)
+	if q&^(allocatorRegion-1) != region {
+		t.Fatalf("the allocator handed out region %#x, not %#x, the one freed last", q&^(allocatorRegion-1), region)
+	}
+	if n := residentPages(t, region); n != warmBytes/unix.Getpagesize() {
+		t.Fatalf("%d of the region's first %d pages are resident", n, warmBytes/unix.Getpagesize())
+	}
+}
+
+// residentPages counts the resident pages among the first warmBytes at
+// region.
+func residentPages(t *testing.T, region uintptr) int {
+	vec := make([]byte, warmBytes/unix.Getpagesize())
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, region, warmBytes, uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+		t.Fatal(errno)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
+}
