@@ -71,7 +71,11 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	guestDir = dir
-	cacheDir = filepath.Join(dir, "cache")
+	// The servers the tests start take the machine's cache by default
+	// (ADR 1058): it is the suite's, never the user's home cache.
+	os.Unsetenv("CACHE_DIRECTORY")
+	os.Setenv("XDG_CACHE_HOME", dir)
+	cacheDir = filepath.Join(dir, "wasmkeep")
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
