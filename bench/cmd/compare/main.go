@@ -316,7 +316,7 @@ func printTargets(w io.Writer, workerd measure.Result, others []measure.Result) 
 			if g.note != "" {
 				note = " (" + g.note + ")"
 			}
-			fmt.Fprintf(w, "  %-12s %-36s %6.2fx workerd%s, target <= %gx: %s\n",
+			fmt.Fprintf(w, "  %-12s %-29s %6.2fx workerd%s, target <= %gx: %s\n",
 				r.Label, g.metric, v/base, note, g.max, verdict)
 		}
 	}
