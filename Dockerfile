@@ -37,8 +37,13 @@ WORKDIR /var/lib/wasmkeep
 # no more: the client port on every interface of the container, the actors'
 # databases and the compile cache on the volume. Mount a real disk there,
 # never the overlay filesystem (SQLite relies on local locking and fsync).
+# The cache is named rather than left to the default (the user's cache
+# directory, ADR 1058): a container's is its writable layer, lost with it,
+# so each new container would compile every class again; on the volume a
+# restarted container starts from it.
 ENV WASMKEEP_NODE__LISTEN=0.0.0.0:8080 \
-    WASMKEEP_NODE__DATA_DIR=/var/lib/wasmkeep/data
+    WASMKEEP_NODE__DATA_DIR=/var/lib/wasmkeep/data \
+    WASMKEEP_NODE__CACHE_DIR=/var/lib/wasmkeep/cache
 VOLUME /var/lib/wasmkeep
 # 8080: clients; 7443: the cluster listener (--cluster-listen), peers only;
 # 9100: metrics (--metrics-listen), Prometheus only.

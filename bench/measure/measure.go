@@ -167,6 +167,7 @@ type bench struct {
 	opts    Options
 	sz      sizes
 	scratch string
+	dataDir string // the data directory the start-ups leave to the other rows
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -179,17 +180,19 @@ func (b *bench) measure() ([]Row, string, error) {
 	var out []Row
 	add := func(name string, v float64, unit string) { out = append(out, Row{name, v, unit}) }
 
-	fresh, restart, dir, err := b.startups()
+	fresh, freshData, restart, err := b.startups()
 	if err != nil {
 		return nil, "", err
 	}
 	add("startup_to_first_response", Ms(percentile(fresh, 0.5)), "ms")
+	add("startup_to_first_response_fresh_data", Ms(percentile(freshData, 0.5)), "ms")
 	add("startup_to_first_response_restart", Ms(percentile(restart, 0.5)), "ms")
 
 	// The other rows are a running deployment's: the server starts on the
 	// data directory the start-ups left, where the guest is compiled (and
 	// pre-initialised, if it asks: ADR 1040), rather than measuring its
 	// first requests beside a background compile.
+	dir := b.dataDir
 	srv, _, err := startServer(b.opts, dir, dir+".onserver.log")
 	if err != nil {
 		return nil, "", err
@@ -215,13 +218,16 @@ func (b *bench) measure() ([]Row, string, error) {
 }
 
 // startups starts and stops the server sz.starts times on fresh data
-// directories (the guest compiled from scratch, actor x created), then as
-// many times on the last of them (whatever the server keeps between runs
-// reused, actor x woken from its database), which it returns. For the
-// counter, the last fresh start adds one to x and every restart must still
-// read it.
-func (b *bench) startups() (fresh, restart []time.Duration, dir string, err error) {
-	startStop := func(samples *[]time.Duration, then func(*client) error) error {
+// directories, each with an empty cache (a first start on a machine: the
+// guest compiled from scratch, actor x created); as many times on fresh data
+// directories with the last one's cache (a new node on a machine that ran
+// one: a server without a cache apart from its data compiles again); then
+// as many times on the last fresh data directory (whatever the server keeps
+// between runs reused, actor x woken from its database), which the later
+// rows use, as b.dataDir, with that cache (b.opts.Server). For the counter,
+// the last fresh start adds one to x and every restart must still read it.
+func (b *bench) startups() (fresh, freshData, restart []time.Duration, err error) {
+	startStop := func(dir string, samples *[]time.Duration, then func(*client) error) error {
 		srv, took, err := startServer(b.opts, dir, dir+".log")
 		if err != nil {
 			return err
@@ -235,20 +241,39 @@ func (b *bench) startups() (fresh, restart []time.Duration, dir string, err erro
 		}
 		return err
 	}
+	newDir := func(prefix string) (string, error) { return os.MkdirTemp(b.scratch, prefix) }
 	none := func(*client) error { return nil }
+	server := b.opts.Server
 	for i := range b.sz.starts {
-		if dir, err = os.MkdirTemp(b.scratch, "data-"); err != nil {
-			return nil, nil, "", err
+		if c, ok := server.(CacheServer); ok {
+			cache, err := newDir("cache-")
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			b.opts.Server = c.WithCacheDir(cache)
+		}
+		if b.dataDir, err = newDir("data-"); err != nil {
+			return nil, nil, nil, err
 		}
 		then := none
 		if i == b.sz.starts-1 {
 			then = func(c *client) error { return c.expect(b.opts.Write, "x", 1) }
 		}
-		if err := startStop(&fresh, then); err != nil {
-			return nil, nil, "", err
+		if err := startStop(b.dataDir, &fresh, then); err != nil {
+			return nil, nil, nil, err
 		}
 	}
-	b.logf("start-up on a fresh data dir: %v", fresh)
+	b.logf("start-up on a fresh data dir and cache: %v", fresh)
+	for range b.sz.starts {
+		dir, err := newDir("data-")
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if err := startStop(dir, &freshData, none); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	b.logf("start-up on a fresh data dir, the cache kept: %v", freshData)
 	for range b.sz.starts {
 		persisted := func(c *client) error {
 			if err := c.expect(b.opts.Read, "x", 1); err != nil {
@@ -256,12 +281,12 @@ func (b *bench) startups() (fresh, restart []time.Duration, dir string, err erro
 			}
 			return nil
 		}
-		if err := startStop(&restart, persisted); err != nil {
-			return nil, nil, "", err
+		if err := startStop(b.dataDir, &restart, persisted); err != nil {
+			return nil, nil, nil, err
 		}
 	}
 	b.logf("start-up on the previous data dir: %v", restart)
-	return fresh, restart, dir, nil
+	return fresh, freshData, restart, nil
 }
 
 // onServer measures the rows that need one long-running server, in an order

@@ -3,6 +3,7 @@ package measure
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -34,6 +36,7 @@ type Wasmkeep struct {
 	Binary, Class, Guest string
 	Env                  []string // added to the environment, such as WASMKEEP_RUNTIME__USE=wasmtime
 	ServeArgs            []string // added to `wasmkeep serve`'s arguments
+	CacheDir             string   // --cache-dir, for a build that takes it; empty: <data dir>/cache
 	// BucketFS makes the node a cluster of one on a bucket-fs directory
 	// beside its data directory (<data dir>-bucket, new with it), so that
 	// an exec-durable write answers once the bucket holds it.
@@ -45,12 +48,19 @@ func (w Wasmkeep) Command(addr, dataDir string) *exec.Cmd {
 	if w.Guest != "" {
 		args = append(args, "--actor", w.Class+"="+w.Guest)
 	}
-	args = append(append(args,
+	args = append(args,
 		"--listen", addr,
 		"--data-dir", dataDir,
 		"--max-instances", strconv.Itoa(maxInstances),
 		"--idle-timeout", "10m", // nothing hibernates during a run
-	), w.ServeArgs...)
+	)
+	if takesCacheDir(w.Binary) {
+		// Never the machine's cache (the build's default): a run neither
+		// reads nor fills it. An older build keeps its cache in the data
+		// directory, as this one does without a CacheDir.
+		args = append(args, "--cache-dir", cmp.Or(w.CacheDir, filepath.Join(dataDir, "cache")))
+	}
+	args = append(args, w.ServeArgs...)
 	if w.BucketFS {
 		args = append(args, "--bucket", "file://"+dataDir+"-bucket", "--node-id", "bench", "--cluster-listen", "127.0.0.1:0")
 	}
@@ -58,6 +68,25 @@ func (w Wasmkeep) Command(addr, dataDir string) *exec.Cmd {
 	cmd.Env = append(os.Environ(), w.Env...)
 	return cmd
 }
+
+// WithCacheDir is w keeping its compile cache in dir (ADR 1058): the
+// start-up rows give each first start an empty one, as on a new machine.
+func (w Wasmkeep) WithCacheDir(dir string) Server {
+	w.CacheDir = dir
+	return w
+}
+
+// takesCacheDir reports whether the wasmkeep binary at path has the serve
+// flag --cache-dir, read once from its help.
+func takesCacheDir(path string) bool {
+	v, _ := cacheDirFlag.LoadOrStore(path, sync.OnceValue(func() bool {
+		out, _ := exec.Command(path, "serve", "--help").Output()
+		return bytes.Contains(out, []byte("--cache-dir"))
+	}))
+	return v.(func() bool)()
+}
+
+var cacheDirFlag sync.Map // binary path → func() bool
 
 // Engine is the runtime plugin the server names in its "serving" log line.
 func (w Wasmkeep) Engine(logPath string) (string, error) {
@@ -86,6 +115,13 @@ func (w Wasmkeep) String() string {
 		return strings.TrimSpace(strings.Join(w.Env, " ") + " " + w.Binary + " serve " + strings.Join(w.ServeArgs, " "))
 	}
 	return strings.TrimSpace(strings.Join(w.Env, " ") + " " + w.Binary + " serve --actor " + w.Class + "=" + w.Guest)
+}
+
+// CacheServer is a server that keeps what it compiles apart from its data
+// (Wasmkeep): a run gives each first start an empty cache, as on a new
+// machine, and the later starts the last one's.
+type CacheServer interface {
+	WithCacheDir(dir string) Server
 }
 
 // Workerd is `Binary serve Config` (bench/workerd/config.capnp): the config's

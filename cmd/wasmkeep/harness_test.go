@@ -85,7 +85,18 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	guestDir = dir
-	cacheDir = filepath.Join(dir, "cache")
+	// The servers the tests start take the machine's cache by default
+	// (ADR 1058): it is the suite's, never the user's home cache. Go's
+	// build cache, which defaults to one beside it, stays where it was: the
+	// guests and binaries the tests build would compile from scratch.
+	if os.Getenv("GOCACHE") == "" {
+		if user, err := os.UserCacheDir(); err == nil {
+			os.Setenv("GOCACHE", filepath.Join(user, "go-build"))
+		}
+	}
+	os.Unsetenv("CACHE_DIRECTORY")
+	os.Setenv("XDG_CACHE_HOME", dir)
+	cacheDir = filepath.Join(dir, "wasmkeep")
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -220,17 +220,6 @@ func runReadmeSession(t *testing.T, root string, blocks []readmeBlock) {
 		}
 	}
 	linkCheckout(t, root, dir)
-	// The default data directory's compile cache is the suite's: the tests
-	// before this one compiled what its blocks serve (the examples, eleven
-	// classes, took two minutes to compile beside the suite's load).
-	for _, d := range []string{cacheDir, filepath.Join(dir, "wasmkeep-data")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Symlink(cacheDir, filepath.Join(dir, "wasmkeep-data", "cache")); err != nil {
-		t.Fatal(err)
-	}
 	server := wasmkeepBinary(t)
 	for _, link := range [][2]string{
 		{server, filepath.Join(dir, "wasmkeep")}, {server, filepath.Join(bin, "wasmkeep")},
@@ -277,6 +266,10 @@ func runReadmeSession(t *testing.T, root string, blocks []readmeBlock) {
 			env = append(env, kv)
 		}
 	}
+	// XDG_CACHE_HOME stays: the servers' compile cache is the suite's, where
+	// the tests before this one compiled what its blocks serve (the
+	// examples, eleven classes, took two minutes to compile beside the
+	// suite's load).
 	env = append(env, "HOME="+home, "PATH="+bin+":"+os.Getenv("PATH"),
 		"WASMKEEP_NODE__CPU_BUDGET_MS="+strconv.Itoa(int(suiteCPUBudget.Milliseconds())))
 	env = append(env, steadyLease...)

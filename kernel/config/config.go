@@ -96,7 +96,8 @@ func (c Choice) Settings() []slog.Attr {
 // or a string left at zero takes the node's default.
 type Node struct {
 	Listen        string        `koanf:"listen" help:"address to serve HTTP on"`
-	DataDir       string        `koanf:"data_dir" help:"directory for actor databases and the compile cache"`
+	DataDir       string        `koanf:"data_dir" help:"directory for actor databases"`
+	CacheDir      string        `koanf:"cache_dir" help:"directory for compiled modules and pre-initialised snapshots, which the machine's nodes may share (empty: $CACHE_DIRECTORY, else wasmkeep in the user's cache directory, else <data_dir>/cache)"`
 	IdleTimeout   time.Duration `koanf:"idle_timeout" help:"hibernate an actor after this long without events"`
 	CPUBudgetMS   int           `koanf:"cpu_budget_ms" help:"guest CPU per event, in milliseconds"`
 	HostCPUMS     int           `koanf:"host_cpu_budget_ms" help:"CPU per event besides the guest's budget, host calls included, in milliseconds"`

@@ -48,7 +48,7 @@ import (
 // Options configure a node. Zero values take the defaults in brackets.
 type Options struct {
 	DataDir       string                   // where databases live (required)
-	CacheDir      string                   // [DataDir/cache] compiled modules, kept across restarts
+	CacheDir      string                   // [DataDir/cache] compiled modules and pre-initialised snapshots, content-addressed: may be shared (serve gives MachineCacheDir)
 	App           app.Name                 // [app.Default] the app served: its tenant is the actors' (their addresses stay tenant/class/name), its state root holds their databases
 	Classes       map[string]string        // class name to module file
 	Access        map[string]access.Access // [open] by class: who outside may reach its actors
@@ -233,6 +233,28 @@ func (o Options) withDefaults() Options {
 	o.Storage = o.Storage.Defaults()
 	o.Storage.Prepare = storage.Preparation{Statements: hostSchema, CacheDir: o.CacheDir}
 	return o
+}
+
+// MachineCacheDir is the compile cache that the nodes of a machine share
+// when their settings name none (ADR 1058), as Go's and Wasmtime's build
+// caches are: systemd's $CACHE_DIRECTORY (CacheDirectory= in the unit; the
+// first, if it lists several), else wasmkeep in the user's cache directory
+// ($XDG_CACHE_HOME, or ~/.cache on Linux). It makes the directory; the
+// error says why there is none (no $HOME, a home the process cannot
+// write), and a node then keeps its cache in its data directory.
+func MachineCacheDir() (string, error) {
+	dir, _, _ := strings.Cut(os.Getenv("CACHE_DIRECTORY"), ":")
+	if dir == "" {
+		user, err := os.UserCacheDir()
+		if err != nil {
+			return "", err
+		}
+		dir = filepath.Join(user, "wasmkeep")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	return dir, nil
 }
 
 // WithDefaults returns o with each zero field at its default: what a node

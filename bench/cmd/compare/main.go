@@ -283,6 +283,11 @@ var goals = []goal{
 	{"16", "go", "memory_per_resident_actor_pss", "memory_per_resident_actor_pss", 2, "PSS, shared pages divided"},
 	{"16", "c", "memory_per_resident_actor", "memory_per_resident_actor", 0.75, "RSS, shared pages counted per actor"},
 	{"16", "c", "memory_per_resident_actor_pss", "memory_per_resident_actor_pss", 0.75, "PSS, shared pages divided"},
+
+	// A new node on a machine that ran one: the goal of issue 30 ("on a
+	// fresh data directory"), against workerd's fresh start (ADR 1058).
+	{"30", "go", "startup_to_first_response_fresh_data", "startup_to_first_response", 2, "workerd's fresh start"},
+	{"30", "c", "startup_to_first_response_fresh_data", "startup_to_first_response", 0.8, "workerd's fresh start"},
 }
 
 // printTargets prints, for each goal and each server with its guest, the

@@ -53,7 +53,7 @@ func goBuild(t testing.TB, env []string, args ...string) {
 
 // Metrics are the rows every run measures, in order.
 var Metrics = []string{
-	"startup_to_first_response", "startup_to_first_response_restart",
+	"startup_to_first_response", "startup_to_first_response_fresh_data", "startup_to_first_response_restart",
 	"first_request_new_actor_p50",
 	"read_resident_p50", "read_resident_p99", "write_resident_p50", "write_resident_p99",
 	"memory_per_resident_actor", "memory_per_resident_actor_pss",

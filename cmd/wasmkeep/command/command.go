@@ -469,7 +469,15 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) (err error) {
 		}()
 	}
 	opts := limits(ns)
-	opts.DataDir = ns.DataDir
+	opts.DataDir, opts.CacheDir = ns.DataDir, ns.CacheDir
+	if opts.CacheDir == "" {
+		// The machine's cache: a fresh data directory starts without
+		// compiling what a node of this machine compiled before (ADR 1058).
+		var why error
+		if opts.CacheDir, why = node.MachineCacheDir(); why != nil {
+			log.Warn("no cache directory for the machine: the compile cache is kept in the data directory", "err", why)
+		}
+	}
 	own := ownClasses{actors: ns.Actors, access: access, expire: expire, stateless: f.stateless}
 	var fol *follower
 	var sec *nodeSecrets
@@ -571,7 +579,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) (err error) {
 	// node ready finds the line (a test killed it between the two).
 	log.Info("serving", "listen", l.Addr().String(), "runtime", rtChoice.Info.Name, "storage", stChoice.Info.Name,
 		slog.GroupAttrs(rtChoice.Info.ID(), rtChoice.Settings()...), slog.GroupAttrs(stChoice.Info.ID(), stChoice.Settings()...),
-		"app", served.String(), "data_dir", ns.DataDir, "open_files", files, "max_connections", fit.connections, "max_instances", fit.instances)
+		"app", served.String(), "data_dir", ns.DataDir, "cache_dir", opts.WithDefaults().CacheDir, "open_files", files, "max_connections", fit.connections, "max_instances", fit.instances)
 	go func() { errc <- srv.Serve(l) }()
 	go notifyReady(ctx, n, log)
 	var stopErr error

@@ -24,8 +24,10 @@ import (
 // front apply only to an app that never deployed.
 
 // modulesDir is where a node keeps the modules of the version it serves,
-// downloaded and checked: they can be fetched again, like the cache.
-func modulesDir(cacheDir string) string { return filepath.Join(cacheDir, "deploys") }
+// downloaded and checked. In its data directory, not the cache: the
+// follower prunes what its version does not use, which would take the
+// modules of another node sharing the machine's cache (ADR 1058).
+func modulesDir(dataDir string) string { return filepath.Join(dataDir, "deploys") }
 
 // firstVersion loads the app's current version before the node starts, so
 // nothing runs unchecked: deployed is false when the app has none. A
@@ -94,7 +96,7 @@ func (o ownClasses) refuse(l deploys.Loaded) error {
 // the node's own classes until its first deploy, whose rules then replace
 // the node's (logged for each class they open).
 func followApp(ctx context.Context, c *clusterNode, a app.Name, explicit bool, opts *node.Options, own ownClasses, period time.Duration, log *slog.Logger) (*follower, bool, error) {
-	dir := modulesDir(opts.WithDefaults().CacheDir)
+	dir := modulesDir(opts.DataDir)
 	first, deployed, err := firstVersion(ctx, c, a, dir, log)
 	if err != nil {
 		return nil, false, err
