@@ -1,11 +1,15 @@
 package linearmem_test
 
 import (
+	"bytes"
+	"encoding/binary"
+	"os"
 	"testing"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/wasmkeep/wasmkeep/internal/linearmem"
 	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
@@ -88,4 +92,100 @@ func TestEnginesReleaseZeroPages(t *testing.T) {
 			}
 		})
 	}
+}
+
+// imageGuest has 4 pages of memory, the first 3 of them data (7s): both
+// engines map that from a memory image.
+func imageGuest() []byte {
+	data := bytes.Repeat([]byte{7}, 3<<16)
+	seg := append([]byte{1, 0, 0x41, 0, 0x0b}, wasmbin.AppendU32(nil, uint32(len(data)))...)
+	wasm := []byte{0, 'a', 's', 'm', 1, 0, 0, 0}
+	wasm = wasmbin.AppendSection(wasm, 5, []byte{1, 0, 4})
+	wasm = wasmbin.AppendSection(wasm, 7, []byte{1, 6, 'm', 'e', 'm', 'o', 'r', 'y', 2, 0})
+	return wasmbin.AppendSection(wasm, 11, append(seg, data...))
+}
+
+// A read of an instance's memory image maps the page read, not its
+// neighbours (the kernel's fault-around), on both engines.
+func TestEnginesMapOnlyTheImagePagesRead(t *testing.T) {
+	page := unix.Getpagesize()
+	probe, err := unix.Mmap(-1, 0, page, unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_ANON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(probe)
+	if !linearmem.NoFaultAround(probe) {
+		t.Skip("this kernel keeps fault-around (userfaultfd refused)")
+	}
+	for _, info := range []plugin.Info{wazeroruntime.Info(), wasmtimeruntime.Info()} {
+		t.Run(info.Name, func(t *testing.T) {
+			if info.Unavailable != "" {
+				t.Fatalf("%s is not in this build (%s): run the tests with cgo", info.Name, info.Unavailable)
+			}
+			d, err := info.New(info.NewConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := d.(runtime.Driver).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: 8})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close(t.Context())
+			m, err := e.Compile(t.Context(), imageGuest())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close(t.Context())
+			in, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer in.Close(t.Context())
+			mem, _ := in.Memory().Read(0, 3<<16)
+			read := len(mem) / page / 2
+			if mem[read*page] != 7 {
+				t.Fatalf("read %d, want 7", mem[read*page])
+			}
+			present := presentPages(t, mem)
+			for i, p := range present {
+				if p != (i == read) {
+					t.Fatalf("page %d present: %v, want %v (of the image, only page %d was read): %v", i, p, i == read, read, present)
+				}
+			}
+			if !in.Memory().Write(uint32(read*page), []byte{8}) {
+				t.Fatal("write failed")
+			}
+			other, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Close(t.Context())
+			for inst, want := range map[runtime.Instance]byte{in: 8, other: 7} {
+				if got, _ := inst.Memory().Read(uint32(read*page), 1); got[0] != want {
+					t.Errorf("read %d after the write, want %d", got[0], want)
+				}
+			}
+		})
+	}
+}
+
+// presentPages reads which pages of mem (page-aligned) the process's page
+// tables map.
+func presentPages(t *testing.T, mem []byte) []bool {
+	t.Helper()
+	page := unix.Getpagesize()
+	entries := make([]byte, 8*(len(mem)/page))
+	f, err := os.Open("/proc/self/pagemap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.ReadAt(entries, int64(uintptr(unsafe.Pointer(&mem[0]))/uintptr(page)*8)); err != nil {
+		t.Fatal(err)
+	}
+	present := make([]bool, len(entries)/8)
+	for i := range present {
+		present[i] = binary.LittleEndian.Uint64(entries[8*i:])&(1<<63) != 0
+	}
+	return present
 }

@@ -233,6 +233,12 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 	}
 	C.wk_find_memory(in.st)
 	in.touched = uint64(in.st.mem_size)
+	// Wasmtime maps the module's data from one memory file per module up
+	// to zeroFrom: reads there map only the page read (ADR 1061).
+	if mem := in.Memory(); mem != nil && m.zeroFrom > 0 {
+		view, _ := mem.Read(0, uint32(min(uint64(m.zeroFrom), uint64(mem.Size()))))
+		linearmem.NoFaultAround(view) // else the kernel's default
+	}
 	if m.initialize {
 		if f := in.Function("_initialize"); f != nil {
 			err := cfg.RunGuest(ctx, func(ctx context.Context) error {
@@ -246,8 +252,7 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 				return nil, err
 			}
 		}
-		// Wasmtime maps the module's data from one memory file per module
-		// up to zeroFrom; past it the memory is anonymous.
+		// Past zeroFrom the memory is anonymous.
 		if mem := in.Memory(); mem != nil && m.zeroFrom >= 0 {
 			view, _ := mem.Read(0, mem.Size())
 			linearmem.ReleaseAfterStart(view, m.zeroFrom)

@@ -66,9 +66,12 @@ func (img *image) mapInto(b []byte) bool {
 	if n > uintptr(len(b)) {
 		return false
 	}
-	_, err := unix.MmapPtr(int(img.file.Fd()), 0, unsafe.Pointer(&b[0]), n,
-		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_FIXED)
-	return err == nil
+	if _, err := unix.MmapPtr(int(img.file.Fd()), 0, unsafe.Pointer(&b[0]), n,
+		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_FIXED); err != nil {
+		return false
+	}
+	linearmem.NoFaultAround(b[:n]) // else the kernel's default
+	return true
 }
 
 type mappedMemory struct {

@@ -44,6 +44,7 @@ import (
 	"unsafe"
 
 	"github.com/wasmkeep/wasmkeep/internal/linearmem"
+	"github.com/wasmkeep/wasmkeep/internal/preinit"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
 	wkruntime "github.com/wasmkeep/wasmkeep/kernel/runtime"
@@ -148,14 +149,6 @@ func measure(o options) (*report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", o.guest, err)
 	}
-	rt, err := newDriver(o.engine)
-	if err != nil {
-		return nil, err
-	}
-	st, err := sqlitestorage.New(sqlitestorage.NewConfig())
-	if err != nil {
-		return nil, err
-	}
 	dir, err := os.MkdirTemp("", "wkmem-")
 	if err != nil {
 		return nil, err
@@ -165,25 +158,21 @@ func measure(o options) (*report, error) {
 	if o.verbose {
 		logTo = os.Stderr
 	}
-	rec := &recorder{Driver: rt}
-	n, err := node.New(context.Background(), node.Options{
-		DataDir:      dir,
-		Classes:      map[string]string{"counter": o.guest},
-		MaxInstances: baseActors + o.actors + 1,
-		IdleTimeout:  time.Hour,
-		// Memory is measured, not the budget: a Go actor's first events
-		// fault in its memory image's pages, charged to the guest, past the
-		// default 50 ms on a loaded machine at times (issue 30).
-		CPUBudget: time.Second,
-		Logger:    slog.New(slog.NewTextHandler(logTo, nil)),
-	}, rec, st)
+	if preinit.Asks(wasm) {
+		// As a node that has run before: its instances start from the
+		// kept snapshot, and its making is not measured.
+		if err := preinitialise(o, dir, logTo); err != nil {
+			return nil, err
+		}
+	}
+	rec, n, err := newNode(o, dir, slog.New(slog.NewTextHandler(logTo, nil)))
 	if err != nil {
 		return nil, err
 	}
 	defer n.Close()
 
 	start := time.Now()
-	if err := wake(n, 0, baseActors, o.posts); err != nil {
+	if _, err := wake(n, 0, baseActors, o.posts); err != nil {
 		return nil, err
 	}
 	runtime.GC()
@@ -192,11 +181,12 @@ func measure(o options) (*report, error) {
 		return nil, err
 	}
 	mark := rec.count()
-	cpu0 := cpuTime()
-	if err := wake(n, baseActors, baseActors+o.actors, o.posts); err != nil {
+	use0 := readUsage()
+	firsts, err := wake(n, baseActors, baseActors+o.actors, o.posts)
+	if err != nil {
 		return nil, err
 	}
-	cpu := cpuTime() - cpu0
+	use := readUsage().since(use0)
 	after, err := readSnapshot()
 	if err != nil {
 		return nil, err
@@ -212,24 +202,123 @@ func measure(o options) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &report{o: o, layout: layout, before: before, after: after, collected: collected, linear: lin, elapsed: elapsed, cpu: cpu}, nil
+	return &report{o: o, layout: layout, before: before, after: after, collected: collected, linear: lin, elapsed: elapsed, use: use, firstP50: median(firsts)}, nil
 }
 
-// cpuTime is the process's user and system CPU time so far.
-func cpuTime() time.Duration {
+// newNode starts a node on dir serving o.guest as class counter, on a
+// recorder of o.engine.
+func newNode(o options, dir string, log *slog.Logger) (*recorder, *node.Node, error) {
+	rt, err := newDriver(o.engine)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := sqlitestorage.New(sqlitestorage.NewConfig())
+	if err != nil {
+		return nil, nil, err
+	}
+	rec := &recorder{Driver: rt}
+	n, err := node.New(context.Background(), node.Options{
+		DataDir:      dir,
+		Classes:      map[string]string{"counter": o.guest},
+		MaxInstances: baseActors + o.actors + 1,
+		IdleTimeout:  time.Hour,
+		// Memory is measured, not the budget: a Go actor's first events
+		// fault in its memory image's pages, charged to the guest, past the
+		// default 50 ms on a loaded machine at times (issue 30).
+		CPUBudget: time.Second,
+		Logger:    log,
+	}, rec, st)
+	return rec, n, err
+}
+
+// preinitialise runs a node on dir until it has kept the guest's
+// pre-initialised snapshot, which it makes in the background after the
+// first answer.
+func preinitialise(o options, dir string, logTo io.Writer) error {
+	done := make(chan string, 1)
+	_, n, err := newNode(o, dir, slog.New(logSignal{Handler: slog.NewTextHandler(logTo, nil), done: done}))
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	if _, err := wake(n, baseActors+o.actors, baseActors+o.actors+1, 0); err != nil {
+		return err
+	}
+	select {
+	case msg := <-done:
+		if msg != preinitialised {
+			return fmt.Errorf("the node logged %q", msg)
+		}
+		return nil
+	case <-time.After(5 * time.Minute):
+		return errors.New("no snapshot after 5 minutes")
+	}
+}
+
+// The node's log lines that end a pre-initialisation (kernel/node/preinit.go).
+const (
+	preinitialised    = "module pre-initialised"
+	notPreinitialised = "module not pre-initialised"
+)
+
+// logSignal sends on done the message of the line that ends a
+// pre-initialisation.
+type logSignal struct {
+	slog.Handler
+	done chan string
+}
+
+func (h logSignal) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == preinitialised || r.Message == notPreinitialised {
+		select {
+		case h.done <- r.Message:
+		default:
+		}
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h logSignal) WithAttrs(a []slog.Attr) slog.Handler {
+	return logSignal{Handler: h.Handler.WithAttrs(a), done: h.done}
+}
+
+func (h logSignal) WithGroup(name string) slog.Handler {
+	return logSignal{Handler: h.Handler.WithGroup(name), done: h.done}
+}
+
+// usage is the process's CPU time and minor page faults so far.
+type usage struct {
+	cpu    time.Duration // user and system
+	minflt int64
+}
+
+func readUsage() usage {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return usage{}
+	}
+	return usage{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), minflt: ru.Minflt}
+}
+
+func (u usage) since(v usage) usage { return usage{cpu: u.cpu - v.cpu, minflt: u.minflt - v.minflt} }
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
 		return 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	slices.Sort(d)
+	return d[len(d)/2]
 }
 
 // wake sends each actor from..to-1 a GET (which creates and wakes it), then
-// posts POSTs, from two goroutines as the machine has few cores.
-func wake(n *node.Node, from, to, posts int) error {
+// posts POSTs, from two goroutines as the machine has few cores. It
+// returns how long each GET took.
+func wake(n *node.Node, from, to, posts int) ([]time.Duration, error) {
 	var next atomic.Int64
 	next.Store(int64(from))
 	errc := make(chan error, 2)
+	var mu sync.Mutex
+	firsts := make([]time.Duration, 0, to-from)
 	for range 2 {
 		go func() {
 			for {
@@ -245,7 +334,13 @@ func wake(n *node.Node, from, to, posts int) error {
 						method = http.MethodPost
 					}
 					w := httptest.NewRecorder()
+					start := time.Now()
 					n.ServeHTTP(w, httptest.NewRequest(method, "/actor/counter/"+name, nil))
+					if j == 0 {
+						mu.Lock()
+						firsts = append(firsts, time.Since(start))
+						mu.Unlock()
+					}
 					if w.Code != http.StatusOK {
 						errc <- fmt.Errorf("%s /actor/counter/%s: %d %s", method, name, w.Code, strings.TrimSpace(w.Body.String()))
 						return
@@ -254,7 +349,7 @@ func wake(n *node.Node, from, to, posts int) error {
 			}
 		}()
 	}
-	return errors.Join(<-errc, <-errc)
+	return firsts, errors.Join(<-errc, <-errc)
 }
 
 // snapshot is the process's memory at one moment, in bytes.
@@ -439,7 +534,9 @@ type report struct {
 	layout                   layout
 	before, after, collected snapshot
 	linear                   linear
-	elapsed, cpu             time.Duration // of waking the measured actors
+	elapsed                  time.Duration // of waking the measured actors
+	use                      usage         // of waking the measured actors
+	firstP50                 time.Duration // of the GET that woke each, two at a time
 }
 
 func (r *report) print(w io.Writer) {
@@ -452,8 +549,9 @@ func (r *report) print(w io.Writer) {
 	goHeap := d(func(s snapshot) int64 { return s.goMapped })
 	fmt.Fprintf(w, "engine %s: %d actors woken (GET + %d POST each) after %d, in %v; guest %s\n",
 		r.o.engine, r.o.actors, r.o.posts, baseActors, r.elapsed.Round(time.Millisecond), r.o.guest)
-	fmt.Fprintf(w, "  process CPU per request: %.0f µs (the node, SQLite and the guest; %d requests)\n",
-		float64(r.cpu.Microseconds())/n/float64(r.o.posts+1), r.o.actors*(r.o.posts+1))
+	fmt.Fprintf(w, "  process CPU per request: %.0f µs (the node, SQLite and the guest; %d requests); minor page faults per actor: %.0f\n",
+		float64(r.use.cpu.Microseconds())/n/float64(r.o.posts+1), r.o.actors*(r.o.posts+1), float64(r.use.minflt)/n)
+	fmt.Fprintf(w, "  first request (the GET that wakes an actor) p50: %d µs, two at a time\n", r.firstP50.Microseconds())
 	fmt.Fprintf(w, "  guest layout: data segments %d KiB up to %d KiB, initial memory %d KiB; linear memory now %d KiB on average (%d instances)\n",
 		r.layout.data>>10, r.layout.dataEnd>>10, r.layout.initial>>10, lin.size/int64(max(lin.instances, 1))>>10, lin.instances)
 	fmt.Fprintf(w, "  KiB per actor                 \n")
