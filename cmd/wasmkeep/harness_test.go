@@ -89,10 +89,9 @@ func TestMain(m *testing.M) {
 	// (ADR 1058): it is the suite's, never the user's home cache. Go's
 	// build cache, which defaults to one beside it, stays where it was: the
 	// guests and binaries the tests build would compile from scratch.
-	if os.Getenv("GOCACHE") == "" {
-		if user, err := os.UserCacheDir(); err == nil {
-			os.Setenv("GOCACHE", filepath.Join(user, "go-build"))
-		}
+	// `go env` reads it as the go command does (a `go env -w` setting too).
+	if out, err := exec.Command("go", "env", "GOCACHE").Output(); err == nil && strings.TrimSpace(string(out)) != "" {
+		os.Setenv("GOCACHE", strings.TrimSpace(string(out)))
 	}
 	os.Unsetenv("CACHE_DIRECTORY")
 	os.Setenv("XDG_CACHE_HOME", dir)

@@ -234,9 +234,12 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 	C.wk_find_memory(in.st)
 	in.touched = uint64(in.st.mem_size)
 	// Wasmtime maps the module's data from one memory file per module up
-	// to zeroFrom: reads there map only the page read (ADR 1061).
+	// to zeroFrom, its last page whole: reads there map only the page read
+	// (ADR 1061). The range is rounded up, so the mapping is registered
+	// whole rather than split in two at its last page.
 	if mem := in.Memory(); mem != nil && m.zeroFrom > 0 {
-		view, _ := mem.Read(0, uint32(min(uint64(m.zeroFrom), uint64(mem.Size()))))
+		const page = 4096
+		view, _ := mem.Read(0, uint32(min((uint64(m.zeroFrom)+page-1)/page*page, uint64(mem.Size()))))
 		linearmem.NoFaultAround(view) // else the kernel's default
 	}
 	if m.initialize {
