@@ -59,6 +59,13 @@ func readClock(id int32) (time.Duration, bool) {
 // The budget never runs out inside a host call: it is checked again when
 // the call returns, so a guest over it is stopped as soon as it runs again.
 // The cap runs out anywhere.
+//
+// A guest is stopped at the second reading that finds its budget spent,
+// confirmAfter past the first: a virtual machine that reports no steal time
+// charges the thread on a stalled virtual CPU with the stall, a lump of
+// about 100 ms in one reading (ADR 1015, amendment "a stalled virtual
+// CPU"). A guest that ends meanwhile is not stopped; one that loops runs at
+// most confirmAfter of wall time past its budget.
 type Watch struct {
 	clock    int32
 	start    time.Duration // the thread's clock at Start
@@ -84,11 +91,17 @@ type Watch struct {
 	mu      sync.Mutex
 	timer   *time.Timer
 	stopped bool
+	over    bool // a reading found the budget spent: the next that does stops the guest
 }
 
 // exactAfter is how long a watch times host calls on the wall clock before
 // it reads the thread's clock at each end of each call (see Watch).
 var exactAfter = time.Millisecond
+
+// confirmAfter is how long after a reading that finds the budget spent a
+// watch reads the thread's clock again before it stops the guest (see
+// Watch).
+var confirmAfter = 2 * time.Millisecond
 
 // Start begins watching the calling (locked) thread; onExceed runs once, on
 // another goroutine, when the budget is spent. A limit <= 0 watches nothing.
@@ -272,10 +285,13 @@ func (w *Watch) check() {
 	}
 	if w.limit > 0 && !inHost {
 		left := w.limit - counted
-		if left <= 0 {
+		if left <= 0 && w.over {
 			w.stopped = true
 			go w.onExceed()
 			return
+		}
+		if left <= 0 {
+			w.over, left = true, confirmAfter
 		}
 		next = nearer(next, left)
 	}

@@ -162,3 +162,34 @@ func inBothPhases(t *testing.T, test func(t *testing.T)) {
 		})
 	}
 }
+
+// A virtual machine that reports no steal time charges a stalled virtual
+// CPU's time to the thread it ran: one reading of the thread's clock jumps
+// by about 100 ms (w.start moved back here), though the guest ran for
+// microseconds. The reading that finds the budget spent only arms a second
+// one: a guest that ends before it is not stopped; one still running then
+// is.
+func TestStallIsConfirmedBeforeStop(t *testing.T) {
+	defer func(was time.Duration) { confirmAfter = was }(confirmAfter)
+	confirmAfter = time.Hour // the test takes the second reading itself
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	stopped := make(chan struct{})
+	w := Start(time.Hour, func() { close(stopped) }) // no timer fires during the test
+	w.limit = 50 * time.Millisecond
+	w.start -= 100 * time.Millisecond // the stall
+	w.check()
+	w.mu.Lock()
+	first := w.stopped
+	w.mu.Unlock()
+	if first {
+		t.Fatal("the first reading over the budget stopped the guest")
+	}
+	w.check() // the guest still runs at the second
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a guest still running at the second reading over its budget was not stopped")
+	}
+	w.Stop()
+}
