@@ -60,12 +60,13 @@ func readClock(id int32) (time.Duration, bool) {
 // the call returns, so a guest over it is stopped as soon as it runs again.
 // The cap runs out anywhere.
 //
-// A guest is stopped at the second reading that finds its budget spent,
-// confirmAfter past the first: a virtual machine that reports no steal time
-// charges the thread on a stalled virtual CPU with the stall, a lump of
-// about 100 ms in one reading (ADR 1015, amendment "a stalled virtual
-// CPU"). A guest that ends meanwhile is not stopped; one that loops runs at
-// most confirmAfter of wall time past its budget.
+// A guest is stopped once it has spent confirmAfter more than the counted
+// time at the first reading that found its budget spent: a virtual machine
+// that reports no steal time charges the thread on a stalled virtual CPU
+// with the stall, a lump of about 100 ms in one reading (ADR 1015,
+// amendment "a stalled virtual CPU"). A guest that ends within
+// confirmAfter of its own CPU after such a lump is not stopped; one that
+// loops runs confirmAfter past its budget.
 type Watch struct {
 	clock    int32
 	start    time.Duration // the thread's clock at Start
@@ -91,16 +92,15 @@ type Watch struct {
 	mu      sync.Mutex
 	timer   *time.Timer
 	stopped bool
-	over    bool // a reading found the budget spent: the next that does stops the guest
+	overAt  time.Duration // the counted time at the first reading that found the budget spent; 0: none
 }
 
 // exactAfter is how long a watch times host calls on the wall clock before
 // it reads the thread's clock at each end of each call (see Watch).
 var exactAfter = time.Millisecond
 
-// confirmAfter is how long after a reading that finds the budget spent a
-// watch reads the thread's clock again before it stops the guest (see
-// Watch).
+// confirmAfter is the CPU a guest spends past the first reading that finds
+// its budget spent before the watch stops it (see Watch).
 var confirmAfter = 2 * time.Millisecond
 
 // Start begins watching the calling (locked) thread; onExceed runs once, on
@@ -284,14 +284,17 @@ func (w *Watch) check() {
 		inHost = w.inHostCall() || !w.recheck.CompareAndSwap(true, false)
 	}
 	if w.limit > 0 && !inHost {
+		if w.overAt == 0 && counted >= w.limit {
+			w.overAt = counted
+		}
 		left := w.limit - counted
-		if left <= 0 && w.over {
+		if w.overAt != 0 {
+			left = w.overAt + confirmAfter - counted
+		}
+		if left <= 0 {
 			w.stopped = true
 			go w.onExceed()
 			return
-		}
-		if left <= 0 {
-			w.over, left = true, confirmAfter
 		}
 		next = nearer(next, left)
 	}
