@@ -59,6 +59,14 @@ func readClock(id int32) (time.Duration, bool) {
 // The budget never runs out inside a host call: it is checked again when
 // the call returns, so a guest over it is stopped as soon as it runs again.
 // The cap runs out anywhere.
+//
+// A guest is stopped once it has spent confirmAfter more than the counted
+// time at the first reading that found its budget spent: a virtual machine
+// that reports no steal time charges the thread on a stalled virtual CPU
+// with the stall, a lump of about 100 ms in one reading (ADR 1015,
+// amendment "a stalled virtual CPU"). A guest that ends within
+// confirmAfter of its own CPU after such a lump is not stopped; one that
+// loops runs confirmAfter past its budget.
 type Watch struct {
 	clock    int32
 	start    time.Duration // the thread's clock at Start
@@ -84,11 +92,16 @@ type Watch struct {
 	mu      sync.Mutex
 	timer   *time.Timer
 	stopped bool
+	overAt  time.Duration // the counted time at the first reading that found the budget spent; 0: none
 }
 
 // exactAfter is how long a watch times host calls on the wall clock before
 // it reads the thread's clock at each end of each call (see Watch).
 var exactAfter = time.Millisecond
+
+// confirmAfter is the CPU a guest spends past the first reading that finds
+// its budget spent before the watch stops it (see Watch).
+var confirmAfter = 2 * time.Millisecond
 
 // Start begins watching the calling (locked) thread; onExceed runs once, on
 // another goroutine, when the budget is spent. A limit <= 0 watches nothing.
@@ -271,7 +284,13 @@ func (w *Watch) check() {
 		inHost = w.inHostCall() || !w.recheck.CompareAndSwap(true, false)
 	}
 	if w.limit > 0 && !inHost {
+		if w.overAt == 0 && counted >= w.limit {
+			w.overAt = counted
+		}
 		left := w.limit - counted
+		if w.overAt != 0 {
+			left = w.overAt + confirmAfter - counted
+		}
 		if left <= 0 {
 			w.stopped = true
 			go w.onExceed()

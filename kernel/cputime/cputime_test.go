@@ -162,3 +162,31 @@ func inBothPhases(t *testing.T, test func(t *testing.T)) {
 		})
 	}
 }
+
+// A virtual machine that reports no steal time charges a stalled virtual
+// CPU's time to the thread it ran: one reading of the thread's clock jumps
+// by about 100 ms (w.start moved back here), though the guest ran for
+// microseconds. The reading that finds the budget spent does not stop the
+// guest; it is stopped once it has spent confirmAfter more.
+func TestStallIsConfirmedBeforeStop(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	stopped := make(chan struct{})
+	w := Start(time.Hour, func() { close(stopped) }) // no timer fires before the stall
+	w.limit = 50 * time.Millisecond
+	w.start -= 100 * time.Millisecond // the stall
+	w.check()
+	w.mu.Lock()
+	first := w.stopped
+	w.mu.Unlock()
+	if first {
+		t.Fatal("the first reading over the budget stopped the guest")
+	}
+	spin(10*time.Second, stopped) // the guest keeps running
+	w.Stop()
+	select {
+	case <-stopped:
+	default:
+		t.Fatal("a guest that kept running past its budget was not stopped")
+	}
+}
