@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/internal/atomicfile"
+	"github.com/wasmkeep/wasmkeep/internal/cacheprune"
 	"github.com/wasmkeep/wasmkeep/internal/preinit"
 	"github.com/wasmkeep/wasmkeep/kernel/cputime"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
@@ -49,8 +50,7 @@ func (n *Node) loadPreinitialised(ctx context.Context, wasm []byte, version, pat
 	if n.opts.CacheDir != "" {
 		kept := n.preinitPath(version)
 		if snap, err := os.ReadFile(kept); err == nil {
-			now := time.Now()
-			os.Chtimes(kept, now, now) // in use: see unusedFor
+			cacheprune.Touch(kept, time.Now()) // in use: see removeStaleSnapshots
 			mod, h, err := n.compileModule(ctx, snap, path)
 			if err == nil {
 				n.log.Info("module pre-initialised at an earlier start", "module", path)
@@ -82,24 +82,14 @@ func (n *Node) loadPreinitialised(ctx context.Context, wasm []byte, version, pat
 	return mod, h, m, nil
 }
 
-// unusedFor is how long a kept snapshot stays unused before a start
-// removes it: a deploy leaves one per class of each build it replaces, but
-// a cache may be shared, or a node started on older builds again.
-const unusedFor = 7 * 24 * time.Hour
-
 // removeStaleSnapshots removes, at start, the kept snapshots no start has
-// used for unusedFor (a start that uses one marks it, by its modification
-// time), and by the same rule the files a write cut short.
+// used for cacheprune.Unused (a start that uses one marks it), and by the
+// same rule the files a write cut short: a deploy leaves one per class of
+// each build it replaces, but a cache may be shared, or a node started on
+// older builds again.
 func (n *Node) removeStaleSnapshots() {
-	if n.opts.CacheDir == "" {
-		return
-	}
-	dir := filepath.Dir(n.preinitPath(""))
-	entries, _ := os.ReadDir(dir) // none yet: nothing to remove
-	for _, e := range entries {
-		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > unusedFor {
-			os.Remove(filepath.Join(dir, e.Name()))
-		}
+	if n.opts.CacheDir != "" {
+		cacheprune.RemoveStale(filepath.Dir(n.preinitPath("")), time.Now())
 	}
 }
 

@@ -16,8 +16,10 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"time"
 	"unsafe"
 
+	"github.com/wasmkeep/wasmkeep/internal/cacheprune"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
@@ -26,17 +28,21 @@ import (
 // Wasmtime refuses artifacts of another version, configuration or CPU, but
 // it executes the machine code of one it accepts, so each file carries a
 // digest of its artifact: a corrupt or truncated file is not loaded but
-// compiled afresh and overwritten.
+// compiled afresh and overwritten. A load marks its file used; an engine's
+// start removes the files, and the folders of other versions, no start
+// used for a week (cacheprune, ADR 1058).
 //
 // File layout: cacheMagic, then the SHA-256 of the artifact, then the
 // artifact.
 var cacheMagic = []byte("wasmkeep wasmtime cache 1\n")
 
+// makeCacheDir makes this version's folder of root and prunes root.
 func makeCacheDir(root string) (string, error) {
 	dir := filepath.Join(root, fmt.Sprintf("wasmtime-%s-%s-%s", C.WASMTIME_VERSION, goruntime.GOOS, goruntime.GOARCH))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("wasmtime: compile cache: %w", err)
 	}
+	cacheprune.Prune(root, "wasmtime-", dir, time.Now())
 	return dir, nil
 }
 
@@ -88,6 +94,7 @@ func (e *engine) loadCached(wasm []byte) *C.wasmtime_module_t {
 	if errorOf(cerr) != nil {
 		return nil
 	}
+	cacheprune.Touch(path, time.Now())
 	return ptr
 }
 
@@ -104,6 +111,8 @@ func (e *engine) keep(path string, ptr *C.wasmtime_module_t) error {
 	}
 	artifact := unsafe.Slice((*byte)(unsafe.Pointer(out.data)), int(out.size))
 	sum := sha256.Sum256(artifact)
+	// Another build's start may have removed the folder, unused for a week.
+	os.MkdirAll(filepath.Dir(path), 0o700) // else CreateTemp says why
 	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
 	if err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/conformance/runtimetest"
+	"github.com/wasmkeep/wasmkeep/internal/cacheprune"
 	"github.com/wasmkeep/wasmkeep/internal/wasmbounds"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
@@ -266,6 +267,70 @@ func TestCacheFiles(t *testing.T) {
 		t.Fatal("the damaged cache file was not replaced")
 	} else {
 		newModule(e, e.opt, ptr).Close(t.Context())
+	}
+}
+
+// A load marks its file used; an engine's start removes the files no start
+// used for a week and the folders of other versions unused as long
+// (cacheprune), and keeps its own folder; an engine running on a folder
+// another build's start removed makes it again.
+func TestCachePruned(t *testing.T) {
+	root := t.TempDir()
+	start := func() *engine {
+		e, err := newDriver(t).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: 1, CacheDir: root})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close(context.Background()) })
+		return e.(*engine)
+	}
+	// compile compiles a module returning i into e's cache.
+	compile := func(e *engine, i byte) []byte {
+		m := newWasmMod()
+		m.function("one", "", "i", 0x41, i) // i32.const i
+		wasm := m.bytes()
+		mod, err := e.Compile(t.Context(), wasm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-mod.(runtime.Tiered).Optimised() // kept in the cache
+		mod.Close(t.Context())
+		return wasm
+	}
+	e := start()
+	used, unused := compile(e, 0), compile(e, 1)
+	oldVersion := filepath.Join(root, "wasmtime-0.0.0-linux-amd64", "old.cwasm")
+	os.MkdirAll(filepath.Dir(oldVersion), 0o700)
+	os.WriteFile(oldVersion, nil, 0o600)
+	week := time.Now().Add(-cacheprune.Unused - time.Hour)
+	for _, path := range []string{e.cachePath(used), e.cachePath(unused), oldVersion, filepath.Dir(oldVersion), e.cacheDir} {
+		if err := os.Chtimes(path, week, week); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ptr := e.loadCached(used); ptr == nil {
+		t.Fatal("the cached module does not load")
+	} else {
+		newModule(e, e.opt, ptr).Close(t.Context())
+	}
+
+	start()
+	for path, want := range map[string]bool{
+		e.cachePath(used):        true,
+		e.cachePath(unused):      false,
+		filepath.Dir(oldVersion): false,
+		e.cacheDir:               true,
+	} {
+		if _, err := os.Stat(path); (err == nil) != want {
+			t.Errorf("%s: exists %v, want %v", path, !want, want)
+		}
+	}
+
+	// A week on, another build's start removes this build's folder: e
+	// keeps what it compiles next all the same.
+	cacheprune.Prune(root, "wasmtime-", "", time.Now().Add(2*cacheprune.Unused))
+	if _, err := os.Stat(e.cachePath(compile(e, 2))); err != nil {
+		t.Errorf("not kept after its folder was removed: %v", err)
 	}
 }
 

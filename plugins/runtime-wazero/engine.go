@@ -17,11 +17,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
+	"github.com/wasmkeep/wasmkeep/internal/cacheprune"
 	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
@@ -81,6 +83,10 @@ func (d *driver) NewEngine(ctx context.Context, cfg runtime.Config) (runtime.Eng
 		if err != nil {
 			return nil, err
 		}
+		// wazero's entries are named by keys it does not export, so a use
+		// cannot mark them: they are compiled again a week after they were
+		// written, and the folders of other builds go a week after their last.
+		cacheprune.Prune(cfg.CacheDir, "wazero", dir, time.Now())
 		if e.cache, err = wazero.NewCompilationCacheWithDir(dir); err != nil {
 			return nil, fmt.Errorf("wazero: compilation cache: %w", err)
 		}
@@ -262,6 +268,16 @@ func (e *engine) compile(ctx context.Context, wasm []byte) (wazero.CompiledModul
 		}
 		cm, err = e.rt.CompileModule(ctx, wasm)
 	}
+	var missing *fs.PathError
+	if err != nil && e.cacheDir != "" && errors.As(err, &missing) && errors.Is(err, fs.ErrNotExist) &&
+		strings.HasPrefix(missing.Path, e.cacheDir+string(filepath.Separator)) {
+		// wazero fails the compile when it cannot keep the code, as when
+		// another build's start removed this build's folder, unused for
+		// a week (cacheprune): make it again.
+		if os.MkdirAll(filepath.Dir(missing.Path), 0o700) == nil {
+			cm, err = e.rt.CompileModule(ctx, wasm)
+		}
+	}
 	return cm, err
 }
 
@@ -279,16 +295,18 @@ func (e *engine) Close(ctx context.Context) error {
 	return err
 }
 
-// cacheDir is the part of root this build keeps compiled code in. wazero
-// files its entries under its own version, read from the build's dependency
-// list; a test binary has no such list ("dev" to wazero) and a replaced
-// module reports the version it replaces, so either could load code another
-// wazero compiled. Such builds get a directory named after their executable.
+// cacheDir is the part of root this build keeps compiled code in, named
+// after wazero's version (wazero files its entries under it too, read from
+// the build's dependency list) so that cacheprune can remove other
+// versions' whole. A test binary has no such list ("dev" to wazero) and a
+// replaced module reports the version it replaces, so either could load
+// code another wazero compiled. Such builds get a directory named after
+// their executable.
 func cacheDir(root string) (string, error) {
 	if info, ok := debug.ReadBuildInfo(); ok {
 		for _, dep := range info.Deps {
 			if dep.Path == "github.com/tetratelabs/wazero" && dep.Version != "" && dep.Replace == nil {
-				return filepath.Join(root, "wazero"), nil
+				return filepath.Join(root, "wazero-"+dep.Version), nil
 			}
 		}
 	}

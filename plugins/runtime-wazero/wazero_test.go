@@ -6,12 +6,15 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 
 	"github.com/wasmkeep/wasmkeep/conformance/runtimetest"
+	"github.com/wasmkeep/wasmkeep/internal/cacheprune"
 	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
 	"github.com/wasmkeep/wasmkeep/internal/wasmbounds"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
@@ -93,6 +96,79 @@ func TestCacheDirOfUnversionedBuild(t *testing.T) {
 	if err != nil || len(entries) == 0 {
 		t.Errorf("no compiled code under %s (%v)", root, err)
 	}
+}
+
+// An engine's start removes the cached code no start wrote for a week and
+// the folders of other builds unused as long (cacheprune); an engine
+// running on a folder another build's start removed makes it again (the
+// compile that finds it gone keeps its code in memory only).
+func TestCachePruned(t *testing.T) {
+	root := t.TempDir()
+	start := func() runtime.Engine {
+		e, err := newDriver(t, true).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: 1, CacheDir: root})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close(context.Background()) })
+		return e
+	}
+	compile := func(e runtime.Engine, wasm []byte) {
+		m, err := e.Compile(t.Context(), wasm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Close(t.Context())
+	}
+	running := start()
+	compile(running, binaryModule(voidFunc()...))
+	current := running.(*engine).cacheDir
+	entries := filepath.Join(current, "wazero-*", "*")
+	old, _ := filepath.Glob(entries)
+	if len(old) != 1 {
+		t.Fatalf("the cache holds %v, want one entry", old)
+	}
+	oldBuild := filepath.Join(root, "wazero-v1.11.0", "wazero-v1.11.0-amd64-linux", "entry")
+	otherBuild := filepath.Join(root, "wazero-build-other", "wazero-dev-amd64-linux", "entry")
+	for _, path := range []string{oldBuild, otherBuild} {
+		os.MkdirAll(filepath.Dir(path), 0o700)
+		os.WriteFile(path, nil, 0o600)
+	}
+	week := time.Now().Add(-cacheprune.Unused - time.Hour)
+	// All of this build's folder is stale too: only being this build's
+	// keeps it.
+	stale := []string{old[0], filepath.Dir(old[0]), current, oldBuild, filepath.Dir(oldBuild), filepath.Dir(filepath.Dir(oldBuild))}
+	for _, path := range stale {
+		if err := os.Chtimes(path, week, week); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	start()
+	if exists(old[0]) {
+		t.Errorf("the stale entry %s is still there", old[0])
+	}
+	if exists(filepath.Dir(filepath.Dir(oldBuild))) {
+		t.Error("the stale folder of another build is still there")
+	}
+	if !exists(otherBuild) {
+		t.Error("another build's fresh entry was removed")
+	}
+	// A week on, another build's start removes this build's folder: the
+	// running engine makes it again.
+	cacheprune.Prune(root, "wazero", "", time.Now().Add(2*cacheprune.Unused))
+	if exists(current) {
+		t.Fatal("this build's folder, unused for two weeks, was not removed")
+	}
+	compile(running, binaryModule(voidFunc(1, 0x7f)...)) // in memory only
+	compile(running, binaryModule(voidFunc(2, 0x7f)...))
+	if now, _ := filepath.Glob(entries); len(now) != 1 {
+		t.Errorf("the running engine kept %v, want one entry", now)
+	}
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // prepare never panics, and what it returns for a module wazero accepts is
