@@ -49,6 +49,33 @@ func zeroingGuest() []byte {
 // zeroed, and the guest's memory reads as it wrote it.
 func TestEnginesReleaseZeroPages(t *testing.T) {
 	page := unix.Getpagesize()
+	forEachEngine(t, zeroingGuest(), func(t *testing.T, _ runtime.Module, in runtime.Instance) {
+		mem, _ := in.Memory().Read(0, in.Memory().Size())
+		if len(mem) != 4<<16 || string(mem[:4]) != "data" || mem[200000] != 7 {
+			t.Fatalf("memory of %d bytes, %q at 0 and %d at 200,000; want 4 pages, \"data\", 7", len(mem), mem[:4], mem[200000])
+		}
+		resident := make([]byte, len(mem)/page)
+		if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&mem[0])), uintptr(len(mem)), uintptr(unsafe.Pointer(&resident[0]))); errno != 0 {
+			t.Fatal(errno)
+		}
+		var kept int
+		for p := 65536 / page; p < 196608/page; p++ {
+			kept += int(resident[p] & 1)
+		}
+		if kept > 0 || resident[200000/page]&1 == 0 {
+			t.Errorf("%d of the zeroed pages resident, the written one: %v; want none, true", kept, resident[200000/page]&1 != 0)
+		}
+		for i, b := range mem[4:] {
+			if b != 0 && i+4 != 200000 {
+				t.Fatalf("byte %d is %d, want 0", i+4, b)
+			}
+		}
+	})
+}
+
+// forEachEngine compiles wasm on each engine and runs check on a new
+// instance of it (memory limit 8 pages).
+func forEachEngine(t *testing.T, wasm []byte, check func(t *testing.T, m runtime.Module, in runtime.Instance)) {
 	for _, info := range []plugin.Info{wazeroruntime.Info(), wasmtimeruntime.Info()} {
 		t.Run(info.Name, func(t *testing.T) {
 			if info.Unavailable != "" {
@@ -63,7 +90,7 @@ func TestEnginesReleaseZeroPages(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer e.Close(t.Context())
-			m, err := e.Compile(t.Context(), zeroingGuest())
+			m, err := e.Compile(t.Context(), wasm)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -73,26 +100,7 @@ func TestEnginesReleaseZeroPages(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer in.Close(t.Context())
-			mem, _ := in.Memory().Read(0, in.Memory().Size())
-			if len(mem) != 4<<16 || string(mem[:4]) != "data" || mem[200000] != 7 {
-				t.Fatalf("memory of %d bytes, %q at 0 and %d at 200,000; want 4 pages, \"data\", 7", len(mem), mem[:4], mem[200000])
-			}
-			resident := make([]byte, len(mem)/page)
-			if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&mem[0])), uintptr(len(mem)), uintptr(unsafe.Pointer(&resident[0]))); errno != 0 {
-				t.Fatal(errno)
-			}
-			var kept int
-			for p := 65536 / page; p < 196608/page; p++ {
-				kept += int(resident[p] & 1)
-			}
-			if kept > 0 || resident[200000/page]&1 == 0 {
-				t.Errorf("%d of the zeroed pages resident, the written one: %v; want none, true", kept, resident[200000/page]&1 != 0)
-			}
-			for i, b := range mem[4:] {
-				if b != 0 && i+4 != 200000 {
-					t.Fatalf("byte %d is %d, want 0", i+4, b)
-				}
-			}
+			check(t, m, in)
 		})
 	}
 }
@@ -120,62 +128,38 @@ func TestEnginesMapOnlyTheImagePagesRead(t *testing.T) {
 	if !linearmem.NoFaultAround(probe) {
 		t.Skip("this kernel keeps fault-around (userfaultfd refused)")
 	}
-	for _, info := range []plugin.Info{wazeroruntime.Info(), wasmtimeruntime.Info()} {
-		t.Run(info.Name, func(t *testing.T) {
-			if info.Unavailable != "" {
-				t.Fatalf("%s is not in this build (%s): run the tests with cgo", info.Name, info.Unavailable)
+	forEachEngine(t, imageGuest(), func(t *testing.T, m runtime.Module, in runtime.Instance) {
+		mem, _ := in.Memory().Read(0, 3<<16)
+		read := len(mem) / page / 2
+		if mem[read*page] != 7 {
+			t.Fatalf("read %d, want 7", mem[read*page])
+		}
+		present := presentPages(t, mem)
+		for i, p := range present {
+			if p != (i == read) {
+				t.Fatalf("page %d present: %v, want %v (of the image, only page %d was read): %v", i, p, i == read, read, present)
 			}
-			d, err := info.New(info.NewConfig())
-			if err != nil {
-				t.Fatal(err)
+		}
+		// The image's last page too, though the data ends within it: a
+		// range cut short there splits the mapping in two, one more
+		// mapping per instance against the process's limit.
+		if last := uintptr(unsafe.Pointer(&mem[len(mem)-1])); !registered(t, last) {
+			t.Errorf("the image's last page (%#x) is not registered: the mapping was split", last)
+		}
+		if !in.Memory().Write(uint32(read*page), []byte{8}) {
+			t.Fatal("write failed")
+		}
+		other, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close(t.Context())
+		for inst, want := range map[runtime.Instance]byte{in: 8, other: 7} {
+			if got, _ := inst.Memory().Read(uint32(read*page), 1); got[0] != want {
+				t.Errorf("read %d after the write, want %d", got[0], want)
 			}
-			e, err := d.(runtime.Driver).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: 8})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer e.Close(t.Context())
-			m, err := e.Compile(t.Context(), imageGuest())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close(t.Context())
-			in, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer in.Close(t.Context())
-			mem, _ := in.Memory().Read(0, 3<<16)
-			read := len(mem) / page / 2
-			if mem[read*page] != 7 {
-				t.Fatalf("read %d, want 7", mem[read*page])
-			}
-			present := presentPages(t, mem)
-			for i, p := range present {
-				if p != (i == read) {
-					t.Fatalf("page %d present: %v, want %v (of the image, only page %d was read): %v", i, p, i == read, read, present)
-				}
-			}
-			// The image's last page too, though the data ends within it: a
-			// range cut short there splits the mapping in two, one more
-			// mapping per instance against the process's limit.
-			if last := uintptr(unsafe.Pointer(&mem[len(mem)-1])); !registered(t, last) {
-				t.Errorf("the image's last page (%#x) is not registered: the mapping was split", last)
-			}
-			if !in.Memory().Write(uint32(read*page), []byte{8}) {
-				t.Fatal("write failed")
-			}
-			other, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer other.Close(t.Context())
-			for inst, want := range map[runtime.Instance]byte{in: 8, other: 7} {
-				if got, _ := inst.Memory().Read(uint32(read*page), 1); got[0] != want {
-					t.Errorf("read %d after the write, want %d", got[0], want)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // registered reports whether the mapping holding addr is registered for
