@@ -20,6 +20,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -82,8 +83,11 @@ type Fetcher struct {
 	allow    []netip.Prefix
 	ports    []int // blocked ports that --allow-outbound-port opens
 	resolver Resolver
-	tls      *tls.Config
-	slots    chan struct{} // requests in flight on the node
+	// tls is built at the first request, not at the node's start: reading
+	// the system's roots (some 150 certificates, parsed twice on Debian's
+	// layout) is tens of ms a start would otherwise wait for (issue 30).
+	tls   func() *tls.Config
+	slots chan struct{} // requests in flight on the node
 
 	step, maxStep time.Duration // Options.Step and MaxStep
 	maxBody       int64         // Options.MaxBody
@@ -91,13 +95,6 @@ type Fetcher struct {
 
 // New returns a node's fetcher.
 func New(opts Options) (*Fetcher, error) {
-	roots, err := x509.SystemCertPool()
-	if err != nil {
-		roots = x509.NewCertPool() // no system roots, and a build without x509roots/fallback: only --outbound-ca
-	}
-	for _, c := range opts.CAs {
-		roots.AddCert(c)
-	}
 	for _, p := range opts.Ports {
 		if p < 1 || p > 65535 {
 			return nil, fmt.Errorf("allowed outbound port %d is not a port (1-65535)", p)
@@ -109,10 +106,22 @@ func New(opts Options) (*Fetcher, error) {
 	}
 	return &Fetcher{
 		allow: opts.Allow, ports: opts.Ports, resolver: r,
-		tls:   &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		tls:   sync.OnceValue(func() *tls.Config { return tlsConfig(opts.CAs) }),
 		slots: make(chan struct{}, opts.Max),
 		step:  opts.Step, maxStep: opts.MaxStep, maxBody: opts.MaxBody,
 	}, nil
+}
+
+// tlsConfig trusts the system's roots and cas.
+func tlsConfig(cas []*x509.Certificate) *tls.Config {
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool() // no system roots, and a build without x509roots/fallback: only --outbound-ca
+	}
+	for _, c := range cas {
+		roots.AddCert(c)
+	}
+	return &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 }
 
 // permitted says whether a guest may connect to a.
@@ -218,7 +227,7 @@ func (f *Fetcher) Do(ctx context.Context, req abi.Request, step time.Duration) (
 			}
 			return nil, last
 		},
-		TLSClientConfig:       f.tls,
+		TLSClientConfig:       f.tls(),
 		TLSHandshakeTimeout:   step,
 		ResponseHeaderTimeout: step,
 		DisableKeepAlives:     true,
