@@ -23,6 +23,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"gocloud.dev/blob/s3blob"
 
+	"github.com/wasmkeep/wasmkeep/internal/fallbackroots"
 	"github.com/wasmkeep/wasmkeep/kernel/bucket"
 	"github.com/wasmkeep/wasmkeep/kernel/plugin"
 )
@@ -122,6 +123,7 @@ func New(config any) (bucket.Bucket, error) {
 	if err != nil {
 		return nil, err
 	}
+	fallbackroots.Ensure() // the S3 endpoint's and the credential providers' TLS
 	opts := []func(*awsconfig.LoadOptions) error{
 		awsconfig.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
 		awsconfig.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),

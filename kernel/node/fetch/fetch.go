@@ -26,6 +26,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/wasmkeep/wasmkeep/internal/fallbackroots"
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 )
 
@@ -112,11 +113,13 @@ func New(opts Options) (*Fetcher, error) {
 	}, nil
 }
 
-// tlsConfig trusts the system's roots and cas.
+// tlsConfig trusts the system's roots (Mozilla's where the system has
+// none) and cas.
 func tlsConfig(cas []*x509.Certificate) *tls.Config {
+	fallbackroots.Ensure()
 	roots, err := x509.SystemCertPool()
 	if err != nil {
-		roots = x509.NewCertPool() // no system roots, and a build without x509roots/fallback: only --outbound-ca
+		roots = x509.NewCertPool() // not after Ensure, which sets the bundle where the system's roots fail
 	}
 	for _, c := range cas {
 		roots.AddCert(c)
