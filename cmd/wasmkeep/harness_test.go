@@ -94,8 +94,11 @@ func TestMain(m *testing.M) {
 		os.Setenv("GOCACHE", strings.TrimSpace(string(out)))
 	}
 	os.Unsetenv("CACHE_DIRECTORY")
-	os.Setenv("XDG_CACHE_HOME", dir)
-	cacheDir = filepath.Join(dir, "wasmkeep")
+	// A folder of its own: the machine's cache would be dir/wasmkeep, the
+	// path of the command the tests build.
+	xdg := filepath.Join(dir, "xdg-cache")
+	os.Setenv("XDG_CACHE_HOME", xdg)
+	cacheDir = filepath.Join(xdg, "wasmkeep")
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
