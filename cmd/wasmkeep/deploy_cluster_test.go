@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -270,7 +271,9 @@ func deployUnderLoad(t *testing.T, serveBin string, env []string) deployRun {
 	for _, id := range []string{"a", "b", "c"} {
 		n := newBucketNode(t, bucketURL, lease)
 		n.bin = serveBin
-		n.args = []string{"--app", "acme/shop", "--bucket", bucketURL, "--node-id", id, "--idle-timeout", "20ms"}
+		// A cache of its own, as on three machines: c's holds v2's code, a's
+		// and b's do not (the suite's servers share one by default).
+		n.args = []string{"--app", "acme/shop", "--bucket", bucketURL, "--node-id", id, "--idle-timeout", "20ms", "--cache-dir", nodeCache(n)}
 		nodes = append(nodes, n)
 		starting.Add(1)
 		go func() { // at once: each compiles v1
@@ -462,12 +465,15 @@ func precompile(t *testing.T, n *bucketNode, module string) {
 			env = append(env, kv)
 		}
 	}
-	_, cmd, logs := serveBinary(t, n.bin, env, "--data-dir", n.data, "--actor", "s="+module)
+	_, cmd, logs := serveBinary(t, n.bin, env, "--data-dir", n.data, "--cache-dir", nodeCache(n), "--actor", "s="+module)
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("the precompiling process: %v\n%s", err, logs)
 	}
 }
+
+// nodeCache is n's own compile cache, in its data directory.
+func nodeCache(n *bucketNode) string { return filepath.Join(n.data, "cache") }
 
 // servedBefore reports whether node's log says it served seq before t: an
 // event sent after that took a class of that seq or above where it ran.

@@ -230,11 +230,27 @@ type node struct {
 // is ready and answers (a GET of actor <id>-x: one of its own, so that
 // nodes starting together do not race for one actor, where a request
 // forwarded to a node still taking the actor was seen answered 503).
+// Its metrics listener gets a free port at each start, and a start that
+// lost that port to another process before it bound it is tried again
+// (seen in the suite, where many servers start at once).
 func (n *node) start() error {
-	r, err := measure.Start(measure.Options{Server: n.srv, Ready: "/_wasmkeep/ready",
-		Read: measure.Request{Method: "GET", Path: "/actor/probe/" + n.id + "-{name}/echo"}}, n.dataDir, n.logPath)
-	n.Running = r
-	return err
+	for attempt := 1; ; attempt++ {
+		addr, err := measure.FreeAddr()
+		if err != nil {
+			return err
+		}
+		if i := slices.Index(n.srv.ServeArgs, "--metrics-listen"); i >= 0 {
+			n.srv.ServeArgs = slices.Delete(n.srv.ServeArgs, i, i+2)
+		}
+		n.srv.ServeArgs = append(n.srv.ServeArgs, "--metrics-listen", addr)
+		n.metrics = "http://" + addr
+		r, err := measure.Start(measure.Options{Server: n.srv, Ready: "/_wasmkeep/ready",
+			Read: measure.Request{Method: "GET", Path: "/actor/probe/" + n.id + "-{name}/echo"}}, n.dataDir, n.logPath)
+		n.Running = r
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return err
+		}
+	}
 }
 
 // startCluster starts three nodes, side by side (each first start waits
@@ -290,12 +306,6 @@ func (c *config) startCluster(stdout io.Writer, mode string) (*cluster, error) {
 			srv.ServeArgs = append(srv.ServeArgs, "--max-instances", strconv.Itoa(relocateSlots(c.relocate)))
 		}
 		n := &node{id: id, srv: srv, dataDir: filepath.Join(dir, id), logPath: filepath.Join(dir, id+".log")}
-		addr, err := measure.FreeAddr()
-		if err != nil {
-			return nil, err
-		}
-		n.metrics = "http://" + addr
-		n.srv.ServeArgs = append(n.srv.ServeArgs, "--metrics-listen", addr)
 		if mode == "deploy" {
 			n.srv.Guest = "" // its classes come from the version
 			n.srv.ServeArgs = append(n.srv.ServeArgs, "--app", deployApp)
