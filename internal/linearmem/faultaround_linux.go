@@ -12,7 +12,7 @@ import (
 // file mapping ("fault-around"): one read of an instance's memory image puts
 // 16 pages in its page tables, and RSS counts each of them once per
 // instance, though the page cache holds them once (bench/README.md, "Issue
-// 30: memory per Go actor", ADR 1061). The only switch per mapping is
+// 30: memory per Go actor", ADR 1059). The only switch per mapping is
 // userfaultfd: the kernel maps no neighbours in a range registered for
 // write-protect faults. Registered with asynchronous write-protection
 // (Linux 6.7), a write-protect fault is resolved in the kernel, with no
@@ -80,11 +80,11 @@ func openFaultAround() {
 }
 
 // faultAroundKept says once that the kernel refused, at info: an operator
-// reading RSS per actor (about 2.5x higher then, ADR 1061) can tell why,
+// reading RSS per actor (about 2.5x higher then, ADR 1059) can tell why,
 // for example under a container's seccomp profile.
 func faultAroundKept(err error) {
 	faultAround.logged.Do(func() {
-		slog.Info("memory images keep the kernel's fault-around: RSS counts up to 16 shared pages per page a guest reads (ADR 1061)", "error", err)
+		slog.Info("memory images keep the kernel's fault-around: RSS counts up to 16 shared pages per page a guest reads (ADR 1059)", "error", err)
 	})
 }
 

@@ -235,7 +235,7 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 	in.touched = uint64(in.st.mem_size)
 	// Wasmtime maps the module's data from one memory file per module up
 	// to zeroFrom, its last page whole: reads there map only the page read
-	// (ADR 1061). The range is rounded up, so the mapping is registered
+	// (ADR 1059). The range is rounded up, so the mapping is registered
 	// whole rather than split in two at its last page.
 	if mem := in.Memory(); mem != nil && m.zeroFrom > 0 {
 		const page = 4096
