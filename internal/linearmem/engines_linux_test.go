@@ -162,6 +162,48 @@ func TestEnginesMapOnlyTheImagePagesRead(t *testing.T) {
 	})
 }
 
+// On both engines, a module's next instances start with the pages its first
+// instance mapped in its image (learned as it closes) already mapped, and
+// read as the image.
+func TestEnginesPopulateTheFirstInstancesPages(t *testing.T) {
+	page := unix.Getpagesize()
+	probe, err := unix.Mmap(-1, 0, page, unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_ANON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(probe)
+	if !linearmem.NoFaultAround(probe) {
+		t.Skip("this kernel keeps fault-around (userfaultfd refused): which pages a read maps is its choice")
+	}
+	forEachEngine(t, imageGuest(), func(t *testing.T, m runtime.Module, first runtime.Instance) {
+		const read, written, past = 5, 30, 55 // the image is pages 0 to 47
+		mem, _ := first.Memory().Read(0, first.Memory().Size())
+		if mem[read*page] != 7 {
+			t.Fatalf("read %d, want 7", mem[read*page])
+		}
+		mem[written*page], mem[past*page] = 8, 8
+		if err := first.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		next, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer next.Close(t.Context())
+		mem, _ = next.Memory().Read(0, next.Memory().Size())
+		present := presentPages(t, mem)
+		for i, p := range present[:past+1] {
+			if want := i == read || i == written; p != want && i < 48 || i == past && p {
+				t.Fatalf("page %d present: %v, want %v (the first instance read page %d and wrote %d, and %d past the image): %v",
+					i, p, want, read, written, past, present)
+			}
+		}
+		if mem[read*page] != 7 || mem[written*page] != 7 || mem[past*page] != 0 {
+			t.Errorf("pages %d, %d, %d read %d, %d, %d; want 7, 7, 0", read, written, past, mem[read*page], mem[written*page], mem[past*page])
+		}
+	})
+}
+
 // registered reports whether the mapping holding addr is registered for
 // write-protect faults with a userfaultfd ("uw" in /proc/self/smaps).
 func registered(t *testing.T, addr uintptr) bool {

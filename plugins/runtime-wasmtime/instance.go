@@ -53,6 +53,8 @@ type instance struct {
 	// written once by touchGrown; all of it until Instantiate has found the
 	// memory (a start function runs before).
 	touched uint64
+	// hot is its part in learning the module's hot pages (module.go).
+	hot linearmem.Learning
 }
 
 var _ runtime.Instance = (*instance)(nil)
@@ -94,6 +96,16 @@ func (in *instance) Memory() runtime.Memory {
 	return &in.mem
 }
 
+// memoryView is the whole of the instance's memory; nil for none.
+func (in *instance) memoryView() []byte {
+	mem := in.Memory()
+	if mem == nil {
+		return nil
+	}
+	view, _ := mem.Read(0, mem.Size())
+	return view
+}
+
 // hostMemory is the memory host functions see: for a guest that exports
 // none, one where every range is out of bounds.
 func (in *instance) hostMemory() runtime.Memory {
@@ -110,6 +122,7 @@ func (in *instance) Close(context.Context) error {
 	if in.running {
 		return errInstanceRunning
 	}
+	in.hot.Finish(in.memoryView)
 	C.wk_store_delete(in.st)
 	in.st = nil
 	in.raw = nil
@@ -219,6 +232,7 @@ func (f *function) Call(ctx context.Context, stack []uint64) error {
 	in.touchGrown() // what the call grew since the last tick
 	in.running = false
 	in.ctx = nil
+	in.hot.Called(in.memoryView)
 	for i, t := range f.results {
 		v := raw[i].lo
 		if t == runtime.I32 || t == runtime.F32 {

@@ -39,6 +39,9 @@ type module struct {
 	// there can be dropped: they read as zeros again, where below zeroFrom
 	// they could read as the image's bytes.
 	zeroFrom int
+	// hot is the pages a new instance's first events map, learned from the
+	// first instance and populated in every later one.
+	hot linearmem.HotPages
 
 	// mu guards b, ptr and pre against Close and the switch to optimised
 	// code (tier.go): instantiations hold it shared. b is the backend ptr
@@ -237,10 +240,14 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 	// to zeroFrom, its last page whole: reads there map only the page read
 	// (ADR 1059). The range is rounded up, so the mapping is registered
 	// whole rather than split in two at its last page.
+	// The pages the module's first instance mapped are mapped at once
+	// (linearmem.HotPages).
 	if mem := in.Memory(); mem != nil && m.zeroFrom > 0 {
 		const page = 4096
 		view, _ := mem.Read(0, uint32(min((uint64(m.zeroFrom)+page-1)/page*page, uint64(mem.Size()))))
 		linearmem.NoFaultAround(view) // else the kernel's default
+		m.hot.Populate(in.memoryView())
+		in.hot = m.hot.Learn(m.zeroFrom)
 	}
 	if m.initialize {
 		if f := in.Function("_initialize"); f != nil {
@@ -256,9 +263,8 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 			}
 		}
 		// Past zeroFrom the memory is anonymous.
-		if mem := in.Memory(); mem != nil && m.zeroFrom >= 0 {
-			view, _ := mem.Read(0, mem.Size())
-			linearmem.ReleaseAfterStart(view, m.zeroFrom)
+		if in.Memory() != nil && m.zeroFrom >= 0 {
+			linearmem.ReleaseAfterStart(in.memoryView(), m.zeroFrom)
 		}
 	}
 	return in, nil

@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"github.com/tetratelabs/wazero/experimental"
+
+	"github.com/wasmkeep/wasmkeep/internal/linearmem"
 )
 
 // image is a module's initial memory (prepared.image), which every instance
@@ -17,6 +19,9 @@ type image struct {
 	// another file could then reuse, while an instance maps it.
 	mu   sync.RWMutex
 	file *os.File
+	// hot is the pages a new instance's first events map, learned from the
+	// first instance that maps the file and populated in every later one.
+	hot linearmem.HotPages
 }
 
 // size is how much of the memory the image covers: 0 for none.
@@ -25,6 +30,16 @@ func (img *image) size() int {
 		return 0
 	}
 	return len(img.data)
+}
+
+// mapped reports whether instances map the image from its file.
+func (img *image) mapped() bool {
+	if img == nil {
+		return false
+	}
+	img.mu.RLock()
+	defer img.mu.RUnlock()
+	return img.file != nil
 }
 
 func (img *image) Close() error {

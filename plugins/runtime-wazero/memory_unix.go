@@ -71,6 +71,7 @@ func (img *image) mapInto(b []byte) bool {
 		return false
 	}
 	linearmem.NoFaultAround(b[:n]) // else the kernel's default
+	img.hot.Populate(b)
 	return true
 }
 

@@ -77,6 +77,9 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 	in.mod = mod
 	if mem := mod.ExportedMemory("memory"); mem != nil {
 		in.mem = mem
+		if m.image.mapped() {
+			in.hot = m.image.hot.Learn(m.image.size())
+		}
 	}
 	if m.initialize {
 		err := cfg.RunGuest(ctx, func(ctx context.Context) error {
@@ -92,8 +95,7 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 		// The image is mapped from its file (memory_unix.go); past it the
 		// memory is anonymous.
 		if in.mem != nil {
-			view, _ := in.mem.Read(0, in.mem.Size())
-			linearmem.ReleaseAfterStart(view, m.image.size())
+			linearmem.ReleaseAfterStart(in.memoryView(), m.image.size())
 		}
 	}
 	return in, nil
@@ -105,6 +107,8 @@ type instance struct {
 	// ctx is the running call's, for sleep; the kernel never calls into an
 	// instance concurrently, and WASI runs on the caller's goroutine.
 	ctx context.Context
+	// hot is its part in learning the image's hot pages (memory.go).
+	hot linearmem.Learning
 	// funcs caches Function: wazero gives each api.Function a call stack of
 	// its own (tens of KiB for a Go guest), which the kernel, asking for its
 	// hook on every event, would otherwise allocate every time.
@@ -129,8 +133,17 @@ func (in *instance) Function(name string) runtime.Function {
 	return f
 }
 
-func (in *instance) Memory() runtime.Memory          { return in.mem }
-func (in *instance) Close(ctx context.Context) error { return in.mod.Close(ctx) }
+func (in *instance) Memory() runtime.Memory { return in.mem }
+func (in *instance) Close(ctx context.Context) error {
+	in.hot.Finish(in.memoryView)
+	return in.mod.Close(ctx)
+}
+
+// memoryView is the whole of the instance's memory.
+func (in *instance) memoryView() []byte {
+	view, _ := in.mem.Read(0, in.mem.Size())
+	return view
+}
 
 // sleep is WASI's sleep (poll_oneoff on a clock). wazero's own would hold a
 // stopped guest for the whole timeout; this one wakes when the running call's
@@ -170,6 +183,7 @@ func (f *function) Call(ctx context.Context, stack []uint64) error {
 	if err != nil {
 		return callError(ctx, err)
 	}
+	f.in.hot.Called(f.in.memoryView)
 	return nil
 }
 

@@ -1,0 +1,86 @@
+package linearmem
+
+import "sync"
+
+// HotPages is the pages of a memory image that a new instance's first
+// events map: those they write (copies of the image's pages, or zeros past
+// it) and those they only read (the image's own, shared). It is learned
+// once, from the image's first instance, and every later instance has them
+// mapped in a few system calls before its guest runs rather than by a page
+// fault each at its first access: this VM class takes 20 to 36 µs a fault,
+// and the kernel populates a page in one call for 2 to 3 (bench/README.md,
+// "Issue 30: a new Go actor"). A page the first instance did not map still
+// faults as before; one it mapped that a later instance would not have
+// costs that instance the page. Only the image's pages are learned, so
+// what an instance is given up front is bounded by its image, however much
+// memory the first instance's events grew.
+type HotPages struct {
+	mu      sync.Mutex
+	claimed bool
+	runs    []pageRun // nil until learned
+}
+
+// pageRun is pages [first, end) of a memory, populated for writing or for
+// reading.
+type pageRun struct {
+	first, end int
+	write      bool
+}
+
+// learnAfterCalls is how many calls of the first instance its pages are
+// learned after: a new actor's on-init and its first event.
+const learnAfterCalls = 2
+
+// Learning is an instance's part in learning its image's hot pages.
+type Learning struct {
+	hot       *HotPages // nil once learned, or for an instance that does not teach
+	imageSize int
+	calls     int
+}
+
+// Learn returns the learning of a new instance whose memory starts with an
+// image of imageSize bytes: the first instance to ask teaches, the others
+// do nothing.
+func (h *HotPages) Learn(imageSize int) Learning {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.claimed {
+		return Learning{}
+	}
+	h.claimed = true
+	return Learning{hot: h, imageSize: imageSize}
+}
+
+// Called counts a call the instance finished; after learnAfterCalls, the
+// pages of mem() (the instance's whole memory) in its image are learned. No guest code
+// may run in it meanwhile.
+func (l *Learning) Called(mem func() []byte) {
+	if l.hot == nil {
+		return
+	}
+	if l.calls++; l.calls == learnAfterCalls {
+		l.Finish(mem)
+	}
+}
+
+// Finish learns the pages of mem() now, if this instance teaches and has
+// not yet: it is closing. When none are mapped (a memory already unmapped,
+// or no pagemap to read), the next instance teaches instead.
+func (l *Learning) Finish(mem func() []byte) {
+	if l.hot == nil {
+		return
+	}
+	m := mem()
+	runs := mappedRuns(m[:min(l.imageSize, len(m))])
+	l.hot.mu.Lock()
+	l.hot.runs, l.hot.claimed = runs, len(runs) > 0
+	l.hot.mu.Unlock()
+	l.hot = nil
+}
+
+// learned returns the runs learned so far.
+func (h *HotPages) learned() []pageRun {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.runs
+}

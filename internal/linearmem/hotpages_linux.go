@@ -1,0 +1,45 @@
+package linearmem
+
+import "golang.org/x/sys/unix"
+
+// mappedRuns returns the pages of mem mapped now, in runs; nil if
+// /proc/self/pagemap cannot be read.
+func mappedRuns(mem []byte) []pageRun {
+	mem = wholePages(mem)
+	entries, err := pageFlags(mem)
+	if err != nil {
+		return nil
+	}
+	var runs []pageRun
+	for i, e := range entries {
+		if e&pagePresent == 0 {
+			continue
+		}
+		write := e&pageFile == 0 // a copy of the image's page, or zeros
+		if n := len(runs); n > 0 && runs[n-1].end == i && runs[n-1].write == write {
+			runs[n-1].end = i + 1
+			continue
+		}
+		runs = append(runs, pageRun{i, i + 1, write})
+	}
+	return runs
+}
+
+// Populate maps the learned pages of mem, a new instance's memory from its
+// start (its image mapped), before its guest runs. Where the kernel refuses
+// (before Linux 5.14) the pages fault as they would have.
+func (h *HotPages) Populate(mem []byte) {
+	mem = wholePages(mem)
+	for _, r := range h.learned() {
+		if r.end*pageSize > len(mem) {
+			return
+		}
+		advice := unix.MADV_POPULATE_READ
+		if r.write {
+			advice = unix.MADV_POPULATE_WRITE
+		}
+		if unix.Madvise(mem[r.first*pageSize:r.end*pageSize], advice) != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,118 @@
+package linearmem
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// The pages a first mapping of an image mapped in its first two calls
+// (within the image) are mapped in the next one before anything touches
+// them, written pages as private copies, read ones shared with the file,
+// and read as the file.
+func TestHotPagesPopulateWhatTheFirstInstanceMapped(t *testing.T) {
+	const pages, imagePages = 40, 32
+	contents := make([]byte, pages*pageSize)
+	for i := range contents {
+		contents[i] = byte(i*7 + i/pageSize)
+	}
+	path := filepath.Join(t.TempDir(), "image")
+	if err := os.WriteFile(path, contents, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	mapImage := func() []byte {
+		mem, err := unix.Mmap(int(f.Fd()), 0, pages*pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Munmap(mem) })
+		if !NoFaultAround(mem) {
+			t.Skip("this kernel keeps fault-around (userfaultfd refused): which pages a read maps is its choice")
+		}
+		return mem
+	}
+
+	var hot HotPages
+	first := mapImage()
+	learning := hot.Learn(imagePages * pageSize)
+	if again := hot.Learn(imagePages * pageSize); again.hot != nil {
+		t.Fatal("a second instance was asked to teach too")
+	}
+	memory := func() []byte { return first }
+	if first[pageSize+5] != contents[pageSize+5] { // a read
+		t.Fatal("page 1 does not read as the file")
+	}
+	first[20*pageSize+9] = 0xee
+	first[35*pageSize] = 0xee // past the image: not learned
+	learning.Called(memory)
+	if hot.learned() != nil {
+		t.Fatal("learned after one call, want after two")
+	}
+	learning.Called(memory)
+	taught := flagsOf(t, first[:imagePages*pageSize])
+	for p, s := range taught {
+		if want := (pageState{p == 1 || p == 20, p == 20}); s != want {
+			t.Fatalf("the first mapping's page %d: %+v, want %+v", p, s, want)
+		}
+	}
+
+	next := mapImage()
+	hot.Populate(next)
+	got := flagsOf(t, next)
+	if !slices.Equal(got[:imagePages], taught) {
+		t.Errorf("mapped before any access:\n%v\nwant the first mapping's:\n%v", got[:imagePages], taught)
+	}
+	if got[35].present {
+		t.Error("page 35, past the image, was populated")
+	}
+	if string(next) != string(contents) {
+		t.Error("the populated mapping does not read as the file")
+	}
+}
+
+// An instance that closes with nothing mapped (its memory already gone)
+// teaches nothing, and the next instance teaches instead.
+func TestHotPagesNextInstanceTeachesWhenNothingWasLearned(t *testing.T) {
+	mem, err := unix.Mmap(-1, 0, 4*pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	var hot HotPages
+	first := hot.Learn(len(mem))
+	first.Finish(func() []byte { return mem }) // nothing touched
+	next := hot.Learn(len(mem))
+	if next.hot == nil {
+		t.Fatal("after a first instance that learned nothing, the next was not asked to teach")
+	}
+	mem[pageSize] = 1
+	next.Finish(func() []byte { return mem })
+	if runs := hot.learned(); !slices.Equal(runs, []pageRun{{1, 2, true}}) {
+		t.Errorf("learned %v, want page 1 written", runs)
+	}
+}
+
+type pageState struct{ present, written bool }
+
+// flagsOf reads whether each page of mem is mapped, and whether as a
+// private copy (not the file's page).
+func flagsOf(t *testing.T, mem []byte) []pageState {
+	t.Helper()
+	entries, err := pageFlags(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := make([]pageState, len(entries))
+	for i, e := range entries {
+		s[i] = pageState{e&pagePresent != 0, e&pagePresent != 0 && e&pageFile == 0}
+	}
+	return s
+}

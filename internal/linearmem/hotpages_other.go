@@ -1,0 +1,9 @@
+//go:build !linux
+
+package linearmem
+
+// mappedRuns learns nothing here: it reads Linux's /proc/self/pagemap.
+func mappedRuns(mem []byte) []pageRun { return nil }
+
+// Populate does nothing here: it is Linux's madvise.
+func (h *HotPages) Populate(mem []byte) {}
