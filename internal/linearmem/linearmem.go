@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/wasmkeep/wasmkeep/internal/populate"
 	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
 )
 
@@ -97,7 +98,7 @@ func ReadLayout(wasm []byte) (Layout, error) {
 // Image is the memory's contents from offset 0 to End, the segments
 // applied in order.
 func (l Layout) Image() []byte {
-	image := make([]byte, l.End)
+	image := populate.Make(int(l.End), int(l.End))
 	for _, s := range l.Segments {
 		copy(image[s.Offset:], s.Bytes)
 	}

@@ -6,12 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 
+	"github.com/wasmkeep/wasmkeep/internal/populate"
 	"github.com/wasmkeep/wasmkeep/internal/preinit"
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/node/access"
@@ -78,7 +78,7 @@ var (
 // bytes, or compiles and checks it (fresh). A module that asks to be
 // pre-initialised is, unless the node says not to (preinit.go).
 func (n *Node) loadCode(ctx context.Context, path string, have map[string]*code) (c *code, fresh bool, err error) {
-	wasm, err := os.ReadFile(path)
+	wasm, err := populate.ReadFile(path)
 	if err != nil {
 		return nil, false, err
 	}
@@ -235,7 +235,7 @@ func newEngine(ctx context.Context, rt runtime.Driver, memoryLimit uint32, cache
 // compile bounds under the default memory limit, its imports checked
 // against the host ABI and its exports against what the node calls.
 func CheckModule(ctx context.Context, rt runtime.Driver, path string) error {
-	wasm, err := os.ReadFile(path)
+	wasm, err := populate.ReadFile(path)
 	if err != nil {
 		return err
 	}

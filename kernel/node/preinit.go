@@ -11,6 +11,7 @@ import (
 
 	"github.com/wasmkeep/wasmkeep/internal/atomicfile"
 	"github.com/wasmkeep/wasmkeep/internal/cacheprune"
+	"github.com/wasmkeep/wasmkeep/internal/populate"
 	"github.com/wasmkeep/wasmkeep/internal/preinit"
 	"github.com/wasmkeep/wasmkeep/kernel/cputime"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
@@ -49,7 +50,7 @@ func (n *Node) preinitPath(version string) string {
 func (n *Node) loadPreinitialised(ctx context.Context, wasm []byte, version, path string) (runtime.Module, hooks, *preinit.Module, error) {
 	if n.opts.CacheDir != "" {
 		kept := n.preinitPath(version)
-		if snap, err := os.ReadFile(kept); err == nil {
+		if snap, err := populate.ReadFile(kept); err == nil {
 			cacheprune.Touch(kept, time.Now()) // in use: see removeStaleSnapshots
 			mod, h, err := n.compileModule(ctx, snap, path)
 			if err == nil {

@@ -20,6 +20,7 @@ import (
 	"unsafe"
 
 	"github.com/wasmkeep/wasmkeep/internal/cacheprune"
+	"github.com/wasmkeep/wasmkeep/internal/populate"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
@@ -77,7 +78,7 @@ func (e *engine) loadCached(wasm []byte) *C.wasmtime_module_t {
 	if path == "" {
 		return nil
 	}
-	b, err := os.ReadFile(path)
+	b, err := populate.ReadFile(path)
 	if err != nil {
 		return nil
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/wasmkeep/wasmkeep/internal/linearmem"
+	"github.com/wasmkeep/wasmkeep/internal/populate"
 	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
 	"github.com/wasmkeep/wasmkeep/internal/wasmbounds"
 )
@@ -137,7 +138,7 @@ func prepare(wasm []byte, memoryLimitPages uint32) (*prepared, error) {
 		globals = append(wasmbin.AppendS64(globals, checkPeriod), 0x0b)
 	}
 
-	out := append(make([]byte, 0, len(wasm)+len(wasm)/8), wasmbin.Header...)
+	out := append(populate.Make(0, len(wasm)+len(wasm)/8), wasmbin.Header...)
 	placedGlobals := globals == nil
 	for _, s := range secs {
 		if !placedGlobals && (s.id == wasmbin.GlobalSection || afterGlobals(s.id)) {
@@ -331,7 +332,7 @@ func prologue(g uint32) []byte {
 func instrumentCode(payload, prologue []byte) ([]byte, error) {
 	r := reader{wasmbin.Reader{Rest: payload}}
 	n := r.Count()
-	out := wasmbin.AppendU32(make([]byte, 0, len(payload)+int(n)*(len(prologue)+1)), n)
+	out := wasmbin.AppendU32(populate.Make(0, len(payload)+int(n)*(len(prologue)+1)), n)
 	for i := uint32(0); i < n && r.Err == nil; i++ {
 		size := r.U32()
 		body := r.Bytes(size)
