@@ -11,9 +11,9 @@ import "sync"
 // and the kernel populates a page in one call for 2 to 3 (bench/README.md,
 // "Issue 30: a new Go actor"). A page the first instance did not map still
 // faults as before; one it mapped that a later instance would not have
-// costs that instance the page. Only the image's pages are learned, so
-// what an instance is given up front is bounded by its image, however much
-// memory the first instance's events grew.
+// costs that instance the page. Only the image's pages are learned, and at
+// most maxHotPages of them, so what an instance is given up front is
+// bounded however much memory the first instance's events touched.
 type HotPages struct {
 	mu      sync.Mutex
 	claimed bool
@@ -28,8 +28,13 @@ type pageRun struct {
 }
 
 // learnAfterCalls is how many calls of the first instance its pages are
-// learned after: a new actor's on-init and its first event.
+// learned after, counted from after its start: a new actor's on-init and
+// its first event.
 const learnAfterCalls = 2
+
+// maxHotPages bounds the pages learned (1 MiB of 4 KiB pages), the first
+// ones of the image: a Go actor's first event maps about 60.
+const maxHotPages = 256
 
 // Learning is an instance's part in learning its image's hot pages.
 type Learning struct {
@@ -64,16 +69,29 @@ func (l *Learning) Called(mem func() []byte) {
 }
 
 // Finish learns the pages of mem() now, if this instance teaches and has
-// not yet: it is closing. When none are mapped (a memory already unmapped,
-// or no pagemap to read), the next instance teaches instead.
+// not yet: it is closing. When none are mapped (nothing touched, or no
+// pagemap to read), the next instance teaches instead.
 func (l *Learning) Finish(mem func() []byte) {
 	if l.hot == nil {
 		return
 	}
 	m := mem()
-	runs := mappedRuns(m[:min(l.imageSize, len(m))])
+	runs := mappedRuns(m[:min(l.imageSize, len(m))], maxHotPages)
 	l.hot.mu.Lock()
 	l.hot.runs, l.hot.claimed = runs, len(runs) > 0
+	l.hot.mu.Unlock()
+	l.hot = nil
+}
+
+// Abandon gives up teaching, if this instance teaches and has not yet: its
+// memory is gone (a stopped call closed the instance), and the next
+// instance teaches instead.
+func (l *Learning) Abandon() {
+	if l.hot == nil {
+		return
+	}
+	l.hot.mu.Lock()
+	l.hot.claimed = false
 	l.hot.mu.Unlock()
 	l.hot = nil
 }

@@ -2,9 +2,9 @@ package linearmem
 
 import "golang.org/x/sys/unix"
 
-// mappedRuns returns the pages of mem mapped now, in runs; nil if
-// /proc/self/pagemap cannot be read.
-func mappedRuns(mem []byte) []pageRun {
+// mappedRuns returns the first max pages of mem mapped now, in runs; nil
+// if /proc/self/pagemap cannot be read.
+func mappedRuns(mem []byte, max int) []pageRun {
 	mem = wholePages(mem)
 	entries, err := pageFlags(mem)
 	if err != nil {
@@ -15,7 +15,13 @@ func mappedRuns(mem []byte) []pageRun {
 		if e&pagePresent == 0 {
 			continue
 		}
-		write := e&pageFile == 0 // a copy of the image's page, or zeros
+		if max--; max < 0 {
+			break
+		}
+		// Not the file's: a copy of the image's page, or zeros. (An
+		// unprivileged process cannot tell the zero page a read of anonymous
+		// memory maps from a page written: both are learned as written.)
+		write := e&pageFile == 0
 		if n := len(runs); n > 0 && runs[n-1].end == i && runs[n-1].write == write {
 			runs[n-1].end = i + 1
 			continue

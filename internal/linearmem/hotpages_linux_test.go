@@ -116,3 +116,38 @@ func flagsOf(t *testing.T, mem []byte) []pageState {
 	}
 	return s
 }
+
+// No more than maxHotPages are learned, the first ones.
+func TestHotPagesLearnAtMostMaxPages(t *testing.T) {
+	const pages = maxHotPages + 50
+	mem, err := unix.Mmap(-1, 0, pages*pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	mem[pageSize] = 1
+	for p := 10; p < pages; p++ {
+		mem[p*pageSize] = 1
+	}
+	var hot HotPages
+	l := hot.Learn(len(mem))
+	l.Finish(func() []byte { return mem })
+	want := []pageRun{{1, 2, true}, {10, 10 + maxHotPages - 1, true}}
+	if runs := hot.learned(); !slices.Equal(runs, want) {
+		t.Errorf("learned %v, want %v", runs, want)
+	}
+}
+
+// An instance that gives up teaching (its memory gone) leaves it to the
+// next one.
+func TestHotPagesAbandonedLearningPassesToTheNextInstance(t *testing.T) {
+	var hot HotPages
+	first := hot.Learn(pageSize)
+	first.Abandon()
+	if hot.Learn(pageSize).hot == nil {
+		t.Error("after the teaching instance gave up, the next was not asked to teach")
+	}
+	if hot.learned() != nil {
+		t.Error("an abandoned learning learned pages")
+	}
+}

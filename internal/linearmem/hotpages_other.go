@@ -3,7 +3,7 @@
 package linearmem
 
 // mappedRuns learns nothing here: it reads Linux's /proc/self/pagemap.
-func mappedRuns(mem []byte) []pageRun { return nil }
+func mappedRuns(mem []byte, max int) []pageRun { return nil }
 
 // Populate does nothing here: it is Linux's madvise.
 func (h *HotPages) Populate(mem []byte) {}

@@ -241,13 +241,12 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 	// (ADR 1059). The range is rounded up, so the mapping is registered
 	// whole rather than split in two at its last page.
 	// The pages the module's first instance mapped are mapped at once
-	// (linearmem.HotPages).
+	// (linearmem.HotPages): after a start function, before _initialize.
 	if mem := in.Memory(); mem != nil && m.zeroFrom > 0 {
 		const page = 4096
 		view, _ := mem.Read(0, uint32(min((uint64(m.zeroFrom)+page-1)/page*page, uint64(mem.Size()))))
 		linearmem.NoFaultAround(view) // else the kernel's default
 		m.hot.Populate(in.memoryView())
-		in.hot = m.hot.Learn(m.zeroFrom)
 	}
 	if m.initialize {
 		if f := in.Function("_initialize"); f != nil {
@@ -266,6 +265,10 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 		if in.Memory() != nil && m.zeroFrom >= 0 {
 			linearmem.ReleaseAfterStart(in.memoryView(), m.zeroFrom)
 		}
+	}
+	// Learned from after the start, as on wazero.
+	if in.Memory() != nil && m.zeroFrom > 0 {
+		in.hot = m.hot.Learn(m.zeroFrom)
 	}
 	return in, nil
 }

@@ -20,7 +20,8 @@ type image struct {
 	mu   sync.RWMutex
 	file *os.File
 	// hot is the pages a new instance's first events map, learned from the
-	// first instance that maps the file and populated in every later one.
+	// first instance that maps the file and populated in every later one
+	// that does.
 	hot linearmem.HotPages
 }
 
@@ -30,16 +31,6 @@ func (img *image) size() int {
 		return 0
 	}
 	return len(img.data)
-}
-
-// mapped reports whether instances map the image from its file.
-func (img *image) mapped() bool {
-	if img == nil {
-		return false
-	}
-	img.mu.RLock()
-	defer img.mu.RUnlock()
-	return img.file != nil
 }
 
 func (img *image) Close() error {

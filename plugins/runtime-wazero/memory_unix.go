@@ -37,6 +37,7 @@ func withMemory(ctx context.Context, img *image, in *instance) context.Context {
 	return experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(_, max uint64) experimental.LinearMemory {
 		if m := mapMemory(max, img); m != nil {
 			m.in = in
+			in.imageMapped = m.imageMapped
 			return m
 		}
 		return newHeapMemory(img) // no address space left
@@ -49,10 +50,11 @@ func mapMemory(max uint64, img *image) *mappedMemory {
 	if err != nil {
 		return nil
 	}
-	if img != nil && !img.mapInto(b) {
+	m := &mappedMemory{buf: b, size: ^uint64(0)}
+	if m.imageMapped = img != nil && img.mapInto(b); img != nil && !m.imageMapped {
 		copy(b, img.data)
 	}
-	return &mappedMemory{buf: b, size: ^uint64(0)}
+	return m
 }
 
 // mapInto maps the image's file over the start of b, copy-on-write.
@@ -76,9 +78,10 @@ func (img *image) mapInto(b []byte) bool {
 }
 
 type mappedMemory struct {
-	buf  []byte
-	size uint64    // the memory's size; -1 until its first Reallocate, which makes its initial memory
-	in   *instance // the instance it is the memory of, for the running call's ctx
+	buf         []byte
+	size        uint64    // the memory's size; -1 until its first Reallocate, which makes its initial memory
+	in          *instance // the instance it is the memory of, for the running call's ctx
+	imageMapped bool      // the image's file is mapped over its start (else copied)
 }
 
 func (m *mappedMemory) Reallocate(size uint64) []byte {

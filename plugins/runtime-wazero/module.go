@@ -77,9 +77,6 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 	in.mod = mod
 	if mem := mod.ExportedMemory("memory"); mem != nil {
 		in.mem = mem
-		if m.image.mapped() {
-			in.hot = m.image.hot.Learn(m.image.size())
-		}
 	}
 	if m.initialize {
 		err := cfg.RunGuest(ctx, func(ctx context.Context) error {
@@ -98,6 +95,11 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 			linearmem.ReleaseAfterStart(in.memoryView(), m.image.size())
 		}
 	}
+	// Only an instance that maps the image's file teaches which of its
+	// pages events map: one that copied it has them all.
+	if in.mem != nil && in.imageMapped {
+		in.hot = m.image.hot.Learn(m.image.size())
+	}
 	return in, nil
 }
 
@@ -107,8 +109,10 @@ type instance struct {
 	// ctx is the running call's, for sleep; the kernel never calls into an
 	// instance concurrently, and WASI runs on the caller's goroutine.
 	ctx context.Context
-	// hot is its part in learning the image's hot pages (memory.go).
-	hot linearmem.Learning
+	// hot is its part in learning the image's hot pages (memory.go), from
+	// after its start; imageMapped says its memory maps the image's file.
+	hot         linearmem.Learning
+	imageMapped bool
 	// funcs caches Function: wazero gives each api.Function a call stack of
 	// its own (tens of KiB for a Go guest), which the kernel, asking for its
 	// hook on every event, would otherwise allocate every time.
@@ -135,7 +139,13 @@ func (in *instance) Function(name string) runtime.Function {
 
 func (in *instance) Memory() runtime.Memory { return in.mem }
 func (in *instance) Close(ctx context.Context) error {
-	in.hot.Finish(in.memoryView)
+	if in.mod.IsClosed() {
+		// A stopped call closed it, memory and all: its addresses may be
+		// another mapping's by now.
+		in.hot.Abandon()
+	} else {
+		in.hot.Finish(in.memoryView)
+	}
 	return in.mod.Close(ctx)
 }
 
