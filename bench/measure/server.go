@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/wasmkeep/wasmkeep/internal/preinit"
 )
 
 // Server is a server program the harness can start.
@@ -76,6 +78,20 @@ func (w Wasmkeep) WithCacheDir(dir string) Server {
 	return w
 }
 
+// Preinitialised reports whether the server's log says its guest is served
+// pre-initialised, or never will be: at once for a guest that does not ask
+// (ADR 1040).
+func (w Wasmkeep) Preinitialised(logPath string) bool {
+	if w.Guest == "" {
+		return true
+	}
+	if wasm, err := os.ReadFile(w.Guest); err != nil || !preinit.Asks(wasm) {
+		return true
+	}
+	log, _ := os.ReadFile(logPath)
+	return bytes.Contains(log, []byte("module pre-initialised")) || bytes.Contains(log, []byte("module not pre-initialised"))
+}
+
 // takesCacheDir reports whether the wasmkeep binary at path has the serve
 // flag --cache-dir, read once from its help.
 func takesCacheDir(path string) bool {
@@ -115,6 +131,13 @@ func (w Wasmkeep) String() string {
 		return strings.TrimSpace(strings.Join(w.Env, " ") + " " + w.Binary + " serve " + strings.Join(w.ServeArgs, " "))
 	}
 	return strings.TrimSpace(strings.Join(w.Env, " ") + " " + w.Binary + " serve --actor " + w.Class + "=" + w.Guest)
+}
+
+// PreinitServer is a server whose guest may be pre-initialised in the
+// background after it starts (Wasmkeep): the rows of a running deployment
+// are measured once it is.
+type PreinitServer interface {
+	Preinitialised(logPath string) bool
 }
 
 // CacheServer is a server that keeps what it compiles apart from its data
@@ -281,6 +304,16 @@ func (s *server) stop() error {
 		return fmt.Errorf("server stopped with %v%s", s.waitErr, s.logTail())
 	}
 	return s.waitErr
+}
+
+// await waits up to 2 minutes for done, polling it.
+func (s *server) await(done func() bool, what string) error {
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if done() {
+			return nil
+		}
+	}
+	return fmt.Errorf("server did not log %s within 2 minutes", what)
 }
 
 // logTail is the end of the server's log, to explain a failure.

@@ -1,7 +1,9 @@
 package measure
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -35,5 +37,40 @@ func TestAlone(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), "child processes") {
 		t.Errorf("a server with a child: %v, want an error naming its child processes", err)
+	}
+}
+
+// A server whose guest asks to be pre-initialised is measured only once
+// its log says how that went; a guest that does not ask, at once.
+func TestPreinitialisedWaitsForTheLogOfAGuestThatAsks(t *testing.T) {
+	dir := t.TempDir()
+	// The smallest module exporting preinit.Marker: a function () -> ().
+	asks := []byte{0, 'a', 's', 'm', 1, 0, 0, 0,
+		1, 4, 1, 0x60, 0, 0, // type section
+		3, 2, 1, 0, // function section
+		7, 20, 1, 16, 'w', 'a', 's', 'm', 'k', 'e', 'e', 'p', '_', 'p', 'r', 'e', 'i', 'n', 'i', 't', 0, 0, // export
+		10, 4, 1, 2, 0, 0x0b, // code
+	}
+	plain := asks[:8]
+	for name, wasm := range map[string][]byte{"asks.wasm": asks, "plain.wasm": plain} {
+		if err := os.WriteFile(filepath.Join(dir, name), wasm, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log := filepath.Join(dir, "log")
+	os.WriteFile(log, []byte(`level=INFO msg="class loaded"`+"\n"), 0o600)
+	w := Wasmkeep{Guest: filepath.Join(dir, "asks.wasm")}
+	if w.Preinitialised(log) {
+		t.Error("ready before the log said the module was pre-initialised")
+	}
+	for _, line := range []string{`msg="module pre-initialised at an earlier start"`, `msg="module not pre-initialised" why=x`} {
+		os.WriteFile(log, []byte(line+"\n"), 0o600)
+		if !w.Preinitialised(log) {
+			t.Errorf("not ready after %s", line)
+		}
+	}
+	os.WriteFile(log, nil, 0o600)
+	if w := (Wasmkeep{Guest: filepath.Join(dir, "plain.wasm")}); !w.Preinitialised(log) {
+		t.Error("a guest that does not ask waits for a snapshot")
 	}
 }

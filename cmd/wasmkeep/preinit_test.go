@@ -116,6 +116,10 @@ func TestPreinitSharesTheStartAndKeepsIt(t *testing.T) {
 	if a, b := tokens(control); a == b {
 		t.Errorf("without pre-initialisation two actors got the same init token %s", a)
 	}
+	// Said once, so that a benchmark waiting for a snapshot knows none comes.
+	if log := control.log.String(); !strings.Contains(log, `msg="module not pre-initialised"`) || !strings.Contains(log, "pre-initialisation is off") {
+		t.Errorf("the log does not say pre-initialisation is off:\n%s", log)
+	}
 }
 
 // A module whose init calls the host cannot be pre-initialised: it is

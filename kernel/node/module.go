@@ -88,9 +88,15 @@ func (n *Node) loadCode(ctx context.Context, path string, have map[string]*code)
 	}
 	c = &code{path: path, version: hex.EncodeToString(sum[:])}
 	var mod runtime.Module
-	if !n.opts.NoPreinit && preinit.Asks(wasm) {
+	switch asks := preinit.Asks(wasm); {
+	case asks && !n.opts.NoPreinit:
 		mod, c.hooks, c.preinit, err = n.loadPreinitialised(ctx, wasm, c.version, path)
-	} else {
+	case asks:
+		// Said, so that whoever waits for one of preinit.go's lines (a
+		// benchmark before it measures) knows none is coming.
+		n.log.Info("module not pre-initialised", "module", path, "why", "pre-initialisation is off (node.preinit)")
+		fallthrough
+	default:
 		mod, c.hooks, err = n.compileModule(ctx, wasm, path)
 	}
 	if err != nil {
