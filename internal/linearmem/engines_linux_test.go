@@ -120,14 +120,7 @@ func imageGuest() []byte {
 // neighbours (the kernel's fault-around), on both engines.
 func TestEnginesMapOnlyTheImagePagesRead(t *testing.T) {
 	page := unix.Getpagesize()
-	probe, err := unix.Mmap(-1, 0, page, unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_ANON)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(probe)
-	if !linearmem.NoFaultAround(probe) {
-		t.Skip("this kernel keeps fault-around (userfaultfd refused)")
-	}
+	skipWithFaultAround(t)
 	forEachEngine(t, imageGuest(), func(t *testing.T, m runtime.Module, in runtime.Instance) {
 		mem, _ := in.Memory().Read(0, 3<<16)
 		read := len(mem) / page / 2
@@ -167,14 +160,7 @@ func TestEnginesMapOnlyTheImagePagesRead(t *testing.T) {
 // read as the image.
 func TestEnginesPopulateTheFirstInstancesPages(t *testing.T) {
 	page := unix.Getpagesize()
-	probe, err := unix.Mmap(-1, 0, page, unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_ANON)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(probe)
-	if !linearmem.NoFaultAround(probe) {
-		t.Skip("this kernel keeps fault-around (userfaultfd refused): which pages a read maps is its choice")
-	}
+	skipWithFaultAround(t)
 	forEachEngine(t, imageGuest(), func(t *testing.T, m runtime.Module, first runtime.Instance) {
 		const read, written, past = 5, 30, 55 // the image is pages 0 to 47
 		mem, _ := first.Memory().Read(0, first.Memory().Size())
@@ -202,6 +188,20 @@ func TestEnginesPopulateTheFirstInstancesPages(t *testing.T) {
 			t.Errorf("pages %d, %d, %d read %d, %d, %d; want 7, 7, 0", read, written, past, mem[read*page], mem[written*page], mem[past*page])
 		}
 	})
+}
+
+// skipWithFaultAround skips a test of which pages a read maps where the
+// kernel keeps fault-around (userfaultfd refused): that is its choice there.
+func skipWithFaultAround(t *testing.T) {
+	t.Helper()
+	probe, err := unix.Mmap(-1, 0, unix.Getpagesize(), unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_ANON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(probe)
+	if !linearmem.NoFaultAround(probe) {
+		t.Skip("this kernel keeps fault-around (userfaultfd refused)")
+	}
 }
 
 // registered reports whether the mapping holding addr is registered for

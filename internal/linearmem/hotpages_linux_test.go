@@ -1,8 +1,6 @@
 package linearmem
 
 import (
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -15,25 +13,9 @@ import (
 // and read as the file.
 func TestHotPagesPopulateWhatTheFirstInstanceMapped(t *testing.T) {
 	const pages, imagePages = 40, 32
-	contents := make([]byte, pages*pageSize)
-	for i := range contents {
-		contents[i] = byte(i*7 + i/pageSize)
-	}
-	path := filepath.Join(t.TempDir(), "image")
-	if err := os.WriteFile(path, contents, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	contents, mapFile := imageFile(t, pages)
 	mapImage := func() []byte {
-		mem, err := unix.Mmap(int(f.Fd()), 0, pages*pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { unix.Munmap(mem) })
+		mem := mapFile()
 		if !NoFaultAround(mem) {
 			t.Skip("this kernel keeps fault-around (userfaultfd refused): which pages a read maps is its choice")
 		}

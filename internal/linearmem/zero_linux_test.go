@@ -50,24 +50,8 @@ func TestReleaseZeroPages(t *testing.T) {
 // afterwards; written pages stay, with what was written.
 func TestReleaseSharedPages(t *testing.T) {
 	const pages = 16
-	contents := make([]byte, pages*pageSize)
-	for i := range contents {
-		contents[i] = byte(i*7 + i/pageSize)
-	}
-	path := filepath.Join(t.TempDir(), "image")
-	if err := os.WriteFile(path, contents, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	mem, err := unix.Mmap(int(f.Fd()), 0, pages*pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(mem)
+	contents, mapImage := imageFile(t, pages)
+	mem := mapImage()
 	for _, p := range []int{0, 1, 3, 6, 10} {
 		if mem[p*pageSize+5] != contents[p*pageSize+5] {
 			t.Fatalf("page %d does not read as the file", p)
@@ -129,4 +113,32 @@ func mapped(t *testing.T, mem []byte) []bool {
 		m[i] = e&pagePresent != 0
 	}
 	return m
+}
+
+// imageFile writes a file of pages pages whose bytes differ from page to
+// page, and returns its contents and a function that maps it privately,
+// read-write, until the test ends.
+func imageFile(t *testing.T, pages int) (contents []byte, mapImage func() []byte) {
+	t.Helper()
+	contents = make([]byte, pages*pageSize)
+	for i := range contents {
+		contents[i] = byte(i*7 + i/pageSize)
+	}
+	path := filepath.Join(t.TempDir(), "image")
+	if err := os.WriteFile(path, contents, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return contents, func() []byte {
+		mem, err := unix.Mmap(int(f.Fd()), 0, pages*pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Munmap(mem) })
+		return mem
+	}
 }
