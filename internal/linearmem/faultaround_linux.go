@@ -6,6 +6,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/wasmkeep/wasmkeep/internal/populate"
 )
 
 // Linux maps up to 64 KiB of page-cache pages around each read fault in a
@@ -47,7 +49,7 @@ type uffdioRegisterArg struct{ start, len, mode, ioctls uint64 }
 // else registers with userfaultfd; unmapping it ends the registration.
 func NoFaultAround(mem []byte) bool {
 	faultAround.once.Do(openFaultAround)
-	b := wholePages(mem)
+	b := populate.WholePages(mem)
 	if faultAround.fd < 0 || len(b) == 0 {
 		return false
 	}

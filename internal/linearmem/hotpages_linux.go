@@ -1,11 +1,15 @@
 package linearmem
 
-import "golang.org/x/sys/unix"
+import (
+	"golang.org/x/sys/unix"
+
+	"github.com/wasmkeep/wasmkeep/internal/populate"
+)
 
 // mappedRuns returns the first max pages of mem mapped now, in runs; nil
 // if /proc/self/pagemap cannot be read.
 func mappedRuns(mem []byte, max int) []pageRun {
-	mem = wholePages(mem)
+	mem = populate.WholePages(mem)
 	entries, err := pageFlags(mem)
 	if err != nil {
 		return nil
@@ -35,7 +39,7 @@ func mappedRuns(mem []byte, max int) []pageRun {
 // start (its image mapped), before its guest runs. Where the kernel refuses
 // (before Linux 5.14) the pages fault as they would have.
 func (h *HotPages) Populate(mem []byte) {
-	mem = wholePages(mem)
+	mem = populate.WholePages(mem)
 	for _, r := range h.learned() {
 		if r.end*pageSize > len(mem) {
 			return

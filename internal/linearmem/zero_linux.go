@@ -8,9 +8,11 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/wasmkeep/wasmkeep/internal/populate"
 )
 
-var pageSize = os.Getpagesize()
+var pageSize = populate.PageSize
 
 var zeroPage = make([]byte, pageSize)
 
@@ -22,7 +24,7 @@ var zeroPage = make([]byte, pageSize)
 // such pages as it starts: it clears the gap it skips to align its first
 // heap arena, about 200 KiB of memory that was zero already.
 func ReleaseZeroPages(mem []byte) int {
-	mem = wholePages(mem)
+	mem = populate.WholePages(mem)
 	resident := make([]byte, len(mem)/pageSize)
 	if len(mem) == 0 || mincore(mem, resident) != nil {
 		return 0
@@ -45,7 +47,7 @@ func ReleaseZeroPages(mem []byte) int {
 // instance; unmapped after the start, an instance maps again only what its
 // requests read.
 func ReleaseSharedPages(mem []byte) int {
-	mem = wholePages(mem)
+	mem = populate.WholePages(mem)
 	entries, err := pageFlags(mem)
 	if err != nil {
 		return 0
@@ -84,16 +86,6 @@ func pageFlags(mem []byte) ([]uint64, error) {
 
 // pagemap is /proc/self/pagemap, opened once.
 var pagemap = sync.OnceValues(func() (*os.File, error) { return os.Open("/proc/self/pagemap") })
-
-// wholePages is the part of mem made of whole pages.
-func wholePages(mem []byte) []byte {
-	skip := -int(uintptr(unsafe.Pointer(unsafe.SliceData(mem)))) & (pageSize - 1)
-	if skip >= len(mem) {
-		return nil
-	}
-	mem = mem[skip:]
-	return mem[:len(mem)/pageSize*pageSize]
-}
 
 // releasePages hands back, in runs, the pages i of mem (whole pages) for
 // which release(i) holds, and returns how many bytes that was.

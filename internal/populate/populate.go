@@ -11,7 +11,11 @@ package populate
 import (
 	"io"
 	"os"
+	"unsafe"
 )
+
+// PageSize is the system's page size.
+var PageSize = os.Getpagesize()
 
 // minBytes is the smallest buffer populated: below it the system call
 // costs more than the faults it saves.
@@ -21,9 +25,19 @@ const minBytes = 64 << 10
 func Make(n, c int) []byte {
 	b := make([]byte, n, c)
 	if c >= minBytes {
-		pages(b[:c])
+		Pages(b[:c])
 	}
 	return b
+}
+
+// WholePages is the part of b made of whole pages.
+func WholePages(b []byte) []byte {
+	skip := -int(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) & (PageSize - 1)
+	if skip >= len(b) {
+		return nil
+	}
+	b = b[skip:]
+	return b[:len(b)/PageSize*PageSize]
 }
 
 // ReadFile is os.ReadFile, into a buffer from Make.

@@ -9,9 +9,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pages maps every whole page of a buffer, and no page outside it.
+// Pages maps every whole page of a buffer, and no page outside it.
 func TestPagesMapsTheBuffersPages(t *testing.T) {
-	mem, err := unix.Mmap(-1, 0, 8*pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+	mem, err := unix.Mmap(-1, 0, 8*PageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,7 +19,7 @@ func TestPagesMapsTheBuffersPages(t *testing.T) {
 	if got := present(t, mem); got != "........" {
 		t.Fatalf("a new mapping has pages %s mapped, want none", got)
 	}
-	pages(mem[pageSize-1 : 6*pageSize+1]) // pages 1 to 5 whole, 0 and 6 in part
+	Pages(mem[PageSize-1 : 6*PageSize+1]) // pages 1 to 5 whole, 0 and 6 in part
 	if got, want := present(t, mem), ".#####.."; got != want {
 		t.Errorf("mapped %s, want %s", got, want)
 	}
@@ -69,8 +69,8 @@ func present(t *testing.T, mem []byte) string {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	entries := make([]byte, 8*(len(mem)/pageSize))
-	if _, err := f.ReadAt(entries, int64(uintptr(unsafe.Pointer(&mem[0]))/uintptr(pageSize)*8)); err != nil {
+	entries := make([]byte, 8*(len(mem)/PageSize))
+	if _, err := f.ReadAt(entries, int64(uintptr(unsafe.Pointer(&mem[0]))/uintptr(PageSize)*8)); err != nil {
 		t.Fatal(err)
 	}
 	s := ""

@@ -2,5 +2,5 @@
 
 package populate
 
-// pages does nothing here: MADV_POPULATE_WRITE is Linux's.
-func pages(b []byte) {}
+// Pages does nothing here: MADV_POPULATE_WRITE is Linux's.
+func Pages(b []byte) {}

@@ -5,7 +5,7 @@ import (
 
 	"modernc.org/libc"
 
-	"golang.org/x/sys/unix"
+	"github.com/wasmkeep/wasmkeep/internal/populate"
 )
 
 // A connection's first statements touch about 30 pages of C memory that
@@ -71,7 +71,7 @@ func prefault(tls *libc.TLS) {
 			break
 		}
 		region := taken[i] &^ (allocatorRegion - 1)
-		unix.Madvise(cbytes(region, warmBytes), unix.MADV_POPULATE_WRITE)
+		populate.Pages(cbytes(region, warmBytes))
 	}
 	for i := len(taken) - 1; i >= 0; i-- {
 		libc.Xfree(tls, taken[i])
