@@ -35,9 +35,8 @@ import (
 // running call of in (runtime.AsHostWork, ADR 1043).
 func withMemory(ctx context.Context, img *image, in *instance) context.Context {
 	return experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(_, max uint64) experimental.LinearMemory {
-		if m := mapMemory(max, img); m != nil {
-			m.in = in
-			in.imageMapped = m.imageMapped
+		if m, mapped := mapMemory(max, img); m != nil {
+			m.in, in.imageMapped = in, mapped
 			return m
 		}
 		return newHeapMemory(img) // no address space left
@@ -45,16 +44,16 @@ func withMemory(ctx context.Context, img *image, in *instance) context.Context {
 }
 
 // mapMemory maps a memory of max bytes starting with img; nil if it cannot.
-func mapMemory(max uint64, img *image) *mappedMemory {
+// imageMapped says img's file is mapped over its start (else it is copied).
+func mapMemory(max uint64, img *image) (m *mappedMemory, imageMapped bool) {
 	b, err := unix.Mmap(-1, 0, int(max), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON|unix.MAP_NORESERVE)
 	if err != nil {
-		return nil
+		return nil, false
 	}
-	m := &mappedMemory{buf: b, size: ^uint64(0)}
-	if m.imageMapped = img != nil && img.mapInto(b); img != nil && !m.imageMapped {
+	if imageMapped = img != nil && img.mapInto(b); img != nil && !imageMapped {
 		copy(b, img.data)
 	}
-	return m
+	return &mappedMemory{buf: b, size: ^uint64(0)}, imageMapped
 }
 
 // mapInto maps the image's file over the start of b, copy-on-write.
@@ -78,10 +77,9 @@ func (img *image) mapInto(b []byte) bool {
 }
 
 type mappedMemory struct {
-	buf         []byte
-	size        uint64    // the memory's size; -1 until its first Reallocate, which makes its initial memory
-	in          *instance // the instance it is the memory of, for the running call's ctx
-	imageMapped bool      // the image's file is mapped over its start (else copied)
+	buf  []byte
+	size uint64    // the memory's size; -1 until its first Reallocate, which makes its initial memory
+	in   *instance // the instance it is the memory of, for the running call's ctx
 }
 
 func (m *mappedMemory) Reallocate(size uint64) []byte {
