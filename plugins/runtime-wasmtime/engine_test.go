@@ -226,6 +226,30 @@ func TestInterruptLatency(t *testing.T) {
 	}
 }
 
+// cachedEngine starts an engine whose compile cache is in dir, closed when
+// the test ends.
+func cachedEngine(t *testing.T, dir string) *engine {
+	t.Helper()
+	e, err := newDriver(t).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: 1, CacheDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	return e.(*engine)
+}
+
+// compileKept compiles wasm on e and waits until its optimised code is in
+// the cache.
+func compileKept(t *testing.T, e *engine, wasm []byte) {
+	t.Helper()
+	mod, err := e.Compile(t.Context(), wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-mod.(runtime.Tiered).Optimised() // kept in the cache
+	mod.Close(t.Context())
+}
+
 // The cache keeps one file per module; a damaged one is replaced.
 func TestCacheFiles(t *testing.T) {
 	dir := t.TempDir()
@@ -233,18 +257,9 @@ func TestCacheFiles(t *testing.T) {
 	m.function("one", "", "i", 0x41, 0x01) // i32.const 1
 	wasm := m.bytes()
 	compileIn := func() *engine {
-		e, err := newDriver(t).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: 1, CacheDir: dir})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close(context.Background()) })
-		mod, err := e.Compile(t.Context(), wasm)
-		if err != nil {
-			t.Fatal(err)
-		}
-		<-mod.(runtime.Tiered).Optimised() // kept in the cache
-		mod.Close(t.Context())
-		return e.(*engine)
+		e := cachedEngine(t, dir)
+		compileKept(t, e, wasm)
+		return e
 	}
 	e := compileIn()
 	files, _ := filepath.Glob(filepath.Join(dir, "wasmtime-*", "*"))
@@ -276,25 +291,13 @@ func TestCacheFiles(t *testing.T) {
 // another build's start removed makes it again.
 func TestCachePruned(t *testing.T) {
 	root := t.TempDir()
-	start := func() *engine {
-		e, err := newDriver(t).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: 1, CacheDir: root})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close(context.Background()) })
-		return e.(*engine)
-	}
+	start := func() *engine { return cachedEngine(t, root) }
 	// compile compiles a module returning i into e's cache.
 	compile := func(e *engine, i byte) []byte {
 		m := newWasmMod()
 		m.function("one", "", "i", 0x41, i) // i32.const i
 		wasm := m.bytes()
-		mod, err := e.Compile(t.Context(), wasm)
-		if err != nil {
-			t.Fatal(err)
-		}
-		<-mod.(runtime.Tiered).Optimised() // kept in the cache
-		mod.Close(t.Context())
+		compileKept(t, e, wasm)
 		return wasm
 	}
 	e := start()
