@@ -96,6 +96,10 @@ func (l *Learning) Abandon() {
 	l.hot = nil
 }
 
+// Learned reports whether the pages are learned: an instance made before
+// lacks them.
+func (h *HotPages) Learned() bool { return h.learned() != nil }
+
 // learned returns the runs learned so far.
 func (h *HotPages) learned() []pageRun {
 	h.mu.Lock()

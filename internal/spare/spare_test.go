@@ -1,0 +1,190 @@
+package spare
+
+import (
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// counter makes numbered things and records those freed.
+type counter struct {
+	mu    sync.Mutex
+	made  int
+	freed []int
+	fail  bool
+}
+
+func (c *counter) spare(keep time.Duration) *Spare[int] {
+	return &Spare[int]{
+		Make: func() (int, bool) {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.fail {
+				return 0, false
+			}
+			c.made++
+			return c.made, true
+		},
+		Free: func(v int) {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			c.freed = append(c.freed, v)
+		},
+		Keep: keep,
+	}
+}
+
+// waitReady waits until s holds one.
+func waitReady(t *testing.T, s *Spare[int]) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if s.Ready() {
+			return
+		}
+	}
+	t.Fatal("nothing was made")
+}
+
+func TestTakeGivesWhatWasMadeAheadAndMakesTheNext(t *testing.T) {
+	c := &counter{}
+	s := c.spare(time.Hour)
+	defer s.Close()
+	if v, ok := s.take(); ok {
+		t.Fatalf("took %d before anything was made", v)
+	}
+	waitReady(t, s)
+	if v, ok := s.take(); !ok || v != 1 {
+		t.Fatalf("took %d, %v; want 1, true", v, ok)
+	}
+	waitReady(t, s)
+	if v, ok := s.take(); !ok || v != 2 {
+		t.Fatalf("took %d, %v; want 2, true", v, ok)
+	}
+	waitReady(t, s)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.made != 3 || len(c.freed) != 0 {
+		t.Errorf("made %d, freed %v; want 3 made (one ready), none freed", c.made, c.freed)
+	}
+}
+
+func TestCloseFreesTheOneReadyAndMakesNoMore(t *testing.T) {
+	c := &counter{}
+	s := c.spare(time.Hour)
+	s.take()
+	waitReady(t, s)
+	s.Close()
+	if v, ok := s.take(); ok {
+		t.Fatalf("took %d after Close", v)
+	}
+	time.Sleep(20 * time.Millisecond) // a make started now would be done
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.made != 1 || len(c.freed) != 1 || c.freed[0] != 1 {
+		t.Errorf("made %d, freed %v; want 1 made and freed", c.made, c.freed)
+	}
+}
+
+func TestOneUnusedForKeepIsFreed(t *testing.T) {
+	c := &counter{}
+	s := c.spare(20 * time.Millisecond)
+	defer s.Close()
+	s.take()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		c.mu.Lock()
+		freed := len(c.freed)
+		c.mu.Unlock()
+		if freed == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("not freed 10 s after Keep")
+		}
+	}
+	if v, ok := s.take(); ok {
+		t.Fatalf("took %d, freed as unused", v)
+	}
+}
+
+func TestAFailedMakeLeavesNone(t *testing.T) {
+	c := &counter{fail: true}
+	s := c.spare(time.Hour)
+	defer s.Close()
+	s.take()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		s.mu.Lock()
+		making := s.making
+		s.mu.Unlock()
+		if !making {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("still making after 10 s")
+		}
+	}
+	if v, ok := s.take(); ok {
+		t.Fatalf("took %d from a failed make", v)
+	}
+}
+
+func TestGetFreesOneNotUsableAndMakesOneNow(t *testing.T) {
+	c := &counter{}
+	s := c.spare(time.Hour)
+	defer s.Close()
+	s.Usable = func(v int) bool { return v != 1 }
+	now := func() (int, error) { return -1, nil }
+	if v, _ := s.Get(now); v != -1 {
+		t.Fatalf("got %d with nothing made ahead, want the one made now", v)
+	}
+	waitReady(t, s)
+	if v, _ := s.Get(now); v != -1 {
+		t.Fatalf("got %d, which is not usable", v)
+	}
+	waitReady(t, s)
+	if v, _ := s.Get(now); v != 2 {
+		t.Fatalf("got %d, want 2, made ahead", v)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		c.mu.Lock()
+		freed := slices.Clone(c.freed)
+		c.mu.Unlock()
+		if slices.Equal(freed, []int{1}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("freed %v, want [1]", freed)
+		}
+	}
+}
+
+func TestGroupCloseWaitsForAMakeAndStartsNoMore(t *testing.T) {
+	var g Group
+	started, release := make(chan struct{}), make(chan struct{})
+	var freed []int
+	s := &Spare[int]{
+		Make:  func() (int, bool) { close(started); <-release; return 1, true },
+		Free:  func(v int) { freed = append(freed, v) },
+		Group: &g,
+	}
+	s.take()
+	<-started
+	closed := make(chan struct{})
+	go func() { g.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("the group closed while one was being made")
+	case <-time.After(20 * time.Millisecond):
+	}
+	s.Close() // the module closes: the one being made is freed as it is done
+	close(release)
+	<-closed
+	if !slices.Equal(freed, []int{1}) {
+		t.Errorf("freed %v, want [1]", freed)
+	}
+	other := &Spare[int]{Make: func() (int, bool) { t.Error("made after the group closed"); return 0, false }, Group: &g}
+	other.take()
+	if other.making {
+		t.Error("a make started after the group closed")
+	}
+}

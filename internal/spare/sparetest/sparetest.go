@@ -1,0 +1,50 @@
+// Package sparetest helps the engines' tests watch what their modules make
+// ahead (internal/spare).
+package sparetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/wasmkeep/wasmkeep/internal/spare"
+)
+
+// Record has s report each one it makes; call it before s's first Take.
+func Record[T any](s *spare.Spare[T]) <-chan T {
+	made := make(chan T, 16)
+	mk := s.Make
+	s.Make = func() (T, bool) {
+		v, ok := mk()
+		if ok {
+			made <- v
+		}
+		return v, ok
+	}
+	return made
+}
+
+// Next waits for the next one s makes (made, from Record) to be ready to
+// take and returns it.
+func Next[T any](t *testing.T, s *spare.Spare[T], made <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-made:
+		Eventually(t, s.Ready, "the one made ahead is ready")
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing was made ahead in 10 s")
+		var zero T
+		return zero
+	}
+}
+
+// Eventually fails t unless cond holds within 10 s: what is freed off the
+// caller's path is freed soon after.
+func Eventually(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after 10 s", what)
+		}
+	}
+}
