@@ -24,6 +24,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/wasmkeep/wasmkeep/internal/cacheprune"
+	"github.com/wasmkeep/wasmkeep/internal/spare"
 	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
@@ -51,6 +52,10 @@ type engine struct {
 	// only, makes them fail with its error.
 	background   sync.WaitGroup
 	failOptimise error
+	// spares are the modules' instances made ahead (module.go), whose
+	// making and freeing Close waits for: closing rt closes every instance
+	// of it, one being made included.
+	spares spare.Group
 	// instance is what every instance shares: anonymous (so one module can
 	// be instantiated many times), real clocks, a cryptographic random
 	// source, no arguments, environment or preopened directory, and no
@@ -229,6 +234,7 @@ func (e *engine) Compile(ctx context.Context, wasm []byte) (runtime.Module, erro
 	}
 	m := &module{e: e, imports: imps, memories: map[string]bool{}, optimised: make(chan struct{}), start: wasmbin.HasSection(wasm, wasmbin.StartSection)}
 	m.code.Store(first)
+	m.newSpare()
 	if p.image != nil {
 		if m.image, err = newImage(p.image); err != nil {
 			return nil, errors.Join(fmt.Errorf("wazero: %w", err), cm.Close(ctx))
@@ -282,6 +288,7 @@ func (e *engine) compile(ctx context.Context, wasm []byte) (wazero.CompiledModul
 }
 
 func (e *engine) Close(ctx context.Context) error {
+	e.spares.Close()
 	e.background.Wait()
 	var err error
 	for _, rt := range []wazero.Runtime{e.fast, e.rt} {

@@ -33,6 +33,9 @@ func (img *image) size() int {
 	return len(img.data)
 }
 
+// hotLearned reports whether the image's hot pages are learned.
+func (img *image) hotLearned() bool { return img != nil && img.hot.Learned() }
+
 func (img *image) Close() error {
 	if img == nil {
 		return nil

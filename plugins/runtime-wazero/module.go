@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/wasmkeep/wasmkeep/internal/linearmem"
+	"github.com/wasmkeep/wasmkeep/internal/spare"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
@@ -31,6 +33,7 @@ type module struct {
 	initialize bool             // exports _initialize
 	start      bool             // has a start function, which wazero runs as it instantiates
 	image      *image           // the initial memory, for a module prepare took the data segments of
+	spare      *spare.Spare[*instance]
 }
 
 var _ runtime.Module = (*module)(nil)
@@ -45,49 +48,27 @@ func (m *module) Close(ctx context.Context) error {
 		return nil
 	}
 	m.closed = true
+	m.spare.Close()
 	return errors.Join(m.code.Load().cm.Close(ctx), m.image.Close())
 }
 
 func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (runtime.Instance, error) {
-	in := &instance{}
-	defer func() { in.ctx = nil }()
-	mc := m.e.instance.WithStdout(cfg.Stdout).WithStderr(cfg.Stderr).WithNanosleep(in.sleep)
-	var mod api.Module
-	instantiate := func(ctx context.Context) error {
-		in.ctx = ctx
-		m.mu.RLock()
-		defer m.mu.RUnlock()
-		c := m.code.Load()
-		var err error
-		mod, err = c.rt.InstantiateModule(withMemory(ctx, m.image, in), c.cm, mc)
-		if err != nil {
-			return fmt.Errorf("wazero: instantiate: %w", callError(ctx, err))
-		}
-		return nil
-	}
-	var err error
-	if m.start {
-		err = cfg.RunGuest(ctx, instantiate)
-	} else {
-		err = instantiate(ctx)
-	}
+	in, err := m.spare.Get(func() (*instance, error) { return m.newInstance(ctx, cfg.RunGuest) })
 	if err != nil {
 		return nil, err
 	}
-	in.mod = mod
-	if mem := mod.ExportedMemory("memory"); mem != nil {
-		in.mem = mem
-	}
+	in.stdout.w, in.stderr.w = cfg.Stdout, cfg.Stderr
 	if m.initialize {
 		err := cfg.RunGuest(ctx, func(ctx context.Context) error {
 			in.ctx = ctx
-			if err := mod.ExportedFunction("_initialize").CallWithStack(ctx, nil); err != nil {
+			defer func() { in.ctx = nil }()
+			if err := in.mod.ExportedFunction("_initialize").CallWithStack(ctx, nil); err != nil {
 				return fmt.Errorf("wazero: _initialize: %w", callError(ctx, err))
 			}
 			return nil
 		})
 		if err != nil {
-			return nil, errors.Join(err, mod.Close(ctx))
+			return nil, errors.Join(err, in.mod.Close(ctx))
 		}
 		// The image is mapped from its file (memory_unix.go); past it the
 		// memory is anonymous.
@@ -103,8 +84,86 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 	return in, nil
 }
 
+// newInstance makes an instance of the module's current code, its start
+// function, if it has one, run by runGuest (the kernel's, with the budget
+// of an event); nothing else of the guest's runs.
+func (m *module) newInstance(ctx context.Context, runGuest func(context.Context, func(context.Context) error) error) (*instance, error) {
+	in := &instance{}
+	mc := m.e.instance.WithStdout(&in.stdout).WithStderr(&in.stderr).WithNanosleep(in.sleep)
+	instantiate := func(ctx context.Context) error {
+		in.ctx = ctx
+		defer func() { in.ctx = nil }()
+		m.mu.RLock()
+		defer m.mu.RUnlock()
+		if m.closed {
+			return errors.New("wazero: instantiate: the module is closed")
+		}
+		in.code = m.code.Load()
+		mod, err := in.code.rt.InstantiateModule(withMemory(ctx, m.image, in), in.code.cm, mc)
+		if err != nil {
+			return fmt.Errorf("wazero: instantiate: %w", callError(ctx, err))
+		}
+		in.mod = mod
+		return nil
+	}
+	var err error
+	if m.start {
+		err = runGuest(ctx, instantiate)
+	} else {
+		err = instantiate(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if mem := in.mod.ExportedMemory("memory"); mem != nil {
+		in.mem = mem
+	}
+	return in, nil
+}
+
+// newSpare sets up the module's instance made ahead (ADR 1061): made in
+// the background after each instance the module gives out, and in it the
+// hot pages of its image (linearmem.HotPages) populated and read once, so
+// that neither the instantiation nor those first accesses (on this bench's
+// paravirtualised VM still about 5 µs a page populated) are on the path of
+// the event that takes it. A module with a start function, guest code run
+// as an instance is made, gets none.
+func (m *module) newSpare() {
+	if m.start {
+		return
+	}
+	m.spare = &spare.Spare[*instance]{
+		Make: func() (*instance, bool) {
+			hotLearned := m.image.hotLearned()
+			in, err := m.newInstance(context.Background(), nil)
+			if err != nil {
+				return nil, false
+			}
+			if in.mem != nil && in.imageMapped {
+				m.image.hot.Read(in.memoryView())
+			}
+			in.hotLearned = hotLearned
+			return in, true
+		},
+		// Not one made from code the module has since replaced (the
+		// interpreter's), nor one made before its hot pages were learned.
+		Usable: func(in *instance) bool {
+			return in.code == m.code.Load() && (in.hotLearned || !m.image.hotLearned())
+		},
+		Free:  func(in *instance) { in.mod.Close(context.Background()) },
+		Group: &m.e.spares,
+	}
+}
+
 type instance struct {
-	mod api.Module
+	mod  api.Module
+	code *code // what it runs
+	// hotLearned says the image's hot pages were learned, and so populated,
+	// when it was made.
+	hotLearned bool
+	// stdout and stderr are the kernel's, from when it takes the instance.
+	stdout, stderr output
+
 	mem runtime.Memory // nil if the guest exports no "memory"
 	// ctx is the running call's, for sleep; the kernel never calls into an
 	// instance concurrently, and WASI runs on the caller's goroutine.
@@ -211,4 +270,15 @@ func callError(ctx context.Context, err error) error {
 		return fmt.Errorf("%w: %w", runtime.ErrInterrupted, err)
 	}
 	return fmt.Errorf("guest exited: %w", err)
+}
+
+// output is an instance's stdout or stderr: the writer the kernel gives
+// when it takes the instance (nil discards).
+type output struct{ w io.Writer }
+
+func (o *output) Write(p []byte) (int, error) {
+	if o.w == nil {
+		return len(p), nil
+	}
+	return o.w.Write(p)
 }
