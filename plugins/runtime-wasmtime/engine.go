@@ -19,6 +19,7 @@ import (
 	"unsafe"
 
 	"github.com/wasmkeep/wasmkeep/internal/linearmem"
+	"github.com/wasmkeep/wasmkeep/internal/spare"
 	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
 	"github.com/wasmkeep/wasmkeep/internal/wasmbounds"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
@@ -42,6 +43,9 @@ type engine struct {
 	// only, makes them fail with its error.
 	background   sync.WaitGroup
 	failOptimise error
+	// spares are the modules' instances made ahead (module.go), whose
+	// making and freeing Close waits for.
+	spares spare.Group
 	// limit is MemoryLimitPages in bytes, every store's memory limit.
 	limit int64
 	// host are the functions the linker defines, by the index their C
@@ -327,6 +331,7 @@ func (e *engine) Compile(ctx context.Context, wasm []byte) (runtime.Module, erro
 	}
 	m := newModule(e, b, ptr)
 	m.start = wasmbin.HasSection(wasm, wasmbin.StartSection)
+	m.newSpare()
 	if l, err := linearmem.ReadLayout(wasm); err == nil {
 		m.zeroFrom = int(min(l.End, 1<<32))
 	}
@@ -354,6 +359,7 @@ func (b *backend) compile(wasm []byte) (*C.wasmtime_module_t, error) {
 // instances keep what they need of it alive.
 func (e *engine) Close(context.Context) error {
 	e.closeOnce.Do(func() {
+		e.spares.Close()
 		e.background.Wait()
 		e.closed.Store(true)
 		close(e.stop)

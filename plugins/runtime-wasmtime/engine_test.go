@@ -120,6 +120,18 @@ func uleb(n int) []byte {
 // start compiles and instantiates wasm on a new engine.
 func start(t *testing.T, cfg runtime.Config, wasm []byte, icfg runtime.InstanceConfig) (*engine, runtime.Instance) {
 	t.Helper()
+	m := compile(t, cfg, wasm)
+	in, err := m.Instantiate(t.Context(), icfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close(context.Background()) })
+	return m.e, in
+}
+
+// compile compiles wasm on a new engine; both are closed with the test.
+func compile(t *testing.T, cfg runtime.Config, wasm []byte) *module {
+	t.Helper()
 	if cfg.MemoryLimitPages == 0 {
 		cfg.MemoryLimitPages = 16
 	}
@@ -136,12 +148,7 @@ func start(t *testing.T, cfg runtime.Config, wasm []byte, icfg runtime.InstanceC
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close(context.Background()) })
-	in, err := m.Instantiate(t.Context(), icfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { in.Close(context.Background()) })
-	return e.(*engine), in
+	return m.(*module)
 }
 
 func callOK(t *testing.T, in runtime.Instance, name string, args ...uint64) []uint64 {

@@ -24,9 +24,14 @@ import (
 // into it touches it, and the C callbacks of a call run on that goroutine
 // too, so it needs no locks.
 type instance struct {
-	e   *engine
-	mod *module
-	st  *C.wk_store // nil once closed
+	e    *engine
+	mod  *module
+	code *backend // what it runs (tier.go)
+	// hotLearned says the module's hot pages were learned, and so
+	// populated, when it was made.
+	hotLearned bool
+
+	st *C.wk_store // nil once closed
 	// handle is how the C callbacks find the instance.
 	handle cgo.Handle
 	// raw is st.raw, the call buffer, as Go sees it.

@@ -18,6 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/wasmkeep/wasmkeep/internal/linearmem"
+	"github.com/wasmkeep/wasmkeep/internal/spare"
 	"github.com/wasmkeep/wasmkeep/internal/wasmbounds"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
@@ -58,6 +59,8 @@ type module struct {
 	preMu  sync.Mutex
 	pre    *C.wasmtime_instance_pre_t
 	preErr error
+
+	spare *spare.Spare[*instance]
 }
 
 var _ runtime.Module = (*module)(nil)
@@ -145,8 +148,10 @@ func (m *module) Imports() []runtime.Import      { return slices.Clone(m.imports
 func (m *module) Exports() []runtime.Export      { return slices.Clone(m.exports) }
 func (m *module) ExportsMemory(name string) bool { return m.memories[name] }
 
-// Close releases the module. Its instances keep the compiled code alive.
+// Close releases the module and the instance made ahead. Its instances
+// keep the compiled code alive.
 func (m *module) Close(context.Context) error {
+	m.spare.Close()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true
@@ -189,6 +194,40 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("wasmtime: instantiate: %w: %w", runtime.ErrInterrupted, err)
 	}
+	in, err := m.spare.Get(func() (*instance, error) { return m.newInstance(ctx, cfg.RunGuest) })
+	if err != nil {
+		return nil, err
+	}
+	in.stdout, in.stderr = cfg.Stdout, cfg.Stderr
+	if m.initialize {
+		if f := in.Function("_initialize"); f != nil {
+			err := cfg.RunGuest(ctx, func(ctx context.Context) error {
+				if err := f.Call(ctx, make([]uint64, m.arity)); err != nil {
+					return fmt.Errorf("wasmtime: _initialize: %w", err)
+				}
+				return nil
+			})
+			if err != nil {
+				in.Close(ctx)
+				return nil, err
+			}
+		}
+		// Past zeroFrom the memory is anonymous.
+		if in.Memory() != nil && m.zeroFrom >= 0 {
+			linearmem.ReleaseAfterStart(in.memoryView(), m.zeroFrom)
+		}
+	}
+	// Learned from after the start, as on wazero.
+	if in.Memory() != nil && m.zeroFrom > 0 {
+		in.hot = m.hot.Learn(m.zeroFrom)
+	}
+	return in, nil
+}
+
+// newInstance makes an instance in a store of its own, its start
+// function, if it has one, run by runGuest (the kernel's, with the budget
+// of an event); nothing else of the guest's runs.
+func (m *module) newInstance(ctx context.Context, runGuest func(context.Context, func(context.Context) error) error) (*instance, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	pre, err := m.instancePre()
@@ -200,7 +239,7 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 	if e.closed.Load() {
 		return nil, errEngineClosed
 	}
-	in := &instance{e: e, mod: m, stdout: cfg.Stdout, stderr: cfg.Stderr, funcs: map[string]*function{}, touched: ^uint64(0)}
+	in := &instance{e: e, mod: m, code: m.b, funcs: map[string]*function{}, touched: ^uint64(0)}
 	in.mem.in = in
 	in.handle = cgo.NewHandle(in)
 	in.st = C.wk_store_new(m.b.ptr, C.uintptr_t(in.handle), C.int64_t(e.limit),
@@ -226,7 +265,7 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 		return nil
 	}
 	if m.start {
-		err = cfg.RunGuest(ctx, instantiate)
+		err = runGuest(ctx, instantiate)
 	} else {
 		err = instantiate(ctx)
 	}
@@ -248,27 +287,36 @@ func (m *module) Instantiate(ctx context.Context, cfg runtime.InstanceConfig) (r
 		linearmem.NoFaultAround(view) // else the kernel's default
 		m.hot.Populate(in.memoryView())
 	}
-	if m.initialize {
-		if f := in.Function("_initialize"); f != nil {
-			err := cfg.RunGuest(ctx, func(ctx context.Context) error {
-				if err := f.Call(ctx, make([]uint64, m.arity)); err != nil {
-					return fmt.Errorf("wasmtime: _initialize: %w", err)
-				}
-				return nil
-			})
-			if err != nil {
-				in.Close(ctx)
-				return nil, err
-			}
-		}
-		// Past zeroFrom the memory is anonymous.
-		if in.Memory() != nil && m.zeroFrom >= 0 {
-			linearmem.ReleaseAfterStart(in.memoryView(), m.zeroFrom)
-		}
-	}
-	// Learned from after the start, as on wazero.
-	if in.Memory() != nil && m.zeroFrom > 0 {
-		in.hot = m.hot.Learn(m.zeroFrom)
-	}
 	return in, nil
+}
+
+// newSpare sets up the instance the module makes ahead, as wazero's plugin
+// does (ADR 1061): up to _initialize, its hot pages read once; none for a
+// module with a start function.
+func (m *module) newSpare() {
+	if m.start {
+		return
+	}
+	m.spare = &spare.Spare[*instance]{
+		Make: func() (*instance, bool) {
+			hotLearned := m.hot.Learned()
+			in, err := m.newInstance(context.Background(), nil)
+			if err != nil {
+				return nil, false
+			}
+			m.hot.Read(in.memoryView())
+			in.hotLearned = hotLearned
+			return in, true
+		},
+		// Not one made from code the module has since replaced (opt level
+		// none's), nor one made before its hot pages were learned.
+		Usable: func(in *instance) bool {
+			m.mu.RLock()
+			current := in.code == m.b
+			m.mu.RUnlock()
+			return current && (in.hotLearned || !m.hot.Learned())
+		},
+		Free:  func(in *instance) { in.Close(context.Background()) },
+		Group: &m.e.spares,
+	}
 }
