@@ -30,6 +30,20 @@ func TestPagesMapsTheBuffersPages(t *testing.T) {
 	}
 }
 
+// Read accesses every whole page of a buffer, and no page outside it: a
+// read of an anonymous page not yet mapped maps one (the zero page).
+func TestReadAccessesTheBuffersPages(t *testing.T) {
+	mem, err := unix.Mmap(-1, 0, 8*PageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	Read(mem[PageSize-1 : 6*PageSize+1])
+	if got, want := present(t, mem), ".#####.."; got != want {
+		t.Errorf("mapped %s, want %s", got, want)
+	}
+}
+
 // ReadFile reads what os.ReadFile reads: empty, small, large files, and a
 // file whose size the system does not know in advance.
 func TestReadFileReadsTheFile(t *testing.T) {
