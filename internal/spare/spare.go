@@ -6,6 +6,7 @@ package spare
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,12 +26,13 @@ type Spare[T any] struct {
 	// of every Spare in it and starts no more.
 	Group *Group
 
-	mu     sync.Mutex
-	v      T
-	ready  bool
-	unused *time.Timer // frees v once it was kept for Keep
-	making bool
-	closed bool
+	getting atomic.Int32 // Gets in progress
+	mu      sync.Mutex
+	v       T
+	ready   bool
+	unused  *time.Timer // frees v once it was kept for Keep
+	making  bool
+	closed  bool
 }
 
 // DefaultKeep is how long one no caller took is kept, unless the Spare
@@ -38,12 +40,17 @@ type Spare[T any] struct {
 const DefaultKeep = 30 * time.Second
 
 // Get returns the one made ahead, if it is ready and usable, or else one
-// made now by now; either way it has the next one made.
+// made now by now. Alone, it has the next one made; beside other Gets it
+// does not: where callers make their own side by side, the cores are busy,
+// and one made ahead would take one from them (bench/README.md, "Issue 30:
+// instances made ahead").
 func (s *Spare[T]) Get(now func() (T, error)) (T, error) {
 	if s == nil {
 		return now()
 	}
-	if v, ok := s.take(); ok {
+	alone := s.getting.Add(1) == 1
+	defer s.getting.Add(-1)
+	if v, ok := s.take(alone); ok {
 		if s.Usable == nil || s.Usable(v) {
 			return v, nil
 		}
@@ -54,13 +61,16 @@ func (s *Spare[T]) Get(now func() (T, error)) (T, error) {
 	return now()
 }
 
-// take returns the one made ahead, if it is ready, and has the next made.
-func (s *Spare[T]) take() (T, bool) {
+// take returns the one made ahead, if it is ready, and with refill has the
+// next made.
+func (s *Spare[T]) take(refill bool) (T, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v, ok := s.v, s.ready
 	s.drop()
-	s.refill()
+	if refill {
+		s.refill()
+	}
 	return v, ok
 }
 

@@ -50,15 +50,15 @@ func TestTakeGivesWhatWasMadeAheadAndMakesTheNext(t *testing.T) {
 	c := &counter{}
 	s := c.spare(time.Hour)
 	defer s.Close()
-	if v, ok := s.take(); ok {
+	if v, ok := s.take(true); ok {
 		t.Fatalf("took %d before anything was made", v)
 	}
 	waitReady(t, s)
-	if v, ok := s.take(); !ok || v != 1 {
+	if v, ok := s.take(true); !ok || v != 1 {
 		t.Fatalf("took %d, %v; want 1, true", v, ok)
 	}
 	waitReady(t, s)
-	if v, ok := s.take(); !ok || v != 2 {
+	if v, ok := s.take(true); !ok || v != 2 {
 		t.Fatalf("took %d, %v; want 2, true", v, ok)
 	}
 	waitReady(t, s)
@@ -72,10 +72,10 @@ func TestTakeGivesWhatWasMadeAheadAndMakesTheNext(t *testing.T) {
 func TestCloseFreesTheOneReadyAndMakesNoMore(t *testing.T) {
 	c := &counter{}
 	s := c.spare(time.Hour)
-	s.take()
+	s.take(true)
 	waitReady(t, s)
 	s.Close()
-	if v, ok := s.take(); ok {
+	if v, ok := s.take(true); ok {
 		t.Fatalf("took %d after Close", v)
 	}
 	time.Sleep(20 * time.Millisecond) // a make started now would be done
@@ -90,7 +90,7 @@ func TestOneUnusedForKeepIsFreed(t *testing.T) {
 	c := &counter{}
 	s := c.spare(20 * time.Millisecond)
 	defer s.Close()
-	s.take()
+	s.take(true)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		c.mu.Lock()
 		freed := len(c.freed)
@@ -102,7 +102,7 @@ func TestOneUnusedForKeepIsFreed(t *testing.T) {
 			t.Fatal("not freed 10 s after Keep")
 		}
 	}
-	if v, ok := s.take(); ok {
+	if v, ok := s.take(true); ok {
 		t.Fatalf("took %d, freed as unused", v)
 	}
 }
@@ -111,7 +111,7 @@ func TestAFailedMakeLeavesNone(t *testing.T) {
 	c := &counter{fail: true}
 	s := c.spare(time.Hour)
 	defer s.Close()
-	s.take()
+	s.take(true)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		s.mu.Lock()
 		making := s.making
@@ -123,7 +123,7 @@ func TestAFailedMakeLeavesNone(t *testing.T) {
 			t.Fatal("still making after 10 s")
 		}
 	}
-	if v, ok := s.take(); ok {
+	if v, ok := s.take(true); ok {
 		t.Fatalf("took %d from a failed make", v)
 	}
 }
@@ -167,7 +167,7 @@ func TestGroupCloseWaitsForAMakeAndStartsNoMore(t *testing.T) {
 		Free:  func(v int) { freed = append(freed, v) },
 		Group: &g,
 	}
-	s.take()
+	s.take(true)
 	<-started
 	closed := make(chan struct{})
 	go func() { g.Close(); close(closed) }()
@@ -183,8 +183,28 @@ func TestGroupCloseWaitsForAMakeAndStartsNoMore(t *testing.T) {
 		t.Errorf("freed %v, want [1]", freed)
 	}
 	other := &Spare[int]{Make: func() (int, bool) { t.Error("made after the group closed"); return 0, false }, Group: &g}
-	other.take()
+	other.take(true)
 	if other.making {
 		t.Error("a make started after the group closed")
+	}
+}
+
+func TestGetBesideAnotherMakesNoneAhead(t *testing.T) {
+	c := &counter{}
+	s := c.spare(time.Hour)
+	defer s.Close()
+	inside, release := make(chan struct{}), make(chan struct{})
+	go s.Get(func() (int, error) { close(inside); <-release; return -1, nil })
+	<-inside // the first Get is alone: it has one made
+	waitReady(t, s)
+	if v, _ := s.Get(func() (int, error) { return -1, nil }); v != 1 {
+		t.Fatalf("got %d, want 1, made ahead", v)
+	}
+	close(release)
+	time.Sleep(20 * time.Millisecond) // a make started now would be done
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.made != 1 {
+		t.Errorf("made %d; want 1: a Get beside another makes none ahead", c.made)
 	}
 }
