@@ -20,7 +20,7 @@ func TestInstanceMadeAhead(t *testing.T) {
 	w.importFunc("wasi_snapshot_preview1", "fd_write", "iiii", "i")
 	m := compile(t, runtime.Config{}, w.bytes())
 	<-m.Optimised() // the code the module keeps
-	made := sparetest.Record(m.spare)
+	made, freed := sparetest.Record(m.spare), sparetest.Freed(m.spare)
 	var outA, outB bytes.Buffer
 	a, err := m.Instantiate(t.Context(), runtime.InstanceConfig{Stdout: &outA})
 	if err != nil {
@@ -64,7 +64,10 @@ func TestInstanceMadeAhead(t *testing.T) {
 	if c == runtime.Instance(stale) || c.(*instance).code != &next {
 		t.Error("an instance made ahead of the module's new code was given out")
 	}
-	sparetest.Eventually(t, func() bool { return stale.st == nil }, "the stale instance made ahead is closed")
+	sparetest.WaitFreed(t, freed, stale, "the stale instance made ahead")
+	if stale.st != nil {
+		t.Error("the stale instance made ahead was freed but not closed")
+	}
 
 	last := sparetest.Next(t, m.spare, made)
 	if err := m.Close(t.Context()); err != nil {

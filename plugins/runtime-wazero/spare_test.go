@@ -33,7 +33,7 @@ func compileOn(t *testing.T, wasm []byte) *module {
 // change is not given out; the module's close frees the one ready.
 func TestInstanceMadeAhead(t *testing.T) {
 	m := compileOn(t, dataModule(2, vector(activeSegment(70000, []byte("image")))))
-	made := sparetest.Record(m.spare)
+	made, freed := sparetest.Record(m.spare), sparetest.Freed(m.spare)
 	a, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +73,10 @@ func TestInstanceMadeAhead(t *testing.T) {
 	if c == runtime.Instance(stale) || c.(*instance).code != &next {
 		t.Error("an instance made ahead of the module's new code was given out")
 	}
-	sparetest.Eventually(t, stale.mod.IsClosed, "the stale instance made ahead is closed")
+	sparetest.WaitFreed(t, freed, stale, "the stale instance made ahead")
+	if !stale.mod.IsClosed() {
+		t.Error("the stale instance made ahead was freed but not closed")
+	}
 
 	last := sparetest.Next(t, m.spare, made)
 	if err := m.Close(t.Context()); err != nil {
