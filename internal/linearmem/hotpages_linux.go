@@ -1,6 +1,8 @@
 package linearmem
 
 import (
+	"iter"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/wasmkeep/wasmkeep/internal/populate"
@@ -39,16 +41,12 @@ func mappedRuns(mem []byte, max int) []pageRun {
 // start (its image mapped), before its guest runs. Where the kernel refuses
 // (before Linux 5.14) the pages fault as they would have.
 func (h *HotPages) Populate(mem []byte) {
-	mem = populate.WholePages(mem)
-	for _, r := range h.learned() {
-		if r.end*pageSize > len(mem) {
-			return
-		}
+	for run, write := range h.runsIn(mem) {
 		advice := unix.MADV_POPULATE_READ
-		if r.write {
+		if write {
 			advice = unix.MADV_POPULATE_WRITE
 		}
-		if unix.Madvise(mem[r.first*pageSize:r.end*pageSize], advice) != nil {
+		if unix.Madvise(run, advice) != nil {
 			return
 		}
 	}
@@ -58,11 +56,21 @@ func (h *HotPages) Populate(mem []byte) {
 // populate.Read: a memory made ahead of its instance (ADR 1061) pays the
 // first accesses off its instance's path.
 func (h *HotPages) Read(mem []byte) {
-	mem = populate.WholePages(mem)
-	for _, r := range h.learned() {
-		if r.end*pageSize > len(mem) {
-			return
+	for run := range h.runsIn(mem) {
+		populate.Read(run)
+	}
+}
+
+// runsIn yields the learned runs of mem, a memory from its start, each
+// with whether it is populated for writing, up to the first mem does not
+// hold whole.
+func (h *HotPages) runsIn(mem []byte) iter.Seq2[[]byte, bool] {
+	return func(yield func([]byte, bool) bool) {
+		mem = populate.WholePages(mem)
+		for _, r := range h.learned() {
+			if r.end*pageSize > len(mem) || !yield(mem[r.first*pageSize:r.end*pageSize], r.write) {
+				return
+			}
 		}
-		populate.Read(mem[r.first*pageSize : r.end*pageSize])
 	}
 }
