@@ -119,7 +119,7 @@ func TestCapRunsOutInsideHostCall(t *testing.T) {
 		capped := make(chan struct{})
 		w := StartCapped(20*time.Millisecond, func() { t.Error("the guest budget ran out inside a host call") },
 			120*time.Millisecond, func() { close(capped) })
-		start := Thread()
+		start := w.StartClock() // the cap's own start: a later Thread() would measure short of it
 		since := w.EnterHost()
 		spin(10*time.Second, capped)
 		w.LeaveHost(since)
