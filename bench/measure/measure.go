@@ -302,7 +302,7 @@ func (b *bench) startups() (fresh, freshData, restart []time.Duration, err error
 // where each phase leaves the next what it needs: the memory phase wakes the
 // actors the throughput phase uses.
 func (b *bench) onServer(srv *server) ([]Row, error) {
-	// An actor holds up to three files (database, WAL, shared memory); run
+	// An actor holds three files (database, WAL, the storage's lock); run
 	// out of them and the rows measure errors.
 	total := 2 + b.sz.newActors + b.sz.actors
 	if limit, err := srv.openFileLimit(); err != nil {

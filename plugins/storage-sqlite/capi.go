@@ -11,6 +11,8 @@ import "github.com/wasmkeep/wasmkeep/kernel/abi"
 // column declared DATE, DATETIME or TIMESTAMP into time.Time, and neither
 // reports a statement's unparsed tail or parameter count.
 type binding interface {
+	// open opens a connection on the VFS vfsName, which takes no locks: a
+	// connection to a file is opened with openFile, which does.
 	open(path string) (conn, error)
 }
 

@@ -82,7 +82,7 @@ var errClosed = storage.Errorf(abi.SQLInternal, "the database is closed")
 // open opens the database at path; likeBlobs says whether b's LIKE and GLOB
 // match blobs (the like_blobs capability).
 func open(b binding, path string, opts storage.Options, synchronous string, cacheSize int, likeBlobs bool) (*db, error) {
-	c, err := b.open(path)
+	c, err := openFile(b, path)
 	if err != nil {
 		return nil, err
 	}

@@ -81,10 +81,10 @@ func dbPath(root string, addr abi.Address) (string, error) {
 	return filepath.Join(root, "actors", addr.Tenant, addr.Class, fileName(addr.Name)), nil
 }
 
-// opened is the set of database files open in this process (by path):
-// SQLite's exclusive locking would make a second connection fail on its
-// first read anyway, and removing or replacing an open database's files
-// would lose what its connection writes next.
+// opened is the set of database files open in this process (by path): a
+// second connection would share the file with no lock between the two
+// (connections take none, filelock.go), and removing or replacing an open
+// database's files would lose what its connection writes next.
 var opened = struct {
 	sync.Mutex
 	paths map[string]bool
@@ -317,7 +317,7 @@ func (drv *driver) checkpoint(path string) error {
 // bare runs f on a connection to path with exclusive locking (no -shm
 // file), as the plugin's own connections have, and without its sandbox.
 func (drv *driver) bare(path string, f func(conn) error) error {
-	c, err := drv.b.open(path)
+	c, err := openFile(drv.b, path)
 	if err != nil {
 		return err
 	}

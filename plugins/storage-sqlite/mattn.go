@@ -233,6 +233,9 @@ func init() {
 	}
 }
 
+// cvfsName is vfsName in C memory, for the life of the process.
+var cvfsName = C.CString(vfsName)
+
 func (mattn) remedy(capability string) string { return mattnRemedy(capability) }
 
 type cconn struct {
@@ -260,7 +263,7 @@ func (mattn) open(path string) (conn, error) {
 	defer C.free(unsafe.Pointer(name))
 	const flags = 0x2 | 0x4 | 0x8000 | 0x02000000 // READWRITE | CREATE | NOMUTEX | EXRESCODE
 	var db *C.sqlite3
-	rc := C.sqlite3_open_v2(name, &db, flags, nil)
+	rc := C.sqlite3_open_v2(name, &db, flags, cvfsName)
 	c := &cconn{db: db}
 	if rc != 0 {
 		var err error = &sqliteError{code: int(rc), msg: "out of memory"}

@@ -35,6 +35,15 @@ func init() {
 	}
 }
 
+// mvfsName is vfsName in C memory, for the life of the process.
+var mvfsName = func() uintptr {
+	p, err := libc.CString(vfsName)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()
+
 // scratchMax bounds the C buffer a connection keeps for SQL text and bound
 // values; larger ones get a buffer of their own, freed at once.
 const scratchMax = 64 << 10
@@ -71,7 +80,7 @@ func (modernc) open(path string) (conn, error) {
 	}
 	const flags = sqlite3.SQLITE_OPEN_READWRITE | sqlite3.SQLITE_OPEN_CREATE |
 		sqlite3.SQLITE_OPEN_NOMUTEX | sqlite3.SQLITE_OPEN_EXRESCODE
-	rc := sqlite3.Xsqlite3_open_v2(tls, name, c.out, flags, 0)
+	rc := sqlite3.Xsqlite3_open_v2(tls, name, c.out, flags, mvfsName)
 	libc.Xfree(tls, name)
 	c.db = *(*uintptr)(cmem(c.out))
 	if rc != sqlite3.SQLITE_OK {

@@ -26,7 +26,7 @@ func TestModerncTLSAtRest(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { d.Close() })
-		return d, d.(*db).c.(*mconn)
+		return d, d.(*db).c.(*lockedConn).conn.(*mconn)
 	}
 	a, ca := open("a.db")
 	b, cb := open("b.db")
