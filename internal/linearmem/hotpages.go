@@ -14,10 +14,15 @@ import "sync"
 // costs that instance the page. Only the image's pages are learned, and at
 // most maxHotPages of them, so what an instance is given up front is
 // bounded however much memory the first instance's events touched.
+//
+// Every instance made before the pages are learned teaches, and the first
+// to finish its calls sets them: the first instance made may wait long for
+// a second call (a restarted node's first actor is an existing one, woken
+// by one request and resident since), and it must not keep every later
+// instance from being taught.
 type HotPages struct {
-	mu      sync.Mutex
-	claimed bool
-	runs    []pageRun // nil until learned
+	mu   sync.Mutex
+	runs []pageRun // nil until learned
 }
 
 // pageRun is pages [first, end) of a memory, populated for writing or for
@@ -38,21 +43,17 @@ const maxHotPages = 256
 
 // Learning is an instance's part in learning its image's hot pages.
 type Learning struct {
-	hot       *HotPages // nil once learned, or for an instance that does not teach
+	hot       *HotPages // nil once it taught or gave up, or for an instance that does not teach
 	imageSize int
 	calls     int
 }
 
 // Learn returns the learning of a new instance whose memory starts with an
-// image of imageSize bytes: the first instance to ask teaches, the others
-// do nothing.
+// image of imageSize bytes: it teaches unless the pages are learned.
 func (h *HotPages) Learn(imageSize int) Learning {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.claimed {
+	if h.Learned() {
 		return Learning{}
 	}
-	h.claimed = true
 	return Learning{hot: h, imageSize: imageSize}
 }
 
@@ -68,33 +69,30 @@ func (l *Learning) Called(mem func() []byte) {
 	}
 }
 
-// Finish learns the pages of mem() now, if this instance teaches and has
-// not yet: it is closing. When none are mapped (nothing touched, or no
-// pagemap to read), the next instance teaches instead.
+// Finish learns the pages of mem() now, if this instance teaches, has not
+// yet, and no other instance taught meanwhile: it is closing. When none are
+// mapped (nothing touched, or no pagemap to read), it teaches nothing.
 func (l *Learning) Finish(mem func() []byte) {
-	if l.hot == nil {
+	h := l.hot
+	if h == nil {
+		return
+	}
+	l.hot = nil
+	if h.Learned() {
 		return
 	}
 	m := mem()
 	runs := mappedRuns(m[:min(l.imageSize, len(m))], maxHotPages)
-	l.hot.mu.Lock()
-	l.hot.runs, l.hot.claimed = runs, len(runs) > 0
-	l.hot.mu.Unlock()
-	l.hot = nil
+	h.mu.Lock()
+	if h.runs == nil && len(runs) > 0 {
+		h.runs = runs
+	}
+	h.mu.Unlock()
 }
 
 // Abandon gives up teaching, if this instance teaches and has not yet: its
-// memory is gone (a stopped call closed the instance), and the next
-// instance teaches instead.
-func (l *Learning) Abandon() {
-	if l.hot == nil {
-		return
-	}
-	l.hot.mu.Lock()
-	l.hot.claimed = false
-	l.hot.mu.Unlock()
-	l.hot = nil
-}
+// memory is gone (a stopped call closed the instance).
+func (l *Learning) Abandon() { l.hot = nil }
 
 // Learned reports whether the pages are learned: an instance made before
 // lacks them.

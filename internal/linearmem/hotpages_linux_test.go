@@ -25,9 +25,6 @@ func TestHotPagesPopulateWhatTheFirstInstanceMapped(t *testing.T) {
 	var hot HotPages
 	first := mapImage()
 	learning := hot.Learn(imagePages * pageSize)
-	if again := hot.Learn(imagePages * pageSize); again.hot != nil {
-		t.Fatal("a second instance was asked to teach too")
-	}
 	memory := func() []byte { return first }
 	if first[pageSize+5] != contents[pageSize+5] { // a read
 		t.Fatal("page 1 does not read as the file")
@@ -57,6 +54,46 @@ func TestHotPagesPopulateWhatTheFirstInstanceMapped(t *testing.T) {
 	}
 	if string(next) != string(contents) {
 		t.Error("the populated mapping does not read as the file")
+	}
+	if hot.Learn(imagePages*pageSize).hot != nil {
+		t.Error("an instance made once the pages were learned was asked to teach")
+	}
+}
+
+// An instance that waits after one call (an existing actor woken by one
+// request, resident since) does not keep the instances made after it from
+// teaching: the first to finish its calls does, and what another learns
+// later does not replace it.
+func TestHotPagesTheFirstInstanceToFinishTeaches(t *testing.T) {
+	const pages = 8
+	mem := func() []byte {
+		b, err := unix.Mmap(-1, 0, pages*pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Munmap(b) })
+		return b
+	}
+	var hot HotPages
+	waiting, waitingMem := hot.Learn(pages*pageSize), mem()
+	waitingMem[pageSize] = 1
+	waiting.Called(func() []byte { return waitingMem })
+
+	next, nextMem := hot.Learn(pages*pageSize), mem()
+	if next.hot == nil {
+		t.Fatal("an instance made while the first waited was not asked to teach")
+	}
+	nextMem[3*pageSize] = 1
+	next.Called(func() []byte { return nextMem })
+	next.Called(func() []byte { return nextMem })
+	want := []pageRun{{3, 4, true}}
+	if runs := hot.learned(); !slices.Equal(runs, want) {
+		t.Fatalf("learned %v, want %v (the instance that finished its calls)", runs, want)
+	}
+	waiting.Called(func() []byte { return waitingMem })
+	waiting.Finish(func() []byte { return waitingMem })
+	if runs := hot.learned(); !slices.Equal(runs, want) {
+		t.Errorf("after the waiting instance's calls, learned %v, want %v still", runs, want)
 	}
 }
 

@@ -215,9 +215,7 @@ func (d *db) Close() error {
 	d.endDeadlineWatch()
 	d.guest.finalizeAll()
 	d.host.finalizeAll()
-	err := d.c.close() // rolls back an open transaction
-	// Our own descriptors close after SQLite's: closing one releases the
-	// process's POSIX locks on the file, which SQLite holds until its close.
+	err := d.c.close() // rolls back an open transaction, then unlocks (filelock.go)
 	if d.wal != nil {
 		err = errors.Join(err, d.wal.Close())
 	}
