@@ -302,12 +302,12 @@ func (b *bench) startups() (fresh, freshData, restart []time.Duration, err error
 // where each phase leaves the next what it needs: the memory phase wakes the
 // actors the throughput phase uses.
 func (b *bench) onServer(srv *server) ([]Row, error) {
-	// An actor holds three files (database, WAL, the storage's lock); run
-	// out of them and the rows measure errors.
+	// An actor holds four files (database and WAL, SQLite's descriptors and
+	// the storage plugin's); run out of them and the rows measure errors.
 	total := 2 + b.sz.newActors + b.sz.actors
 	if limit, err := srv.openFileLimit(); err != nil {
 		return nil, err
-	} else if need := int64(256 + 3*total); limit < need {
+	} else if need := int64(256 + 4*total); limit < need {
 		return nil, fmt.Errorf("the server may hold %d open files for %d actors but its limit is %d: raise the hard limit (ulimit -Hn)", need, total, limit)
 	}
 	var out []Row

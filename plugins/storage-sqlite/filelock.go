@@ -3,22 +3,24 @@ package sqlitestorage
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// SQLite's default unix VFS keeps a list of every database and log file the
+// SQLite's default unix VFS keeps a list of every database file the
 // process has open (POSIX locks belong to the process, so it shares them
-// between connections to one file) and walks it at each open: linear in the
-// resident actors, a tenth of a new database's CPU at a thousand (ADR 1062).
-// The plugin never has two connections to one file (claim, files.go), so
-// both bindings open files on the unix-none VFS, which keeps no list and
-// takes no locks, and openFile takes the one lock that still matters: the
-// write lock on SQLite's lock bytes that a connection in exclusive locking
-// mode holds. It is an open file description lock on a descriptor of its
-// own, which conflicts with the POSIX locks of any other process: another
-// process's SQLite (a second server on the same directory, the sqlite3
-// shell) finds the database locked as it did before.
+// between connections to one file) and walks it at each open: linear in
+// the resident actors, a tenth of a new database's CPU at a thousand (ADR
+// 1062). The plugin never has two connections to one file (claim,
+// files.go), so both bindings open files on the unix-none VFS, which keeps
+// no list and takes no locks, and openFile takes the one lock that still
+// matters: the write lock on SQLite's lock bytes that a connection in
+// exclusive locking mode holds. It is an open file description lock on a
+// descriptor of its own, which conflicts with the POSIX locks of any other
+// process: another process's SQLite that locks (a second server on the
+// same directory, the sqlite3 shell) finds the database locked as it did
+// before.
 const vfsName = "unix-none"
 
 // SQLite's lock bytes (sqlite3.c: PENDING_BYTE, then RESERVED_BYTE, then the
@@ -29,21 +31,28 @@ const (
 	lockBytesLen   = 2 + 510
 )
 
+// lockWait is how long a lock held elsewhere is waited for before the
+// database is reported locked: a process this one forks holds a copy of
+// every descriptor, the lock's too, until it execs (they are close-on-exec),
+// so a database closed a moment ago can look locked for that long.
+const lockWait = 200 * time.Millisecond
+
 // lockedConn is a connection to a file and the lock openFile took on it.
 type lockedConn struct {
 	conn
 	lockFD int
 }
 
-// openFile opens a connection to the database file at path, with its lock.
+// openFile opens a connection to the database file at path, creating the
+// file if absent, locked before SQLite opens it.
 func openFile(b binding, path string) (conn, error) {
-	c, err := b.open(path) // creates the file if absent
+	fd, err := lockDBFile(path, true)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	fd, err := lockDBFile(path)
+	c, err := b.open(path)
 	if err != nil {
-		c.close()
+		unix.Close(fd)
 		return nil, err
 	}
 	return &lockedConn{conn: c, lockFD: fd}, nil
@@ -55,20 +64,35 @@ func (c *lockedConn) close() error {
 	return errors.Join(c.conn.close(), unix.Close(c.lockFD))
 }
 
-// lockDBFile takes the write lock on path's SQLite lock bytes and returns the
-// descriptor that holds it.
-func lockDBFile(path string) (int, error) {
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+// lockDBFile takes the write lock on the SQLite lock bytes of the file at
+// path (created if absent and create is set, with SQLite's permissions)
+// and returns the descriptor that holds it. Its errors do not name path.
+func lockDBFile(path string, create bool) (int, error) {
+	flags := unix.O_RDWR | unix.O_CLOEXEC
+	if create {
+		flags |= unix.O_CREAT
+	}
+	fd, err := unix.Open(path, flags, 0o644)
 	if err != nil {
-		return -1, fmt.Errorf("open %s: %w", path, err)
+		return -1, err
 	}
 	lock := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: lockBytesStart, Len: lockBytesLen}
-	if err := unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lock); err != nil {
-		unix.Close(fd)
-		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES) {
-			return -1, fmt.Errorf("open %s: another process holds the database's lock (a second server on this data directory, or a sqlite3 shell): %w", path, err)
+	for wait, deadline := time.Millisecond, time.Now().Add(lockWait); ; wait *= 2 {
+		err = unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lock)
+		locked := errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES)
+		if !locked || time.Now().After(deadline) {
+			break
 		}
-		return -1, fmt.Errorf("open %s: locking it: %w", path, err)
+		time.Sleep(wait)
 	}
-	return fd, nil
+	switch {
+	case err == nil:
+		return fd, nil
+	case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES):
+		err = fmt.Errorf("the database is locked by another process (a second server on this data directory, or a sqlite3 shell): %w", err)
+	default:
+		err = fmt.Errorf("locking the database: %w", err)
+	}
+	unix.Close(fd)
+	return -1, err
 }

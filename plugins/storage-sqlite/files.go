@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
 )
@@ -82,9 +84,9 @@ func dbPath(root string, addr abi.Address) (string, error) {
 }
 
 // opened is the set of database files open in this process (by path): a
-// second connection would share the file with no lock between the two
-// (connections take none, filelock.go), and removing or replacing an open
-// database's files would lose what its connection writes next.
+// second connection would find the file locked (filelock.go), and removing
+// or replacing an open database's files would lose what its connection
+// writes next.
 var opened = struct {
 	sync.Mutex
 	paths map[string]bool
@@ -175,13 +177,19 @@ func (drv *driver) Exists(_ context.Context, root string, addr abi.Address) (boo
 }
 
 // Remove deletes the log, then the database, then what a Restore left,
-// then syncs the directory.
+// then syncs the directory. It holds the database's lock meanwhile
+// (filelock.go): another process may have it open.
 func (drv *driver) Remove(_ context.Context, root string, addr abi.Address) error {
 	path, release, err := claimActor("remove", root, addr)
 	if err != nil {
 		return err
 	}
 	defer release()
+	if fd, err := lockDBFile(path, false); err == nil {
+		defer unix.Close(fd)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", path, err)
+	}
 	for _, f := range []string{path, path + restoringSuffix, path + replacedSuffix, path + creatingSuffix} {
 		if err := removeWithLogs(f); err != nil {
 			return err

@@ -68,13 +68,13 @@ func optionalSecs(secs *int, off time.Duration) time.Duration {
 // Open files the fit keeps for everything else (the cache, logs, outbound
 // connections, the bucket's), the cluster listener's connections (a share
 // kept, not a cap: serve's cluster listener is not wrapped), and
-// the files of each resident actor (its database, its WAL and the storage
-// plugin's lock on the database, ADR 1062; one that replicates reads the
-// WAL through a descriptor of its own too). Every connection is a file too.
+// the files of each resident actor (its database and WAL: SQLite's
+// descriptors, and the storage plugin's own, the database's lock, ADR 1062,
+// and the WAL it syncs). Every connection is a file too.
 const (
 	reservedFiles      = 256
 	clusterConnections = 1024
-	filesPerActor      = 3
+	filesPerActor      = 4
 	openFilesUnlimited = 1 << 30
 )
 

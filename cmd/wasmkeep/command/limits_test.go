@@ -97,11 +97,12 @@ func TestFitOpenFiles(t *testing.T) {
 	}{
 		{20000, false, 10000, 1000, fitted{0, 10000, 1000, false}},
 		{^uint64(0), true, 10000, 1000, fitted{1024, 10000, 1000, false}}, // unlimited
-		{4096, false, 64, 1000, fitted{0, 64, 1000, false}},               // the book's bench floor
-		{1024, false, 10000, 1000, fitted{0, 384, 128, true}},             // 768 usable
-		{1024, true, 10000, 1000, fitted{96, 336, 112, true}},             // an eighth to the cluster
-		{1024, false, 64, 1000, fitted{0, 64, 234, true}},                 // connections asked for fit
-		{20000, false, 19900, 10, fitted{0, 19744 - 3*10, 10, true}},      // the actors leave more than half
+		{8192, false, 64, 1000, fitted{0, 64, 1000, false}},               // the bench's 1,000 actors fit
+		{4096, false, 64, 1000, fitted{0, 64, 944, true}},                 // but not in the book's floor (three files an actor there)
+		{1024, false, 10000, 1000, fitted{0, 384, 96, true}},              // 768 usable
+		{1024, true, 10000, 1000, fitted{96, 336, 84, true}},              // an eighth to the cluster
+		{1024, false, 64, 1000, fitted{0, 64, 176, true}},                 // connections asked for fit
+		{20000, false, 19900, 10, fitted{0, 19744 - 4*10, 10, true}},      // the actors leave more than half
 		{100, true, 10000, 1000, fitted{1, 1, 1, true}},
 	} {
 		if got := fitOpenFiles(c.files, c.cluster, c.connections, c.instance); got != c.want {
