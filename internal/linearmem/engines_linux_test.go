@@ -155,6 +155,56 @@ func TestEnginesMapOnlyTheImagePagesRead(t *testing.T) {
 	})
 }
 
+// On both engines an instance whose call failed teaches nothing, though it
+// closes with pages mapped: a failed event (a trap, a stopped call) is not
+// what a new instance's first events touch, and what is learned stays for
+// the module's life.
+func TestEnginesAnInstanceWhoseCallFailedDoesNotTeach(t *testing.T) {
+	page := unix.Getpagesize()
+	skipWithFaultAround(t)
+	const written = 20 // f writes page 20 of the image, then traps
+	forEachEngine(t, trappingImageGuest(written*page), func(t *testing.T, m runtime.Module, first runtime.Instance) {
+		f := first.Function("f")
+		if f == nil {
+			t.Fatal("no export f")
+		}
+		if err := f.Call(t.Context(), nil); err == nil {
+			t.Fatal("f returned, want a trap")
+		}
+		if mem, _ := first.Memory().Read(0, first.Memory().Size()); !presentPages(t, mem)[written] {
+			t.Fatalf("page %d is not mapped after the call that wrote it", written)
+		}
+		if err := first.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		next, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer next.Close(t.Context())
+		mem, _ := next.Memory().Read(0, next.Memory().Size())
+		if present := presentPages(t, mem); present[written] {
+			t.Errorf("page %d was populated in the next instance: the failed call's instance taught", written)
+		}
+	})
+}
+
+// trappingImageGuest is imageGuest with an export f that writes a byte at
+// addr and traps.
+func trappingImageGuest(addr int) []byte {
+	data := bytes.Repeat([]byte{7}, 3<<16-100)
+	seg := append([]byte{1, 0, 0x41, 0, 0x0b}, wasmbin.AppendU32(nil, uint32(len(data)))...)
+	body := append([]byte{0, 0x41}, wasmbin.AppendS64(nil, int64(addr))...)
+	body = append(body, 0x41, 1, 0x3a, 0, 0, 0x00, 0x0b) // i32.const 1, i32.store8, unreachable, end
+	wasm := []byte{0, 'a', 's', 'm', 1, 0, 0, 0}
+	wasm = wasmbin.AppendSection(wasm, 1, []byte{1, 0x60, 0, 0})
+	wasm = wasmbin.AppendSection(wasm, 3, []byte{1, 0})
+	wasm = wasmbin.AppendSection(wasm, 5, []byte{1, 0, 4})
+	wasm = wasmbin.AppendSection(wasm, 7, []byte{2, 6, 'm', 'e', 'm', 'o', 'r', 'y', 2, 0, 1, 'f', 0, 0})
+	wasm = wasmbin.AppendSection(wasm, 10, append([]byte{1}, append(wasmbin.AppendU32(nil, uint32(len(body))), body...)...))
+	return wasmbin.AppendSection(wasm, 11, append(seg, data...))
+}
+
 // On both engines, a module's next instances start with the pages its first
 // instance mapped in its image (learned as it closes) already mapped, and
 // read as the image.

@@ -5,21 +5,25 @@ import "sync"
 // HotPages is the pages of a memory image that a new instance's first
 // events map: those they write (copies of the image's pages, or zeros past
 // it) and those they only read (the image's own, shared). It is learned
-// once, from the image's first instance, and every later instance has them
-// mapped in a few system calls before its guest runs rather than by a page
-// fault each at its first access: this VM class takes 20 to 36 µs a fault,
-// and the kernel populates a page in one call for 2 to 3 (bench/README.md,
-// "Issue 30: a new Go actor"). A page the first instance did not map still
-// faults as before; one it mapped that a later instance would not have
-// costs that instance the page. Only the image's pages are learned, and at
-// most maxHotPages of them, so what an instance is given up front is
-// bounded however much memory the first instance's events touched.
+// once, from the first of its instances to finish its calls, and every
+// later instance has them mapped in a few system calls before its guest
+// runs rather than by a page fault each at its first access: this VM class
+// takes 20 to 36 µs a fault, and the kernel populates a page in one call
+// for 2 to 3 (bench/README.md, "Issue 30: a new Go actor"). A page the
+// teaching instance did not map still faults as before; one it mapped that
+// a later instance would not have costs that instance the page. Only the
+// image's pages are learned, and at most maxHotPages of them, so what an
+// instance is given up front is bounded however much memory the teaching
+// instance's events touched.
 //
-// Every instance made before the pages are learned teaches, and the first
-// to finish its calls sets them: the first instance made may wait long for
-// a second call (a restarted node's first actor is an existing one, woken
-// by one request and resident since), and it must not keep every later
-// instance from being taught.
+// Every instance made before the pages are learned teaches, unless a call
+// of its fails (Abandon: a failed event's pages are not a new instance's),
+// and the first to finish its calls sets them: the first instance made may
+// wait long for a second call (a restarted node's first actor is an
+// existing one, woken by one request and resident since), and it must not
+// keep every later instance from being taught. The teacher is then not
+// always a new actor's instance (on-init and a first event): an existing
+// actor's two events teach too, which beats learning nothing.
 type HotPages struct {
 	mu   sync.Mutex
 	runs []pageRun // nil until learned
@@ -32,7 +36,7 @@ type pageRun struct {
 	write      bool
 }
 
-// learnAfterCalls is how many calls of the first instance its pages are
+// learnAfterCalls is how many calls of a teaching instance its pages are
 // learned after, counted from after its start: a new actor's on-init and
 // its first event.
 const learnAfterCalls = 2

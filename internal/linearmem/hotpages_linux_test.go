@@ -95,6 +95,21 @@ func TestHotPagesTheFirstInstanceToFinishTeaches(t *testing.T) {
 	if runs := hot.learned(); !slices.Equal(runs, want) {
 		t.Errorf("after the waiting instance's calls, learned %v, want %v still", runs, want)
 	}
+
+	// Two finishing at once: the one that sets the pages first keeps them.
+	var both HotPages
+	a, b := both.Learn(pages*pageSize), both.Learn(pages*pageSize)
+	aMem, bMem := mem(), mem()
+	aMem[pageSize], bMem[2*pageSize] = 1, 1
+	a.Called(func() []byte { return aMem })
+	b.Called(func() []byte { return bMem })
+	a.Finish(func() []byte {
+		b.Finish(func() []byte { return bMem }) // b sets its pages while a reads its own
+		return aMem
+	})
+	if runs, want := both.learned(), []pageRun{{2, 3, true}}; !slices.Equal(runs, want) {
+		t.Errorf("two instances finishing at once learned %v, want %v (the first to set them)", runs, want)
+	}
 }
 
 // An instance that closes with nothing mapped (its memory already gone)

@@ -232,6 +232,7 @@ func (f *function) Call(ctx context.Context, stack []uint64) error {
 	r := C.wk_call(in.st, f.fn)
 	in.e.exit()
 	if r.trap != nil || r.err != nil {
+		in.hot.Abandon() // a failed event's pages are not a new instance's
 		return in.end(ctx, r)
 	}
 	in.touchGrown() // what the call grew since the last tick

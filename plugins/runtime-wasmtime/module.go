@@ -41,7 +41,7 @@ type module struct {
 	// they could read as the image's bytes.
 	zeroFrom int
 	// hot is the pages a new instance's first events map, learned from the
-	// first instance and populated in every later one.
+	// first instance to finish its calls and populated in every later one.
 	hot linearmem.HotPages
 
 	// mu guards b, ptr and pre against Close and the switch to optimised
@@ -279,7 +279,7 @@ func (m *module) newInstance(ctx context.Context, runGuest func(context.Context,
 	// to zeroFrom, its last page whole: reads there map only the page read
 	// (ADR 1059). The range is rounded up, so the mapping is registered
 	// whole rather than split in two at its last page.
-	// The pages the module's first instance mapped are mapped at once
+	// The pages the teaching instance mapped are mapped at once
 	// (linearmem.HotPages): after a start function, before _initialize.
 	if mem := in.Memory(); mem != nil && m.zeroFrom > 0 {
 		const page = 4096

@@ -20,8 +20,8 @@ type image struct {
 	mu   sync.RWMutex
 	file *os.File
 	// hot is the pages a new instance's first events map, learned from the
-	// first instance that maps the file and populated in every later one
-	// that does.
+	// first instance that maps the file to finish its calls, and populated
+	// in every later one that does.
 	hot linearmem.HotPages
 }
 

@@ -250,6 +250,7 @@ func (f *function) Call(ctx context.Context, stack []uint64) error {
 	err := f.fn.CallWithStack(ctx, stack)
 	f.in.ctx = nil
 	if err != nil {
+		f.in.hot.Abandon() // a failed event's pages are not a new instance's
 		return callError(ctx, err)
 	}
 	f.in.hot.Called(f.in.memoryView)
