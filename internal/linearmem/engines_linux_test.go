@@ -174,19 +174,28 @@ func TestEnginesAnInstanceWhoseCallFailedDoesNotTeach(t *testing.T) {
 		if mem, _ := first.Memory().Read(0, first.Memory().Size()); !presentPages(t, mem)[written] {
 			t.Fatalf("page %d is not mapped after the call that wrote it", written)
 		}
-		if err := first.Close(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		next, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		next, _, present := closeAndInstantiate(t, m, first)
 		defer next.Close(t.Context())
-		mem, _ := next.Memory().Read(0, next.Memory().Size())
-		if present := presentPages(t, mem); present[written] {
+		if present[written] {
 			t.Errorf("page %d was populated in the next instance: the failed call's instance taught", written)
 		}
 	})
+}
+
+// closeAndInstantiate closes first and makes m's next instance (for the
+// caller to close, before the module), returning its memory and which of
+// its pages are mapped before anything touches them.
+func closeAndInstantiate(t *testing.T, m runtime.Module, first runtime.Instance) (next runtime.Instance, mem []byte, present []bool) {
+	t.Helper()
+	if err := first.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	next, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, _ = next.Memory().Read(0, next.Memory().Size())
+	return next, mem, presentPages(t, mem)
 }
 
 // trappingImageGuest is imageGuest with an export f that writes a byte at
@@ -218,16 +227,8 @@ func TestEnginesPopulateTheFirstInstancesPages(t *testing.T) {
 			t.Fatalf("read %d, want 7", mem[read*page])
 		}
 		mem[written*page], mem[past*page] = 8, 8
-		if err := first.Close(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		next, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		next, mem, present := closeAndInstantiate(t, m, first)
 		defer next.Close(t.Context())
-		mem, _ = next.Memory().Read(0, next.Memory().Size())
-		present := presentPages(t, mem)
 		for i, p := range present[:past+1] {
 			if want := i == read || i == written; p != want && i < 48 || i == past && p {
 				t.Fatalf("page %d present: %v, want %v (the first instance read page %d and wrote %d, and %d past the image): %v",
