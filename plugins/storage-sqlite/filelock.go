@@ -79,8 +79,7 @@ func lockDBFile(path string, create bool) (int, error) {
 	lock := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: lockBytesStart, Len: lockBytesLen}
 	for wait, deadline := time.Millisecond, time.Now().Add(lockWait); ; wait *= 2 {
 		err = unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lock)
-		locked := errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES)
-		if !locked || time.Now().After(deadline) {
+		if !heldElsewhere(err) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(wait)
@@ -88,7 +87,7 @@ func lockDBFile(path string, create bool) (int, error) {
 	switch {
 	case err == nil:
 		return fd, nil
-	case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES):
+	case heldElsewhere(err):
 		err = fmt.Errorf("the database is locked by another process (a second server on this data directory, or a sqlite3 shell): %w", err)
 	default:
 		err = fmt.Errorf("locking the database: %w", err)
@@ -96,3 +95,7 @@ func lockDBFile(path string, create bool) (int, error) {
 	unix.Close(fd)
 	return -1, err
 }
+
+// heldElsewhere says a lock request failed for a conflicting lock (fcntl
+// answers either errno).
+func heldElsewhere(err error) bool { return errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES) }
