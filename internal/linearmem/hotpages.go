@@ -102,6 +102,10 @@ func (l *Learning) Abandon() { l.hot = nil }
 // lacks them.
 func (h *HotPages) Learned() bool { return h.learned() != nil }
 
+// Stale reports whether an instance made when Learned was learnedWhenMade
+// lacks pages an instance made now would have.
+func (h *HotPages) Stale(learnedWhenMade bool) bool { return !learnedWhenMade && h.Learned() }
+
 // learned returns the runs learned so far.
 func (h *HotPages) learned() []pageRun {
 	h.mu.Lock()

@@ -314,7 +314,7 @@ func (m *module) newSpare() {
 			m.mu.RLock()
 			current := in.code == m.b
 			m.mu.RUnlock()
-			return current && (in.hotLearned || !m.hot.Learned())
+			return current && !m.hot.Stale(in.hotLearned)
 		},
 		Free:  func(in *instance) { in.Close(context.Background()) },
 		Group: &m.e.spares,

@@ -36,6 +36,12 @@ func (img *image) size() int {
 // hotLearned reports whether the image's hot pages are learned.
 func (img *image) hotLearned() bool { return img != nil && img.hot.Learned() }
 
+// hotStale reports whether an instance made when hotLearned was
+// learnedWhenMade lacks hot pages one made now would have.
+func (img *image) hotStale(learnedWhenMade bool) bool {
+	return img != nil && img.hot.Stale(learnedWhenMade)
+}
+
 func (img *image) Close() error {
 	if img == nil {
 		return nil

@@ -148,7 +148,7 @@ func (m *module) newSpare() {
 		// Not one made from code the module has since replaced (the
 		// interpreter's), nor one made before its hot pages were learned.
 		Usable: func(in *instance) bool {
-			return in.code == m.code.Load() && (in.hotLearned || !m.image.hotLearned())
+			return in.code == m.code.Load() && !m.image.hotStale(in.hotLearned)
 		},
 		Free:  func(in *instance) { in.mod.Close(context.Background()) },
 		Group: &m.e.spares,
