@@ -1,6 +1,7 @@
 package spare
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -35,15 +36,35 @@ func (c *counter) spare(keep time.Duration) *Spare[int] {
 	}
 }
 
+// eventually fails t unless cond holds within 10 s, saying what cond said
+// of its last try.
+func eventually(t *testing.T, cond func() (ok bool, last string)) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s: %s", last)
+		}
+	}
+}
+
 // waitReady waits until s holds one.
 func waitReady(t *testing.T, s *Spare[int]) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if s.Ready() {
-			return
-		}
-	}
-	t.Fatal("nothing was made")
+	eventually(t, func() (bool, string) { return s.Ready(), "nothing was made" })
+}
+
+// waitFreed waits until c freed want.
+func waitFreed(t *testing.T, c *counter, want []int) {
+	t.Helper()
+	eventually(t, func() (bool, string) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return slices.Equal(c.freed, want), fmt.Sprintf("freed %v, want %v", c.freed, want)
+	})
 }
 
 func TestTakeGivesWhatWasMadeAheadAndMakesTheNext(t *testing.T) {
@@ -91,17 +112,7 @@ func TestOneUnusedForKeepIsFreed(t *testing.T) {
 	s := c.spare(20 * time.Millisecond)
 	defer s.Close()
 	s.take(true)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		c.mu.Lock()
-		freed := len(c.freed)
-		c.mu.Unlock()
-		if freed == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("not freed 10 s after Keep")
-		}
-	}
+	waitFreed(t, c, []int{1}) // Keep after it was made
 	if v, ok := s.take(true); ok {
 		t.Fatalf("took %d, freed as unused", v)
 	}
@@ -112,17 +123,11 @@ func TestAFailedMakeLeavesNone(t *testing.T) {
 	s := c.spare(time.Hour)
 	defer s.Close()
 	s.take(true)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+	eventually(t, func() (bool, string) {
 		s.mu.Lock()
-		making := s.making
-		s.mu.Unlock()
-		if !making {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("still making after 10 s")
-		}
-	}
+		defer s.mu.Unlock()
+		return !s.making, "still making"
+	})
 	if v, ok := s.take(true); ok {
 		t.Fatalf("took %d from a failed make", v)
 	}
@@ -145,17 +150,7 @@ func TestGetFreesOneNotUsableAndMakesOneNow(t *testing.T) {
 	if v, _ := s.Get(now); v != 2 {
 		t.Fatalf("got %d, want 2, made ahead", v)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		c.mu.Lock()
-		freed := slices.Clone(c.freed)
-		c.mu.Unlock()
-		if slices.Equal(freed, []int{1}) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("freed %v, want [1]", freed)
-		}
-	}
+	waitFreed(t, c, []int{1})
 }
 
 func TestGroupCloseWaitsForAMakeAndStartsNoMore(t *testing.T) {
