@@ -86,6 +86,8 @@ type actor struct {
 	idleTimer  clock.Timer   // the idle timeout, armed again as each event ends (nil for the stateless component)
 	busy       atomic.Bool
 	lastActive atomic.Int64
+	lruAt      int64       // lastActive when placed in the node's lruHeap, under the node's lock (lru.go)
+	lruIndex   int         // its place there
 	deleted    atomic.Bool // deleted and not created again: no longer "exists" for access rules
 	// handingOver: being handed over (taking.go); it takes no new event
 	// but a socket's close, so its queue runs out.

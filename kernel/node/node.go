@@ -315,6 +315,7 @@ type Node struct {
 
 	mu      sync.Mutex
 	actors  map[string]*actor // registered mailboxes, by tenant/class/name
+	lru     lruHeap           // the same actors, least recently active first (lru.go)
 	closing map[string]*actor // incarnations still closing their resources
 	slots   chan struct{}     // one token per instance: resident actor or stateless request
 	cpu     *fair.Sched       // the turns of events running guest code
@@ -632,7 +633,7 @@ func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) er
 			continue
 		}
 		a := newActor(n, c, abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: name}, key, n.closing[key])
-		n.actors[key] = a
+		n.register(a)
 		a.enqueue(ev)
 		n.wg.Add(1)
 		n.mu.Unlock()
@@ -768,12 +769,7 @@ func (n *Node) admit(ctx context.Context) error {
 func (n *Node) evictOne() (*actor, chan bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	var lru *actor
-	for _, a := range n.actors {
-		if a.claim == nil && a.idle() && (lru == nil || a.lastActive.Load() < lru.lastActive.Load()) {
-			lru = a
-		}
-	}
+	lru := n.leastRecent()
 	if lru == nil {
 		return nil, nil
 	}
@@ -812,7 +808,7 @@ func (n *Node) retire(a *actor) bool {
 		}
 		return false
 	}
-	delete(n.actors, a.key)
+	n.unregister(a)
 	n.closing[a.key] = a
 	return true
 }
