@@ -9,8 +9,9 @@ import "container/heap"
 // heap instead, ordered by lastActive as it was when each was placed
 // (lruAt), so that an event, which sets lastActive, never takes the lock:
 // the heap is corrected lazily, when an actor whose time has moved reaches
-// its top (lastActive only grows), and what leastRecent finds is the actor a
-// scan would have found.
+// its top, and what leastRecent finds is the actor a scan would have found
+// (while lastActive only grows: a wall clock stepped back can make them
+// differ, each by the times it saw).
 
 // lruHeap is the registered actors (Node.actors), under the node's lock.
 type lruHeap []*actor
@@ -49,6 +50,12 @@ func (n *Node) unregister(a *actor) {
 	heap.Remove(&n.lru, a.lruIndex)
 }
 
+// passLimit is how many busy or claimed actors leastRecent takes off the
+// heap's top before it scans instead: when the least recently active
+// actors are all busy (a node at max_instances under load), taking each
+// off and back would cost more than the scan.
+const passLimit = 64
+
 // leastRecent returns the least recently active idle actor that no
 // admission claimed, or nil; the node's lock is held. Every other such
 // actor's lastActive is at least its lruAt, which is at least that of the
@@ -70,7 +77,21 @@ func (n *Node) leastRecent() *actor {
 		if a.claim == nil && a.idle() {
 			return a
 		}
+		if len(passed) == passLimit {
+			return n.scanLeastRecent()
+		}
 		passed = append(passed, heap.Pop(&n.lru).(*actor))
 	}
 	return nil
+}
+
+// scanLeastRecent is leastRecent's choice by a scan of every actor.
+func (n *Node) scanLeastRecent() *actor {
+	var lru *actor
+	for _, a := range n.actors {
+		if a.claim == nil && a.idle() && (lru == nil || a.lastActive.Load() < lru.lastActive.Load()) {
+			lru = a
+		}
+	}
+	return lru
 }

@@ -20,20 +20,8 @@ func lruActor(n *Node, key string, at int64) *actor {
 	return a
 }
 
-// scanLeastRecent is the choice by a scan of every actor, which the heap
-// must agree with.
-func scanLeastRecent(n *Node) *actor {
-	var lru *actor
-	for _, a := range n.actors {
-		if a.claim == nil && a.idle() && (lru == nil || a.lastActive.Load() < lru.lastActive.Load()) {
-			lru = a
-		}
-	}
-	return lru
-}
-
 // TestLeastRecentIsAScansChoice: through actors registered and retired,
-// events that move their times (without the node's lock, as events do),
+// events that move their times (as events do, without the node's lock),
 // busy actors, queued events and claims, leastRecent picks the actor a
 // scan of every actor picks (times are distinct, so it is one actor).
 func TestLeastRecentIsAScansChoice(t *testing.T) {
@@ -73,7 +61,7 @@ func TestLeastRecentIsAScansChoice(t *testing.T) {
 					a.claim = nil
 				}
 			default:
-				want, got := scanLeastRecent(n), n.leastRecent()
+				want, got := n.scanLeastRecent(), n.leastRecent()
 				if got != want {
 					t.Fatalf("seed %d, step %d: leastRecent chose %v, a scan %v", seed, step, keyOf(got), keyOf(want))
 				}
@@ -85,6 +73,34 @@ func TestLeastRecentIsAScansChoice(t *testing.T) {
 	}
 }
 
+// TestLeastRecentPastManyBusy: with more busy actors before the first idle
+// one than it takes off the heap, leastRecent still finds that one (by a
+// scan), leaves every actor in the heap, and finds the next one by the heap
+// once those are idle.
+func TestLeastRecentPastManyBusy(t *testing.T) {
+	n := lruNode()
+	var busy []*actor
+	for i := range 2 * passLimit {
+		a := lruActor(n, fmt.Sprint("busy", i), int64(i))
+		a.busy.Store(true)
+		busy = append(busy, a)
+	}
+	idle := lruActor(n, "idle", 1000)
+	lruActor(n, "later", 2000)
+	if got := n.leastRecent(); got != idle {
+		t.Fatalf("chose %s, want idle", keyOf(got))
+	}
+	if len(n.lru) != len(n.actors) {
+		t.Fatalf("%d in the heap for %d actors", len(n.lru), len(n.actors))
+	}
+	for _, a := range busy {
+		a.busy.Store(false)
+	}
+	if got := n.leastRecent(); got != busy[0] {
+		t.Fatalf("once idle: chose %s, want busy0", keyOf(got))
+	}
+}
+
 func keyOf(a *actor) string {
 	if a == nil {
 		return "none"
@@ -93,21 +109,24 @@ func keyOf(a *actor) string {
 }
 
 // BenchmarkLeastRecent is an admission's choice of the actor to evict
-// among resident actors, each active once since the last choice.
+// among resident actors, each active once since the last choice; busy: the
+// least recently active half of them are in an event.
 func BenchmarkLeastRecent(b *testing.B) {
-	for _, resident := range []int{1_000, 10_000, 50_000} {
-		b.Run(fmt.Sprint(resident), func(b *testing.B) {
-			n := lruNode()
-			var now int64
-			for i := range resident {
-				now++
-				lruActor(n, fmt.Sprint("a", i), now)
-			}
-			for b.Loop() {
-				a := n.leastRecent()
-				now++
-				a.lastActive.Store(now) // evicted and replaced by one as new
-			}
-		})
+	for _, busy := range []bool{false, true} {
+		for _, resident := range []int{1_000, 10_000, 50_000} {
+			b.Run(fmt.Sprintf("busy=%v/%d", busy, resident), func(b *testing.B) {
+				n := lruNode()
+				var now int64
+				for i := range resident {
+					now++
+					lruActor(n, fmt.Sprint("a", i), now).busy.Store(busy && i < resident/2)
+				}
+				for b.Loop() {
+					a := n.leastRecent()
+					now++
+					a.lastActive.Store(now) // evicted and replaced by one as new
+				}
+			})
+		}
 	}
 }
