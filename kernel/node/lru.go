@@ -2,10 +2,10 @@ package node
 
 import "container/heap"
 
-// The least recently active actor (book: "Capacity"): an admission at
-// max_instances evicts the idle actor whose last event ended longest ago.
-// Scanning every registered actor for it, under the node's lock, cost an
-// admission time linear in the resident actors. The actors are kept in a
+// The least recently active actor (book, "The guest sandbox", Memory): an
+// admission at max_instances evicts the idle actor whose last event ended
+// longest ago. Scanning every registered actor for it, under the node's
+// lock, cost an admission time linear in the resident actors. The actors are kept in a
 // heap instead, ordered by lastActive as it was when each was placed
 // (lruAt), so that an event, which sets lastActive, never takes the lock:
 // the heap is corrected lazily, when an actor whose time has moved reaches
