@@ -182,6 +182,28 @@ type testNode struct {
 	dataDir string         // opts.DataDir
 	storage storage.Driver // the node's storage plugin: what has a database
 	actors  int            // names handed out by tests that want new actors
+	closed  *closedConns   // the connections the server has closed
+}
+
+// closedConns are the client addresses of the connections a server has
+// closed: once it closes one, the handler of its request has returned.
+type closedConns struct {
+	mu    sync.Mutex
+	addrs map[string]bool
+}
+
+func (c *closedConns) track(conn net.Conn, state http.ConnState) {
+	if state == http.StateClosed {
+		c.mu.Lock()
+		c.addrs[conn.RemoteAddr().String()] = true
+		c.mu.Unlock()
+	}
+}
+
+func (c *closedConns) has(addr string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.addrs[addr]
 }
 
 // startNode starts a node on the configured engine; opts.DataDir defaults
@@ -224,8 +246,10 @@ func serveNodeOn(t testing.TB, engine string, l net.Listener, opts node.Options)
 		t.Fatal(err)
 	}
 	srv := n.NewServer(l.Addr().String())
+	closed := &closedConns{addrs: map[string]bool{}}
+	srv.ConnState = closed.track
 	go srv.Serve(l)
-	tn := &testNode{t: t, node: n, srv: srv, url: "http://" + l.Addr().String(), log: logs, dataDir: opts.DataDir, storage: st}
+	tn := &testNode{t: t, node: n, srv: srv, url: "http://" + l.Addr().String(), log: logs, dataDir: opts.DataDir, storage: st, closed: closed}
 	t.Cleanup(tn.stop)
 	return tn
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,14 +181,22 @@ func TestRequestWhoseClientLeftIsNotRun(t *testing.T) {
 	n.expect("POST", "/actor/probe/a/query", "SELECT group_concat(seq) FROM seen", 200, "ok 1")
 }
 
-// leaveQueued sends a request to a busy actor and leaves once it is queued.
+// leaveQueued sends a request to a busy actor and leaves once it is queued,
+// then waits for the server to close its connection: its handler has seen
+// the client leave (the request's context is done) by then, so the queued
+// event will not run.
 func leaveQueued(t *testing.T, n *testNode, path string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
+	var client atomic.Value // the connection's local address
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(c httptrace.GotConnInfo) {
+		client.Store(c.Conn.LocalAddr().String())
+	}})
 	left := make(chan error, 1)
 	go func() {
 		req, _ := http.NewRequestWithContext(ctx, "POST", n.url+path, nil)
-		_, err := http.DefaultClient.Do(req)
+		// A connection of its own: closing it is how the client leaves.
+		_, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
 		left <- err
 	}()
 	waitFor(t, 10*time.Second, "the request to queue", func() bool { return n.metric("wasmkeep_events_queued") == 1 })
@@ -194,6 +204,8 @@ func leaveQueued(t *testing.T, n *testNode, path string) {
 	if err := <-left; err == nil {
 		t.Fatal("the request was answered while its actor was busy")
 	}
+	addr, _ := client.Load().(string)
+	waitFor(t, 10*time.Second, "the server to close the connection of the client that left", func() bool { return n.closed.has(addr) })
 }
 
 // Hibernation drops the instance (in-memory state restarts) and keeps the
