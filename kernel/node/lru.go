@@ -5,13 +5,13 @@ import "container/heap"
 // The least recently active actor (book, "The guest sandbox", Memory): an
 // admission at max_instances evicts the idle actor whose last event ended
 // longest ago. Scanning every registered actor for it, under the node's
-// lock, cost an admission time linear in the resident actors. The actors are kept in a
-// heap instead, ordered by lastActive as it was when each was placed
-// (lruAt), so that an event, which sets lastActive, never takes the lock:
-// the heap is corrected lazily, when an actor whose time has moved reaches
-// its top, and what leastRecent finds is the actor a scan would have found
-// (while lastActive only grows: a wall clock stepped back can make them
-// differ, each by the times it saw).
+// lock, cost an admission time linear in the resident actors. The actors
+// are kept in a heap instead, ordered by lastActive as it was when each was
+// placed (lruAt), so that an event, which sets lastActive, never takes the
+// lock: the heap is corrected lazily, when an actor whose time has moved
+// reaches its top, and what leastRecent finds is the actor a scan would
+// have found (while lastActive only grows: a wall clock stepped back can
+// make them differ, each by the times it saw).
 
 // lruHeap is the registered actors (Node.actors), under the node's lock.
 type lruHeap []*actor
@@ -74,7 +74,7 @@ func (n *Node) leastRecent() *actor {
 			heap.Fix(&n.lru, 0)
 			continue
 		}
-		if a.claim == nil && a.idle() {
+		if a.evictable() {
 			return a
 		}
 		if len(passed) == passLimit {
@@ -85,11 +85,15 @@ func (n *Node) leastRecent() *actor {
 	return nil
 }
 
+// evictable reports whether an admission may evict a: it is idle and no
+// other admission claimed it. The node's lock is held.
+func (a *actor) evictable() bool { return a.claim == nil && a.idle() }
+
 // scanLeastRecent is leastRecent's choice by a scan of every actor.
 func (n *Node) scanLeastRecent() *actor {
 	var lru *actor
 	for _, a := range n.actors {
-		if a.claim == nil && a.idle() && (lru == nil || a.lastActive.Load() < lru.lastActive.Load()) {
+		if a.evictable() && (lru == nil || a.lastActive.Load() < lru.lastActive.Load()) {
 			lru = a
 		}
 	}

@@ -34,7 +34,7 @@ func (n *Node) room() int {
 	defer n.mu.Unlock()
 	idle := 0
 	for _, a := range n.actors {
-		if a.claim == nil && a.idle() && !a.handingOver.Load() {
+		if a.evictable() && !a.handingOver.Load() {
 			idle++
 		}
 	}
