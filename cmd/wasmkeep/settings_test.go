@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	sqlitestorage "github.com/wasmkeep/wasmkeep/plugins/storage-sqlite"
 )
 
 // What the repeatable flags set comes from the config file's node section
@@ -57,7 +59,7 @@ func TestSettingsWithoutFlags(t *testing.T) {
 	}
 	driver := os.Getenv("WASMKEEP_STORAGE__SQLITE__DRIVER")
 	if driver == "" {
-		driver = "modernc"
+		driver = sqlitestorage.NewConfig().Driver // the build's default: the test is built as the binary is
 	}
 	if !strings.Contains(logs.String(), "storage.sqlite.driver="+driver) {
 		t.Errorf("the serving line does not name the SQLite driver (%s):\n%s", driver, logs)

@@ -15,9 +15,10 @@ import (
 
 // Config is the plugin's configuration (plugins.yaml, strictly decoded).
 type Config struct {
-	// Driver is the SQLite binding: "modernc" (modernc.org/sqlite, pure
-	// Go) or "mattn" (github.com/mattn/go-sqlite3, cgo; in builds with
-	// cgo and its sqlite_fts5 tag).
+	// Driver is the SQLite binding: "mattn" (github.com/mattn/go-sqlite3,
+	// cgo; in builds with cgo and its sqlite_fts5 tag) or "modernc"
+	// (modernc.org/sqlite, pure Go). The default is mattn where the build
+	// has it, else modernc (defaultDriver).
 	Driver string `koanf:"driver"`
 	// Synchronous is SQLite's synchronous setting for plain exec: "normal"
 	// (a commit is written to the log but not fsynced; exec-durable fsyncs)
@@ -30,7 +31,7 @@ type Config struct {
 
 // NewConfig returns the defaults.
 func NewConfig() *Config {
-	return &Config{Driver: "modernc", Synchronous: "normal", StatementCache: 64}
+	return &Config{Driver: defaultDriver, Synchronous: "normal", StatementCache: 64}
 }
 
 // bindings are the SQLite bindings this build has, by Config.Driver

@@ -82,6 +82,24 @@ func TestInfo(t *testing.T) {
 	}
 }
 
+// The default driver is mattn exactly when this build can run it (the build
+// constraint of driver_default_mattn.go against what New finds).
+func TestDefaultDriver(t *testing.T) {
+	cfg := NewConfig()
+	cfg.Driver = "mattn"
+	_, err := New(cfg)
+	want := "modernc"
+	if err == nil {
+		want = "mattn"
+	}
+	if defaultDriver != want {
+		t.Errorf("the default driver is %s; this build runs mattn: %v (New: %v)", defaultDriver, err == nil, err)
+	}
+	if _, err := New(NewConfig()); err != nil {
+		t.Errorf("the default driver does not run: %v", err)
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	for _, c := range []struct {
 		edit func(*Config)
