@@ -172,27 +172,35 @@ type instance struct {
 	// after its start; imageMapped says its memory maps the image's file.
 	hot         linearmem.Learning
 	imageMapped bool
-	// funcs caches Function: wazero gives each api.Function a call stack of
-	// its own (tens of KiB for a Go guest), which the kernel, asking for its
-	// hook on every event, would otherwise allocate every time.
+	// funcs caches Function from a name's second lookup: wazero gives each
+	// api.Function a call stack of its own (10 KiB and up), which the
+	// kernel, asking for its hook on every event, would otherwise allocate
+	// every time; a hook run once in an instance's life (on-init) would
+	// keep one for as long as the actor is resident. A name looked up once
+	// maps to nil.
 	funcs map[string]*function
 }
 
 var _ runtime.Instance = (*instance)(nil)
 
 func (in *instance) Function(name string) runtime.Function {
-	if f, ok := in.funcs[name]; ok {
+	f, again := in.funcs[name]
+	if f != nil {
 		return f
 	}
 	fn := in.mod.ExportedFunction(name)
 	if fn == nil {
 		return nil
 	}
-	f := &function{fn: fn, in: in}
+	f = &function{fn: fn, in: in}
 	if in.funcs == nil {
 		in.funcs = map[string]*function{}
 	}
-	in.funcs[name] = f
+	if again {
+		in.funcs[name] = f
+	} else {
+		in.funcs[name] = nil
+	}
 	return f
 }
 

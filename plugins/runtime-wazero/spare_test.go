@@ -144,3 +144,36 @@ func TestEngineClosedWhileAnInstanceIsMadeAhead(t *testing.T) {
 		e.Close(t.Context())
 	}
 }
+
+// A function is kept from its name's second lookup (a hook run on every
+// event), not its first: one run once in an instance's life, such as
+// on-init, would keep its call stack while the actor is resident.
+func TestFunctionKeptFromTheSecondLookup(t *testing.T) {
+	f := voidFunc()
+	m := compileOn(t, binaryModule(f[0], f[1], sec(wasmbin.ExportSection, 1, 1, 'f', kindFunc, 0), f[2]))
+	inst, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close(t.Context())
+	in := inst.(*instance)
+	first := in.Function("f")
+	if first == nil || in.funcs["f"] != nil {
+		t.Fatalf("the first lookup gave %v and kept %v, want a function and nothing kept", first, in.funcs["f"])
+	}
+	second := in.Function("f")
+	if second == first || in.funcs["f"] != second {
+		t.Fatalf("the second lookup gave the first's function or did not keep its own")
+	}
+	if in.Function("f") != second {
+		t.Error("the third lookup did not give the kept function")
+	}
+	for _, fn := range []runtime.Function{first, second} {
+		if err := fn.Call(t.Context(), make([]uint64, 1)); err != nil {
+			t.Error(err)
+		}
+	}
+	if in.Function("nosuch") != nil || in.Function("nosuch") != nil {
+		t.Error("a name the module does not export gave a function")
+	}
+}
