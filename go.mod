@@ -98,9 +98,12 @@ require (
 // The guest SDK and the ABI's encoding it shares with the host are modules of
 // their own (Go 1.24, no dependencies), built from this checkout. go-plugin is
 // upstream's module without testing.go, so the server does not link package
-// testing (ADR 1017): scripts/update-go-plugin regenerates it.
+// testing (ADR 1017): scripts/update-go-plugin regenerates it. wazero is
+// upstream's module with third_party/wazero.patch (ADR 1065):
+// scripts/update-wazero regenerates it.
 replace (
 	github.com/hashicorp/go-plugin => ./third_party/go-plugin
+	github.com/tetratelabs/wazero => ./third_party/wazero
 	github.com/wasmkeep/wasmkeep/kernel/abi => ./kernel/abi
 	github.com/wasmkeep/wasmkeep/sdk/go => ./sdk/go
 )

@@ -55,7 +55,8 @@ func TestBuildsOutsideTheCheckout(t *testing.T) {
 	run(server, nil, "go", "mod", "edit",
 		"-replace", "github.com/wasmkeep/wasmkeep="+root,
 		"-replace", "github.com/wasmkeep/wasmkeep/sdk/go="+filepath.Join(root, "sdk/go"),
-		"-replace", "github.com/wasmkeep/wasmkeep/kernel/abi="+filepath.Join(root, "kernel/abi"))
+		"-replace", "github.com/wasmkeep/wasmkeep/kernel/abi="+filepath.Join(root, "kernel/abi"),
+		"-replace", "github.com/tetratelabs/wazero="+filepath.Join(root, "third_party/wazero"))
 	run(server, nil, "go", "mod", "tidy")
 	bin := filepath.Join(server, "myserver")
 	run(server, nil, "go", "build", "-o", bin, ".")

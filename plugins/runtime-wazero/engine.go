@@ -305,16 +305,16 @@ func (e *engine) Close(ctx context.Context) error {
 // cacheDir is the part of root this build keeps compiled code in, named
 // after wazero's version (wazero files its entries under it too, read from
 // the build's dependency list) so that cacheprune can remove other
-// versions' whole. A test binary has no such list ("dev" to wazero) and a
-// replaced module reports the version it replaces, so either could load
-// code another wazero compiled. Such builds get a directory named after
-// their executable.
+// versions' whole. A replaced module reports the version it replaces: this
+// repository's patched copy (third_party/wazero, ADR 1065) adds its digest
+// to the name; a test binary has no dependency list ("dev" to wazero) and
+// any other replacement is unknown, so either could load code another
+// wazero compiled: such builds get a directory named after their
+// executable.
 func cacheDir(root string) (string, error) {
 	if info, ok := debug.ReadBuildInfo(); ok {
-		for _, dep := range info.Deps {
-			if dep.Path == "github.com/tetratelabs/wazero" && dep.Version != "" && dep.Replace == nil {
-				return filepath.Join(root, "wazero-"+dep.Version), nil
-			}
+		if name := cacheDirName(info.Deps); name != "" {
+			return filepath.Join(root, name), nil
 		}
 	}
 	id, err := executableID()
@@ -322,6 +322,32 @@ func cacheDir(root string) (string, error) {
 		return "", fmt.Errorf("wazero: compilation cache: naming this build: %w", err)
 	}
 	return filepath.Join(root, "wazero-build-"+id), nil
+}
+
+// thirdPartyWazero is the path go.mod's replace gives this repository's
+// copy of wazero, and thirdPartyWazeroDigest a digest of its files (a
+// compile cache must not outlive a change to them:
+// TestThirdPartyWazeroDigest checks it).
+const (
+	thirdPartyWazero       = "./third_party/wazero"
+	thirdPartyWazeroDigest = "aa34c83712400377"
+)
+
+// cacheDirName names the cache directory of a build with these
+// dependencies, or returns "" if it cannot name its wazero.
+func cacheDirName(deps []*debug.Module) string {
+	for _, dep := range deps {
+		if dep.Path != "github.com/tetratelabs/wazero" || dep.Version == "" {
+			continue
+		}
+		switch {
+		case dep.Replace == nil:
+			return "wazero-" + dep.Version
+		case dep.Replace.Path == thirdPartyWazero && dep.Replace.Version == "":
+			return "wazero-" + dep.Version + "-" + thirdPartyWazeroDigest
+		}
+	}
+	return ""
 }
 
 // executableID is a digest of the running executable, read once.

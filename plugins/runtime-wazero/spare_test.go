@@ -173,7 +173,9 @@ func TestFunctionKeptFromTheSecondLookup(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if in.Function("nosuch") != nil || in.Function("nosuch") != nil {
-		t.Error("a name the module does not export gave a function")
+	for range 2 {
+		if in.Function("nosuch") != nil {
+			t.Error("a name the module does not export gave a function")
+		}
 	}
 }
