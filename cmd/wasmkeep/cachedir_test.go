@@ -40,6 +40,13 @@ func TestFreshDataDirectoryStartsFromTheMachineCache(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(data, "cache")); err == nil {
 		t.Error("the first start made a cache in its data directory")
 	}
+	// wazero's compiled code is filed under the build's wazero, this
+	// repository's patched copy named by its digest (ADR 1065), so that
+	// every build of it shares the code rather than each its own folder.
+	if named, _ := filepath.Glob(filepath.Join(machine, "wazero-v*-????????????????")); len(named) != 1 {
+		entries, _ := os.ReadDir(machine)
+		t.Errorf("wazero's folders in the machine's cache: %v, want one named by its version and the copy's digest (the cache holds %v)", named, entries)
+	}
 
 	for _, c := range []struct {
 		what string

@@ -35,7 +35,8 @@ func TestVersion(t *testing.T) {
 		commit, version = commit+` \(dirty`, version+`\+dirty`
 	}
 	mod := func(path string) string {
-		b, err := exec.Command("go", "list", "-m", "-f", "{{.Path}} {{.Version}}", path).Output()
+		// "path version", and " => replacement" for a replaced module.
+		b, err := exec.Command("go", "list", "-m", path).Output()
 		if err != nil {
 			t.Fatalf("go list -m %s: %v", path, err)
 		}

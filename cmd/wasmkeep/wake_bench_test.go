@@ -17,7 +17,8 @@ import (
 // process's CPU and minor page faults per new actor (clients included) and
 // the node's own instantiation time. Run it with TMPDIR=/dev/shm to
 // leave the disk out, as the bench does, and
-// WASMKEEP_STORAGE__SQLITE__DRIVER=mattn for the other driver.
+// WASMKEEP_STORAGE__SQLITE__DRIVER=modernc for the other driver (mattn is
+// the default of a build with cgo and -tags sqlite_fts5).
 func BenchmarkFirstRequestNewActor(b *testing.B) {
 	guests := []struct{ name, wasm string }{
 		{"c", buildCGuest(b, "examples/c/counter")},

@@ -330,11 +330,12 @@ func cacheDir(root string) (string, error) {
 // TestThirdPartyWazeroDigest checks it).
 const (
 	thirdPartyWazero       = "./third_party/wazero"
-	thirdPartyWazeroDigest = "aa34c83712400377"
+	thirdPartyWazeroDigest = "d37eab2e0de8c9f3"
 )
 
 // cacheDirName names the cache directory of a build with these
-// dependencies, or returns "" if it cannot name its wazero.
+// dependencies, or returns "" if it cannot name its wazero. The toolchain
+// records a replacement by a directory with the version "(devel)".
 func cacheDirName(deps []*debug.Module) string {
 	for _, dep := range deps {
 		if dep.Path != "github.com/tetratelabs/wazero" || dep.Version == "" {
@@ -343,7 +344,7 @@ func cacheDirName(deps []*debug.Module) string {
 		switch {
 		case dep.Replace == nil:
 			return "wazero-" + dep.Version
-		case dep.Replace.Path == thirdPartyWazero && dep.Replace.Version == "":
+		case dep.Replace.Path == thirdPartyWazero && (dep.Replace.Version == "(devel)" || dep.Replace.Version == ""):
 			return "wazero-" + dep.Version + "-" + thirdPartyWazeroDigest
 		}
 	}

@@ -22,7 +22,7 @@ type build struct {
 	platform string            // linux/amd64
 	cgo      bool              // CGO_ENABLED=1
 	tags     string            // -tags, comma-separated
-	deps     map[string]string // module path to version, every module linked in
+	deps     map[string]string // module path to version ("v1.12.0 => ./third_party/wazero" if replaced), every module linked in
 }
 
 func readBuild() build {
@@ -53,10 +53,17 @@ func readBuild() build {
 	}
 	b.platform = goos + "/" + goarch
 	for _, d := range bi.Deps {
-		if d.Replace != nil {
-			d = d.Replace
+		// A replaced module keeps its path; its version says what replaces
+		// it, as go list -m does (the build's wazero is this repository's
+		// patched copy: ADR 1065).
+		v := d.Version
+		if r := d.Replace; r != nil {
+			v += " => " + r.Path
+			if r.Version != "" && r.Version != "(devel)" {
+				v += " " + r.Version
+			}
 		}
-		b.deps[d.Path] = d.Version
+		b.deps[d.Path] = v
 	}
 	return b
 }
