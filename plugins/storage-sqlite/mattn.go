@@ -6,6 +6,8 @@ package sqlitestorage
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 // SQLite's C API as github.com/mattn/go-sqlite3 links it into the binary:
 // the amalgamation it compiles (or, with its libsqlite3 tag, the system
@@ -83,6 +85,33 @@ static int wk_set_hooks(sqlite3 *db, uintptr_t h, int ops) {
 		sqlite3_progress_handler(db, ops, wk_progress, (void *)h);
 	}
 	return rc;
+}
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+// wk_warm_heap takes n bytes from this thread's malloc arena, has the kernel
+// populate their whole pages and frees them (prefault.go). It returns the
+// pages populated, none if the kernel refused.
+typedef struct {
+	uintptr_t start, end;
+} wk_range;
+
+static wk_range wk_warm_heap(size_t n) {
+	wk_range r = {0, 0};
+	char *p = malloc(n);
+	if (p == 0) {
+		return r;
+	}
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	r.start = ((uintptr_t)p + page - 1) & ~(page - 1);
+	r.end = ((uintptr_t)p + n) & ~(page - 1);
+	if (r.end <= r.start || madvise((void *)r.start, r.end - r.start, MADV_POPULATE_WRITE) != 0) {
+		r.start = r.end = 0;
+	}
+	free(p);
+	return r;
 }
 
 // sqlite3_db_config takes varargs, which Go cannot pass.
@@ -262,6 +291,9 @@ func (mattn) open(path string) (conn, error) {
 	name := C.CString(path)
 	defer C.free(unsafe.Pointer(name))
 	const flags = 0x2 | 0x4 | 0x8000 | 0x02000000 // READWRITE | CREATE | NOMUTEX | EXRESCODE
+	if newPeak() {
+		warmHeap()
+	}
 	var db *C.sqlite3
 	rc := C.sqlite3_open_v2(name, &db, flags, cvfsName)
 	c := &cconn{db: db}
@@ -273,7 +305,15 @@ func (mattn) open(path string) (conn, error) {
 		}
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
+	connOpened()
 	return c, nil
+}
+
+// warmHeap populates heapWarmBytes of the calling thread's malloc arena
+// (prefault.go) and returns the pages it populated, [start, end).
+func warmHeap() (start, end uintptr) {
+	r := C.wk_warm_heap(heapWarmBytes)
+	return uintptr(r.start), uintptr(r.end)
 }
 
 func (c *cconn) err(rc C.int) error {
@@ -408,6 +448,7 @@ func (c *cconn) close() error {
 	if rc := C.sqlite3_close_v2(c.db); rc != 0 {
 		err = c.err(rc)
 	}
+	connClosed()
 	// After the close: SQLite calls no hook once the connection is gone,
 	// and a hook called with a deleted handle would panic inside C.
 	if c.hooks != 0 {

@@ -68,7 +68,9 @@ func (modernc) open(path string) (conn, error) {
 	}
 	c := &mconn{}
 	tls := c.tls()
-	opening(tls)
+	if newPeak() {
+		prefault(tls)
+	}
 	if c.out = libc.Xmalloc(tls, 16); c.out == 0 {
 		c.freeC()
 		return nil, fmt.Errorf("open %s: out of memory", path)

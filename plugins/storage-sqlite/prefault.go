@@ -13,21 +13,29 @@ import (
 // zeroes, then its page cache, its lookaside, its schema): a page fault
 // each, about 20 µs on the VMs the bench runs on against about 2 µs a page
 // for the kernel to populate a range in one call (bench/README.md, "Issue
-// 30: a new C actor").
+// 30: a new C actor"). So before a connection opens, while the process is
+// about to hold more connections than it ever has, each binding has the
+// kernel populate (MADV_POPULATE_WRITE: page tables filled as a write
+// would, contents untouched) the memory its allocator will hand that
+// connection next, and frees it back. A kernel older than 5.14 refuses the
+// call, and the connection faults its pages in as before.
+//
+// Only at a new peak: a connection opened after another closed (an actor
+// woken again) finds the memory the closed one freed, resident, and the
+// calls would find nothing to do at about 5 µs each.
 //
 // modernc's allocator (modernc.org/memory) maps C memory in 64 KiB regions
-// and keeps the regions freed on a stack it hands out last-in first-out.
-// So before a connection opens, prefault takes warmRegions regions from
-// that stack, has the kernel populate them (MADV_POPULATE_WRITE: page
-// tables filled as a write would, contents untouched) and frees them back
-// on top, where the connection's allocations find them. Regions already
-// populated cost the call a walk of their page tables; a kernel older than
-// 5.14 refuses the call, and the connection faults its pages in as before.
+// and keeps the regions freed on a stack it hands out last-in first-out:
+// prefault takes warmRegions regions from that stack, populates them and
+// frees them back on top, where the connection's allocations find them.
 //
-// Only while more connections are open than ever before: a connection
-// opened after another closed (an actor woken again) finds the regions
-// the closed one freed, resident, and the calls would find nothing to do
-// at about 5 µs each.
+// glibc's malloc (mattn) gives each thread an arena and carves new memory
+// from the arena's top chunk, growing it a page or so at a time (each new
+// page a fault at its first write, most of them in malloc itself):
+// warmHeap (mattn.go) takes heapWarmBytes on the opening thread, populates
+// them and frees them, back into the top chunk when they came from it. A
+// goroutine keeps its thread across the cgo calls of an open unless it is
+// descheduled, so the connection's first allocations find them.
 const (
 	allocatorRegion = 64 << 10
 	// A new connection takes the WAL index's region and parts of two or
@@ -39,19 +47,21 @@ const (
 	// region's header): populating whole regions would leave the rest of
 	// the WAL index's region resident and unused, 28 KiB an actor.
 	warmBytes = 36 << 10
+	// Traps per new database in BenchmarkNewDatabase/mattn/resident (perf
+	// stat -e page-faults, the process's own included): 20.4 before, 13.4
+	// with 32 KiB, 9.4 with 48, 5.4 with 64, 2.4 with 80 to 112. It must stay under glibc's
+	// mmap threshold and top pad (128 KiB each by default): a larger chunk
+	// is a mapping of its own, which the free unmaps, or the free trims the
+	// arena's top back to the pad (TestWarmHeap).
+	heapWarmBytes = 96 << 10
 )
 
-// connections counts the modernc connections open and the most ever open
-// at once.
+// connections counts the connections open and the most ever open at once.
 var connections struct{ open, peak atomic.Int64 }
 
-// opening is called before a connection opens: it prefaults if the
-// process is about to hold more connections than it ever has.
-func opening(tls *libc.TLS) {
-	if connections.open.Load() >= connections.peak.Load() {
-		prefault(tls)
-	}
-}
+// newPeak reports whether a connection about to open would make the
+// process hold more connections than it ever has.
+func newPeak() bool { return connections.open.Load() >= connections.peak.Load() }
 
 // connOpened counts a connection that opened, connClosed one that closed.
 func connOpened() {

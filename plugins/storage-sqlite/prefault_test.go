@@ -27,7 +27,7 @@ func TestPrefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	libc.Xfree(tls, p)
-	if n := residentPages(t, region); n > 1 {
+	if n := residentPages(t, region, warmBytes); n > 1 {
 		t.Fatalf("%d pages still resident after MADV_DONTNEED", n)
 	}
 	prefault(tls)
@@ -36,21 +36,21 @@ func TestPrefault(t *testing.T) {
 	if q&^(allocatorRegion-1) != region {
 		t.Fatalf("the allocator handed out region %#x, not %#x, the one freed last", q&^(allocatorRegion-1), region)
 	}
-	if n := residentPages(t, region); n != warmBytes/unix.Getpagesize() {
+	if n := residentPages(t, region, warmBytes); n != warmBytes/unix.Getpagesize() {
 		t.Fatalf("%d of the region's first %d pages are resident", n, warmBytes/unix.Getpagesize())
 	}
 }
 
-// residentPages counts the resident pages among the first warmBytes at
-// region.
-func residentPages(t *testing.T, region uintptr) int {
-	vec := make([]byte, warmBytes/unix.Getpagesize())
-	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, region, warmBytes, uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+// residentPages counts the resident pages among the n bytes at start, a
+// page boundary.
+func residentPages(t *testing.T, start uintptr, n int) int {
+	vec := make([]byte, (n+unix.Getpagesize()-1)/unix.Getpagesize())
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, start, uintptr(n), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
 		t.Fatal(errno)
 	}
-	n := 0
+	resident := 0
 	for _, v := range vec {
-		n += int(v & 1)
+		resident += int(v & 1)
 	}
-	return n
+	return resident
 }
