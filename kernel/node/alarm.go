@@ -21,7 +21,7 @@ import (
 // records the actor's name, which the alarm index's rebuild reads back (a
 // file name may hold only a hash of a long name).
 func (a *actor) ensureHostTables(ctx context.Context) error {
-	return hostTables(ctx, a.db, a.addr.Name)
+	return hostTables(ctx, a.db)
 }
 
 // hostSchema creates the host's tables. The storage driver is given it to
@@ -32,17 +32,22 @@ var hostSchema = []string{
 	alarm.CreateTable,
 }
 
-// hostTables creates the host's tables in an actor's database, recording
-// its name.
-func hostTables(ctx context.Context, db storage.DB, name string) error {
+// hostTables creates the host's tables in an actor's database.
+func hostTables(ctx context.Context, db storage.DB) error {
 	for _, sql := range hostSchema {
 		if _, err := db.HostExec(ctx, sql); err != nil {
 			return err
 		}
 	}
-	_, err := db.HostExec(ctx, "INSERT OR IGNORE INTO "+metaTable+" (key, value) VALUES ('name', ?)", text(name))
-	return err
+	return nil
 }
+
+// nameKey names the metadata row that records the actor's name, which a
+// long name's file name does not hold (it is a hash): the alarm index's
+// rebuild reads it beside the alarm. It is written with the alarm, before
+// it in the same event, so that every alarm committed has it, and a new
+// actor that sets none commits nothing for it.
+const nameKey = "name"
 
 // Host functions of the alarms interface. After delete-self-durable in the
 // event, get returns none and set and clear do nothing; the stateless
@@ -59,6 +64,9 @@ func alarmSet(ctx context.Context, st *eventState, _ runtime.Memory, s []uint64)
 		faultf("set-alarm: %d ms is outside 0 to %d, what the bucket's alarm index holds", at, int64(alarmindex.MaxAt))
 	}
 	if err := a.node.index.Lower(a.key, a.class.name, a.addr.Name, int64(s[0])); err != nil {
+		faultf("set-alarm: %v", err)
+	}
+	if _, err := a.db.HostExec(ctx, "INSERT OR IGNORE INTO "+metaTable+" (key, value) VALUES ('"+nameKey+"', ?)", text(a.addr.Name)); err != nil {
 		faultf("set-alarm: %v", err)
 	}
 	if err := alarm.Set(ctx, a.db, int64(s[0])); err != nil {
@@ -267,7 +275,7 @@ func (n *Node) loadAlarms(ctx context.Context) error {
 		Root: n.stateDir, Tenant: n.opts.App.Tenant, Log: n.log, Clock: n.clock,
 		Storage: n.storage, StorageOptions: n.opts.Storage,
 		Name: func(ctx context.Context, db storage.DB) (string, bool, error) {
-			return metaValue(ctx, db, "name")
+			return metaValue(ctx, db, nameKey)
 		},
 		Rebuilt: n.metrics.IndexRebuilt, Unreadable: n.metrics.IndexUnreadable,
 	}, func(items map[string]alarm.Entry) {

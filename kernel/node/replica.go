@@ -390,7 +390,7 @@ func (a *actor) resetHeld(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = hostTables(ctx, empty, a.addr.Name)
+	err = hostTables(ctx, empty)
 	if err == nil {
 		err = a.carryMark(ctx, empty)
 	}

@@ -26,7 +26,8 @@ var prepStatements = []string{
 	"PRAGMA user_version = 7",
 }
 
-// nameRow is the one per-actor write the kernel makes after Open.
+// nameRow is a per-actor host write, the row the kernel's first set-alarm
+// writes, so that each database made here has been written after Open.
 func nameRow(t *testing.T, d storage.DB, name string) {
 	t.Helper()
 	if _, err := d.HostExec(context.Background(), "INSERT OR IGNORE INTO _wasmkeep_meta (key, value) VALUES ('name', ?)",
@@ -376,11 +377,13 @@ func testTemplateWithoutCache(t *testing.T, name string) {
 }
 
 // BenchmarkNewDatabase is what a new actor's database costs the kernel:
-// Open, its host statements (no-ops on a copy of the template), the name
-// row; by statements (no preparation) and from the template, closed at
-// once (its memory reused by the next), and from the template, kept open
-// as a new resident actor's is ("resident": each one's memory new pages,
-// first touched by it). minflt/op counts the process's page faults.
+// Open, its host statements (no-ops on a copy of the template), a first
+// write (the name row, as a guest's first write would be); by statements
+// (no preparation) and from the template, closed at once (its memory
+// reused by the next), and from the template, kept open as a new resident
+// actor's is ("resident": each one's memory new pages, first touched by
+// it). minflt/op counts the process's page faults, and the pages the
+// kernel populated (prefault.go) among them.
 func BenchmarkNewDatabase(b *testing.B) {
 	for _, name := range driverNames() {
 		b.Run(name, func(b *testing.B) {
