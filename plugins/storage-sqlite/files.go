@@ -275,12 +275,16 @@ func (drv *driver) Snapshot(_ context.Context, root string, addr abi.Address, w 
 	return err
 }
 
-// writeSynced writes src to a new file at path and fsyncs it.
+// writeSynced writes src to a new file at path and fsyncs it. The file is
+// opened with open(2) and wrapped by os.NewFile, since os.OpenFile tries
+// to register a regular file with the network poller: four fcntl calls
+// and an epoll_ctl that fails, at each new actor's database.
 func writeSynced(path string, src io.Reader) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o640)
 	if err != nil {
-		return err
+		return &fs.PathError{Op: "open", Path: path, Err: err}
 	}
+	f := os.NewFile(uintptr(fd), path)
 	_, err = io.Copy(f, src)
 	if err == nil {
 		err = f.Sync()

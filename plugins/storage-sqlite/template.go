@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/wasmkeep/wasmkeep/internal/atomicfile"
 
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
@@ -290,9 +292,11 @@ func (drv *driver) create(path string, prep storage.Preparation) (run bool, err 
 		os.Remove(tmp)
 		return false, fmt.Errorf("open %s: copying the template: %w", path, err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	// rename(2) rather than os.Rename, which stats path first to refuse
+	// a directory there (the call itself refuses to put a file over one).
+	if err := unix.Rename(tmp, path); err != nil {
 		os.Remove(tmp)
-		return false, fmt.Errorf("open %s: %w", path, err)
+		return false, fmt.Errorf("open %s: renaming %s: %w", path, filepath.Base(tmp), err)
 	}
 	return false, nil
 }
