@@ -11,7 +11,8 @@ import "github.com/wasmkeep/wasmkeep/kernel/abi"
 // column declared DATE, DATETIME or TIMESTAMP into time.Time, and neither
 // reports a statement's unparsed tail or parameter count.
 type binding interface {
-	// open opens a connection on the VFS vfsName, which takes no locks: a
+	// open opens a connection on the VFS vfsName (mattn: a copy of it
+	// that takes an absolute path as given), which takes no locks: a
 	// connection to a file is opened with openFile, which does.
 	open(path string) (conn, error)
 }

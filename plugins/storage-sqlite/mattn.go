@@ -22,6 +22,37 @@ typedef long long sqlite3_int64;
 typedef unsigned long long sqlite3_uint64;
 
 int sqlite3_open_v2(const char *filename, sqlite3 **ppDb, int flags, const char *zVfs);
+
+typedef struct sqlite3_file sqlite3_file;
+typedef const char *sqlite3_filename;
+typedef void (*sqlite3_syscall_ptr)(void);
+typedef struct sqlite3_vfs sqlite3_vfs;
+struct sqlite3_vfs {
+	int iVersion;
+	int szOsFile;
+	int mxPathname;
+	sqlite3_vfs *pNext;
+	const char *zName;
+	void *pAppData;
+	int (*xOpen)(sqlite3_vfs *, sqlite3_filename zName, sqlite3_file *, int flags, int *pOutFlags);
+	int (*xDelete)(sqlite3_vfs *, const char *zName, int syncDir);
+	int (*xAccess)(sqlite3_vfs *, const char *zName, int flags, int *pResOut);
+	int (*xFullPathname)(sqlite3_vfs *, const char *zName, int nOut, char *zOut);
+	void *(*xDlOpen)(sqlite3_vfs *, const char *zFilename);
+	void (*xDlError)(sqlite3_vfs *, int nByte, char *zErrMsg);
+	void (*(*xDlSym)(sqlite3_vfs *, void *, const char *zSymbol))(void);
+	void (*xDlClose)(sqlite3_vfs *, void *);
+	int (*xRandomness)(sqlite3_vfs *, int nByte, char *zOut);
+	int (*xSleep)(sqlite3_vfs *, int microseconds);
+	int (*xCurrentTime)(sqlite3_vfs *, double *);
+	int (*xGetLastError)(sqlite3_vfs *, int, char *);
+	int (*xCurrentTimeInt64)(sqlite3_vfs *, sqlite3_int64 *);
+	int (*xSetSystemCall)(sqlite3_vfs *, const char *zName, sqlite3_syscall_ptr);
+	sqlite3_syscall_ptr (*xGetSystemCall)(sqlite3_vfs *, const char *zName);
+	const char *(*xNextSystemCall)(sqlite3_vfs *, const char *zName);
+};
+sqlite3_vfs *sqlite3_vfs_find(const char *zVfsName);
+int sqlite3_vfs_register(sqlite3_vfs *, int makeDflt);
 int sqlite3_close_v2(sqlite3 *);
 const char *sqlite3_errmsg(sqlite3 *);
 int sqlite3_prepare_v3(sqlite3 *db, const char *zSql, int nByte, unsigned int prepFlags, sqlite3_stmt **ppStmt, const char **pzTail);
@@ -112,6 +143,40 @@ static wk_range wk_warm_heap(size_t n) {
 	}
 	free(p);
 	return r;
+}
+
+// wk_vfs is the VFS base, but an absolute path is its own full path. The
+// unix VFSes resolve every component of a database's path (an lstat each,
+// and a readlink for a link) so that the log lands beside the file a link
+// names; the plugin names every database by a path it made, never a link,
+// and an lstat of each component was about 30 µs of each open here. The
+// copy keeps base's methods and its pAppData (which picks the unix-none
+// locking), so only xFullPathname differs.
+static sqlite3_vfs *wk_vfs_base;
+static sqlite3_vfs wk_vfs;
+
+static int wk_full_pathname(sqlite3_vfs *vfs, const char *name, int n, char *out) {
+	if (name[0] != '/') {
+		return wk_vfs_base->xFullPathname(wk_vfs_base, name, n, out);
+	}
+	size_t len = strlen(name);
+	if (len >= (size_t)n) {
+		return 14; // SQLITE_CANTOPEN
+	}
+	memcpy(out, name, len + 1);
+	return 0;
+}
+
+static int wk_register_vfs(const char *base, const char *name) {
+	wk_vfs_base = sqlite3_vfs_find(base);
+	if (wk_vfs_base == 0) {
+		return 1; // SQLITE_ERROR
+	}
+	wk_vfs = *wk_vfs_base;
+	wk_vfs.pNext = 0;
+	wk_vfs.zName = name;
+	wk_vfs.xFullPathname = wk_full_pathname;
+	return sqlite3_vfs_register(&wk_vfs, 0);
 }
 
 // sqlite3_db_config takes varargs, which Go cannot pass.
@@ -255,15 +320,24 @@ type mattn struct{}
 
 func init() {
 	bindings["mattn"] = mattn{}
-	// See memory.go.
+	// See memory.go. Before the VFS's registration, which initializes
+	// SQLite.
 	memoryConfig["mattn"] = [2]int32{
 		int32(C.wk_config_lookaside(configLookaside, lookasideSize, lookasideSlots)),
 		int32(C.wk_config_pagecache(configPageCache, pageCacheInitPages)),
 	}
+	if C.wk_register_vfs(C.CString(vfsName), C.CString(pathVFSName)) != 0 {
+		cvfsName = C.CString(vfsName) // SQLite's own resolution, as modernc's
+	}
 }
 
-// cvfsName is vfsName in C memory, for the life of the process.
-var cvfsName = C.CString(vfsName)
+// pathVFSName is wk_vfs's name: vfsName, with an absolute path taken as it
+// is given.
+const pathVFSName = vfsName + "-as-given"
+
+// cvfsName is the VFS connections open on, in C memory, for the life of
+// the process.
+var cvfsName = C.CString(pathVFSName)
 
 func (mattn) remedy(capability string) string { return mattnRemedy(capability) }
 
