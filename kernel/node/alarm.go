@@ -17,9 +17,8 @@ import (
 // follows is where they meet an actor: its host tables, the host functions
 // of the alarms interface, an alarm's event, and delivery.
 
-// ensureHostTables creates the host tables of a database that lacks them and
-// records the actor's name, which the alarm index's rebuild reads back (a
-// file name may hold only a hash of a long name).
+// ensureHostTables creates the host tables of a database that lacks them
+// (the actor's name is recorded by set-alarm: nameKey).
 func (a *actor) ensureHostTables(ctx context.Context) error {
 	return hostTables(ctx, a.db)
 }

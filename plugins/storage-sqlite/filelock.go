@@ -72,7 +72,7 @@ func lockDBFile(path string, create bool) (int, error) {
 	if create {
 		flags |= unix.O_CREAT
 	}
-	fd, err := unix.Open(path, flags, 0o644)
+	fd, err := openNoEINTR(path, flags, 0o644)
 	if err != nil {
 		return -1, err
 	}

@@ -275,12 +275,24 @@ func (drv *driver) Snapshot(_ context.Context, root string, addr abi.Address, w 
 	return err
 }
 
+// openNoEINTR is open(2), again while a signal interrupts it, as package os
+// does: the runtime's preemption signals interrupt a slow file system's
+// calls.
+func openNoEINTR(path string, flags int, perm uint32) (int, error) {
+	for {
+		fd, err := unix.Open(path, flags, perm)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
+}
+
 // writeSynced writes src to a new file at path and fsyncs it. The file is
 // opened with open(2) and wrapped by os.NewFile, since os.OpenFile tries
 // to register a regular file with the network poller: four fcntl calls
 // and an epoll_ctl that fails, at each new actor's database.
 func writeSynced(path string, src io.Reader) error {
-	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o640)
+	fd, err := openNoEINTR(path, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o640)
 	if err != nil {
 		return &fs.PathError{Op: "open", Path: path, Err: err}
 	}

@@ -7,6 +7,7 @@ package sqlitestorage
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 // SQLite's C API as github.com/mattn/go-sqlite3 links it into the binary:
@@ -145,18 +146,23 @@ static wk_range wk_warm_heap(size_t n) {
 	return r;
 }
 
-// wk_vfs is the VFS base, but an absolute path is its own full path. The
-// unix VFSes resolve every component of a database's path (an lstat each,
-// and a readlink for a link) so that the log lands beside the file a link
-// names; the plugin names every database by a path it made, never a link,
-// and an lstat of each component was about 30 µs of each open here. The
+// wk_vfs is the VFS base, but an absolute path is its own full path unless
+// the file is a link. The unix VFSes resolve every component of a
+// database's path (an lstat each, and a readlink for a link) so that the
+// log lands beside the file a link names; the plugin names every database
+// by a path it made, under directories that may be links but rarely by a
+// link itself, and an lstat of each component was about 30 µs of each open
+// here: one is left. The
 // copy keeps base's methods and its pAppData (which picks the unix-none
 // locking), so only xFullPathname differs.
 static sqlite3_vfs *wk_vfs_base;
 static sqlite3_vfs wk_vfs;
 
 static int wk_full_pathname(sqlite3_vfs *vfs, const char *name, int n, char *out) {
-	if (name[0] != '/') {
+	struct stat st;
+	if (name[0] != '/' || (lstat(name, &st) == 0 && S_ISLNK(st.st_mode))) {
+		// A database file that is a link: SQLite opens files with
+		// O_NOFOLLOW, so it must be given the link's target.
 		return wk_vfs_base->xFullPathname(wk_vfs_base, name, n, out);
 	}
 	size_t len = strlen(name);
@@ -173,6 +179,9 @@ static int wk_register_vfs(const char *base, const char *name) {
 		return 1; // SQLITE_ERROR
 	}
 	wk_vfs = *wk_vfs_base;
+	if (wk_vfs.iVersion > 3) {
+		wk_vfs.iVersion = 3; // the fields copied: a later version's are past them
+	}
 	wk_vfs.pNext = 0;
 	wk_vfs.zName = name;
 	wk_vfs.xFullPathname = wk_full_pathname;

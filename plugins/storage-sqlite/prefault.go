@@ -49,10 +49,11 @@ const (
 	warmBytes = 36 << 10
 	// Traps per new database in BenchmarkNewDatabase/mattn/resident (perf
 	// stat -e page-faults, the process's own included): 20.4 before, 13.4
-	// with 32 KiB, 9.4 with 48, 5.4 with 64, 2.4 with 80 to 112. It must stay under glibc's
-	// mmap threshold and top pad (128 KiB each by default): a larger chunk
-	// is a mapping of its own, which the free unmaps, or the free trims the
-	// arena's top back to the pad (TestWarmHeap).
+	// with 32 KiB, 9.4 with 48, 5.4 with 64, 2.4 with 80 to 112. It must
+	// stay under glibc's mmap threshold (128 KiB by default), or the chunk
+	// is a mapping of its own, which the free unmaps, and under its top pad
+	// (128 KiB), the low end of the arena's top that a trim keeps: where a
+	// chunk freed into the top lies (TestWarmHeap).
 	heapWarmBytes = 96 << 10
 )
 
