@@ -1,6 +1,7 @@
 package sqlitestorage
 
 import (
+	"path/filepath"
 	"testing"
 	"unsafe"
 
@@ -53,4 +54,30 @@ func residentPages(t *testing.T, start uintptr, n int) int {
 		resident += int(v & 1)
 	}
 	return resident
+}
+
+// TestConnectionsCounted: each binding counts a connection from its open
+// to its close, and not one that failed to open. The warm-ups run only at
+// a new peak of the count, so a close not counted would stop them for
+// good, and an open not counted would run them at every open.
+func TestConnectionsCounted(t *testing.T) {
+	for name, b := range bindings {
+		before := connections.open.Load()
+		c, err := b.open(filepath.Join(t.TempDir(), "db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := connections.open.Load(); n != before+1 {
+			t.Errorf("%s: %d connections counted with one more open, want %d", name, n, before+1)
+		}
+		if err := c.close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.open(filepath.Join(t.TempDir(), "absent", "db")); err == nil {
+			t.Fatalf("%s: a database opened in a directory that does not exist", name)
+		}
+		if n := connections.open.Load(); n != before {
+			t.Errorf("%s: %d connections counted after a close and a failed open, want %d", name, n, before)
+		}
+	}
 }
