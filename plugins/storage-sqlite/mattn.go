@@ -147,14 +147,13 @@ static wk_range wk_warm_heap(size_t n) {
 }
 
 // wk_vfs is the VFS base, but an absolute path is its own full path unless
-// the file is a link. The unix VFSes resolve every component of a
+// the file itself is a link. The unix VFSes resolve every component of a
 // database's path (an lstat each, and a readlink for a link) so that the
-// log lands beside the file a link names; the plugin names every database
+// log lands beside the file a link names; the plugin names each database
 // by a path it made, under directories that may be links but rarely by a
-// link itself, and an lstat of each component was about 30 µs of each open
-// here: one is left. The
-// copy keeps base's methods and its pAppData (which picks the unix-none
-// locking), so only xFullPathname differs.
+// link itself, and the lstats were about 30 µs of each open here: one is
+// left. The copy keeps base's methods and its pAppData (which picks the
+// unix-none locking), so only xFullPathname differs.
 static sqlite3_vfs *wk_vfs_base;
 static sqlite3_vfs wk_vfs;
 
@@ -335,8 +334,11 @@ func init() {
 		int32(C.wk_config_lookaside(configLookaside, lookasideSize, lookasideSlots)),
 		int32(C.wk_config_pagecache(configPageCache, pageCacheInitPages)),
 	}
-	if C.wk_register_vfs(C.CString(vfsName), C.CString(pathVFSName)) != 0 {
-		cvfsName = C.CString(vfsName) // SQLite's own resolution, as modernc's
+	base := C.CString(vfsName)
+	if C.wk_register_vfs(base, cvfsName) != 0 {
+		cvfsName = base // SQLite's own resolution, as modernc's
+	} else {
+		C.free(unsafe.Pointer(base))
 	}
 }
 
