@@ -275,16 +275,24 @@ func (drv *driver) Snapshot(_ context.Context, root string, addr abi.Address, w 
 	return err
 }
 
-// openNoEINTR is open(2), again while a signal interrupts it, as package os
-// does: the runtime's preemption signals interrupt a slow file system's
-// calls.
-func openNoEINTR(path string, flags int, perm uint32) (int, error) {
+// noEINTR makes a system call again while a signal interrupts it, as
+// package os does: the runtime's preemption signals interrupt a slow file
+// system's calls.
+func noEINTR(call func() error) error {
 	for {
-		fd, err := unix.Open(path, flags, perm)
-		if err != unix.EINTR {
-			return fd, err
+		if err := call(); err != unix.EINTR {
+			return err
 		}
 	}
+}
+
+// openNoEINTR is open(2) under noEINTR.
+func openNoEINTR(path string, flags int, perm uint32) (fd int, err error) {
+	err = noEINTR(func() error {
+		fd, err = unix.Open(path, flags, perm)
+		return err
+	})
+	return fd, err
 }
 
 // writeSynced writes src to a new file at path and fsyncs it. The file is

@@ -294,11 +294,7 @@ func (drv *driver) create(path string, prep storage.Preparation) (run bool, err 
 	}
 	// rename(2) rather than os.Rename, which stats path first to refuse
 	// a directory there (the call itself refuses to put a file over one).
-	err = unix.Rename(tmp, path)
-	for err == unix.EINTR { // as os.Rename: see openNoEINTR
-		err = unix.Rename(tmp, path)
-	}
-	if err != nil {
+	if err := noEINTR(func() error { return unix.Rename(tmp, path) }); err != nil {
 		os.Remove(tmp)
 		return false, fmt.Errorf("open %s: renaming %s: %w", path, filepath.Base(tmp), err)
 	}
