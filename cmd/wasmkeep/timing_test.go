@@ -62,6 +62,31 @@ func TestIdleHibernationOnClock(t *testing.T) {
 	n.expect("GET", "/actor/probe/a/hits", "", 200, "1") // a new instance
 }
 
+// An idle timeout that passes while a request runs (on a node alone, on the
+// request's own goroutine: ADR 1066) does not hibernate the actor after it:
+// the timeout counts from the request's end.
+func TestIdleTimeoutDuringARequest(t *testing.T) {
+	srv, arrived, release := holdingServer(t)
+	n, m := newManualNode(t, node.Options{IdleTimeout: time.Hour, AllowOutbound: loopback})
+	resident := func() float64 { return n.metric("wasmkeep_actors_resident") }
+	n.expect("GET", "/actor/probe/x/hits", "", 200, "1")
+	m.Advance(59 * time.Minute)
+	done := make(chan string, 1)
+	go func() { done <- fetch(n, "x", srv.URL, 0) }()
+	awaitHeld(t, arrived)
+	m.Advance(2 * time.Minute) // the idle timeout passes while the event runs
+	close(release)
+	if got := <-done; got != "200 released" {
+		t.Fatalf("fetch: %q", got)
+	}
+	time.Sleep(500 * time.Millisecond) // what a hibernation after the event would take
+	if got := resident(); got != 1 {
+		t.Fatalf("%v actors resident right after an event, want 1", got)
+	}
+	m.Advance(59 * time.Minute)
+	n.expect("GET", "/actor/probe/x/hits", "", 200, "3") // the same instance: the fetch counted one
+}
+
 // Due alarms fire in the order of their times on the node's clock, and not
 // before it reaches them (hours ahead: the wall clock would not reach them
 // in a test).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	goruntime "runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -70,7 +71,8 @@ var (
 )
 
 // actor is one resident actor: its mailbox, its database and (while it has
-// one) its instance. Its goroutine is the only one that touches db and inst.
+// one) its instance. Only the holder of its turn touches db and inst: its
+// goroutine, or a front-door request that runs on its own (runInline).
 type actor struct {
 	node  *Node
 	class *class
@@ -79,13 +81,15 @@ type actor struct {
 	prev  *actor // the previous incarnation, possibly still closing
 
 	queue      *mailbox.Mailbox[*event]
+	turn       sync.Mutex // held while an event runs and while it hibernates: one at a time
 	evict      chan struct{}
 	claim      chan bool // the admission that evicts it, under the node's lock: gets its slot (true) or false if it stays
 	stopCh     chan struct{}
 	done       chan struct{} // closed once db and instance are closed
-	idleTimer  clock.Timer   // the idle timeout, armed again as each event ends (nil for the stateless component)
+	idleTimer  clock.Timer   // the idle timeout (armIdle), armed again as each event ends (nil for the stateless component)
 	busy       atomic.Bool
 	lastActive atomic.Int64
+	ran        uint64      // events run, counted as each ends: read and written in the turn
 	lruAt      int64       // lastActive when placed in the node's lruHeap, under the node's lock (lru.go)
 	lruIndex   int         // its place there
 	deleted    atomic.Bool // deleted and not created again: no longer "exists" for access rules
@@ -161,42 +165,99 @@ func (a *actor) stop() {
 	}
 }
 
+// armIdle gives the actor its idle timeout, before anything can run it.
+func (a *actor) armIdle() { a.idleTimer = a.node.clock.NewTimer(a.node.opts.IdleTimeout) }
+
 // run is the actor's mailbox loop: one event at a time, in arrival order,
-// until it hibernates.
+// until it hibernates. Each event, and the hibernation, holds the turn; a
+// front-door request may take it between them (runInline).
 func (a *actor) run() {
 	defer a.node.wg.Done()
 	if a.prev != nil {
 		<-a.prev.done // its database must be closed before this one opens it
 	}
-	idle := a.node.clock.NewTimer(a.node.opts.IdleTimeout)
-	a.idleTimer = idle
+	idle := a.idleTimer
 	defer idle.Stop()
 	for {
+		a.turn.Lock()
 		if ev, ok := a.queue.Pop(); ok {
 			a.handle(ev) // re-arms idle
+			a.turn.Unlock()
 			continue
 		}
+		ran := a.ran
+		a.turn.Unlock()
 		select {
 		case <-a.queue.Ready():
 		case <-idle.C():
+			a.turn.Lock()
+			// An event ran inline (runInline) while this goroutine waited:
+			// the fire may have come before that event ended, which armed
+			// the timer again. The timeout counts from its end.
+			if left := a.idleLeft(); a.ran != ran && left > 0 {
+				a.turn.Unlock()
+				idle.Reset(left)
+				continue
+			}
 			// A socket closing here has its close event on the way: it runs
 			// under this hold, before anything queued after it (an
 			// operator's delete waits for it, ends.go), rather than wake the
 			// actor again, perhaps on another node and after its delete.
 			if !a.node.ws.Closing(a.key) && a.hibernate(true) {
-				return
+				return // the turn kept: nothing runs this incarnation again
 			}
+			a.turn.Unlock()
 			idle.Reset(a.node.opts.IdleTimeout)
 		case <-a.evict:
-			if a.hibernate(true) {
+			if a.hibernateTurn(true) {
 				return
 			}
 		case <-a.stopCh:
-			if a.hibernate(false) {
+			if a.hibernateTurn(false) {
 				return
 			}
 		}
 	}
+}
+
+// idleLeft is how much of the idle timeout is left since the last event
+// ended: at most the whole timeout, should the clock have stepped back.
+func (a *actor) idleLeft() time.Duration {
+	timeout := a.node.opts.IdleTimeout
+	return min(timeout, timeout-a.node.clock.Now().Sub(time.Unix(0, a.lastActive.Load())))
+}
+
+// hibernateTurn is hibernate in the actor's turn; once it hibernated, the
+// turn is never given back: nothing runs it again.
+func (a *actor) hibernateTurn(idleDrop bool) bool {
+	a.turn.Lock()
+	if a.hibernate(idleDrop) {
+		return true
+	}
+	a.turn.Unlock()
+	return false
+}
+
+// runInline runs ev, a front-door request, on the request's goroutine
+// rather than the actor's, when nothing is running or queued for the actor
+// and no admission has claimed its slot (its turn taken with TryLock, under
+// the node's lock): it saves two goroutine hand-offs, each a thread woken on
+// a node with an idle core (ADR 1066). On a node alone only: with a bucket
+// the work after the answer (shipping, checkpoints) must not hold the
+// request's response. The node's lock is held; runInline releases it if it
+// runs ev, and reports whether it did.
+func (a *actor) runInline(ev *event) bool {
+	if a.node.opts.Cluster != nil || !ev.placed || ev.ws != nil || a.queue.Len() > 0 || a.claim != nil || !a.turn.TryLock() {
+		return false
+	}
+	a.busy.Store(true) // not evictable once the node's lock is released, as a queued event makes it
+	a.node.mu.Unlock()
+	defer func() {
+		a.busy.Store(false) // handle clears it only for an event it runs
+		a.turn.Unlock()
+	}()
+	a.handle(ev)
+	return true
 }
 
 // hibernate drops the instance and closes the database, unless an event
@@ -257,6 +318,7 @@ func (a *actor) handle(ev *event) {
 		}
 	}
 	a.lastActive.Store(end.UnixNano())
+	a.ran++
 	a.busy.Store(false)
 	a.answer(ev, out)
 	a.afterAnswer(context.WithoutCancel(a.node.ctx))

@@ -599,8 +599,10 @@ var (
 )
 
 // deliver queues ev in the mailbox of tenant/class/name, waking the actor if
-// it has none. Every event reaches an actor through it, and only if the
-// placement says the actor runs here (unless the front door asked already).
+// it has none, or runs it at once on the caller's goroutine (runInline): its
+// answer is then in ev.reply when deliver returns. Every event reaches an
+// actor through it, and only if the placement says the actor runs here
+// (unless the front door asked already).
 func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) error {
 	if !ev.placed && ev.del == nil { // a delete job's pass chose this node (ends.go)
 		if err := n.place(ctx, c, name); err != nil {
@@ -617,6 +619,9 @@ func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) er
 		if a := n.actors[key]; a != nil {
 			err := errHandingOver
 			if !a.handingOver.Load() || ev.isWSClose() {
+				if a.runInline(ev) {
+					return nil
+				}
 				err = a.enqueue(ev)
 			}
 			n.mu.Unlock()
@@ -633,6 +638,7 @@ func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) er
 			continue
 		}
 		a := newActor(n, c, abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: name}, key, n.closing[key])
+		a.armIdle()
 		n.register(a)
 		a.enqueue(ev)
 		n.wg.Add(1)

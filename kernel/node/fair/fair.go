@@ -37,7 +37,7 @@ const Quantum = time.Millisecond
 const HalfLife = time.Second
 
 // Share is one actor's account: the CPU it used recently and how its guest
-// code runs now. It is used by one goroutine at a time (the actor's).
+// code runs now. It is used by one event at a time, whichever goroutine runs it.
 type Share struct {
 	used    time.Duration // decayed to at
 	at      int64         // ns on the node's clock
