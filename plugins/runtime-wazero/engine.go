@@ -330,7 +330,7 @@ func cacheDir(root string) (string, error) {
 // TestThirdPartyWazeroDigest checks it).
 const (
 	thirdPartyWazero       = "./third_party/wazero"
-	thirdPartyWazeroDigest = "d37eab2e0de8c9f3"
+	thirdPartyWazeroDigest = "a89e8447fcdcd944"
 )
 
 // cacheDirName names the cache directory of a build with these

@@ -1,6 +1,7 @@
 package wazevo
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"os"
 	"unsafe"
 
 	"github.com/tetratelabs/wazero/experimental"
@@ -164,6 +166,9 @@ func serializeCompiledModule(wazeroVersion string, cm *compiledModule) io.Reader
 	}
 	// The length of code segment (8 bytes).
 	buf.Write(u64.LeBytes(uint64(len(cm.executable))))
+	// Zeros up to a multiple of codeFileAlign, where the code starts, so
+	// that it can be mapped from the file (WasmKeep patch).
+	buf.Write(make([]byte, codePadding(buf.Len())))
 	// Append the native code.
 	buf.Write(cm.executable)
 	// Append checksum.
@@ -195,13 +200,16 @@ func serializeCompiledModule(wazeroVersion string, cm *compiledModule) io.Reader
 	return bytes.NewReader(buf.Bytes())
 }
 
-func deserializeCompiledModule(wazeroVersion string, reader io.ReadCloser) (cm *compiledModule, staleCache bool, err error) {
-	defer reader.Close()
+func deserializeCompiledModule(wazeroVersion string, file io.ReadCloser) (cm *compiledModule, staleCache bool, err error) {
+	defer file.Close()
+	// Buffered: the function offsets are read 8 bytes at a time, a system
+	// call each from a file (WasmKeep patch).
+	reader := bufio.NewReaderSize(file, 64<<10)
 	cacheHeaderSize := len(magic) + 1 /* version size */ + len(wazeroVersion) + 4 /* number of functions */
 
 	// Read the header before the native code.
 	header := make([]byte, cacheHeaderSize)
-	n, err := reader.Read(header)
+	n, err := io.ReadFull(reader, header)
 	if err != nil {
 		return nil, false, fmt.Errorf("compilationcache: error reading header: %v", err)
 	}
@@ -247,16 +255,15 @@ func deserializeCompiledModule(wazeroVersion string, reader io.ReadCloser) (cm *
 		return
 	}
 
-	if executableLen > 0 {
-		executable, err := platform.MmapCodeSegment(int(executableLen))
-		if err != nil {
-			err = fmt.Errorf("compilationcache: error mmapping executable (len=%d): %v", executableLen, err)
-			return nil, false, err
-		}
+	codeOffset := cacheHeaderSize + 8*int(functionsNum) + 8
+	if _, err = reader.Discard(codePadding(codeOffset)); err != nil {
+		return nil, false, fmt.Errorf("compilationcache: error reading executable padding: %v", err)
+	}
+	codeOffset += codePadding(codeOffset)
 
-		_, err = io.ReadFull(reader, executable)
+	if executableLen > 0 {
+		executable, mapped, err := readExecutable(file, reader, int64(codeOffset), int(executableLen))
 		if err != nil {
-			err = fmt.Errorf("compilationcache: error reading executable (len=%d): %v", executableLen, err)
 			return nil, false, err
 		}
 
@@ -264,11 +271,14 @@ func deserializeCompiledModule(wazeroVersion string, reader io.ReadCloser) (cm *
 		if _, err = io.ReadFull(reader, eightBytes[:4]); err != nil {
 			return nil, false, fmt.Errorf("compilationcache: could not read checksum: %v", err)
 		} else if checksum := binary.LittleEndian.Uint32(eightBytes[:4]); expected != checksum {
+			_ = platform.MunmapCodeSegment(executable)
 			return nil, false, fmt.Errorf("compilationcache: checksum mismatch (expected %d, got %d)", expected, checksum)
 		}
 
-		if err = platform.MprotectCodeSegment(executable); err != nil {
-			return nil, false, err
+		if !mapped {
+			if err = platform.MprotectCodeSegment(executable); err != nil {
+				return nil, false, err
+			}
 		}
 		cm.executable = executable
 	}
@@ -334,14 +344,53 @@ func deserializeCompiledModule(wazeroVersion string, reader io.ReadCloser) (cm *
 // given array as a buffer. This returns io.EOF if less than 8 bytes were read.
 func readUint64(reader io.Reader, b *[8]byte) (uint64, error) {
 	s := b[0:8]
-	n, err := reader.Read(s)
-	if err != nil {
+	if _, err := io.ReadFull(reader, s); err != nil {
 		return 0, err
-	} else if n < 8 { // more strict than reader.Read
-		return 0, io.EOF
 	}
 
 	// Read the u64 from the underlying buffer.
 	ret := binary.LittleEndian.Uint64(s)
 	return ret, nil
+}
+
+// codeFileAlign is where a cached module's code starts in its file: a
+// multiple of any page size, so that it can be mapped (WasmKeep patch).
+const codeFileAlign = 64 << 10
+
+// codePadding is the number of zeros after offset up to codeFileAlign.
+func codePadding(offset int) int {
+	return -offset & (codeFileAlign - 1)
+}
+
+// readExecutable returns the n bytes of code at offset in the cache file:
+// mapped from the file where it can be, so that a start copies none of its
+// megabytes and touches only the pages it runs, else read into a code
+// segment of its own (WasmKeep patch). Either way reader is left after the
+// code.
+func readExecutable(file io.Reader, reader *bufio.Reader, offset int64, n int) (executable []byte, mapped bool, err error) {
+	// A mapping past the file's end would fault as the code ran.
+	if f, ok := file.(*os.File); ok && fileHolds(f, offset+int64(n)) {
+		if executable, err = platform.MmapCodeFile(f, offset, n); err == nil {
+			if _, err = f.Seek(offset+int64(n), io.SeekStart); err != nil {
+				_ = platform.MunmapCodeSegment(executable)
+				return nil, false, fmt.Errorf("compilationcache: error seeking past executable (len=%d): %v", n, err)
+			}
+			reader.Reset(f)
+			return executable, true, nil
+		}
+	}
+	if executable, err = platform.MmapCodeSegment(n); err != nil {
+		return nil, false, fmt.Errorf("compilationcache: error mmapping executable (len=%d): %v", n, err)
+	}
+	if _, err = io.ReadFull(reader, executable); err != nil {
+		_ = platform.MunmapCodeSegment(executable)
+		return nil, false, fmt.Errorf("compilationcache: error reading executable (len=%d): %v", n, err)
+	}
+	return executable, false, nil
+}
+
+// fileHolds reports whether f has at least size bytes (WasmKeep patch).
+func fileHolds(f *os.File, size int64) bool {
+	info, err := f.Stat()
+	return err == nil && info.Size() >= size
 }

@@ -1,0 +1,126 @@
+package wazeroruntime
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+	"testing"
+
+	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
+	"github.com/wasmkeep/wasmkeep/kernel/runtime"
+)
+
+// addModule exports add(a, b) = a + b: code that must run as compiled.
+var addModule = binaryModule(
+	sec(wasmbin.TypeSection, 1, 0x60, 2, 0x7f, 0x7f, 1, 0x7f),
+	sec(wasmbin.FunctionSection, 1, 0),
+	sec(wasmbin.ExportSection, 1, 3, 'a', 'd', 'd', kindFunc, 0),
+	sec(wasmbin.CodeSection, 1, 7, 0, 0x20, 0, 0x20, 1, 0x6a, 0x0b),
+)
+
+// addInCache compiles addModule on an engine of its own over cacheDir and
+// checks that it adds; it returns the engine, closed by the test's end.
+func addInCache(t *testing.T, cacheDir string) runtime.Engine {
+	t.Helper()
+	e, err := newDriver(t, true).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: 1, CacheDir: cacheDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(t.Context()) })
+	m, err := e.Compile(t.Context(), addModule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(t.Context()) })
+	in, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close(t.Context())
+	stack := []uint64{40, 2}
+	if err := in.Function("add").Call(t.Context(), stack); err != nil {
+		t.Fatal(err)
+	}
+	if stack[0] != 42 {
+		t.Fatalf("add(40, 2) = %d from the cache, want 42", stack[0])
+	}
+	return e
+}
+
+// cacheEntry is the one file of compiled code under cacheDir.
+func cacheEntry(t *testing.T, cacheDir string) string {
+	t.Helper()
+	entries, err := filepath.Glob(filepath.Join(cacheDir, "wazero-*", "wazero-*", "*"))
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("the cache holds %v (%v), want one entry", entries, err)
+	}
+	return entries[0]
+}
+
+// mapsExecutable reports whether this process maps path executable.
+func mapsExecutable(t *testing.T, path string) bool {
+	t.Helper()
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(maps)) {
+		fields := strings.Fields(line)
+		if len(fields) >= 6 && fields[5] == path && strings.Contains(fields[1], "x") {
+			return true
+		}
+	}
+	return false
+}
+
+// Code loaded from the compile cache is the file's pages, mapped, not a
+// copy (the patch in third_party/wazero); code compiled afresh is not.
+func TestCachedCodeMappedFromItsFile(t *testing.T) {
+	if goruntime.GOOS != "linux" {
+		t.Skip("reads /proc/self/maps")
+	}
+	cacheDir := t.TempDir()
+	addInCache(t, cacheDir)
+	entry := cacheEntry(t, cacheDir)
+	if mapsExecutable(t, entry) {
+		t.Fatal("code compiled afresh is mapped from the cache's file")
+	}
+	addInCache(t, cacheDir)
+	if !mapsExecutable(t, entry) {
+		t.Error("code loaded from the cache is not mapped from its file")
+	}
+}
+
+// A cache entry cut short (its code would run past the file's end, a fault
+// if mapped) or with its code changed (the checksum differs) is not run but
+// compiled afresh, and written again.
+func TestDamagedCacheEntryCompiledAfresh(t *testing.T) {
+	for _, damage := range []struct {
+		name string
+		do   func(b []byte) []byte
+	}{
+		{"cut short", func(b []byte) []byte { return b[:len(b)-16] }},
+		// This module's header is short: its code starts at 64 KiB.
+		{"code changed", func(b []byte) []byte { b[64<<10] ^= 0xff; return b }},
+	} {
+		t.Run(damage.name, func(t *testing.T) {
+			cacheDir := t.TempDir()
+			addInCache(t, cacheDir)
+			entry := cacheEntry(t, cacheDir)
+			b, err := os.ReadFile(entry)
+			if err != nil {
+				t.Fatal(err)
+			}
+			damaged := damage.do(b)
+			if err := os.WriteFile(entry, damaged, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			addInCache(t, cacheDir)
+			if now, err := os.ReadFile(cacheEntry(t, cacheDir)); err != nil || bytes.Equal(now, damaged) {
+				t.Errorf("the damaged entry is still there (%v)", err)
+			}
+		})
+	}
+}

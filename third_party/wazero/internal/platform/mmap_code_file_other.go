@@ -1,0 +1,14 @@
+//go:build !unix
+
+package platform
+
+import (
+	"errors"
+	"os"
+)
+
+// MmapCodeFile is unsupported here: the caller reads the code into a
+// segment of its own (WasmKeep patch).
+func MmapCodeFile(*os.File, int64, int) ([]byte, error) {
+	return nil, errors.ErrUnsupported
+}
