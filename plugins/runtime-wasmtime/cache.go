@@ -3,6 +3,7 @@
 package wasmtimeruntime
 
 /*
+#include <stdlib.h>
 #include "shim.h"
 */
 import "C"
@@ -10,17 +11,20 @@ import "C"
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
 	"time"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/wasmkeep/wasmkeep/internal/cacheprune"
-	"github.com/wasmkeep/wasmkeep/internal/populate"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
 
@@ -28,14 +32,21 @@ import (
 // <CacheDir>/wasmtime-<version>-<os>-<arch>/<sha256 of the wasm>.cwasm.
 // Wasmtime refuses artifacts of another version, configuration or CPU, but
 // it executes the machine code of one it accepts, so each file carries a
-// digest of its artifact: a corrupt or truncated file is not loaded but
+// checksum of its artifact: a corrupt or truncated file is not loaded but
 // compiled afresh and overwritten. A load marks its file used; an engine's
 // start removes the files, and the folders of other versions, no start
 // used for a week (cacheprune, ADR 1058).
 //
-// File layout: cacheMagic, then the SHA-256 of the artifact, then the
-// artifact.
-var cacheMagic = []byte("wasmkeep wasmtime cache 1\n")
+// File layout: the artifact, then cacheMagic, then the artifact's CRC-32C
+// (Castagnoli), little-endian. The artifact comes first so that Wasmtime
+// maps the file (wasmtime_module_deserialize_file) rather than copying it
+// (ADR 1065's amendment); it ignores the bytes after the artifact's ELF.
+var cacheMagic = []byte("wasmkeep wasmtime cache 2\n")
+
+// cacheFooter is the size of what follows the artifact.
+var cacheFooter = len(cacheMagic) + 4
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // makeCacheDir makes this version's folder of root and prunes root.
 func makeCacheDir(root string) (string, error) {
@@ -75,28 +86,40 @@ func (e *engine) compileAndKeep(wasm []byte) (*C.wasmtime_module_t, error) {
 // there is none or it is unusable.
 func (e *engine) loadCached(wasm []byte) *C.wasmtime_module_t {
 	path := e.cachePath(wasm)
-	if path == "" {
+	if path == "" || !intact(path) {
 		return nil
 	}
-	b, err := populate.ReadFile(path)
-	if err != nil {
-		return nil
-	}
-	head := len(cacheMagic) + sha256.Size
-	if len(b) <= head || !bytes.Equal(b[:len(cacheMagic)], cacheMagic) {
-		return nil
-	}
-	artifact := b[head:]
-	if sum := sha256.Sum256(artifact); !bytes.Equal(sum[:], b[len(cacheMagic):head]) {
-		return nil
-	}
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
 	var ptr *C.wasmtime_module_t
-	cerr := C.wasmtime_module_deserialize(e.opt.ptr, (*C.uint8_t)(unsafe.Pointer(&artifact[0])), C.size_t(len(artifact)), &ptr)
-	if errorOf(cerr) != nil {
+	if errorOf(C.wasmtime_module_deserialize_file(e.opt.ptr, cpath, &ptr)) != nil {
 		return nil
 	}
 	cacheprune.Touch(path, time.Now())
 	return ptr
+}
+
+// intact reports whether the cache file at path ends with cacheMagic and
+// the checksum of the artifact before them. It reads the file mapped: the
+// page cache's pages, not a copy, which Wasmtime maps again.
+func intact(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil || info.Size() <= int64(cacheFooter) || int64(int(info.Size())) != info.Size() {
+		return false
+	}
+	b, err := unix.Mmap(int(f.Fd()), 0, int(info.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return false
+	}
+	defer unix.Munmap(b)
+	artifact, footer := b[:len(b)-cacheFooter], b[len(b)-cacheFooter:]
+	return bytes.Equal(footer[:len(cacheMagic)], cacheMagic) &&
+		binary.LittleEndian.Uint32(footer[len(cacheMagic):]) == crc32.Checksum(artifact, castagnoli)
 }
 
 // keep writes the compiled module to path, through a temporary file renamed
@@ -111,16 +134,16 @@ func (e *engine) keep(path string, ptr *C.wasmtime_module_t) error {
 		return errors.New("empty artifact")
 	}
 	artifact := unsafe.Slice((*byte)(unsafe.Pointer(out.data)), int(out.size))
-	sum := sha256.Sum256(artifact)
+	footer := binary.LittleEndian.AppendUint32(bytes.Clone(cacheMagic), crc32.Checksum(artifact, castagnoli))
 	// Another build's start may have removed the folder, unused for a week.
 	os.MkdirAll(filepath.Dir(path), 0o700) // else CreateTemp says why
 	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(append(bytes.Clone(cacheMagic), sum[:]...))
+	_, err = f.Write(artifact)
 	if err == nil {
-		_, err = f.Write(artifact)
+		_, err = f.Write(footer)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr

@@ -155,6 +155,9 @@ wasmtime_error_t *wasmtime_module_deserialize(wasm_engine_t *,
                                               const uint8_t *bytes,
                                               size_t bytes_len,
                                               wasmtime_module_t **ret);
+wasmtime_error_t *wasmtime_module_deserialize_file(wasm_engine_t *,
+                                                   const char *path,
+                                                   wasmtime_module_t **ret);
 
 // wasmtime/store.h
 

@@ -273,9 +273,16 @@ func TestCacheFiles(t *testing.T) {
 	if len(files) != 1 || !strings.HasSuffix(files[0], ".cwasm") {
 		t.Fatalf("cache holds %v, want one .cwasm file", files)
 	}
+	if runtimetest.CodeMappedFrom(t, dir) {
+		t.Fatal("code compiled afresh is mapped from the cache's file")
+	}
 	if ptr := e.loadCached(wasm); ptr == nil {
 		t.Fatal("the cached module does not load")
 	} else {
+		// Its code is the file's pages, not a copy.
+		if !runtimetest.CodeMappedFrom(t, dir) {
+			t.Error("code loaded from the cache is not mapped from its file")
+		}
 		newModule(e, e.opt, ptr).Close(t.Context())
 	}
 	b, _ := os.ReadFile(files[0])
