@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"log/slog"
 	"math"
 	"os"
@@ -276,6 +277,12 @@ func TestCacheFiles(t *testing.T) {
 	if runtimetest.CodeMappedFrom(t, dir) {
 		t.Fatal("code compiled afresh is mapped from the cache's file")
 	}
+	// Read and copied, as from a file system not known to be local.
+	if ptr := e.deserializeRead(files[0]); ptr == nil {
+		t.Fatal("the cached module does not load read")
+	} else {
+		newModule(e, e.opt, ptr).Close(t.Context())
+	}
 	if ptr := e.loadCached(wasm); ptr == nil {
 		t.Fatal("the cached module does not load")
 	} else {
@@ -286,7 +293,7 @@ func TestCacheFiles(t *testing.T) {
 		newModule(e, e.opt, ptr).Close(t.Context())
 	}
 	b, _ := os.ReadFile(files[0])
-	b[len(b)-100] ^= 1 // in the artifact: only the digest can tell
+	b[len(b)/2] ^= 1 // in the artifact's code: only the checksum can tell
 	os.WriteFile(files[0], b, 0o600)
 	if ptr := e.loadCached(wasm); ptr != nil {
 		t.Fatal("a damaged cache file loaded")
@@ -296,6 +303,27 @@ func TestCacheFiles(t *testing.T) {
 		t.Fatal("the damaged cache file was not replaced")
 	} else {
 		newModule(e, e.opt, ptr).Close(t.Context())
+	}
+}
+
+// A cache file's artifact is taken only with its marker and checksum after
+// it: not with a byte of it changed, not cut short, not in the earlier
+// layout (a header and a digest before the artifact).
+func TestCacheFileChecksum(t *testing.T) {
+	artifact := bytes.Repeat([]byte("\x7fELF artifact "), 100)
+	file := binary.LittleEndian.AppendUint32(append(bytes.Clone(artifact), cacheMagic...), crc32.Checksum(artifact, castagnoli))
+	if got, ok := artifactOf(file); !ok || !bytes.Equal(got, artifact) {
+		t.Fatalf("artifactOf(a file as keep writes it) = %d bytes, %v", len(got), ok)
+	}
+	changed := bytes.Clone(file)
+	changed[len(artifact)/2] ^= 1
+	earlier := append([]byte("wasmkeep wasmtime cache 1\n"), make([]byte, 32)...)
+	for name, b := range map[string][]byte{
+		"changed": changed, "cut short": file[:len(file)-1], "earlier layout": append(earlier, artifact...), "empty": nil,
+	} {
+		if _, ok := artifactOf(b); ok {
+			t.Errorf("artifactOf took a file %s", name)
+		}
 	}
 }
 

@@ -48,14 +48,25 @@ func addInCache(t *testing.T, cacheDir string) runtime.Engine {
 	return e
 }
 
-// cacheEntry is the one file of compiled code under cacheDir.
-func cacheEntry(t *testing.T, cacheDir string) string {
+// damageEntry compiles addModule into a new cache, rewrites the one entry
+// there with damage, and returns the cache and what it wrote.
+func damageEntry(t *testing.T, damage func([]byte) []byte) (cacheDir string, damaged []byte) {
 	t.Helper()
+	cacheDir = t.TempDir()
+	addInCache(t, cacheDir)
 	entries, err := filepath.Glob(filepath.Join(cacheDir, "wazero-*", "wazero-*", "*"))
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("the cache holds %v (%v), want one entry", entries, err)
 	}
-	return entries[0]
+	b, err := os.ReadFile(entries[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	damaged = damage(b)
+	if err := os.WriteFile(entries[0], damaged, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cacheDir, damaged
 }
 
 // Code loaded from the compile cache is the file's pages, mapped, not a
@@ -76,19 +87,28 @@ func TestCachedCodeMappedFromItsFile(t *testing.T) {
 // suite damages whole files) is not run but compiled afresh, and written
 // again.
 func TestChangedCachedCodeNotRun(t *testing.T) {
-	cacheDir := t.TempDir()
+	cacheDir, damaged := damageEntry(t, func(b []byte) []byte {
+		b[64<<10] ^= 0xff // this module's header is short: its code starts at 64 KiB
+		return b
+	})
 	addInCache(t, cacheDir)
-	entry := cacheEntry(t, cacheDir)
-	b, err := os.ReadFile(entry)
-	if err != nil {
-		t.Fatal(err)
+	entries, _ := filepath.Glob(filepath.Join(cacheDir, "wazero-*", "wazero-*", "*"))
+	for _, entry := range entries {
+		if now, err := os.ReadFile(entry); err != nil || bytes.Equal(now, damaged) {
+			t.Errorf("the changed entry is still there (%v)", err)
+		}
 	}
-	b[64<<10] ^= 0xff // this module's header is short: its code starts at 64 KiB
-	if err := os.WriteFile(entry, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	addInCache(t, cacheDir)
-	if now, err := os.ReadFile(entry); err != nil || bytes.Equal(now, b) {
-		t.Errorf("the changed entry is still there (%v)", err)
+}
+
+// A cache entry cut short after its code (in its checksum or the tables
+// after it) maps the code and then fails to load: the mapping goes with it,
+// not kept for the process's life over a file the retry removed.
+func TestEntryCutAfterItsCodeLeavesNoMapping(t *testing.T) {
+	for _, cut := range []int{2, 7} { // in the catch table (stale); in the checksum (an error)
+		cacheDir, _ := damageEntry(t, func(b []byte) []byte { return b[:len(b)-cut] })
+		addInCache(t, cacheDir)
+		if runtimetest.CodeMappedFrom(t, cacheDir) {
+			t.Errorf("cut by %d bytes: code of the damaged entry is still mapped", cut)
+		}
 	}
 }

@@ -330,7 +330,7 @@ func cacheDir(root string) (string, error) {
 // TestThirdPartyWazeroDigest checks it).
 const (
 	thirdPartyWazero       = "./third_party/wazero"
-	thirdPartyWazeroDigest = "a89e8447fcdcd944"
+	thirdPartyWazeroDigest = "8bb6bed9867baae9"
 )
 
 // cacheDirName names the cache directory of a build with these

@@ -1,4 +1,4 @@
-//go:build !unix
+//go:build !linux
 
 package platform
 
@@ -7,8 +7,9 @@ import (
 	"os"
 )
 
-// MmapCodeFile is unsupported here: the caller reads the code into a
-// segment of its own (WasmKeep patch).
+// MmapCodeFile is unsupported here (on macOS, code mapped from a file must
+// be signed): the caller reads the code into a segment of its own (WasmKeep
+// patch).
 func MmapCodeFile(*os.File, int64, int) ([]byte, error) {
 	return nil, errors.ErrUnsupported
 }

@@ -1,6 +1,7 @@
 package platform
 
 import (
+	"errors"
 	"math/bits"
 	"os"
 	"sort"
@@ -70,3 +71,27 @@ func mmapCodeSegment(size int) ([]byte, error) {
 
 	return unix.Mmap(-1, 0, size, prot, flag)
 }
+
+// MmapCodeFile maps n bytes of f from offset (a multiple of the page size)
+// as read-only machine code: the page cache's pages rather than a copy of
+// the file (WasmKeep patch). Only code nothing writes may be mapped so: a
+// mapping over a file changed in place would change under the code running
+// it. It refuses a file on a file system not known to be local: on a
+// network one, a page the kernel dropped would be read again from a file
+// another host may have removed, and fault.
+func MmapCodeFile(f *os.File, offset int64, n int) ([]byte, error) {
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &fs); err != nil {
+		return nil, err
+	}
+	switch uint32(fs.Type) {
+	case unix.EXT4_SUPER_MAGIC, unix.XFS_SUPER_MAGIC, unix.BTRFS_SUPER_MAGIC, unix.TMPFS_MAGIC,
+		unix.OVERLAYFS_SUPER_MAGIC, unix.F2FS_SUPER_MAGIC, unix.BCACHEFS_SUPER_MAGIC, zfsSuperMagic:
+	default:
+		return nil, errors.ErrUnsupported
+	}
+	return unix.Mmap(int(f.Fd()), offset, n, unix.PROT_READ|unix.PROT_EXEC, unix.MAP_PRIVATE)
+}
+
+// zfsSuperMagic is OpenZFS's, which golang.org/x/sys/unix does not name.
+const zfsSuperMagic = 0x2fc12fc1

@@ -266,12 +266,19 @@ func deserializeCompiledModule(wazeroVersion string, file io.ReadCloser) (cm *co
 		if err != nil {
 			return nil, false, err
 		}
+		// Every failure below returns no module: its code goes (WasmKeep
+		// patch; upstream dropped the segment, and a mapping would keep a
+		// removed file's pages for the process's life).
+		defer func() {
+			if cm == nil {
+				_ = platform.MunmapCodeSegment(executable)
+			}
+		}()
 
 		expected := crc32.Checksum(executable, crc)
 		if _, err = io.ReadFull(reader, eightBytes[:4]); err != nil {
 			return nil, false, fmt.Errorf("compilationcache: could not read checksum: %v", err)
 		} else if checksum := binary.LittleEndian.Uint32(eightBytes[:4]); expected != checksum {
-			_ = platform.MunmapCodeSegment(executable)
 			return nil, false, fmt.Errorf("compilationcache: checksum mismatch (expected %d, got %d)", expected, checksum)
 		}
 
@@ -364,9 +371,9 @@ func codePadding(offset int) int {
 
 // readExecutable returns the n bytes of code at offset in the cache file:
 // mapped from the file where it can be, so that a start copies none of its
-// megabytes and touches only the pages it runs, else read into a code
-// segment of its own (WasmKeep patch). Either way reader is left after the
-// code.
+// megabytes (the page cache's pages are shared, not copied into memory of
+// the process's own), else read into a code segment of its own (WasmKeep
+// patch). Either way reader is left after the code.
 func readExecutable(file io.Reader, reader *bufio.Reader, offset int64, n int) (executable []byte, mapped bool, err error) {
 	// A mapping past the file's end would fault as the code ran.
 	if f, ok := file.(*os.File); ok && fileHolds(f, offset+int64(n)) {
