@@ -11,7 +11,9 @@ const zfsSuperMagic = 0x2fc12fc1
 
 // Holds reports whether f is on a file system known to be local: the
 // common disk file systems, tmpfs and overlayfs (containers). Others,
-// network ones among them, are not.
+// network ones among them, are not. The wazero patch's MmapCodeFile
+// (third_party/wazero.patch) keeps the same list: that module cannot
+// import this one, so a change here goes there too.
 func Holds(f *os.File) bool {
 	var fs unix.Statfs_t
 	if unix.Fstatfs(int(f.Fd()), &fs) != nil {

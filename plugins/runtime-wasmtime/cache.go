@@ -119,7 +119,7 @@ func (e *engine) loadCached(wasm []byte) *C.wasmtime_module_t {
 // the one loaded.
 func (e *engine) deserializeMapped(f *os.File) *C.wasmtime_module_t {
 	info, err := f.Stat()
-	if err != nil || info.Size() <= int64(cacheFooter) || int64(int(info.Size())) != info.Size() {
+	if err != nil || int64(int(info.Size())) != info.Size() {
 		return nil
 	}
 	b, err := unix.Mmap(int(f.Fd()), 0, int(info.Size()), unix.PROT_READ, unix.MAP_SHARED)
