@@ -1,10 +1,16 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/wasmkeep/wasmkeep/kernel/cluster"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/peers"
 )
 
 // Requests forwarded between real nodes get the answer they would get from
@@ -108,4 +114,62 @@ func TestForwardingFollowsTheOwnerHint(t *testing.T) {
 		t.Fatalf("the first request through b after a stopped: %+v, want b to take the actor at once\nb:\n%s", got, b.logs)
 	}
 	b.stop()
+}
+
+// A node whose owner hint names a holder that released the actor since
+// (drained: the holder stays up, the actor no longer its own) costs the
+// client no 503: the old holder refuses the forwarded request as not
+// held, having run nothing, and the forwarding node places it again from
+// the record and takes it (ADR 1046's amendment). b learns the hint from a
+// forward to a; a, drained at once, releases the actor as it hibernates
+// (50 ms idle); b's next request, well inside the hint's second, is
+// answered by b. An attempt whose hint ran out first (a slow machine: b
+// counts no not-held refusal) is made again on another actor. Fails
+// without the not-held mark: a's "held by node b; retry".
+func TestForwardAfterTheHolderReleased(t *testing.T) {
+	t.Parallel()
+	engineNeutral(t)
+	fb := fileBucket(t, t.TempDir())
+	classes := map[string]string{"probe": probe(t)}
+	a, am := peeredNodeOn(t, fb, "a", classes, 50*time.Millisecond)
+	b, bm := peeredNodeOn(t, fb, "b", classes, 0)
+	waitTaker(t, am, 1)
+	waitTaker(t, bm, 1)
+	notHeld := func() float64 {
+		return max(0, b.metric(`wasmkeep_forward_failures_total{kind="request",reason="not_held"}`))
+	}
+	for attempt := range 3 {
+		name := fmt.Sprintf("x%d", attempt)
+		actor := ownership.Actor{Tenant: "default", Class: "probe", Name: name}
+		if err := cluster.WithdrawDrain(t.Context(), am.Root, "a"); err != nil {
+			t.Fatal(err)
+		}
+		a.node.ResumeTaking(nodelease.ReasonDrain)
+		if code, _, hdr := a.doH("POST", "/actor/probe/"+name+"/hits", "", nil); code != 200 || hdr.Get(peers.NodeHeader) != "a" {
+			t.Fatalf("probe/%s through a: %d from %q, want it held by a", name, code, hdr.Get(peers.NodeHeader))
+		}
+		if code, _, hdr := b.doH("POST", "/actor/probe/"+name+"/hits", "", nil); code != 200 || hdr.Get(peers.NodeHeader) != "a" {
+			t.Fatalf("probe/%s through b: %d from %q, want a's answer", name, code, hdr.Get(peers.NodeHeader))
+		}
+		learned := time.Now() // b read the record naming a: its hint
+		if err := cluster.RequestDrain(t.Context(), am.Root, "a"); err != nil {
+			t.Fatal(err)
+		}
+		a.node.StopTaking(nodelease.ReasonDrain) // now, not at a's next read of its drain request
+		waitFor(t, 10*time.Second, "a to release probe/"+name, func() bool {
+			rec, _, err := am.Owners.Owner(t.Context(), actor)
+			return err == nil && rec.Nobody()
+		})
+		before := notHeld()
+		code, body, hdr := b.doH("POST", "/actor/probe/"+name+"/hits", "", nil)
+		if code != 200 {
+			t.Fatalf("probe/%s through b once a released it: %d %q from %q, want it placed again from the record and taken by b", name, code, body, hdr.Get(peers.NodeHeader))
+		}
+		if notHeld() > before && hdr.Get(peers.NodeHeader) == "b" {
+			return
+		}
+		t.Logf("attempt %d: b's hint had run out (%v after it was learned), or a took probe/%s again: answered by %q",
+			attempt, time.Since(learned).Round(time.Millisecond), name, hdr.Get(peers.NodeHeader))
+	}
+	t.Fatal("no attempt found b's hint still naming a once a released the actor")
 }

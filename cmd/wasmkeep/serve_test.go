@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/peers"
 	"github.com/wasmkeep/wasmkeep/kernel/node"
 )
 
@@ -62,6 +63,9 @@ func TestRouting(t *testing.T) {
 	code, body, hdr := n.doH("GET", "/actor/probe/a/status?code=201", "", nil)
 	if code != 201 || body != "status" || hdr.Get("X-Probe") != "yes" {
 		t.Errorf("status probe: %d %q %v", code, body, hdr)
+	}
+	if v := hdr.Values(peers.NotHeldHeader); len(v) != 0 {
+		t.Errorf("the guest's %s header reached the client: %q; only a node says it", peers.NotHeldHeader, v)
 	}
 }
 

@@ -409,7 +409,7 @@ func writeOutcome(w http.ResponseWriter, out outcome) {
 	}
 	h := w.Header()
 	for _, kv := range out.resp.Headers {
-		if peers.HopByHop(kv.Name) {
+		if peers.HopByHop(kv.Name) || callsign.HostOwned(kv.Name) { // only a node says those
 			continue
 		}
 		h.Add(kv.Name, kv.Value)

@@ -35,12 +35,15 @@ const callErrorHeader = "x-wasmkeep-call-error"
 
 // forward sends an outside request for an actor peer holds on to it, once,
 // and reports whether it answered w. A request another node forwarded
-// already is not sent on again: 503. One placed by an owner hint that
-// failed untouched (nothing sent, its body unread: the owner stopped
-// since) is not answered: the hint is dropped and the caller places it
-// again from the record.
+// already is not sent on again: 503, marked as not held here
+// (peers.NotHeldHeader), since nothing of it ran. One placed by an owner
+// hint that failed untouched (nothing sent, its body unread: the owner
+// stopped since), or that the owner refused so marked (it released the
+// actor since), is not answered: the hint is dropped and the caller
+// places it again from the record.
 func (n *Node) forward(w http.ResponseWriter, r *http.Request, e *placement.Elsewhere) bool {
 	if r.Header.Get(peers.ForwardedHeader) != "" {
+		w.Header().Set(peers.NotHeldHeader, "1")
 		n.refuse(w, e)
 		return true
 	}

@@ -14,10 +14,14 @@ import (
 // Headers between nodes. Forwarded marks a request a node sent on to an
 // actor's holder: it only stops it being forwarded again, and gives no
 // privilege. NodeHeader names the node that answered, on every response
-// for an actor.
+// for an actor. NotHeldHeader marks a node's 503 to a forwarded request
+// for an actor it does not hold: nothing of it ran there. Like every
+// x-wasmkeep- header, a guest's is dropped from its answer, so only a
+// node says it.
 const (
 	ForwardedHeader = "x-wasmkeep-forwarded"
 	NodeHeader      = "x-wasmkeep-node"
+	NotHeldHeader   = "x-wasmkeep-not-held"
 )
 
 // What the client of a forwarded request is told when the holder gave no
@@ -43,7 +47,9 @@ const MsgUnreachable = "the actor's node is not reachable; retry"
 //
 // With again set, a request that failed untouched (not sent, and nothing
 // of its body read) is not answered: the failure says so (Untouched), and
-// the caller may send it elsewhere. Without it, an upgrade the holder
+// the caller may send it elsewhere. So is one the peer refused as not
+// held (NotHeldHeader: it ran nothing) with nothing of its body read: the
+// peer released the actor since the caller's owner hint named it. Without it, an upgrade the holder
 // refused at the handshake is sent once more after this node's next
 // heartbeat (resend.go), the client waiting.
 func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string, again bool) (int, *Failure) {
@@ -87,6 +93,9 @@ func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string, a
 		return 0, f
 	}
 	defer resp.Body.Close()
+	if again && !body.read && resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(NotHeldHeader) != "" {
+		return resp.StatusCode, &Failure{Peer: peer, Kind: NotHeld, Err: errNotHeld, Untouched: true}
+	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		n.join(w, resp)
 		return resp.StatusCode, nil

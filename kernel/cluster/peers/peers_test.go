@@ -245,6 +245,31 @@ func TestForward(t *testing.T) {
 	if b, _ := io.ReadAll(req.Body); string(b) != "body" {
 		t.Errorf("the body after an untouched failure: %q, want it whole", b)
 	}
+
+	// A holder that refuses as not held (it released the actor since the
+	// hint named it): left unanswered when asked to and nothing of the
+	// body was read, answered with the holder's 503 otherwise.
+	p = startPeer(t, func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set(NotHeldHeader, "1")
+		http.Error(w, "actor c/n is held by node a; retry", http.StatusServiceUnavailable)
+	})
+	n, _, _ = network(t, p.url, 5*time.Second)
+	w = httptest.NewRecorder()
+	_, f = n.Forward(w, httptest.NewRequest("GET", "/actor/c/n", nil), "b", true)
+	if f == nil || !f.Untouched || f.Kind != NotHeld || f.Kind.String() != "not_held" || w.Body.Len() != 0 || len(w.Header()) != 0 {
+		t.Fatalf("refused as not held, asked to leave it: %v, answered %d %q", f, w.Code, w.Body)
+	}
+	for name, c := range map[string]struct {
+		body  string
+		again bool
+	}{"not asked to leave it": {"", false}, "its body read": {"body", true}} {
+		w = httptest.NewRecorder()
+		req = httptest.NewRequest("POST", "/actor/c/n", strings.NewReader(c.body))
+		if status, f := n.Forward(w, req, "b", c.again); f != nil || status != 503 || w.Code != 503 || w.Header().Get(NotHeldHeader) == "" {
+			t.Errorf("refused as not held, %s: %v, answered %d %q %v; want the holder's 503", name, f, w.Code, w.Body, w.Header())
+		}
+	}
 }
 
 // An upgrade the holder accepts is joined both ways; once the holder is

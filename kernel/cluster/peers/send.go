@@ -23,9 +23,13 @@ const (
 	NoConnect             // not sent: no connection could be opened (or the peer refused this node)
 	Broken                // written, and the connection failed before an answer: it may have run
 	NoAnswer              // written, and no answer within the answer timeout: it may have run
+	NotHeld               // answered: the peer does not hold the actor and ran nothing (NotHeldHeader; Forward only)
 )
 
-var kindNames = [...]string{"no_route", "connect", "broken", "timeout"}
+var kindNames = [...]string{"no_route", "connect", "broken", "timeout", "not_held"}
+
+// errNotHeld is a NotHeld failure's cause.
+var errNotHeld = errors.New("it does not hold the actor")
 
 // String is the kind as a metric label.
 func (k Kind) String() string { return kindNames[k] }
@@ -57,6 +61,8 @@ func (f *Failure) Error() string {
 		return fmt.Sprintf("node %s is not reachable: %v", f.Peer, f.Err)
 	case NoAnswer:
 		return fmt.Sprintf("node %s did not answer in time", f.Peer)
+	case NotHeld:
+		return fmt.Sprintf("node %s refused the request: %v", f.Peer, f.Err)
 	}
 	return fmt.Sprintf("node %s did not answer: %v", f.Peer, f.Err)
 }

@@ -77,7 +77,7 @@ func NewCluster() *Cluster {
 			Name: "wasmkeep_forwards_total", Help: "Requests (request), WebSocket upgrades (websocket) and actor calls (call) sent to the node holding the actor: placement efficiency.",
 		}, []string{"kind"}),
 		forwardFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wasmkeep_forward_failures_total", Help: "Of wasmkeep_forwards_total, those the holder did not answer, by reason: no_route (not live, or not reachable in a way this node uses: not sent), connect (no connection: not sent), broken (the connection failed after the request was written), timeout (written, no answer in time).",
+			Name: "wasmkeep_forward_failures_total", Help: "Of wasmkeep_forwards_total, those the holder did not answer, by reason: no_route (not live, or not reachable in a way this node uses: not sent), connect (no connection: not sent), broken (the connection failed after the request was written), timeout (written, no answer in time), not_held (the node an owner hint named released the actor and ran nothing: placed again from the record).",
 		}, []string{"kind", "reason"}),
 		failovers: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "wasmkeep_failovers_total", Help: "Actors this node took over whose ownership record still named another process, freed because it was fenced, released or replaced by a new process.",

@@ -302,6 +302,7 @@ func serve(w wasmkeep.ResponseWriter, r *wasmkeep.Request) {
 	case "/status":
 		code, _ := strconv.Atoi(q.Get("code"))
 		w.Header().Set("X-Probe", "yes")
+		w.Header().Set("X-Wasmkeep-Not-Held", "forged") // only a node says that: dropped
 		w.WriteHeader(code)
 		w.Write([]byte("status"))
 	default:
