@@ -43,7 +43,7 @@ func peeredNodeOn(t *testing.T, b bucket.Bucket, id string, classes map[string]s
 	var lapsed atomic.Pointer[node.Node]
 	s := nodelease.Settings{TTL: 4 * time.Second, Grace: 500 * time.Millisecond, Safety: time.Second, MaxSkew: 100 * time.Millisecond}
 	m, err := cluster.Join(t.Context(), cluster.Config{Bucket: b, Clock: clock.Real, Settings: s, NodeID: id, Instance: id + "1",
-		Info:   nodelease.Info{Advertise: "http://" + l.Addr().String(), Capabilities: []string{nodelease.CapabilityTake}},
+		Info:   nodelease.Info{Advertise: "http://" + l.Addr().String(), Capabilities: []string{nodelease.CapabilityTake, nodelease.CapabilityNotHeld}},
 		Logger: slog.New(slog.DiscardHandler),
 		Lapsed: func(parked int) {
 			if n := lapsed.Load(); n != nil {

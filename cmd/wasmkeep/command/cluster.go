@@ -117,7 +117,7 @@ func joinCluster(ctx context.Context, cfg *config.Config, served app.Name, liste
 		}
 	}()
 	info := nodelease.Info{Version: readBuild().version, Advertise: cmp.Or(c.Advertise, listenURL), Secrets: readsSecrets,
-		Capabilities: []string{nodelease.CapabilityTake}}
+		Capabilities: []string{nodelease.CapabilityTake, nodelease.CapabilityNotHeld}}
 	if c.ClusterListen != "" {
 		if cn.secure, cn.listener, info.ClusterAddr, err = clusterListener(ctx, cfg); err != nil {
 			return nil, err

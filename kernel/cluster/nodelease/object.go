@@ -81,6 +81,13 @@ type Info struct {
 // running no guest code, and arms its alarm.
 const CapabilityTake = "take"
 
+// CapabilityNotHeld is the word of a node that marks its 503 to a
+// forwarded request for an actor it does not hold (peers.NotHeldHeader:
+// nothing of it ran) and drops a guest's x-wasmkeep- headers from its
+// answers, so that the mark is only ever its own (ADR 1046's amendment).
+// A node believes the mark only from a peer that names it.
+const CapabilityNotHeld = "not-held"
+
 // HasCapability reports whether the node's heartbeat names word.
 func (i Info) HasCapability(word string) bool { return slices.Contains(i.Capabilities, word) }
 

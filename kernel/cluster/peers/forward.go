@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/callsign"
+	"github.com/wasmkeep/wasmkeep/kernel/cluster/nodelease"
 )
 
 // Headers between nodes. Forwarded marks a request a node sent on to an
@@ -48,8 +49,10 @@ const MsgUnreachable = "the actor's node is not reachable; retry"
 // With again set, a request that failed untouched (not sent, and nothing
 // of its body read) is not answered: the failure says so (Untouched), and
 // the caller may send it elsewhere. So is one the peer refused as not
-// held (NotHeldHeader: it ran nothing) with nothing of its body read: the
-// peer released the actor since the caller's owner hint named it. Without it, an upgrade the holder
+// held (NotHeldHeader: it ran nothing; believed from a peer whose
+// heartbeat names nodelease.CapabilityNotHeld) with nothing of its body
+// read: the peer released the actor since the caller's owner hint named
+// it. The mark never reaches the client. Without it, an upgrade the holder
 // refused at the handshake is sent once more after this node's next
 // heartbeat (resend.go), the client waiting.
 func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string, again bool) (int, *Failure) {
@@ -93,7 +96,8 @@ func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string, a
 		return 0, f
 	}
 	defer resp.Body.Close()
-	if again && !body.read && resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(NotHeldHeader) != "" {
+	if again && !body.read && resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(NotHeldHeader) != "" && n.marksNotHeld(peer) {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10)) // read to its end, so the connection is kept
 		return resp.StatusCode, &Failure{Peer: peer, Kind: NotHeld, Err: errNotHeld, Untouched: true}
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
@@ -102,12 +106,21 @@ func (n *Network) Forward(w http.ResponseWriter, r *http.Request, peer string, a
 	}
 	h := w.Header()
 	removeHopByHop(resp.Header, false)
+	resp.Header.Del(NotHeldHeader) // between nodes only
 	for k, vs := range resp.Header {
 		h[k] = vs
 	}
 	w.WriteHeader(resp.StatusCode)
 	io.Copy(w, resp.Body)
 	return resp.StatusCode, nil
+}
+
+// marksNotHeld reports whether peer's heartbeat says it marks a refusal
+// as not held and drops a guest's such header (an older build's answer
+// could carry a guest's).
+func (n *Network) marksNotHeld(peer string) bool {
+	p, err := n.cfg.View.Live(peer)
+	return err == nil && p.Object.Info.HasCapability(nodelease.CapabilityNotHeld)
 }
 
 // watchedBody is a request's body that says whether it was read from.

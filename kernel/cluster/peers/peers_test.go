@@ -247,28 +247,46 @@ func TestForward(t *testing.T) {
 	}
 
 	// A holder that refuses as not held (it released the actor since the
-	// hint named it): left unanswered when asked to and nothing of the
-	// body was read, answered with the holder's 503 otherwise.
+	// hint named it): left unanswered when asked to, nothing of the body
+	// read and the holder's heartbeat naming the mark; answered with its
+	// 503, without the mark, otherwise.
 	p = startPeer(t, func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set(NotHeldHeader, "1")
 		http.Error(w, "actor c/n is held by node a; retry", http.StatusServiceUnavailable)
 	})
-	n, _, _ = network(t, p.url, 5*time.Second)
+	n, view, clk := network(t, p.url, 5*time.Second)
+	marks := func(on bool) {
+		o := nodelease.Object{State: nodelease.Live, Instance: "i", Seq: 2, WrittenAt: clk.Now(), Info: nodelease.Info{Advertise: p.url, App: "acme/shop"}}
+		if on {
+			o.Info.Capabilities = []string{nodelease.CapabilityNotHeld}
+		}
+		view.Update([]membership.Peer{{ID: "b", Object: o}})
+		n.Refresh()
+	}
+	marks(true)
 	w = httptest.NewRecorder()
 	_, f = n.Forward(w, httptest.NewRequest("GET", "/actor/c/n", nil), "b", true)
 	if f == nil || !f.Untouched || f.Kind != NotHeld || f.Kind.String() != "not_held" || w.Body.Len() != 0 || len(w.Header()) != 0 {
 		t.Fatalf("refused as not held, asked to leave it: %v, answered %d %q", f, w.Code, w.Body)
 	}
 	for name, c := range map[string]struct {
-		body  string
-		again bool
-	}{"not asked to leave it": {"", false}, "its body read": {"body", true}} {
+		body        string
+		again, mark bool
+	}{
+		"not asked to leave it":             {"", false, true},
+		"its body read":                     {"body", true, true},
+		"a peer that does not say it marks": {"", true, false},
+	} {
+		marks(c.mark)
 		w = httptest.NewRecorder()
 		req = httptest.NewRequest("POST", "/actor/c/n", strings.NewReader(c.body))
-		if status, f := n.Forward(w, req, "b", c.again); f != nil || status != 503 || w.Code != 503 || w.Header().Get(NotHeldHeader) == "" {
-			t.Errorf("refused as not held, %s: %v, answered %d %q %v; want the holder's 503", name, f, w.Code, w.Body, w.Header())
+		if status, f := n.Forward(w, req, "b", c.again); f != nil || status != 503 || w.Code != 503 || w.Header().Get(NotHeldHeader) != "" {
+			t.Errorf("refused as not held, %s: %v, answered %d %q %v; want the holder's 503 without the mark", name, f, w.Code, w.Body, w.Header())
 		}
+	}
+	if got := p.conns.Load(); got != 1 {
+		t.Errorf("the forwards to the refusing holder opened %d connections, want 1 (the refusal read to its end)", got)
 	}
 }
 
