@@ -110,7 +110,9 @@ type Node struct {
 
 	LogFormat string `koanf:"log_format" oneof:"text,json" help:"the node's log lines: text (key=value) or json, one object a line"`
 	Preinit   string `koanf:"preinit" oneof:"on,off" help:"on: run once the start of a module that asks (docs/abi.md) and start its instances from what it left; off: never"`
-	LogLevel  string `koanf:"log_level" oneof:"debug,info,warn,error" help:"the least severe log lines written: debug, info, warn or error"`
+	// ADR 1067.
+	CHeapHugePages string `koanf:"c_heap_huge_pages" oneof:"on,off" help:"on: the C heap (SQLite's with the mattn driver) in one glibc arena on transparent huge pages, unless a plugin's C allocations are sparse (Wasmtime's); off: glibc's defaults"`
+	LogLevel       string `koanf:"log_level" oneof:"debug,info,warn,error" help:"the least severe log lines written: debug, info, warn or error"`
 
 	// The limits of the README's table, in its order.
 	MaxQueuedEvents    int           `koanf:"max_queued_events" help:"events queued per actor; more are answered 429"`

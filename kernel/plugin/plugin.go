@@ -56,6 +56,11 @@ type Info struct {
 	// refuses it saying what is wrong. One scheme per plugin of a kind.
 	Scheme  string
 	FromURL func(u *url.URL, config any) error
+	// SparseCHeap marks a plugin whose C allocations leave much of what
+	// they allocate untouched (Wasmtime's lazily filled instance tables):
+	// on huge pages that would be resident, so a process that chose it
+	// keeps the C heap on small pages (ADR 1067).
+	SparseCHeap bool
 }
 
 // ID is "<kind>.<name>".

@@ -319,6 +319,7 @@ import (
 	// compiled amalgamation) into the binary; this file calls them directly.
 	_ "github.com/mattn/go-sqlite3"
 
+	"github.com/wasmkeep/wasmkeep/internal/hugeheap"
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 )
 
@@ -377,6 +378,7 @@ func (mattn) open(path string) (conn, error) {
 	defer C.free(unsafe.Pointer(name))
 	const flags = 0x2 | 0x4 | 0x8000 | 0x02000000 // READWRITE | CREATE | NOMUTEX | EXRESCODE
 	if newPeak() {
+		hugeheap.Advise() // what the heap grew since, before this connection's memory is touched
 		warmHeap()
 	}
 	var db *C.sqlite3

@@ -403,6 +403,7 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) (err error) {
 			return err
 		}
 	}
+	hugePages := useHeap(ns.CHeapHugePages, cfg.Plugins, log)
 	rtAny, err := cfg.Plugins[plugin.Runtime].New()
 	if err != nil {
 		return err
@@ -579,7 +580,8 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) (err error) {
 	// node ready finds the line (a test killed it between the two).
 	log.Info("serving", "listen", l.Addr().String(), "runtime", rtChoice.Info.Name, "storage", stChoice.Info.Name,
 		slog.GroupAttrs(rtChoice.Info.ID(), rtChoice.Settings()...), slog.GroupAttrs(stChoice.Info.ID(), stChoice.Settings()...),
-		"app", served.String(), "data_dir", ns.DataDir, "cache_dir", opts.WithDefaults().CacheDir, "open_files", files, "max_connections", fit.connections, "max_instances", fit.instances)
+		"app", served.String(), "data_dir", ns.DataDir, "cache_dir", opts.WithDefaults().CacheDir, "open_files", files, "max_connections", fit.connections, "max_instances", fit.instances,
+		"c_heap_huge_pages", hugePages)
 	go func() { errc <- srv.Serve(l) }()
 	go notifyReady(ctx, n, log)
 	var stopErr error
