@@ -54,8 +54,10 @@ cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # wasmkeep bench names the build after the commit go build records in the
-# binary, which GOFLAGS=-buildvcs=false would leave out.
-go build -buildvcs=true -o "$tmp/wasmkeep" ./cmd/wasmkeep
+# binary, which GOFLAGS=-buildvcs=false would leave out. The server is built
+# as the project ships it (-tags sqlite_fts5: the mattn driver, ADR 1064),
+# whatever GOFLAGS says.
+go build -buildvcs=true -tags sqlite_fts5 -o "$tmp/wasmkeep" ./cmd/wasmkeep
 GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o "$tmp/counter.wasm" ./examples/counter
 case ${1-} in
 engines)
@@ -72,7 +74,7 @@ workerd)
 	before=()
 	if [ -n "${BEFORE-}" ]; then
 		git worktree add --detach "$tmp/before" "$BEFORE"
-		(cd "$tmp/before" && go build -o "$tmp/wasmkeep-before" ./cmd/wasmkeep)
+		(cd "$tmp/before" && go build -tags sqlite_fts5 -o "$tmp/wasmkeep-before" ./cmd/wasmkeep)
 		git worktree remove --force "$tmp/before"
 		before=(-before "$tmp/wasmkeep-before")
 	fi
