@@ -365,6 +365,9 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) (err error) {
 	// Plugins, and anything else that logs with slog's default, log as
 	// the node does.
 	slog.SetDefault(log)
+	// First of all: it may run the process again, which must have read
+	// nothing that cannot be read twice (a pipe of --secrets-key).
+	hugePages := useHeap(ns.CHeapHugePages, cfg.Plugins, log)
 	access, err := accessRules(ns.Access, f.access)
 	if err != nil {
 		return err
@@ -403,7 +406,6 @@ func serve(cmd *cobra.Command, reg *plugin.Registry, f serveFlags) (err error) {
 			return err
 		}
 	}
-	hugePages := useHeap(ns.CHeapHugePages, cfg.Plugins, log)
 	rtAny, err := cfg.Plugins[plugin.Runtime].New()
 	if err != nil {
 		return err

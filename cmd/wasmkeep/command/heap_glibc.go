@@ -16,7 +16,10 @@ int wk_hugeheap_prepare(void); // internal/hugeheap
 // (useHeap). The environment's settings are read here to spare that second
 // start: WASMKEEP_NODE__C_HEAP_HUGE_PAGES=off, and
 // WASMKEEP_RUNTIME__USE=wasmtime, whose C allocations are sparse.
+// glibc alone passes a constructor the program's arguments (musl passes
+// none, and is left alone).
 __attribute__((constructor)) static void wk_prepare_heap(int argc, char **argv) {
+#ifdef __GLIBC__
 	const char *setting = getenv("WASMKEEP_NODE__C_HEAP_HUGE_PAGES"), *engine = getenv("WASMKEEP_RUNTIME__USE");
 	if ((setting != 0 && strcmp(setting, "off") == 0) || (engine != 0 && strcmp(engine, "wasmtime") == 0)) {
 		return;
@@ -27,6 +30,7 @@ __attribute__((constructor)) static void wk_prepare_heap(int argc, char **argv) 
 			return;
 		}
 	}
+#endif
 }
 */
 import "C"
