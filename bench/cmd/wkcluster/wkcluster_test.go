@@ -50,9 +50,10 @@ func TestQuickRun(t *testing.T) {
 		"move_requests", "move_room_closed_p50", "move_room_closed_p99", "move_room_closed_max",
 		"move_room_reconnect_p50", "move_room_reconnect_p99", "move_room_reconnect_max"}
 	// Every node's time to serve a change, and each node's slowest, are
-	// above the CSV's resolution (0.1 s): rows of a single node's p50 and
-	// p99 may round to 0 (a node that read the set while the command was
-	// still returning), and are only required below.
+	// above the CSV's resolution (0.1 ms; node a's slowest was 0.05 s, 0 at
+	// the 0.1 s it had): rows of a single node's p50 and p99 may round to
+	// 0 (a node that read the set while the command was still returning),
+	// and are only required below.
 	metrics = append(metrics, "secrets_serving_p50", "secrets_serving_p99", "secrets_serving_max")
 	var perNode []string
 	for _, of := range []string{"_a", "_b", "_c"} {
