@@ -330,7 +330,7 @@ func cacheDir(root string) (string, error) {
 // TestThirdPartyWazeroDigest checks it).
 const (
 	thirdPartyWazero       = "./third_party/wazero"
-	thirdPartyWazeroDigest = "8bb6bed9867baae9"
+	thirdPartyWazeroDigest = "4f01a466e4a72092"
 )
 
 // cacheDirName names the cache directory of a build with these

@@ -6,9 +6,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"runtime/debug"
+	"strings"
 	"testing"
 
+	"github.com/tetratelabs/wazero"
 	"github.com/wasmkeep/wasmkeep/internal/wasmbin"
 	"github.com/wasmkeep/wasmkeep/kernel/runtime"
 )
@@ -93,5 +96,96 @@ func TestRefFuncAllocatesOnce(t *testing.T) {
 	})
 	if allocated > runs/100 {
 		t.Errorf("%d runs of ref.func allocated %.0f times", runs, allocated)
+	}
+}
+
+// fixedTableModule is a module with a table of 4,096 references to its
+// function inc, which adds one to a global of the instance and returns
+// it, called by call through the table's slot 5; exportTable exports the
+// table, which keeps it from being fixed; nullSlot5 adds a second segment
+// that puts ref.null in slot 5.
+func fixedTableModule(exportTable, nullSlot5 bool) []byte {
+	const slots = 4096
+	elems := []byte{1, 0, 0x41, 0, 0x0b} // one active segment of table 0 at i32.const 0
+	elems = wasmbin.AppendU32(elems, slots)
+	elems = append(elems, make([]byte, slots)...) // ref.func 0, each
+	if nullSlot5 {
+		// flags 4: table 0, an offset, expressions: (ref.null func) at 5
+		elems = append(elems, 4, 0x41, 5, 0x0b, 1, 0xd0, 0x70, 0x0b)
+		elems[0] = 2
+	}
+	exports := []byte{1, 4, 'c', 'a', 'l', 'l', kindFunc, 1}
+	if exportTable {
+		exports = []byte{2, 4, 'c', 'a', 'l', 'l', kindFunc, 1, 1, 't', kindTable, 0}
+	}
+	inc := []byte{0, 0x23, 0, 0x41, 1, 0x6a, 0x24, 0, 0x23, 0, 0x0b} // global 0 += 1; global 0
+	call := []byte{0, 0x41, 5, 0x11, 0, 0, 0x0b}                     // call_indirect (type 0) slot 5
+	code := append([]byte{2, byte(len(inc))}, inc...)
+	code = append(append(code, byte(len(call))), call...)
+	return binaryModule(
+		sec(wasmbin.TypeSection, 1, 0x60, 0, 1, 0x7f),
+		sec(wasmbin.FunctionSection, 2, 0, 0),
+		sec(wasmbin.TableSection, append([]byte{1, 0x70, 0}, wasmbin.AppendU32(nil, slots)...)...),
+		sec(wasmbin.GlobalSection, 1, 0x7f, 1, 0x41, 0, 0x0b),
+		sec(wasmbin.ExportSection, exports...),
+		sec(wasmbin.ElementSection, elems...),
+		sec(wasmbin.CodeSection, code...),
+	)
+}
+
+// A table only call_indirect uses, filled with the module's own functions
+// (a Go guest's, with a slot per function), is made once per module and
+// shared by its instances (the patch's fixed tables): a call through it
+// enters the instance that made it, and an instance allocates none of
+// it. Exported, the table is each instance's own, as before.
+func TestFixedTableSharedByInstances(t *testing.T) {
+	for _, exported := range []bool{false, true} {
+		m := compileOn(t, fixedTableModule(exported, false))
+		var insts [2]runtime.Instance
+		for i := range insts {
+			inst, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer inst.Close(t.Context())
+			insts[i] = inst
+		}
+		for _, c := range []struct{ inst, want int }{{0, 1}, {0, 2}, {1, 1}, {0, 3}, {1, 2}} {
+			stack := []uint64{0}
+			if err := insts[c.inst].Function("call").Call(t.Context(), stack); err != nil || stack[0] != uint64(c.want) {
+				t.Fatalf("table exported %v: instance %d's call = %d, %v; want %d", exported, c.inst, stack[0], err, c.want)
+			}
+		}
+
+		code := m.code.Load()
+		const instances = 20
+		var before, after goruntime.MemStats
+		goruntime.ReadMemStats(&before)
+		for range instances {
+			mod, err := code.rt.InstantiateModule(t.Context(), code.cm, wazero.NewModuleConfig().WithName(""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			mod.Close(t.Context())
+		}
+		goruntime.ReadMemStats(&after)
+		perInstance := (after.TotalAlloc - before.TotalAlloc) / instances
+		if table := uint64(4096 * 8); exported != (perInstance >= table) {
+			t.Errorf("table exported %v: an instance allocated %d bytes (the table is %d)", exported, perInstance, table)
+		}
+	}
+}
+
+// A later segment's ref.null empties a slot of a fixed table as it does
+// any other: the call through it traps, as upstream's does.
+func TestFixedTableNullSegment(t *testing.T) {
+	m := compileOn(t, fixedTableModule(false, true))
+	inst, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close(t.Context())
+	if err := inst.Function("call").Call(t.Context(), []uint64{0}); err == nil || !strings.Contains(err.Error(), "invalid table access") {
+		t.Fatalf("a call through a slot a later segment emptied: %v, want invalid table access", err)
 	}
 }

@@ -1177,6 +1177,7 @@ func (m *Module) validateFunctionWithMaxStackValues(
 			if tableIndex >= uint32(len(tables)) {
 				return fmt.Errorf("table of index %d not found", tableIndex)
 			}
+			m.noteTableAccess(tableIndex, len(tables)) // WasmKeep patch
 
 			refType := tables[tableIndex].Type
 			if op == OpcodeTableGet {
@@ -1317,6 +1318,7 @@ func (m *Module) validateFunctionWithMaxStackValues(
 						return fmt.Errorf("table of index %d not found", tableIndex)
 					}
 
+					m.noteTableAccess(tableIndex, len(tables)) // WasmKeep patch
 					if !isRefSubtypeOf(m.ElementSection[elementIndex].Type, tables[tableIndex].Type) {
 						return fmt.Errorf("type mismatch for table.init: element type %s does not match table type %s",
 							RefTypeName(m.ElementSection[elementIndex].Type),
@@ -1364,6 +1366,8 @@ func (m *Module) validateFunctionWithMaxStackValues(
 						return fmt.Errorf("table of index %d not found", srcTableIndex)
 					}
 
+					m.noteTableAccess(dstTableIndex, len(tables)) // WasmKeep patch
+					m.noteTableAccess(srcTableIndex, len(tables))
 					if !isRefSubtypeOf(tables[srcTableIndex].Type, tables[dstTableIndex].Type) {
 						return fmt.Errorf("table type mismatch for table.copy: %s (src) != %s (dst)",
 							RefTypeName(tables[srcTableIndex].Type), RefTypeName(tables[dstTableIndex].Type))
@@ -1388,6 +1392,9 @@ func (m *Module) validateFunctionWithMaxStackValues(
 				}
 				if tableIndex >= uint32(len(tables)) {
 					return fmt.Errorf("table of index %d not found", tableIndex)
+				}
+				if miscOpcode != OpcodeMiscTableSize { // WasmKeep patch
+					m.noteTableAccess(tableIndex, len(tables))
 				}
 				pc += num - 1
 

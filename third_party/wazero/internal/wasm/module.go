@@ -183,6 +183,11 @@ type Module struct {
 	// IsHostModule true if this is the host module, false otherwise.
 	IsHostModule bool
 
+	// tablesAccessed and fixedTables are set by validation: the tables an
+	// instruction other than call_indirect uses, and the fixed ones
+	// (fixed_table.go; WasmKeep patch).
+	tablesAccessed, fixedTables []bool
+
 	// functionDefinitionSectionInitOnce guards FunctionDefinitionSection so that it is initialized exactly once.
 	functionDefinitionSectionInitOnce sync.Once
 
@@ -326,6 +331,7 @@ func (m *Module) Validate(enabledFeatures api.CoreFeatures) error {
 	if err = m.validateTable(enabledFeatures, tables, MaximumTableIndex); err != nil {
 		return err
 	}
+	m.decideFixedTables() // WasmKeep patch
 
 	if err = m.validateDataCountSection(); err != nil {
 		return err
@@ -445,6 +451,8 @@ func (m *Module) validateFunctions(enabledFeatures api.CoreFeatures, functions [
 	if err != nil {
 		return err
 	}
+
+	m.tablesAccessed = nil // WasmKeep patch: noteTableAccess sets it again
 
 	// Create bytes.Reader once as it causes allocation, and
 	// we frequently need it (e.g. on every If instruction).

@@ -207,6 +207,9 @@ func (m *ModuleInstance) applyElements(elems []ElementSegment) {
 		offset := uint32(offsetExprResults[0])
 
 		table := m.Tables[elem.TableIndex]
+		if table.fixed { // WasmKeep patch
+			continue
+		}
 		references := table.References
 		if int(offset)+len(elem.Init) > len(references) {
 			// ErrElementOffsetOutOfBounds is the error raised when the active element offset exceeds the table length.

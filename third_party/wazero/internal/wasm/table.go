@@ -100,6 +100,10 @@ type TableInstance struct {
 	// Type is either RefTypeFuncref or RefTypeExternRef.
 	Type RefType
 
+	// fixed: References are the module's fixed table, shared by its
+	// instances and never written (WasmKeep patch).
+	fixed bool
+
 	// The following is only used when the table is exported.
 
 	// involvingModuleInstances is a set of module instances which are involved in the table instance.
@@ -110,6 +114,10 @@ type TableInstance struct {
 	// involvingModuleInstancesMutex is a mutex to protect involvingModuleInstances.
 	involvingModuleInstancesMutex sync.RWMutex
 }
+
+// Fixed reports whether t is a module's fixed table, whose references are
+// shared by its instances and carry no module context (WasmKeep patch).
+func (t *TableInstance) Fixed() bool { return t.fixed }
 
 // ElementInstance represents an element instance in a module.
 //
@@ -244,9 +252,15 @@ func (m *ModuleInstance) buildTables(module *Module, skipBoundCheck bool) (err e
 	idx := module.ImportTableCount
 	for i := range module.TableSection {
 		tsec := &module.TableSection[i]
-		t := &TableInstance{
-			References: make([]Reference, tsec.Min), Min: tsec.Min, Max: tsec.Max,
-			Type: tsec.Type,
+		t := &TableInstance{Min: tsec.Min, Max: tsec.Max, Type: tsec.Type}
+		// A fixed table's references are its module's, shared (WasmKeep
+		// patch): applyElements leaves them as they are.
+		if fixed, ok := m.Engine.(FixedTableEngine); ok && module.IsTableFixed(idx) {
+			t.References = fixed.FixedTableReferences(idx)
+			t.fixed = t.References != nil
+		}
+		if !t.fixed {
+			t.References = make([]Reference, tsec.Min)
 		}
 		if tsec.InitExpr != nil {
 			initVals := evaluateConstExprInModuleInstance(tsec.InitExpr, m)

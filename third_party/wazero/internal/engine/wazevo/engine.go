@@ -105,6 +105,11 @@ type (
 		// catchClauseTable stores catch clause info for each try_table,
 		// indexed by a try_table ID assigned during compilation.
 		catchClauseTable [][]wazevoapi.CatchClauseInstance
+
+		// fixed holds the shared fixed tables, made at the first
+		// instantiation (fixed_table.go; WasmKeep patch).
+		fixedMu sync.Mutex
+		fixed   fixedTables
 	}
 
 	executables struct {

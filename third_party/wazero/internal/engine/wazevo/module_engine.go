@@ -374,6 +374,12 @@ func (m *moduleEngine) LookupFunction(t *wasm.TableInstance, typeId wasm.Functio
 	if tf.typeID != typeId {
 		panic(wasmruntime.ErrRuntimeIndirectCallTypeMismatch)
 	}
+	if tf.moduleContextOpaquePtr == nil { // a fixed table's, whose functions are this module's (WasmKeep patch)
+		if !t.Fixed() {
+			panic(wasmruntime.ErrRuntimeInvalidTableAccess)
+		}
+		return m.module, tf.indexInModule
+	}
 	return moduleInstanceFromOpaquePtr(tf.moduleContextOpaquePtr), tf.indexInModule
 }
 

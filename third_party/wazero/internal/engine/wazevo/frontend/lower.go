@@ -4040,10 +4040,16 @@ func (c *Compiler) prepareCallIndirect(typeIndex, tableIndex uint32) (ssa.Value,
 	loadExecutablePtr.AsLoad(functionInstancePtr, wazevoapi.FunctionInstanceExecutableOffset, ssa.TypeI64)
 	builder.InsertInstruction(loadExecutablePtr)
 	executablePtr := loadExecutablePtr.Return()
-	loadModuleContextOpaquePtr := builder.AllocateInstruction()
-	loadModuleContextOpaquePtr.AsLoad(functionInstancePtr, wazevoapi.FunctionInstanceModuleContextOpaquePtrOffset, ssa.TypeI64)
-	builder.InsertInstruction(loadModuleContextOpaquePtr)
-	moduleContextOpaquePtr := loadModuleContextOpaquePtr.Return()
+	// A fixed table's functions are the caller's module's, and its
+	// references carry no module context (wasm/fixed_table.go; WasmKeep
+	// patch).
+	moduleContextOpaquePtr := c.moduleCtxPtrValue
+	if !c.m.IsTableFixed(tableIndex) {
+		loadModuleContextOpaquePtr := builder.AllocateInstruction()
+		loadModuleContextOpaquePtr.AsLoad(functionInstancePtr, wazevoapi.FunctionInstanceModuleContextOpaquePtrOffset, ssa.TypeI64)
+		builder.InsertInstruction(loadModuleContextOpaquePtr)
+		moduleContextOpaquePtr = loadModuleContextOpaquePtr.Return()
+	}
 
 	typ := &c.m.TypeSection[typeIndex]
 	tail := len(state.values) - len(typ.Params)
