@@ -330,7 +330,7 @@ func cacheDir(root string) (string, error) {
 // TestThirdPartyWazeroDigest checks it).
 const (
 	thirdPartyWazero       = "./third_party/wazero"
-	thirdPartyWazeroDigest = "4f01a466e4a72092"
+	thirdPartyWazeroDigest = "c0a1e0ddd7db7759"
 )
 
 // cacheDirName names the cache directory of a build with these

@@ -109,15 +109,18 @@ func ElementOffset(elem *ElementSegment) uint32 {
 // LocalRefFunc returns the function index of init if it is a ref.func of
 // one of the module's own functions (not one of its importCount imports).
 func LocalRefFunc(init *ConstantExpression, importCount Index) (Index, bool) {
-	d := init.Data
+	idx, ok := refFuncIndex(init.Data)
+	return idx, ok && idx >= importCount
+}
+
+// refFuncIndex returns the function index of d if it is the constant
+// expression ref.func (elementReference reads it without the evaluator).
+func refFuncIndex(d []byte) (Index, bool) {
 	if len(d) < 3 || d[0] != OpcodeRefFunc || d[len(d)-1] != OpcodeEnd {
 		return 0, false
 	}
 	idx, n, err := leb128.LoadUint32(d[1:])
-	if err != nil || 1+int(n) != len(d)-1 || idx < importCount {
-		return 0, false
-	}
-	return idx, true
+	return idx, err == nil && 1+int(n) == len(d)-1
 }
 
 func isRefNull(d []byte) bool {

@@ -11,7 +11,6 @@ import (
 	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/internal/expctxkeys"
 	"github.com/tetratelabs/wazero/internal/internalapi"
-	"github.com/tetratelabs/wazero/internal/leb128"
 	internalsys "github.com/tetratelabs/wazero/internal/sys"
 	"github.com/tetratelabs/wazero/sys"
 )
@@ -203,13 +202,13 @@ func (m *ModuleInstance) applyElements(elems []ElementSegment) {
 			len(elem.Init) == 0 {
 			continue
 		}
+		table := m.Tables[elem.TableIndex]
+		if table.fixed { // WasmKeep patch: shared, and filled already
+			continue
+		}
 		offsetExprResults := evaluateConstExprInModuleInstance(&elem.OffsetExpr, m)
 		offset := uint32(offsetExprResults[0])
 
-		table := m.Tables[elem.TableIndex]
-		if table.fixed { // WasmKeep patch
-			continue
-		}
 		references := table.References
 		if int(offset)+len(elem.Init) > len(references) {
 			// ErrElementOffsetOutOfBounds is the error raised when the active element offset exceeds the table length.
@@ -732,10 +731,8 @@ func (s *Store) CloseWithExitCode(ctx context.Context, exitCode uint32) error {
 // ref.func, without evaluateConstExpr's two allocations (WasmKeep patch: a
 // Go guest's table has an element per function).
 func (m *ModuleInstance) elementReference(init *ConstantExpression) Reference {
-	if d := init.Data; len(d) >= 3 && d[0] == OpcodeRefFunc && d[len(d)-1] == OpcodeEnd {
-		if idx, n, err := leb128.LoadUint32(d[1:]); err == nil && 1+int(n) == len(d)-1 {
-			return m.Engine.FunctionInstanceReference(idx)
-		}
+	if idx, ok := refFuncIndex(init.Data); ok {
+		return m.Engine.FunctionInstanceReference(idx)
 	}
 	return Reference(evaluateConstExprInModuleInstance(init, m)[0])
 }
