@@ -228,6 +228,13 @@ func startNodeOn(t testing.TB, engine string, opts node.Options) *testNode {
 // cannot start.
 func serveNodeOn(t testing.TB, engine string, l net.Listener, opts node.Options) *testNode {
 	t.Helper()
+	return serveNodeWith(t, engine, l, opts, nil)
+}
+
+// serveNodeWith is serveNodeOn with the storage plugin given to wrap, if
+// set, and the node on what it returns.
+func serveNodeWith(t testing.TB, engine string, l net.Listener, opts node.Options, wrap func(storage.Driver) storage.Driver) *testNode {
+	t.Helper()
 	if opts.DataDir == "" {
 		opts.DataDir = t.TempDir()
 	}
@@ -240,6 +247,9 @@ func serveNodeOn(t testing.TB, engine string, l net.Listener, opts node.Options)
 	logs := &syncBuffer{}
 	opts.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	rt, st := standardPlugins(t, engine)
+	if wrap != nil {
+		st = wrap(st)
+	}
 	n, err := node.New(context.Background(), opts, rt, st)
 	if err != nil {
 		l.Close()

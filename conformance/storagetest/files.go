@@ -50,10 +50,18 @@ var fileTests = []test{
 		if n := count(db, "SELECT count(*) FROM sqlite_schema WHERE name = '_wasmkeep_prepared'"); n != 0 {
 			t.Error("the preparation ran on a database Open found")
 		}
+		if storage.CreatedByOpen(db) {
+			t.Error("a database Open found says Open created it (storage.Created)")
+		}
 		f.close(db)
+		// Created, where the driver has it, says so of each new database.
+		_, hasCreated := db.(storage.Created)
 		for i, name := range []string{"a", "b", "a"} {
 			a := addr("c", name)
 			db := openPrepared(a)
+			if hasCreated && !storage.CreatedByOpen(db) {
+				t.Errorf("new database %d (%q) does not say Open created it (storage.Created)", i, name)
+			}
 			if _, err := db.HostExec(ctx(), stmt); err != nil { // as the kernel does
 				t.Fatal(err)
 			}
@@ -68,6 +76,18 @@ var fileTests = []test{
 			f.remove(a)
 		}
 		f.wantValue(old, "v")
+		// Without a cache directory a driver may keep no template: the
+		// statements run on the new database, which Open created all the
+		// same.
+		prep.Prepare.CacheDir = ""
+		db = openPrepared(addr("c", "uncached"))
+		if hasCreated && !storage.CreatedByOpen(db) {
+			t.Error("a new database prepared without a cache directory does not say Open created it (storage.Created)")
+		}
+		if n := count(db, "SELECT count(*) FROM sqlite_schema WHERE name = '_wasmkeep_prepared'"); hasCreated && n != 1 {
+			t.Error("a new database that says Open created it lacks the preparation's table")
+		}
+		f.close(db)
 	}},
 	{"ExistsFollowsOpenAndRemove", func(t *testing.T, s suite) {
 		f := s.files(t)

@@ -98,6 +98,7 @@ type actor struct {
 	handingOver atomic.Bool
 
 	db       storage.DB
+	newDB    bool                 // db was created by its open (storage.Created) and no init is recorded in it yet
 	hold     ownership.Hold       // with a bucket: the actor's hold while its database is open
 	stream   *replication.Stream  // with a bucket: the hold's replication, nil on a node alone
 	erasing  *erasure             // a delete's history to erase after the answer
@@ -502,11 +503,16 @@ func (a *actor) openDB(ctx context.Context, ev *event) error {
 		return errNotCreated
 	}
 	a.state.created = created && ev.alarm
-	if err := a.ensureHostTables(ctx); err != nil {
-		return &failure{public: "internal error", cause: err}
-	}
-	if err := a.readSeq(ctx); err != nil {
-		return &failure{public: "internal error", cause: err}
+	// A database its open created has the host's tables, and no row in
+	// them: a new actor's first request runs neither statement.
+	a.newDB, a.seq = storage.CreatedByOpen(db), 0
+	if !a.newDB {
+		if err := a.ensureHostTables(ctx); err != nil {
+			return &failure{public: "internal error", cause: err}
+		}
+		if err := a.readSeq(ctx); err != nil {
+			return &failure{public: "internal error", cause: err}
+		}
 	}
 	if a.stream != nil {
 		// A hold starts here: the actor's pending alarm, restored with its
@@ -581,6 +587,9 @@ func (a *actor) initPending(ctx context.Context) (bool, error) {
 	if !a.class.hooks.onInit || a.class.stateless { // no database to record it in
 		return false, nil
 	}
+	if a.newDB {
+		return true, nil
+	}
 	v, ok, err := metaValue(ctx, a.db, initVersionKey)
 	return !ok || v != a.class.version, err
 }
@@ -613,6 +622,9 @@ func text(s string) abi.Value { return abi.Value{Kind: abi.KindText, Bytes: []by
 func (a *actor) recordInit(ctx context.Context) error {
 	_, err := a.db.HostExec(ctx, "INSERT OR REPLACE INTO "+metaTable+" (key, value) VALUES (?, ?)",
 		text(initVersionKey), text(a.class.version))
+	if err == nil {
+		a.newDB = false
+	}
 	return err
 }
 

@@ -108,7 +108,8 @@ type Options struct {
 // capability of a driver: one that honours it runs Statements on a database
 // it creates before Open returns it, never on one Open finds; one that
 // ignores it leaves that to the kernel, which runs the statements itself
-// after every Open (they are idempotent: CREATE ... IF NOT EXISTS). The
+// after every Open (they are idempotent: CREATE ... IF NOT EXISTS) but
+// one whose DB reports it Created. The
 // point is a new actor's first request: a driver may, rather than run the
 // statements on every new database, prepare one database with them once (a
 // template) and copy it, provided the copy cannot be told apart from a
@@ -178,6 +179,23 @@ type DB interface {
 	Close() error
 
 	Replicator
+}
+
+// Created is an optional interface of a DB: Created reports whether the
+// Open that returned it created the database, as Options.Prepare says (its
+// statements run, or a template of them copied), so that nothing else is
+// in it yet. The kernel then skips what it otherwise runs after every
+// Open: the preparation's statements again and the reads of its host
+// rows, which cannot be there (ADR 1069). A driver without it, or that
+// ignores Options.Prepare, answers false (CreatedByOpen).
+type Created interface {
+	Created() bool
+}
+
+// CreatedByOpen reports whether db says its Open created it (Created).
+func CreatedByOpen(db DB) bool {
+	c, ok := db.(Created)
+	return ok && c.Created()
 }
 
 // Syncer is an optional interface of a DB (the kernel does without it): Sync

@@ -75,7 +75,12 @@ type db struct {
 	dirSynced bool
 	closed    bool
 	release   func() // gives up the claim on path (files.go); nil if none
+	created   bool   // this Open created the database (storage.Created)
 }
+
+// Created reports whether the Open that returned d created its database
+// as Options.Prepare says (storage.Created).
+func (d *db) Created() bool { return d.created }
 
 var errClosed = storage.Errorf(abi.SQLInternal, "the database is closed")
 

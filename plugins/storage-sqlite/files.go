@@ -142,9 +142,9 @@ func (drv *driver) openPath(path string, opts storage.Options, create bool) (*db
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	run := false
+	created, run := false, false
 	if create && len(opts.Prepare.Statements) > 0 {
-		if run, err = drv.create(path, opts.Prepare); err != nil {
+		if created, run, err = drv.create(path, opts.Prepare); err != nil {
 			release()
 			return nil, err
 		}
@@ -160,7 +160,7 @@ func (drv *driver) openPath(path string, opts storage.Options, create bool) (*db
 		release()
 		return nil, err
 	}
-	d.release = release
+	d.release, d.created = release, created
 	return d, nil
 }
 

@@ -264,39 +264,41 @@ func storeTemplate(path, key string, data []byte) error {
 }
 
 // create starts the database at path, which is claimed, as a copy of
-// prep's template if path holds none. It reports whether the statements
-// are left to run: a database was created without a template.
-func (drv *driver) create(path string, prep storage.Preparation) (run bool, err error) {
+// prep's template if path holds none. It reports whether path held none,
+// and whether the statements are left to run: the database is to be
+// created without a template.
+func (drv *driver) create(path string, prep storage.Preparation) (created, run bool, err error) {
 	if _, err := os.Lstat(path); err == nil {
-		return false, nil
+		return false, false, nil
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return false, err
+		return false, false, err
 	}
 	data, err := drv.template(prep)
 	if err != nil {
-		return true, nil
+		return true, true, nil
 	}
 	// A log left beside a database that is gone must not be replayed
 	// into the new one (Remove removes the log first; this is for a
 	// database removed by hand without it). A stat each, as os.Remove of
-	// an absent file costs two system calls.
+	// an absent file costs two system calls. (SQLite deletes a log beside
+	// an empty file itself: the statements' way needs none of this.)
 	for _, f := range suffixed(path, logSuffixes) {
 		if _, err := os.Lstat(f); err == nil {
 			if err := os.Remove(f); err != nil {
-				return false, err
+				return false, false, err
 			}
 		}
 	}
 	tmp := path + creatingSuffix
 	if err := writeSynced(tmp, bytes.NewReader(data)); err != nil {
 		os.Remove(tmp)
-		return false, fmt.Errorf("open %s: copying the template: %w", path, err)
+		return false, false, fmt.Errorf("open %s: copying the template: %w", path, err)
 	}
 	// rename(2) rather than os.Rename, which stats path first to refuse
 	// a directory there (the call itself refuses to put a file over one).
 	if err := noEINTR(func() error { return unix.Rename(tmp, path) }); err != nil {
 		os.Remove(tmp)
-		return false, fmt.Errorf("open %s: renaming %s: %w", path, filepath.Base(tmp), err)
+		return false, false, fmt.Errorf("open %s: renaming %s: %w", path, filepath.Base(tmp), err)
 	}
-	return false, nil
+	return true, false, nil
 }

@@ -448,30 +448,34 @@ func BenchmarkNewDatabase(b *testing.B) {
 
 // TestTemplateIgnoresLeftLog: a log left where a database was removed by
 // hand (without Remove, which removes the log first) is not replayed into
-// the new database copied there.
+// the new database copied there, nor into one the statements build (no
+// cache directory, so no template): either says Open created it
+// (storage.Created), so nothing else may be in it.
 func TestTemplateIgnoresLeftLog(t *testing.T) { forEachDriver(t, testTemplateIgnoresLeftLog) }
 
 func testTemplateIgnoresLeftLog(t *testing.T, name string) {
-	drv := newDriver(t, name).(*driver)
-	root, cache := t.TempDir(), t.TempDir()
-	prep := storage.Options{Prepare: storage.Preparation{Statements: prepStatements, CacheDir: cache}}
-	// A database opened for replication keeps its log when it closes.
-	opts := prep
-	opts.Replication = true
-	d := openNew(t, drv, root, testAddr("gone"), opts, nil)
-	if _, err := d.HostExec(context.Background(), "CREATE TABLE left_behind (x)"); err != nil {
-		t.Fatal(err)
-	}
-	d.Close()
-	gone, _ := dbPath(root, testAddr("gone"))
-	if err := os.Remove(gone); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(gone + "-wal"); err != nil {
-		t.Fatalf("no log was left: %v", err)
-	}
-	openNew(t, drv, root, testAddr("gone"), prep, nil).Close()
-	if got := describe(t, drv, gone); strings.Contains(got, "left_behind") || !strings.Contains(got, "quick_check: ok") {
-		t.Fatalf("the new database:\n%s", got)
+	for _, cache := range []string{t.TempDir(), ""} {
+		drv := newDriver(t, name).(*driver)
+		root := t.TempDir()
+		prep := storage.Options{Prepare: storage.Preparation{Statements: prepStatements, CacheDir: cache}}
+		// A database opened for replication keeps its log when it closes.
+		opts := prep
+		opts.Replication = true
+		d := openNew(t, drv, root, testAddr("gone"), opts, nil)
+		if _, err := d.HostExec(context.Background(), "CREATE TABLE left_behind (x)"); err != nil {
+			t.Fatal(err)
+		}
+		d.Close()
+		gone, _ := dbPath(root, testAddr("gone"))
+		if err := os.Remove(gone); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(gone + "-wal"); err != nil {
+			t.Fatalf("no log was left: %v", err)
+		}
+		openNew(t, drv, root, testAddr("gone"), prep, nil).Close()
+		if got := describe(t, drv, gone); strings.Contains(got, "left_behind") || !strings.Contains(got, "quick_check: ok") {
+			t.Fatalf("the new database (cache directory %q):\n%s", cache, got)
+		}
 	}
 }
