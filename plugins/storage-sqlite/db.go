@@ -84,10 +84,11 @@ func (d *db) Created() bool { return d.created }
 
 var errClosed = storage.Errorf(abi.SQLInternal, "the database is closed")
 
-// open opens the database at path; likeBlobs says whether b's LIKE and GLOB
-// match blobs (the like_blobs capability).
-func open(b binding, path string, opts storage.Options, synchronous string, cacheSize int, likeBlobs bool) (*db, error) {
-	c, err := openFile(b, path)
+// open opens the database at path, locked by lockFD already unless it is -1
+// (openFile); likeBlobs says whether b's LIKE and GLOB match blobs (the
+// like_blobs capability).
+func open(b binding, path string, lockFD int, opts storage.Options, synchronous string, cacheSize int, likeBlobs bool) (*db, error) {
+	c, err := openFile(b, path, lockFD)
 	if err != nil {
 		return nil, err
 	}

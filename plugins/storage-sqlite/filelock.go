@@ -44,11 +44,17 @@ type lockedConn struct {
 }
 
 // openFile opens a connection to the database file at path, creating the
-// file if absent, locked before SQLite opens it.
-func openFile(b binding, path string) (conn, error) {
-	fd, err := lockDBFile(path, true)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
+// file if absent, locked before SQLite opens it: here, or, if lockFD is
+// not -1, by that descriptor of the file already (a new database's, locked
+// before it took the path: create). The lock's descriptor is closed if the
+// connection cannot open.
+func openFile(b binding, path string, lockFD int) (conn, error) {
+	fd := lockFD
+	if fd < 0 {
+		var err error
+		if fd, err = lockDBFile(path, true); err != nil {
+			return nil, fmt.Errorf("open %s: %w", path, err)
+		}
 	}
 	c, err := b.open(path)
 	if err != nil {
@@ -76,7 +82,18 @@ func lockDBFile(path string, create bool) (int, error) {
 	if err != nil {
 		return -1, err
 	}
+	if err := lockBytes(fd); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// lockBytes takes the write lock on the SQLite lock bytes of the file open
+// at fd, waiting up to lockWait for another process to let it go.
+func lockBytes(fd int) error {
 	lock := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: lockBytesStart, Len: lockBytesLen}
+	var err error
 	for wait, deadline := time.Millisecond, time.Now().Add(lockWait); ; wait *= 2 {
 		err = unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lock)
 		if !heldElsewhere(err) || time.Now().After(deadline) {
@@ -86,14 +103,12 @@ func lockDBFile(path string, create bool) (int, error) {
 	}
 	switch {
 	case err == nil:
-		return fd, nil
+		return nil
 	case heldElsewhere(err):
-		err = fmt.Errorf("the database is locked by another process (a second server on this data directory, or a sqlite3 shell): %w", err)
+		return fmt.Errorf("the database is locked by another process (a second server on this data directory, or a sqlite3 shell): %w", err)
 	default:
-		err = fmt.Errorf("locking the database: %w", err)
+		return fmt.Errorf("locking the database: %w", err)
 	}
-	unix.Close(fd)
-	return -1, err
 }
 
 // heldElsewhere says a lock request failed for a conflicting lock (fcntl

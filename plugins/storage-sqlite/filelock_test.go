@@ -21,52 +21,59 @@ import (
 // database is open, a second process finds each of SQLite's lock bytes
 // taken, another program's SQLite on the default VFS cannot read it (nor
 // read past the connection's log or write under it), and this driver
-// cannot open or remove it; once it is closed, all three can.
+// cannot open or remove it; once it is closed, all three can. A new
+// database copied from a template is locked before it takes its path.
 func TestAnotherProcessFindsAnOpenDatabaseLocked(t *testing.T) {
 	if path := os.Getenv("WASMKEEP_TEST_LOCKED_DB"); path != "" {
 		otherProcess(path)
 		return
 	}
 	forEachDriver(t, func(t *testing.T, name string) {
-		root := t.TempDir()
-		d, err := newDriver(t, name).Open(context.Background(), root, testAddr("held"), storage.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := d.HostExec(context.Background(), "CREATE TABLE t (x)"); err != nil {
-			t.Fatal(err)
-		}
-		path, _ := dbPath(root, testAddr("held"))
-		other := func() string {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestAnotherProcessFindsAnOpenDatabaseLocked$")
-			cmd.Env = append(os.Environ(), "WASMKEEP_TEST_LOCKED_DB="+path, "WASMKEEP_TEST_LOCKED_ROOT="+root, "WASMKEEP_TEST_LOCKED_DRIVER="+name)
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				t.Fatalf("the other process: %v\n%s", err, out)
-			}
-			return string(out)
-		}
-		out := other()
-		for _, want := range []string{
-			"pending byte: locked", "reserved byte: locked", "shared bytes: locked",
-			"sqlite: database is locked",
-			"driver: open: " + path + ": the database is locked by another process",
-			"driver: remove: " + path + ": the database is locked by another process",
-		} {
-			if !strings.Contains(out, want) {
-				t.Errorf("while the database is open, the other process said\n%s\nwant a line with %q", out, want)
-			}
-		}
-		if err := d.Close(); err != nil {
-			t.Fatal(err)
-		}
-		out = other()
-		for _, want := range []string{"pending byte: free", "shared bytes: free", "sqlite: read 0 rows", "driver: opened", "driver: removed"} {
-			if !strings.Contains(out, want) {
-				t.Errorf("once the database is closed, the other process said\n%s\nwant a line with %q", out, want)
-			}
-		}
+		t.Run("statements", func(t *testing.T) { testFoundLocked(t, name, storage.Options{}) })
+		template := storage.Options{Prepare: storage.Preparation{Statements: prepStatements[:2], CacheDir: t.TempDir()}}
+		t.Run("template", func(t *testing.T) { testFoundLocked(t, name, template) })
 	})
+}
+
+func testFoundLocked(t *testing.T, name string, opts storage.Options) {
+	root := t.TempDir()
+	d, err := newDriver(t, name).Open(context.Background(), root, testAddr("held"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.HostExec(context.Background(), "CREATE TABLE t (x)"); err != nil {
+		t.Fatal(err)
+	}
+	path, _ := dbPath(root, testAddr("held"))
+	other := func() string {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestAnotherProcessFindsAnOpenDatabaseLocked$")
+		cmd.Env = append(os.Environ(), "WASMKEEP_TEST_LOCKED_DB="+path, "WASMKEEP_TEST_LOCKED_ROOT="+root, "WASMKEEP_TEST_LOCKED_DRIVER="+name)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("the other process: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	out := other()
+	for _, want := range []string{
+		"pending byte: locked", "reserved byte: locked", "shared bytes: locked",
+		"sqlite: database is locked",
+		"driver: open: " + path + ": the database is locked by another process",
+		"driver: remove: " + path + ": the database is locked by another process",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("while the database is open, the other process said\n%s\nwant a line with %q", out, want)
+		}
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out = other()
+	for _, want := range []string{"pending byte: free", "shared bytes: free", "sqlite: read 0 rows", "driver: opened", "driver: removed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("once the database is closed, the other process said\n%s\nwant a line with %q", out, want)
+		}
+	}
 }
 
 // otherProcess probes the lock bytes of the database at path, reads it

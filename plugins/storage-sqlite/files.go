@@ -142,25 +142,27 @@ func (drv *driver) openPath(path string, opts storage.Options, create bool) (*db
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	created, run := false, false
+	m := made{lockFD: -1}
 	if create && len(opts.Prepare.Statements) > 0 {
-		if created, run, err = drv.create(path, opts.Prepare); err != nil {
+		if m, err = drv.create(path, opts.Prepare); err != nil {
 			release()
 			return nil, err
 		}
 	}
-	d, err := drv.open(path, opts)
-	if err == nil && run {
+	d, err := drv.open(path, m.lockFD, opts)
+	if err == nil && m.run {
 		if err = d.runPreparation(opts.Prepare.Statements); err != nil {
-			d.Close()
 			err = fmt.Errorf("open %s: preparing the new database: %w", path, err)
 		}
+	}
+	if err != nil && d != nil {
+		d.Close()
 	}
 	if err != nil {
 		release()
 		return nil, err
 	}
-	d.release, d.created = release, created
+	d.release, d.created = release, m.created
 	return d, nil
 }
 
@@ -349,7 +351,7 @@ func (drv *driver) checkpoint(path string) error {
 // bare runs f on a connection to path with exclusive locking (no -shm
 // file), as the plugin's own connections have, and without its sandbox.
 func (drv *driver) bare(path string, f func(conn) error) error {
-	c, err := openFile(drv.b, path)
+	c, err := openFile(drv.b, path, -1)
 	if err != nil {
 		return err
 	}

@@ -123,6 +123,6 @@ func checkOptions(path string, opts storage.Options) error {
 }
 
 // open opens the database file at path with the driver's settings.
-func (drv *driver) open(path string, opts storage.Options) (*db, error) {
-	return open(drv.b, path, opts, drv.cfg.Synchronous, drv.cfg.StatementCache, slices.Contains(drv.caps, storage.CapLikeBlobs))
+func (drv *driver) open(path string, lockFD int, opts storage.Options) (*db, error) {
+	return open(drv.b, path, lockFD, opts, drv.cfg.Synchronous, drv.cfg.StatementCache, slices.Contains(drv.caps, storage.CapLikeBlobs))
 }

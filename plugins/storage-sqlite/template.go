@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -217,7 +218,7 @@ func (drv *driver) makeTemplate(dir string, stmts []string) ([]byte, error) {
 	}
 	defer os.RemoveAll(scratch)
 	path := filepath.Join(scratch, "template"+dbSuffix)
-	d, err := drv.open(path, storage.Options{}.Defaults())
+	d, err := drv.open(path, -1, storage.Options{}.Defaults())
 	if err != nil {
 		return nil, err
 	}
@@ -263,42 +264,112 @@ func storeTemplate(path, key string, data []byte) error {
 	return atomicfile.Write(path, b.Bytes())
 }
 
+// made is what create did at a path.
+type made struct {
+	created bool // the path held no database: this Open makes it
+	run     bool // without a template: the statements are left to run
+	lockFD  int  // the new file's lock (lockBytes), taken before anything else could open it; -1: none
+}
+
 // create starts the database at path, which is claimed, as a copy of
-// prep's template if path holds none. It reports whether path held none,
-// and whether the statements are left to run: the database is to be
-// created without a template.
-func (drv *driver) create(path string, prep storage.Preparation) (created, run bool, err error) {
+// prep's template if path holds none, or as an empty file if the driver
+// has no template. Either is locked from the start, so a database another
+// process made meanwhile (a second server on this data directory) is
+// found, not taken for a new one nor replaced.
+func (drv *driver) create(path string, prep storage.Preparation) (made, error) {
+	found := made{lockFD: -1}
 	if _, err := os.Lstat(path); err == nil {
-		return false, false, nil
+		return found, nil
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return false, false, err
+		return found, err
 	}
 	data, err := drv.template(prep)
 	if err != nil {
-		return true, true, nil
+		return createEmpty(path)
 	}
 	// A log left beside a database that is gone must not be replayed
 	// into the new one (Remove removes the log first; this is for a
 	// database removed by hand without it). A stat each, as os.Remove of
 	// an absent file costs two system calls. (SQLite deletes a log beside
-	// an empty file itself: the statements' way needs none of this.)
+	// an empty file itself: createEmpty needs none of this.)
 	for _, f := range suffixed(path, logSuffixes) {
 		if _, err := os.Lstat(f); err == nil {
 			if err := os.Remove(f); err != nil {
-				return false, false, err
+				return found, err
 			}
 		}
 	}
 	tmp := path + creatingSuffix
-	if err := writeSynced(tmp, bytes.NewReader(data)); err != nil {
+	fd, err := writeLocked(tmp, data)
+	if err != nil {
 		os.Remove(tmp)
-		return false, false, fmt.Errorf("open %s: copying the template: %w", path, err)
+		return found, fmt.Errorf("open %s: copying the template: %w", path, err)
 	}
-	// rename(2) rather than os.Rename, which stats path first to refuse
-	// a directory there (the call itself refuses to put a file over one).
-	if err := noEINTR(func() error { return unix.Rename(tmp, path) }); err != nil {
+	switch err := placeNew(tmp, path); {
+	case errors.Is(err, unix.EEXIST):
+		unix.Close(fd)
 		os.Remove(tmp)
-		return false, false, fmt.Errorf("open %s: renaming %s: %w", path, filepath.Base(tmp), err)
+		return found, nil
+	case err != nil:
+		unix.Close(fd)
+		os.Remove(tmp)
+		return found, fmt.Errorf("open %s: renaming %s: %w", path, filepath.Base(tmp), err)
 	}
-	return true, false, nil
+	return made{created: true, lockFD: fd}, nil
+}
+
+// createEmpty creates the empty file SQLite makes a new database of at
+// path, locked; a file there already is found.
+func createEmpty(path string) (made, error) {
+	fd, err := lockDBFile(path, true)
+	if err != nil {
+		return made{lockFD: -1}, fmt.Errorf("open %s: %w", path, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return made{lockFD: -1}, fmt.Errorf("open %s: %w", path, err)
+	}
+	return made{created: st.Size == 0, run: st.Size == 0, lockFD: fd}, nil
+}
+
+// writeLocked writes data to a new file at path, fsyncs it and takes its
+// lock (lockBytes), and returns the descriptor that holds the lock. Plain
+// system calls: an *os.File would close the descriptor when collected.
+func writeLocked(path string, data []byte) (int, error) {
+	fd, err := openNoEINTR(path, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o640)
+	if err != nil {
+		return -1, err
+	}
+	for len(data) > 0 && err == nil {
+		var n int
+		err = noEINTR(func() (err error) { n, err = unix.Write(fd, data); return err })
+		if err == nil && n == 0 {
+			err = io.ErrShortWrite
+		} else if err == nil {
+			data = data[n:]
+		}
+	}
+	if err == nil {
+		err = noEINTR(func() error { return unix.Fsync(fd) })
+	}
+	if err == nil {
+		err = lockBytes(fd)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// placeNew renames tmp to path unless path exists (EEXIST then). A file
+// system without RENAME_NOREPLACE gets a plain rename(2), as os.Rename's
+// stat of path first would be no more atomic.
+func placeNew(tmp, path string) error {
+	err := noEINTR(func() error { return unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, path, unix.RENAME_NOREPLACE) })
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+		err = noEINTR(func() error { return unix.Rename(tmp, path) })
+	}
+	return err
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
 	"github.com/wasmkeep/wasmkeep/kernel/storage"
@@ -476,6 +479,86 @@ func testTemplateIgnoresLeftLog(t *testing.T, name string) {
 		openNew(t, drv, root, testAddr("gone"), prep, nil).Close()
 		if got := describe(t, drv, gone); strings.Contains(got, "left_behind") || !strings.Contains(got, "quick_check: ok") {
 			t.Fatalf("the new database (cache directory %q):\n%s", cache, got)
+		}
+	}
+}
+
+// TestCreateFindsWhatAppeared: a database another process made at the
+// path after create found none (a second server on this data directory)
+// is found, neither replaced by the template's copy (placeNew refuses a
+// path that exists) nor taken for a new one by the statements' way
+// (createEmpty finds the file not empty).
+func TestCreateFindsWhatAppeared(t *testing.T) {
+	dir := t.TempDir()
+	path, tmp := filepath.Join(dir, "a.db"), filepath.Join(dir, "a.db.creating")
+	for _, f := range []string{path, tmp} {
+		if err := os.WriteFile(f, []byte(f), 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := placeNew(tmp, path); !errors.Is(err, unix.EEXIST) {
+		t.Fatalf("placeNew over a file: %v, want EEXIST", err)
+	}
+	if got, _ := os.ReadFile(path); string(got) != path {
+		t.Fatalf("placeNew replaced the file: it holds %q", got)
+	}
+	m, err := createEmpty(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(m.lockFD)
+	if m.created || m.run {
+		t.Errorf("createEmpty on a file with data: %+v, want it found", m)
+	}
+	m, err = createEmpty(filepath.Join(dir, "new.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(m.lockFD)
+	if !m.created || !m.run {
+		t.Errorf("createEmpty on no file: %+v, want it created, the statements to run", m)
+	}
+}
+
+// TestCreatedSaysSo: a database Open made, from the template or by the
+// statements (no cache directory), says so (storage.Created); one Open
+// found, and one a Restore wrote, do not.
+func TestCreatedSaysSo(t *testing.T) { forEachDriver(t, testCreatedSaysSo) }
+
+func testCreatedSaysSo(t *testing.T, name string) {
+	drv := newDriver(t, name)
+	ctx := context.Background()
+	for _, cache := range []string{t.TempDir(), ""} {
+		root := t.TempDir()
+		opts := storage.Options{Prepare: storage.Preparation{Statements: prepStatements[:2], CacheDir: cache}}
+		created := func(a string) bool {
+			t.Helper()
+			d, err := drv.Open(ctx, root, testAddr(a), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			nameRow(t, d, a)
+			if err := d.Close(); err != nil {
+				t.Fatal(err)
+			}
+			return storage.CreatedByOpen(d)
+		}
+		if !created("a") {
+			t.Errorf("cache directory %q: a new database does not say Open created it", cache)
+		}
+		if created("a") {
+			t.Errorf("cache directory %q: a database Open found says Open created it", cache)
+		}
+		path, _ := dbPath(root, testAddr("a"))
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := drv.Restore(ctx, root, testAddr("b"), bytes.NewReader(data)); err != nil {
+			t.Fatal(err)
+		}
+		if created("b") {
+			t.Errorf("cache directory %q: a database Restore wrote says Open created it", cache)
 		}
 	}
 }
