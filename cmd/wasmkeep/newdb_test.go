@@ -84,3 +84,15 @@ func (d *countingDB) HostQuery(ctx context.Context, sql string, params []abi.Val
 type createdDB struct{ *countingDB }
 
 func (d createdDB) Created() bool { return storage.CreatedByOpen(d.DB) }
+
+// TestDeleteSelfDurableInOnInit: an on-init that deletes its actor with
+// delete-self-durable and succeeds leaves no database to record the
+// on-init in; the request is answered, and the next one starts a new
+// actor, whose on-init runs again.
+func TestDeleteSelfDurableInOnInit(t *testing.T) {
+	n := startNode(t, node.Options{Classes: map[string]string{
+		"probe": buildGuest(t, "cmd/wasmkeep/testdata/guests/probe", "-X main.deleteInInit=durable"),
+	}})
+	n.expect("GET", "/actor/probe/a/hits", "", 200, "1")
+	n.expect("GET", "/actor/probe/a/hits", "", 200, "1")
+}

@@ -401,8 +401,12 @@ func (a *actor) runEvent(ev *event) (out outcome) {
 		if err != nil {
 			return notRun(err)
 		}
-		if err := a.recordInit(ctx); err != nil {
-			return outcome{err: &failure{public: "internal error", cause: err}}
+		// After delete-self-durable in on-init there is no database to
+		// record it in: the next event starts a new actor.
+		if !st.deleted {
+			if err := a.recordInit(ctx); err != nil {
+				return outcome{err: &failure{public: "internal error", cause: err}}
+			}
 		}
 		a.needInit = false
 		st.hookErr = ""

@@ -16,11 +16,13 @@ import (
 )
 
 // Set with -ldflags "-X main.version=... -X main.failFirstInit=yes" to build
-// a different module, or one whose first on-init fails.
+// a different module, or one whose first on-init fails; deleteInInit=durable
+// has on-init end with delete-self-durable and succeed.
 var (
 	version       = "v1"
 	failFirstInit = ""
 	sqlInInit     = ""
+	deleteInInit  = ""
 )
 
 // hits lives in the instance: it restarts from zero when the instance does.
@@ -46,6 +48,9 @@ func init() {
 		}
 		if failFirstInit == "yes" && n == 1 {
 			return fmt.Errorf("first on-init fails on purpose")
+		}
+		if deleteInInit == "durable" {
+			return wasmkeep.DeleteSelfDurable()
 		}
 		_, err := wasmkeep.Exec("CREATE TABLE IF NOT EXISTS seen (seq INTEGER)")
 		return err
