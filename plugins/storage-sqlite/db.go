@@ -18,8 +18,9 @@ import (
 )
 
 var (
-	_ storage.DB     = (*db)(nil)
-	_ storage.Syncer = (*db)(nil)
+	_ storage.DB      = (*db)(nil)
+	_ storage.Syncer  = (*db)(nil)
+	_ storage.Created = (*db)(nil)
 )
 
 // db is one actor's database on one SQLite connection in WAL mode.

@@ -192,7 +192,7 @@ func (drv *driver) Remove(_ context.Context, root string, addr abi.Address) erro
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove %s: %w", path, err)
 	}
-	for _, f := range []string{path, path + restoringSuffix, path + replacedSuffix, path + creatingSuffix} {
+	for _, f := range []string{path, path + restoringSuffix, path + replacedSuffix} {
 		if err := removeWithLogs(f); err != nil {
 			return err
 		}

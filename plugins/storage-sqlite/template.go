@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -56,8 +58,8 @@ const (
 	templateMagic  = "wasmkeep sqlite template 1\n"
 	templateSuffix = ".template"
 	templateDir    = "storage-sqlite"
-	// creatingSuffix is a new database copied from a template until it is
-	// renamed into place (Remove removes a leftover one).
+	// creatingSuffix, and a number, name a new database copied from a
+	// template until it is linked into place (copyTemplate).
 	creatingSuffix = ".creating"
 )
 
@@ -275,47 +277,18 @@ type made struct {
 // prep's template if path holds none, or as an empty file if the driver
 // has no template. Either is locked from the start, so a database another
 // process made meanwhile (a second server on this data directory) is
-// found, not taken for a new one nor replaced.
+// found, neither taken for a new one nor replaced.
 func (drv *driver) create(path string, prep storage.Preparation) (made, error) {
-	found := made{lockFD: -1}
 	if _, err := os.Lstat(path); err == nil {
-		return found, nil
+		return made{lockFD: -1}, nil
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return found, err
+		return made{lockFD: -1}, err
 	}
 	data, err := drv.template(prep)
 	if err != nil {
 		return createEmpty(path)
 	}
-	// A log left beside a database that is gone must not be replayed
-	// into the new one (Remove removes the log first; this is for a
-	// database removed by hand without it). A stat each, as os.Remove of
-	// an absent file costs two system calls. (SQLite deletes a log beside
-	// an empty file itself: createEmpty needs none of this.)
-	for _, f := range suffixed(path, logSuffixes) {
-		if _, err := os.Lstat(f); err == nil {
-			if err := os.Remove(f); err != nil {
-				return found, err
-			}
-		}
-	}
-	tmp := path + creatingSuffix
-	fd, err := writeLocked(tmp, data)
-	if err != nil {
-		os.Remove(tmp)
-		return found, fmt.Errorf("open %s: copying the template: %w", path, err)
-	}
-	switch err := placeNew(tmp, path); {
-	case errors.Is(err, unix.EEXIST):
-		unix.Close(fd)
-		os.Remove(tmp)
-		return found, nil
-	case err != nil:
-		unix.Close(fd)
-		os.Remove(tmp)
-		return found, fmt.Errorf("open %s: renaming %s: %w", path, filepath.Base(tmp), err)
-	}
-	return made{created: true, lockFD: fd}, nil
+	return copyTemplate(path, data)
 }
 
 // createEmpty creates the empty file SQLite makes a new database of at
@@ -333,14 +306,68 @@ func createEmpty(path string) (made, error) {
 	return made{created: st.Size == 0, run: st.Size == 0, lockFD: fd}, nil
 }
 
-// writeLocked writes data to a new file at path, fsyncs it and takes its
-// lock (lockBytes), and returns the descriptor that holds the lock. Plain
-// system calls: an *os.File would close the descriptor when collected.
-func writeLocked(path string, data []byte) (int, error) {
-	fd, err := openNoEINTR(path, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o640)
+// copyTemplate makes the database at path a copy of data. The copy is
+// written to a file of its own (<path>.creating-<n>, no other process's),
+// fsynced and locked (lockBytes), then linked at path: link(2) fails if
+// anything is there by then, which is found. Only then are the logs a
+// database removed by hand may have left beside path removed: path is this
+// process's, and no SQLite has it open. A crash between the copy's
+// creation and its unlink leaves the copy, which nothing reads (Walk takes
+// only .db files).
+func copyTemplate(path string, data []byte) (made, error) {
+	found := made{lockFD: -1}
+	fd, tmp, err := createUnique(path + creatingSuffix)
 	if err != nil {
-		return -1, err
+		return found, fmt.Errorf("open %s: copying the template: %w", path, err)
 	}
+	err = writeLocked(fd, data)
+	if err == nil {
+		err = placeNew(tmp, path)
+	}
+	os.Remove(tmp)
+	if errors.Is(err, unix.EEXIST) {
+		unix.Close(fd)
+		return found, nil
+	}
+	// A log left beside a database that is gone must not be replayed
+	// into the new one (Remove removes the log first). A stat each, as
+	// os.Remove of an absent file costs two system calls. (SQLite deletes
+	// a log beside an empty file itself: createEmpty needs none of this.)
+	for _, f := range suffixed(path, logSuffixes) {
+		if err != nil {
+			break
+		}
+		if _, serr := os.Lstat(f); serr == nil {
+			if err = os.Remove(f); err != nil {
+				os.Remove(path) // this process's copy, still locked: the next open starts again
+			}
+		}
+	}
+	if err != nil {
+		unix.Close(fd)
+		return found, fmt.Errorf("open %s: copying the template: %w", path, err)
+	}
+	return made{created: true, lockFD: fd}, nil
+}
+
+// createUnique creates a new file named prefix-<n> for writing, n chosen
+// so that no other file has the name, and returns it open.
+func createUnique(prefix string) (fd int, name string, err error) {
+	for range 100 {
+		name = prefix + "-" + strconv.FormatUint(rand.Uint64(), 36)
+		fd, err = openNoEINTR(name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o640)
+		if !errors.Is(err, unix.EEXIST) {
+			return fd, name, err
+		}
+	}
+	return -1, "", err
+}
+
+// writeLocked writes data to the new file open at fd, fsyncs it and takes
+// its lock (lockBytes), with plain system calls: an *os.File would close
+// the descriptor, which the connection keeps, when collected.
+func writeLocked(fd int, data []byte) error {
+	var err error
 	for len(data) > 0 && err == nil {
 		var n int
 		err = noEINTR(func() (err error) { n, err = unix.Write(fd, data); return err })
@@ -356,19 +383,16 @@ func writeLocked(path string, data []byte) (int, error) {
 	if err == nil {
 		err = lockBytes(fd)
 	}
-	if err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
-	return fd, nil
+	return err
 }
 
-// placeNew renames tmp to path unless path exists (EEXIST then). A file
-// system without RENAME_NOREPLACE gets a plain rename(2), as os.Rename's
-// stat of path first would be no more atomic.
+// placeNew gives the file named tmp the name path too, unless path exists
+// (EEXIST then): link(2) refuses an existing name on any POSIX file
+// system, NFS included. One without hard links gets rename(2), which
+// would replace a database another process made at that moment.
 func placeNew(tmp, path string) error {
-	err := noEINTR(func() error { return unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, path, unix.RENAME_NOREPLACE) })
-	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+	err := noEINTR(func() error { return unix.Link(tmp, path) })
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EOPNOTSUPP) {
 		err = noEINTR(func() error { return unix.Rename(tmp, path) })
 	}
 	return err

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -485,22 +486,25 @@ func testTemplateIgnoresLeftLog(t *testing.T, name string) {
 
 // TestCreateFindsWhatAppeared: a database another process made at the
 // path after create found none (a second server on this data directory)
-// is found, neither replaced by the template's copy (placeNew refuses a
-// path that exists) nor taken for a new one by the statements' way
-// (createEmpty finds the file not empty).
+// is found: the template's copy takes the path only if nothing is there,
+// and leaves the other's log alone; the statements' way takes a file with
+// data in it as found. Neither leaves a file of its own behind.
 func TestCreateFindsWhatAppeared(t *testing.T) {
 	dir := t.TempDir()
-	path, tmp := filepath.Join(dir, "a.db"), filepath.Join(dir, "a.db.creating")
-	for _, f := range []string{path, tmp} {
+	path := filepath.Join(dir, "a.db")
+	for _, f := range []string{path, path + "-wal"} {
 		if err := os.WriteFile(f, []byte(f), 0o640); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := placeNew(tmp, path); !errors.Is(err, unix.EEXIST) {
-		t.Fatalf("placeNew over a file: %v, want EEXIST", err)
+	template := []byte("a template")
+	if m, err := copyTemplate(path, template); err != nil || m.created || m.lockFD != -1 {
+		t.Fatalf("copyTemplate over a file: %+v, %v; want it found", m, err)
 	}
-	if got, _ := os.ReadFile(path); string(got) != path {
-		t.Fatalf("placeNew replaced the file: it holds %q", got)
+	for _, f := range []string{path, path + "-wal"} {
+		if got, _ := os.ReadFile(f); string(got) != f {
+			t.Errorf("copyTemplate over a file changed %s: it holds %q", filepath.Base(f), got)
+		}
 	}
 	m, err := createEmpty(path)
 	if err != nil {
@@ -510,13 +514,35 @@ func TestCreateFindsWhatAppeared(t *testing.T) {
 	if m.created || m.run {
 		t.Errorf("createEmpty on a file with data: %+v, want it found", m)
 	}
-	m, err = createEmpty(filepath.Join(dir, "new.db"))
-	if err != nil {
+
+	fresh := filepath.Join(dir, "b.db")
+	if err := os.WriteFile(fresh+"-wal", []byte("a log left behind"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if m, err = copyTemplate(fresh, template); err != nil || !m.created {
+		t.Fatalf("copyTemplate on no file: %+v, %v", m, err)
+	}
+	unix.Close(m.lockFD)
+	if got, _ := os.ReadFile(fresh); !bytes.Equal(got, template) {
+		t.Errorf("the copy holds %q", got)
+	}
+	if _, err := os.Lstat(fresh + "-wal"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the log left beside the new copy is still there: %v", err)
+	}
+	if m, err = createEmpty(filepath.Join(dir, "c.db")); err != nil {
 		t.Fatal(err)
 	}
 	unix.Close(m.lockFD)
 	if !m.created || !m.run {
 		t.Errorf("createEmpty on no file: %+v, want it created, the statements to run", m)
+	}
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if want := "a.db a.db-wal b.db c.db"; strings.Join(names, " ") != want {
+		t.Errorf("the directory holds %q, want %q", strings.Join(names, " "), want)
 	}
 }
 
