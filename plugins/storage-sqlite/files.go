@@ -155,10 +155,10 @@ func (drv *driver) openPath(path string, opts storage.Options, create bool) (*db
 			err = fmt.Errorf("open %s: preparing the new database: %w", path, err)
 		}
 	}
-	if err != nil && d != nil {
-		d.Close()
-	}
 	if err != nil {
+		if d != nil { // opened, not prepared
+			d.Close()
+		}
 		release()
 		return nil, err
 	}
