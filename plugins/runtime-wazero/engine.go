@@ -330,7 +330,7 @@ func cacheDir(root string) (string, error) {
 // TestThirdPartyWazeroDigest checks it).
 const (
 	thirdPartyWazero       = "./third_party/wazero"
-	thirdPartyWazeroDigest = "c0a1e0ddd7db7759"
+	thirdPartyWazeroDigest = "d3e14c043c9b09ca"
 )
 
 // cacheDirName names the cache directory of a build with these

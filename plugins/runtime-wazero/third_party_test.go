@@ -1,6 +1,7 @@
 package wazeroruntime
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"io/fs"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"strings"
 	"testing"
 
@@ -187,5 +189,39 @@ func TestFixedTableNullSegment(t *testing.T) {
 	defer inst.Close(t.Context())
 	if err := inst.Function("call").Call(t.Context(), []uint64{0}); err == nil || !strings.Contains(err.Error(), "invalid table access") {
 		t.Fatalf("a call through a slot a later segment emptied: %v, want invalid table access", err)
+	}
+}
+
+// A call watches its ctx without a goroutine of its own (the patch's
+// CloseModuleOnCanceledOrTimeout: upstream made one per call, created,
+// woken and ended each time), and a ctx that ends after its call returned
+// leaves the instance as it was; one that ends during a call stops it
+// (TestConformance's limits).
+func TestCallWatchesItsCtxWithoutAGoroutine(t *testing.T) {
+	m := compileOn(t, fixedTableModule(false, false))
+	inst, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close(t.Context())
+	call := inst.Function("call")
+	const calls = 1000
+	created := func() uint64 {
+		s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	before := created()
+	for i := range calls {
+		ctx, cancel := context.WithCancel(t.Context())
+		stack := []uint64{0}
+		err := call.Call(ctx, stack)
+		cancel() // after the call: the instance stays open
+		if err != nil || stack[0] != uint64(i+1) {
+			t.Fatalf("call %d = %d, %v; want %d", i, stack[0], err, i+1)
+		}
+	}
+	if n := created() - before; n > calls/10 {
+		t.Errorf("%d calls, each with a ctx that can end, created %d goroutines", calls, n)
 	}
 }

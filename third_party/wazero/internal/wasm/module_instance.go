@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
@@ -25,44 +26,43 @@ func (m *ModuleInstance) FailIfClosed() (err error) {
 }
 
 // CloseModuleOnCanceledOrTimeout take a context `ctx`, which might be a Cancel or Timeout context,
-// and spawns the Goroutine to check the context is canceled ot deadline exceeded. If it reaches
-// one of the conditions, it sets the appropriate exit code.
+// and has the module closed with the appropriate exit code if it is canceled or its deadline
+// exceeded before the returned context.CancelFunc is invoked.
 //
-// Callers of this function must invoke the returned context.CancelFunc to release the spawned Goroutine.
+// WasmKeep patch: context.AfterFunc rather than a goroutine per call. The
+// goroutine, created, scheduled and woken to end at every call, was most of
+// what the watch cost a short call (the scheduler's wake-ups on an idle
+// core); AfterFunc registers with ctx, and runs anything only once ctx is
+// done.
+//
+// Callers of this function must invoke the returned context.CancelFunc to stop watching ctx.
 func (m *ModuleInstance) CloseModuleOnCanceledOrTimeout(ctx context.Context) context.CancelFunc {
-	// Creating an empty channel in this case is a bit more efficient than
-	// creating a context.Context and canceling it with the same effect. We
-	// really just need to be notified when to stop listening to the users
-	// context. Closing the channel will unblock the select in the goroutine
-	// causing it to return an stop listening to ctx.Done().
-	cancelChan := make(chan struct{})
-	go m.closeModuleOnCanceledOrTimeout(ctx, cancelChan)
-	return func() { close(cancelChan) }
+	// ended is set as the call returns: a ctx done by then is not the
+	// call's to act on, even if AfterFunc has already started f (the
+	// inner select of upstream's goroutine).
+	var ended atomic.Bool
+	stop := context.AfterFunc(ctx, func() {
+		if !ended.Load() {
+			m.closeModuleOnCtxDone(ctx)
+		}
+	})
+	return func() {
+		ended.Store(true)
+		stop()
+	}
 }
 
-// closeModuleOnCanceledOrTimeout is extracted from CloseModuleOnCanceledOrTimeout for testing.
-func (m *ModuleInstance) closeModuleOnCanceledOrTimeout(ctx context.Context, cancelChan <-chan struct{}) {
-	select {
-	case <-ctx.Done():
-		select {
-		case <-cancelChan:
-			// In some cases by the time this goroutine is scheduled, the caller
-			// has already closed both the context and the cancelChan. In this
-			// case go will randomize which branch of the outer select to enter
-			// and we don't want to close the module.
-		default:
-			// This is the same logic as CloseWithCtxErr except this calls closeWithExitCodeWithoutClosingResource
-			// so that we can defer the resource closure in FailIfClosed.
-			switch {
-			case errors.Is(ctx.Err(), context.Canceled):
-				// TODO: figure out how to report error here.
-				_ = m.closeWithExitCodeWithoutClosingResource(sys.ExitCodeContextCanceled)
-			case errors.Is(ctx.Err(), context.DeadlineExceeded):
-				// TODO: figure out how to report error here.
-				_ = m.closeWithExitCodeWithoutClosingResource(sys.ExitCodeDeadlineExceeded)
-			}
-		}
-	case <-cancelChan:
+// closeModuleOnCtxDone closes the module for ctx, which is done.
+func (m *ModuleInstance) closeModuleOnCtxDone(ctx context.Context) {
+	// This is the same logic as CloseWithCtxErr except this calls closeWithExitCodeWithoutClosingResource
+	// so that we can defer the resource closure in FailIfClosed.
+	switch {
+	case errors.Is(ctx.Err(), context.Canceled):
+		// TODO: figure out how to report error here.
+		_ = m.closeWithExitCodeWithoutClosingResource(sys.ExitCodeContextCanceled)
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		// TODO: figure out how to report error here.
+		_ = m.closeWithExitCodeWithoutClosingResource(sys.ExitCodeDeadlineExceeded)
 	}
 }
 
