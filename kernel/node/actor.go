@@ -339,10 +339,20 @@ func (a *actor) answer(ev *event, out outcome) {
 
 func (a *actor) runEvent(ev *event) (out outcome) {
 	st := &a.state
-	*st = eventState{actor: a, out: st.out[:0], params: st.params[:0], chain: ev.chain}
+	*st = eventState{actor: a, out: st.out[:0], params: st.params[:0], chain: ev.chain, callEnds: st.callEnds[:0]}
 	defer func() {
 		if err := a.endEvent(); err != nil {
 			out = outcome{err: err}
+		}
+		// The event's ctxs end after endEvent, which stops storage's
+		// watch on them (storage.DB.EndEvent): a ctx that ended first
+		// would run the watch, on a goroutine of its own, for nothing.
+		for _, end := range st.callEnds {
+			end(nil)
+		}
+		clear(st.callEnds)
+		if st.cancel != nil {
+			st.cancel()
 		}
 	}()
 	notRun := func(err error) outcome {
@@ -387,8 +397,8 @@ func (a *actor) runEvent(ev *event) (out outcome) {
 	// The wall-clock limit stays on the wall clock: calls and fetches read
 	// the event's deadline back (ctx.Deadline), which a deadline armed on
 	// n.clock could give only through a context implementation of our own.
-	ctx, cancel := context.WithTimeoutCause(a.node.ctx, a.node.opts.WallClock, errWallClock)
-	defer cancel()
+	var ctx context.Context
+	ctx, st.cancel = context.WithTimeoutCause(a.node.ctx, a.node.opts.WallClock, errWallClock)
 	ctx = context.WithValue(ctx, stateKey{}, st)
 
 	a.retireFastTier()
@@ -639,8 +649,11 @@ func (a *actor) recordInit(ctx context.Context) error {
 // instance and returns a *failure that says which limit stopped it, if one
 // did.
 func (a *actor) guest(ctx context.Context, what string, f func(ctx context.Context) error) error {
+	// The call's ctx ends with the event (runEvent), not as the call
+	// returns: storage watches it until EndEvent, and a watch whose ctx
+	// ends runs on a goroutine of its own.
 	ctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
+	a.state.callEnds = append(a.state.callEnds, stop)
 	budget := a.node.opts.CPUBudget
 	a.state.watch = cputime.StartCapped(budget, func() { stop(errCPUBudget) },
 		budget+a.node.opts.HostCPUBudget, func() { stop(errHostCPU) })

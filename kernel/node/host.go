@@ -17,8 +17,12 @@ import (
 // actor keeps one and resets it per event, so host calls allocate nothing of
 // their own.
 type eventState struct {
-	actor     *actor
-	watch     *cputime.Watch
+	actor *actor
+	watch *cputime.Watch
+	// What ends the event's ctx and its guest calls' (guest), once the
+	// event has ended (runEvent).
+	cancel    context.CancelFunc
+	callEnds  []context.CancelCauseFunc
 	pending   []byte // payload awaiting take_pending
 	hookErr   string
 	isRequest bool
