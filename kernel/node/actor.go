@@ -347,6 +347,7 @@ func (a *actor) runEvent(ev *event) (out outcome) {
 		// The event's ctxs end after endEvent, which stops storage's
 		// watch on them (storage.DB.EndEvent): a ctx that ended first
 		// would run the watch, on a goroutine of its own, for nothing.
+		// endEvent works under context.Background(), not under them.
 		for _, end := range st.callEnds {
 			end(nil)
 		}
