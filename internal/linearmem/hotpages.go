@@ -1,6 +1,10 @@
 package linearmem
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/wasmkeep/wasmkeep/internal/populate"
+)
 
 // HotPages is the pages of a memory image that a new instance's first
 // events map: those they write (copies of the image's pages, or zeros past
@@ -85,8 +89,12 @@ func (l *Learning) Finish(mem func() []byte) {
 	if h.Learned() {
 		return
 	}
+	// The image's pages include the one its last bytes share with what
+	// follows them (a C guest's data and the start of its heap: a third of
+	// a three-page image).
 	m := mem()
-	runs := mappedRuns(m[:min(l.imageSize, len(m))], maxHotPages)
+	imageEnd := (l.imageSize + populate.PageSize - 1) / populate.PageSize * populate.PageSize
+	runs := mappedRuns(m[:min(imageEnd, len(m))], maxHotPages)
 	h.mu.Lock()
 	if h.runs == nil && len(runs) > 0 {
 		h.runs = runs

@@ -185,3 +185,23 @@ func TestHotPagesAbandonedLearningPassesToTheNextInstance(t *testing.T) {
 		t.Error("an abandoned learning learned pages")
 	}
 }
+
+// The page an image's last bytes share with what follows them is one of
+// its pages: learned as the others are (a C guest's image ends within its
+// third page, where its data and the start of its heap are written).
+func TestHotPagesLearnTheImagesLastPage(t *testing.T) {
+	mem, err := unix.Mmap(-1, 0, 4*pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	var hot HotPages
+	learning := hot.Learn(2*pageSize + 100)
+	mem[pageSize] = 1
+	mem[2*pageSize+200] = 1 // past the image's end, within its last page
+	mem[3*pageSize] = 1     // past the image's last page: not learned
+	learning.Finish(func() []byte { return mem })
+	if runs, want := hot.learned(), []pageRun{{1, 3, true}}; !slices.Equal(runs, want) {
+		t.Errorf("learned %v, want %v", runs, want)
+	}
+}
