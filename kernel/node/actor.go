@@ -240,10 +240,11 @@ func (a *actor) hibernateTurn(idleDrop bool) bool {
 }
 
 // runInline runs ev, a front-door request, on the request's goroutine
-// rather than the actor's, when nothing is running or queued for the actor
-// and no admission has claimed its slot (its turn taken with TryLock, under
-// the node's lock): it saves two goroutine hand-offs, each a thread woken on
-// a node with an idle core (ADR 1066). On a node alone only: with a bucket
+// rather than the actor's (a new actor's first too: deliver), when nothing
+// is running or queued for the actor and no admission has claimed its slot
+// (its turn taken with TryLock, under the node's lock): it saves two
+// goroutine hand-offs, each a thread woken on a node with an idle core (ADR
+// 1066). On a node alone only: with a bucket
 // the work after the answer (shipping, checkpoints) must not hold the
 // request's response. The node's lock is held; runInline releases it if it
 // runs ev, and reports whether it did.

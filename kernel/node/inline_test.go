@@ -2,10 +2,12 @@ package node
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/wasmkeep/wasmkeep/kernel/clock"
+	"github.com/wasmkeep/wasmkeep/kernel/node/guestlog"
 	"github.com/wasmkeep/wasmkeep/kernel/node/mailbox"
 	"github.com/wasmkeep/wasmkeep/kernel/node/metrics"
 )
@@ -105,5 +107,36 @@ func TestIdleLeftCountsFromTheLastEvent(t *testing.T) {
 	clk.Advance(50 * time.Second)
 	if got := a.idleLeft(); got > 0 {
 		t.Fatalf("idleLeft %v once the timeout passed, want none", got)
+	}
+}
+
+// TestNewActorsFirstRequestRunsInline: deliver runs a new actor's first
+// front-door request on the caller's goroutine, answered when deliver
+// returns, and starts the actor's goroutine after it, for what comes next
+// (ADR 1066, amendment). A new incarnation of an actor still closing waits
+// for it on its goroutine: its request is queued.
+func TestNewActorsFirstRequestRunsInline(t *testing.T) {
+	clk := clock.NewManual(time.Unix(1_000_000, 0))
+	for _, closing := range []bool{false, true} {
+		n := &Node{
+			actors: map[string]*actor{}, closing: map[string]*actor{}, clock: clk,
+			opts:      Options{IdleTimeout: time.Minute, QueueLimit: 4, AdmissionWait: time.Minute},
+			metrics:   metrics.New(metrics.Gauges{}),
+			slots:     make(chan struct{}, 4),
+			guestLogs: guestlog.NewSink(slog.New(slog.DiscardHandler), clk, 10),
+		}
+		c := &class{name: "class"}
+		if closing {
+			n.closing[n.actorKey(c, "name")] = &actor{done: make(chan struct{})} // never done here
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // skipped: the one way through handle that needs no instance or database
+		ev := &event{ctx: ctx, reply: make(chan outcome, 1), placed: true}
+		if err := n.deliver(context.Background(), c, "name", ev); err != nil {
+			t.Fatal(err)
+		}
+		if answered := len(ev.reply) == 1; answered == closing {
+			t.Errorf("a previous incarnation closing %v: answered when deliver returned %v", closing, answered)
+		}
 	}
 }

@@ -640,8 +640,15 @@ func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) er
 		a := newActor(n, c, abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: name}, key, n.closing[key])
 		a.armIdle()
 		n.register(a)
-		a.enqueue(ev)
 		n.wg.Add(1)
+		// Its first request runs here too (ADR 1066, amendment), unless
+		// its previous incarnation is still closing, which its goroutine
+		// waits for; the goroutine starts after it, for what comes next.
+		if a.prev == nil && a.runInline(ev) {
+			go a.run()
+			return nil
+		}
+		a.enqueue(ev)
 		n.mu.Unlock()
 		go a.run()
 		return nil
