@@ -116,22 +116,12 @@ func TestIdleLeftCountsFromTheLastEvent(t *testing.T) {
 // (ADR 1066, amendment). A new incarnation of an actor still closing waits
 // for it on its goroutine: its request is queued.
 func TestNewActorsFirstRequestRunsInline(t *testing.T) {
-	clk := clock.NewManual(time.Unix(1_000_000, 0))
 	for _, closing := range []bool{false, true} {
-		n := &Node{
-			actors: map[string]*actor{}, closing: map[string]*actor{}, clock: clk,
-			opts:      Options{IdleTimeout: time.Minute, QueueLimit: 4, AdmissionWait: time.Minute},
-			metrics:   metrics.New(metrics.Gauges{}),
-			slots:     make(chan struct{}, 4),
-			guestLogs: guestlog.NewSink(slog.New(slog.DiscardHandler), clk, 10),
-		}
-		c := &class{name: "class"}
+		n, c := nodeAlone()
 		if closing {
 			n.closing[n.actorKey(c, "name")] = &actor{done: make(chan struct{})} // never done here
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel() // skipped: the one way through handle that needs no instance or database
-		ev := &event{ctx: ctx, reply: make(chan outcome, 1), placed: true}
+		ev := skippedRequest()
 		if err := n.deliver(context.Background(), c, "name", ev); err != nil {
 			t.Fatal(err)
 		}
@@ -139,4 +129,52 @@ func TestNewActorsFirstRequestRunsInline(t *testing.T) {
 			t.Errorf("a previous incarnation closing %v: answered when deliver returned %v", closing, answered)
 		}
 	}
+}
+
+// TestNewActorKeepsItsGoroutineAfterAPanic: a first request that panics
+// where it ran inline (net/http recovers a handler's panic) still leaves
+// the actor its goroutine, which answers what is queued next; without it
+// the actor would stay registered with its slot, and Shutdown would wait
+// for it.
+func TestNewActorKeepsItsGoroutineAfterAPanic(t *testing.T) {
+	n, c := nodeAlone()
+	bad := skippedRequest()
+	bad.ctx = nil // handle reads it first
+	func() {
+		defer func() { recover() }()
+		n.deliver(context.Background(), c, "name", bad)
+		t.Fatal("the first request did not panic")
+	}()
+	next := skippedRequest()
+	n.mu.Lock()
+	a := n.actors[n.actorKey(c, "name")]
+	a.enqueue(next)
+	n.mu.Unlock()
+	select {
+	case <-next.reply:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a queued request was not answered: the actor has no goroutine")
+	}
+}
+
+// nodeAlone is a node alone with what deliver needs to start an actor and
+// skip its events, and a class.
+func nodeAlone() (*Node, *class) {
+	clk := clock.NewManual(time.Unix(1_000_000, 0))
+	n := &Node{
+		actors: map[string]*actor{}, closing: map[string]*actor{}, clock: clk,
+		opts:      Options{IdleTimeout: time.Minute, QueueLimit: 4, AdmissionWait: time.Minute},
+		metrics:   metrics.New(metrics.Gauges{}),
+		slots:     make(chan struct{}, 4),
+		guestLogs: guestlog.NewSink(slog.New(slog.DiscardHandler), clk, 10),
+	}
+	return n, &class{name: "class"}
+}
+
+// skippedRequest is a front-door request whose client has left: the one
+// way through handle that needs no instance or database.
+func skippedRequest() *event {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return &event{ctx: ctx, reply: make(chan outcome, 1), placed: true}
 }

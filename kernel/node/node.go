@@ -641,16 +641,17 @@ func (n *Node) deliver(ctx context.Context, c *class, name string, ev *event) er
 		a.armIdle()
 		n.register(a)
 		n.wg.Add(1)
-		// Its first request runs here too (ADR 1066, amendment), unless
-		// its previous incarnation is still closing, which its goroutine
-		// waits for; the goroutine starts after it, for what comes next.
+		// Its goroutine starts as deliver returns: after its first request
+		// if that ran here (ADR 1066, amendment), even one that panicked
+		// (net/http recovers a handler's panic). It runs here unless the
+		// previous incarnation is still closing, which the goroutine waits
+		// for.
+		defer func() { go a.run() }()
 		if a.prev == nil && a.runInline(ev) {
-			go a.run()
 			return nil
 		}
 		a.enqueue(ev)
 		n.mu.Unlock()
-		go a.run()
 		return nil
 	}
 }
