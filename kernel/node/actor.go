@@ -244,10 +244,10 @@ func (a *actor) hibernateTurn(idleDrop bool) bool {
 // is running or queued for the actor and no admission has claimed its slot
 // (its turn taken with TryLock, under the node's lock): it saves two
 // goroutine hand-offs, each a thread woken on a node with an idle core (ADR
-// 1066). On a node alone only: with a bucket
-// the work after the answer (shipping, checkpoints) must not hold the
-// request's response. The node's lock is held; runInline releases it if it
-// runs ev, and reports whether it did.
+// 1066). On a node alone only: with a bucket the work after the answer
+// (shipping, checkpoints) must not hold the request's response. The node's
+// lock is held; runInline releases it if it runs ev, and reports whether it
+// did.
 func (a *actor) runInline(ev *event) bool {
 	if a.node.opts.Cluster != nil || !ev.placed || ev.ws != nil || a.queue.Len() > 0 || a.claim != nil || !a.turn.TryLock() {
 		return false
@@ -340,19 +340,16 @@ func (a *actor) answer(ev *event, out outcome) {
 
 func (a *actor) runEvent(ev *event) (out outcome) {
 	st := &a.state
-	*st = eventState{actor: a, out: st.out[:0], params: st.params[:0], chain: ev.chain, callEnds: st.callEnds[:0]}
+	*st = eventState{actor: a, out: st.out[:0], params: st.params[:0], chain: ev.chain}
 	defer func() {
 		if err := a.endEvent(); err != nil {
 			out = outcome{err: err}
 		}
-		// The event's ctxs end after endEvent, which stops storage's
-		// watch on them (storage.DB.EndEvent): a ctx that ended first
-		// would run the watch, on a goroutine of its own, for nothing.
-		// endEvent works under context.Background(), not under them.
-		for _, end := range st.callEnds {
-			end(nil)
-		}
-		clear(st.callEnds)
+		// The event's ctx, and its guest calls' with it (guest), ends after
+		// endEvent, which stops storage's watch on them
+		// (storage.DB.EndEvent): a ctx that ended first would run the
+		// watch, on a goroutine of its own, for nothing. endEvent works
+		// under context.Background(), not under them.
 		if st.cancel != nil {
 			st.cancel()
 		}
@@ -651,11 +648,10 @@ func (a *actor) recordInit(ctx context.Context) error {
 // instance and returns a *failure that says which limit stopped it, if one
 // did.
 func (a *actor) guest(ctx context.Context, what string, f func(ctx context.Context) error) error {
-	// The call's ctx ends with the event (runEvent), not as the call
-	// returns: storage watches it until EndEvent, and a watch whose ctx
-	// ends runs on a goroutine of its own.
+	// The call's ctx, a child of the event's, ends with it (runEvent), not
+	// as the call returns: storage watches it until EndEvent, and a watch
+	// whose ctx ends runs on a goroutine of its own. stop is a limit's.
 	ctx, stop := context.WithCancelCause(ctx)
-	a.state.callEnds = append(a.state.callEnds, stop)
 	budget := a.node.opts.CPUBudget
 	a.state.watch = cputime.StartCapped(budget, func() { stop(errCPUBudget) },
 		budget+a.node.opts.HostCPUBudget, func() { stop(errHostCPU) })

@@ -19,10 +19,9 @@ import (
 type eventState struct {
 	actor *actor
 	watch *cputime.Watch
-	// What ends the event's ctx and its guest calls' (guest), once the
-	// event has ended (runEvent).
+	// cancel ends the event's ctx, and its guest calls' with it (guest),
+	// once the event has ended (runEvent).
 	cancel    context.CancelFunc
-	callEnds  []context.CancelCauseFunc
 	pending   []byte // payload awaiting take_pending
 	hookErr   string
 	isRequest bool
