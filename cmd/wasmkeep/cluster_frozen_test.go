@@ -244,4 +244,4 @@ func TestFrozenHolderAnswersNothingStale(t *testing.T) {
 }
 
 // urls names a node in a test's messages by its id.
-func (n *bucketNode) id() string { return n.args[len(n.args)-1] }
+func (n *bucketNode) id() string { return n.args[slices.Index(n.args, "--node-id")+1] }

@@ -310,9 +310,12 @@ func (c *killCluster) startAll(t *testing.T) {
 
 // lines is each node's log lines that name any of words, first: what a
 // failure is about, before whole logs a CI report may cut.
-func (c *killCluster) lines(words ...string) string {
+func (c *killCluster) lines(words ...string) string { return logLines(c.nodes, words...) }
+
+// logLines is each of nodes' log lines that name any of words.
+func logLines(nodes []*bucketNode, words ...string) string {
 	var b strings.Builder
-	for _, n := range c.nodes {
+	for _, n := range nodes {
 		fmt.Fprintf(&b, "node %s, lines naming %q:\n", n.id(), words)
 		for line := range strings.SplitSeq(n.logs.String(), "\n") {
 			if slices.ContainsFunc(words, func(w string) bool { return strings.Contains(line, w) }) {

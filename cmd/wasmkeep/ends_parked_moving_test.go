@@ -180,6 +180,23 @@ func (h *heldExistence) List(ctx context.Context, prefix string, opts bucket.Lis
 	return h.Bucket.List(ctx, prefix, opts)
 }
 
+// moveHeldAtB requests the move of probe/name to b, whose takes held
+// holds at their existence checks, and returns once a, the holder, has
+// released it (its take call begins then).
+func moveHeldAtB(t *testing.T, state bucket.Bucket, held *heldExistence, name string, a *testNode, am *cluster.Member) {
+	t.Helper()
+	held.armed.Store(true)
+	if _, err := cluster.RequestMove(t.Context(), state, "probe", name, "b"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no take began on b within 20 s of the move request\na:\n%s", a.log.String())
+	}
+	waitFor(t, 20*time.Second, "a to release the actor it moves", func() bool { return len(am.Owners.Holds()) == 0 })
+}
+
 // An operator's delete of a moving actor (ADR 1052's move; ADR 1053): a
 // probe with data and an alarm, held by a, is moved to b, and its delete
 // is requested while the move is under way: a has released it, and b's
@@ -217,17 +234,7 @@ func TestOperatorDeleteMoving(t *testing.T) {
 
 	a.expect("POST", "/actor/probe/m/token?t=old", "", 200, "1")
 	a.expect("POST", "/actor/probe/m/alarm-set?in=3600000", "", 200, "set")
-	held.armed.Store(true)
-	if _, err := cluster.RequestMove(t.Context(), state, "probe", "m", "b"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-held.entered:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("no take began on b within 20 s of the move request\na:\n%s", a.log.String())
-	}
-	// a's take call begins as its move released the actor.
-	waitFor(t, 20*time.Second, "a to release the actor it moves", func() bool { return len(am.Owners.Holds()) == 0 })
+	moveHeldAtB(t, state, held, "m", a, am)
 	began := time.Now()
 	if out, code := actorDeleteCLI(t, dir, "default/default/probe/m", "--wait", "60"); code != 0 || !strings.Contains(out, "Deleted") {
 		t.Fatalf("actor delete of the moving actor: exit %d\n%s", code, out)
@@ -258,4 +265,52 @@ func TestOperatorDeleteMoving(t *testing.T) {
 	} else if got := a.metric(series); got != 0 {
 		t.Errorf("a carried out the delete of an actor it was moving (%v)", got)
 	}
+}
+
+// A move's release names its target (ADR 1070), so a third node's event
+// in the moment between the release and the take goes to the target
+// rather than claiming the actor: a holds probe/s and moves it to b, b's
+// takes are held at their existence checks, and a request through c then
+// is answered by b, which holds the actor from then on; once the takes go
+// on they find it held there, and the move ends. Fails with the
+// successor left out of the release (c claims the actor, then moves it
+// to b on its next pass: a move that a busy actor's traffic can keep from
+// ever ending).
+func TestMoveSendsOtherNodesToTheTarget(t *testing.T) {
+	t.Parallel()
+	engineNeutral(t)
+	fb := fileBucket(t, t.TempDir())
+	hist, err := history.Prefix(history.Actor{Tenant: "default", Class: "probe", Name: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := &heldExistence{Bucket: fb, prefix: app.Default.StateRoot() + hist, entered: make(chan struct{}), release: make(chan struct{})}
+	var once sync.Once
+	release := func() { once.Do(func() { close(held.release) }) }
+	defer release()
+	classes := map[string]string{"probe": probe(t)}
+	a, am := peeredNodeOn(t, fb, "a", classes, 0)
+	_, bm := peeredNodeOn(t, held, "b", classes, 0)
+	c, cm := peeredNodeOn(t, fb, "c", classes, 0)
+	for _, m := range []*cluster.Member{am, bm, cm} {
+		waitTaker(t, m, 2)
+	}
+	actor := ownership.Actor{Tenant: "default", Class: "probe", Name: "s"}
+	a.expect("POST", "/actor/probe/s/token?t=before", "", 200, "1")
+	state := bucket.Under(fb, app.Default.StateRoot())
+	moveHeldAtB(t, state, held, "s", a, am)
+	c.expect("POST", "/actor/probe/s/token?t=through-c", "", 200, "2")
+	if _, ok := bm.Owners.Owns(actor); !ok {
+		_, onC := cm.Owners.Owns(actor)
+		t.Fatalf("the request through c during the move: b does not hold the actor (c does: %v)", onC)
+	}
+	release()
+	waitFor(t, 20*time.Second, "the move request to end", func() bool {
+		moves, err := cluster.ListMoves(t.Context(), state)
+		return err == nil && len(moves) == 0
+	})
+	if _, ok := bm.Owners.Owns(actor); !ok {
+		t.Error("b does not hold the moved actor")
+	}
+	c.expect("GET", "/actor/probe/s/tokens", "", 200, "before\nthrough-c\n")
 }

@@ -151,6 +151,9 @@ func TestActorMove(t *testing.T) {
 		t.Errorf("probe/mv's tokens after the move: %d, from %q, %d acknowledged; want them from b", r.code, r.node, len(acked))
 	}
 	t.Logf("%d tokens acknowledged; other answers by status: %v", len(acked), others)
+	if t.Failed() {
+		t.Fatal(logLines([]*bucketNode{a, b, c}, "probe/mv", "6d76", "lease", "lapse", "took"))
+	}
 	if r := post(t, b.url+"/actor/room/lobby/closes", ""); !strings.Contains(r.body, "1012") {
 		t.Errorf("the room's close events: %+v, want its socket's 1012 close run before the move", r)
 	}

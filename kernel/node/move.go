@@ -176,6 +176,26 @@ func (n *Node) moveOut(c *class, key string, owner ownership.Actor, mv cluster.M
 	}
 }
 
+// moveSuccessor is the successor a release of the actor key writes (ADR
+// 1070): while a move of it is under way past its sockets' close, its
+// target's live process, for as long as the take may take; none
+// otherwise. So the events another node gets for the actor go to the
+// target rather than claim it in the moment between the release and the
+// take.
+func (n *Node) moveSuccessor(key string) ownership.Successor {
+	n.takeMu.Lock()
+	target := n.moving[key]
+	n.takeMu.Unlock()
+	if target == "" {
+		return ownership.Successor{}
+	}
+	p, err := n.opts.Cluster.Member.View.Live(target)
+	if err != nil {
+		return ownership.Successor{}
+	}
+	return ownership.Successor{Node: target, Instance: p.Object.Instance, Until: n.clock.Now().Add(takeTimeout)}
+}
+
 // eligibleTarget reports whether node id is a peer a move may go to: a
 // live one of the app that takes actors and answers take calls.
 func (n *Node) eligibleTarget(id string) bool {
@@ -234,7 +254,7 @@ func (n *Node) move(c *class, key string, owner ownership.Actor, mv cluster.Move
 	// Its last socket's freed slot released a parked record, or is
 	// releasing it: this waits for that write (the actor's lock), so the
 	// target does not find the record naming this node.
-	n.releaseParked(owner, metrics.ParkedMove)
+	n.releaseParkedTo(owner, metrics.ParkedMove, n.moveSuccessor(key))
 	at, hasAlarm := n.alarms.At(key)
 	ctx, cancel := clock.WithTimeout(n.ctx, n.clock, deadline.Sub(n.clock.Now()))
 	defer cancel()

@@ -222,7 +222,7 @@ func (o Options) withDefaults() Options {
 	if o.Placement == nil && o.Cluster != nil {
 		m := o.Cluster.Member
 		o.Placement = placement.Owned{Records: m.Owners, View: m.View, Self: m.Lease.NodeID(), Key: ownerKey,
-			Hints: placement.NewHints(o.Clock, placement.MaxHints), App: o.App.String()}
+			Hints: placement.NewHints(o.Clock, placement.MaxHints), App: o.App.String(), Clock: o.Clock}
 	}
 	if o.Placement == nil {
 		o.Placement = placement.Local{}

@@ -341,12 +341,13 @@ func (a *actor) closeHeld(ctx context.Context, mayPark bool) {
 	}
 }
 
-// releaseHold writes the actor's record naming nobody; one that does not
-// land is left to the ownership's background pass.
+// releaseHold writes the actor's record naming nobody, and the node it
+// moves to if a move is under way (moveSuccessor); one that does not land
+// is left to the ownership's background pass.
 func (a *actor) releaseHold(h ownership.Hold) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.node.ctx), ownership.ReleaseTimeout)
 	defer cancel()
-	if err := a.node.opts.Cluster.Member.Owners.Release(ctx, h); err != nil && !errors.Is(err, ownership.ErrReleasePending) {
+	if err := a.node.opts.Cluster.Member.Owners.ReleaseTo(ctx, h, a.node.moveSuccessor(a.key)); err != nil && !errors.Is(err, ownership.ErrReleasePending) {
 		a.node.log.Warn("releasing the actor's ownership record", "actor", a.key, "err", err)
 	}
 }

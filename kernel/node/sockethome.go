@@ -70,7 +70,13 @@ func addrOfKey(key string) abi.Address {
 // releaseParked releases the actor's parked record, if it has one, and
 // counts it for reason once it landed (one that did not is pending).
 func (n *Node) releaseParked(actor ownership.Actor, reason string) {
-	ok, err := n.opts.Cluster.Member.Owners.ReleaseParked(context.WithoutCancel(n.ctx), actor)
+	n.releaseParkedTo(actor, reason, ownership.Successor{})
+}
+
+// releaseParkedTo is releaseParked whose record names next, the node a
+// move hands the actor to.
+func (n *Node) releaseParkedTo(actor ownership.Actor, reason string, next ownership.Successor) {
+	ok, err := n.opts.Cluster.Member.Owners.ReleaseParkedTo(context.WithoutCancel(n.ctx), actor, next)
 	switch {
 	case ok && err == nil:
 		n.opts.Cluster.Metrics.ParkedReleased(reason, 1)

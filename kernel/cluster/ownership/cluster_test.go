@@ -165,7 +165,7 @@ func TestFailoverUnderSkewNeverTwoOwners(t *testing.T) {
 		if err := a.owners.Release(ctx, Hold{Actor: x, Generation: 1}); err != nil {
 			t.Fatalf("a release after the loss: %v", err)
 		}
-		w.want(x, Record{"b", "ib", 2}) // the lost node wrote nothing
+		w.want(x, Record{Node: "b", Instance: "ib", Generation: 2}) // the lost node wrote nothing
 		w.stopMember(b)
 		w.stopMember(a)
 	})

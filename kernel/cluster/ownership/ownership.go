@@ -62,29 +62,46 @@ func (a Actor) String() string { return a.Tenant + "/" + a.Class + "/" + a.Name 
 const Header = "wasmkeep-owner 1"
 
 // Record is an ownership record: a node and its instance holding the
-// actor at a generation, or nobody (Node "") keeping the last generation.
+// actor at a generation, or nobody (Node "") keeping the last generation,
+// and, released by a move, the node it moves to (Next).
 type Record struct {
 	Node, Instance string
 	Generation     uint64
+	Next           Successor
+}
+
+// Successor is the node a move releases an actor to (ADR 1070): its
+// process, and until when the other nodes send the actor's events there
+// rather than claiming it, so a third node's event does not win the race
+// with the take call. It decides no ownership: a record naming nobody is
+// free to any acquisition, the successor's or not.
+type Successor struct {
+	Node, Instance string
+	Until          time.Time
 }
 
 // Nobody reports whether the record names no holder.
 func (r Record) Nobody() bool { return r.Node == "" }
 
 // Encode renders r: the header, then "<node> <instance> <generation>",
-// "- - <generation>" for nobody.
+// "- - <generation>" for nobody, then for nobody with a successor
+// "next <node> <instance> <until, Unix ms>".
 func (r Record) Encode() []byte {
 	n, i := r.Node, r.Instance
 	if r.Nobody() {
 		n, i = "-", "-"
 	}
-	return fmt.Appendf(nil, "%s\n%s %s %d\n", Header, n, i, r.Generation)
+	b := fmt.Appendf(nil, "%s\n%s %s %d\n", Header, n, i, r.Generation)
+	if r.Nobody() && r.Next.Node != "" {
+		b = fmt.Appendf(b, "next %s %s %d\n", r.Next.Node, r.Next.Instance, r.Next.Until.UnixMilli())
+	}
+	return b
 }
 
 // Decode parses a record.
 func Decode(b []byte) (Record, error) {
 	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
-	if len(lines) != 2 || lines[0] != Header {
+	if len(lines) < 2 || len(lines) > 3 || lines[0] != Header {
 		return Record{}, fmt.Errorf("not a %q record", Header)
 	}
 	f := strings.Fields(lines[1])
@@ -95,10 +112,25 @@ func Decode(b []byte) (Record, error) {
 	if err != nil {
 		return Record{}, fmt.Errorf("generation %q: %v", f[2], err)
 	}
-	if f[0] == "-" {
-		return Record{Generation: g}, nil
+	if f[0] != "-" {
+		if len(lines) == 3 {
+			return Record{}, errors.New("a record naming a holder has no line 3")
+		}
+		return Record{Node: f[0], Instance: f[1], Generation: g}, nil
 	}
-	return Record{Node: f[0], Instance: f[1], Generation: g}, nil
+	r := Record{Generation: g}
+	if len(lines) == 3 {
+		n := strings.Fields(lines[2])
+		if len(n) != 4 || n[0] != "next" || n[1] == "-" || n[2] == "-" {
+			return Record{}, fmt.Errorf("line 3 %q is not next <node> <instance> <until>", lines[2])
+		}
+		until, err := strconv.ParseInt(n[3], 10, 64)
+		if err != nil {
+			return Record{}, fmt.Errorf("next's until %q: %v", n[3], err)
+		}
+		r.Next = Successor{Node: n[1], Instance: n[2], Until: time.UnixMilli(until)}
+	}
+	return r, nil
 }
 
 // Hold is one acquisition of an actor by this process.
@@ -507,6 +539,13 @@ func (o *Owners) Check(h Hold) error {
 // and ErrReleasePending returned. A hold that already ended here (a
 // lapse's DropAll, a loss's Abandon) writes nothing.
 func (o *Owners) Release(ctx context.Context, h Hold) error {
+	return o.ReleaseTo(ctx, h, Successor{})
+}
+
+// ReleaseTo is Release whose record names next, the node a move hands the
+// actor to (ADR 1070). A release kept pending writes no successor when it
+// lands later: by then the move is over.
+func (o *Owners) ReleaseTo(ctx context.Context, h Hold, next Successor) error {
 	defer o.lock(h.Actor)()
 	o.mu.Lock()
 	cur, ok := o.holds[h.Actor]
@@ -522,14 +561,14 @@ func (o *Owners) Release(ctx context.Context, h Hold) error {
 		}
 		return nil
 	}
-	return o.writeRelease(ctx, h, bucket.Condition{IfVersion: h.Version})
+	return o.writeRelease(ctx, h, bucket.Condition{IfVersion: h.Version}, next)
 }
 
-// writeRelease writes the record naming nobody at h's generation under
-// cond, kept as a pending release if that does not land; the actor's lock
-// is held and h is no longer held nor parked here.
-func (o *Owners) writeRelease(ctx context.Context, h Hold, cond bucket.Condition) error {
-	nobody := Record{Generation: h.Generation}
+// writeRelease writes the record naming nobody at h's generation (and
+// next, if any) under cond, kept as a pending release if that does not
+// land; the actor's lock is held and h is no longer held nor parked here.
+func (o *Owners) writeRelease(ctx context.Context, h Hold, cond bucket.Condition, next Successor) error {
+	nobody := Record{Generation: h.Generation, Next: next}
 	if _, err := o.putWithin(ctx, min(ReleaseTimeout, o.s.AttemptTimeout()), h.Actor, nobody, cond); err != nil {
 		o.keep(&entry{kind: release, actor: h.Actor, generation: h.Generation, version: h.Version, since: o.clk.Now()})
 		return fmt.Errorf("%w: %s generation %d: %v", ErrReleasePending, h.Actor, h.Generation, err)
@@ -601,6 +640,11 @@ func (o *Owners) parkedLocked() []Actor {
 // release and ErrReleasePending returned. It reports whether there was a
 // parked record to release.
 func (o *Owners) ReleaseParked(ctx context.Context, a Actor) (bool, error) {
+	return o.ReleaseParkedTo(ctx, a, Successor{})
+}
+
+// ReleaseParkedTo is ReleaseParked whose record names next (ReleaseTo).
+func (o *Owners) ReleaseParkedTo(ctx context.Context, a Actor, next Successor) (bool, error) {
 	defer o.lock(a)()
 	o.mu.Lock()
 	h, ok := o.parked[a]
@@ -613,7 +657,7 @@ func (o *Owners) ReleaseParked(ctx context.Context, a Actor) (bool, error) {
 	if bugs.UnconditionalParkedRelease { // false unless a simulation test plants the bug
 		cond = bucket.Condition{}
 	}
-	return true, o.writeRelease(ctx, h, cond)
+	return true, o.writeRelease(ctx, h, cond, next)
 }
 
 // ParkedReleases is how many parked records ReleaseAllParked releases at

@@ -136,12 +136,18 @@ func (w *world) want(a Actor, want Record) {
 var act = Actor{"t", "c", "n"}
 
 func TestRecordRoundTrip(t *testing.T) {
-	for _, r := range []Record{{Node: "a", Instance: "i", Generation: 7}, {Generation: 3}} {
+	moved := Record{Generation: 4, Next: Successor{Node: "b", Instance: "ib", Until: time.UnixMilli(1_700_000_000_123)}}
+	for _, r := range []Record{{Node: "a", Instance: "i", Generation: 7}, {Generation: 3}, moved} {
 		if got, err := Decode(r.Encode()); err != nil || got != r {
 			t.Fatalf("%+v: %+v %v", r, got, err)
 		}
 	}
-	for _, bad := range []string{"", "wasmkeep-owner 1\na - 1\n", "wasmkeep-owner 2\na i 1\n", "wasmkeep-owner 1\na i x\n"} {
+	if got := string(moved.Encode()); got != "wasmkeep-owner 1\n- - 4\nnext b ib 1700000000123\n" {
+		t.Errorf("a record released to a successor: %q", got)
+	}
+	for _, bad := range []string{"", "wasmkeep-owner 1\na - 1\n", "wasmkeep-owner 2\na i 1\n", "wasmkeep-owner 1\na i x\n",
+		"wasmkeep-owner 1\na i 1\nnext b ib 1\n", "wasmkeep-owner 1\n- - 1\nnext b ib\n", "wasmkeep-owner 1\n- - 1\nnext - - 1\n",
+		"wasmkeep-owner 1\n- - 1\nnext b ib x\n", "wasmkeep-owner 1\n- - 1\nnext b ib 1\nmore\n"} {
 		if _, err := Decode([]byte(bad)); err == nil {
 			t.Errorf("Decode(%q) accepted", bad)
 		}
@@ -157,7 +163,7 @@ func TestGenerationPerHold(t *testing.T) {
 	a, _ := w.node("a", "ia")
 	b, _ := w.node("b", "ib")
 	h := w.acquire(a, act)
-	w.want(act, Record{"a", "ia", 1})
+	w.want(act, Record{Node: "a", Instance: "ia", Generation: 1})
 	if err := a.Release(ctx, h); err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +179,30 @@ func TestGenerationPerHold(t *testing.T) {
 	if h = w.acquire(b, act); h.Generation != 3 {
 		t.Fatalf("another node's hold at generation %d, want 3", h.Generation)
 	}
-	w.want(act, Record{"b", "ib", 3})
+	w.want(act, Record{Node: "b", Instance: "ib", Generation: 3})
+}
+
+// A move's release names its successor (ADR 1070) and decides nothing:
+// any node may acquire the record, at the next generation, and a parked
+// record is released to one the same way.
+func TestReleaseToSuccessor(t *testing.T) {
+	w := newWorld(t)
+	a, _ := w.node("a", "ia")
+	c, _ := w.node("c", "ic")
+	next := Successor{Node: "b", Instance: "ib", Until: time.UnixMilli(w.clk.Now().Add(10 * time.Second).UnixMilli())}
+	if err := a.ReleaseTo(ctx, w.acquire(a, act), next); err != nil {
+		t.Fatal(err)
+	}
+	w.want(act, Record{Generation: 1, Next: next})
+	w.acquireAt(c, act, 2)
+	w.want(act, Record{Node: "c", Instance: "ic", Generation: 2})
+	if !c.Park(w.acquire(c, act)) {
+		t.Fatal("not parked")
+	}
+	if ok, err := c.ReleaseParkedTo(ctx, act, next); !ok || err != nil {
+		t.Fatalf("the parked record's release: %v %v", ok, err)
+	}
+	w.want(act, Record{Generation: 2, Next: next})
 }
 
 // A record naming a live holder is not taken; one whose node lease was
@@ -232,7 +261,7 @@ func TestPendingReleaseNeverAppliesToLaterHold(t *testing.T) {
 	h := w.acquire(a, act)
 	w.releaseFails(a, h, faulty.Fail)
 	w.acquireAt(a, act, 2)
-	w.resolvedKeeping(a, act, Record{"a", "ia", 2})
+	w.resolvedKeeping(a, act, Record{Node: "a", Instance: "ia", Generation: 2})
 }
 
 // An acquisition held in flight past its timeout lands later: the
@@ -255,7 +284,7 @@ func TestLateAcquireReleased(t *testing.T) {
 		if w.fb.Land() != 1 {
 			t.Fatal("the held write did not land")
 		}
-		w.want(act, Record{"a", "ia", 1})
+		w.want(act, Record{Node: "a", Instance: "ia", Generation: 1})
 		if a.Resolve(ctx) != 1 || a.Pending() != 0 {
 			t.Fatal("not resolved")
 		}
@@ -277,7 +306,7 @@ func TestUnresolvedAcquireSparesLiveHold(t *testing.T) {
 		t.Fatalf("acquire: %v", err)
 	}
 	w.acquireAt(a, act, 1)
-	w.resolvedKeeping(a, act, Record{"a", "ia", 1})
+	w.resolvedKeeping(a, act, Record{Node: "a", Instance: "ia", Generation: 1})
 }
 
 // A lapse drops every hold into the pending releases; the pass waits while
@@ -422,7 +451,7 @@ func TestActorLockOrdersResolverAndAcquire(t *testing.T) {
 		}
 		<-resolved
 		w.fb.Land()
-		w.want(act, Record{"a", "ia", 1})
+		w.want(act, Record{Node: "a", Instance: "ia", Generation: 1})
 		if _, owns := a.Owns(act); !owns {
 			t.Fatal("the hold is gone")
 		}

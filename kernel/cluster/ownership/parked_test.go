@@ -39,7 +39,7 @@ func TestParkKeepsRecordWakeWritesNextGeneration(t *testing.T) {
 	if _, owns := a.Owns(act); owns || a.Check(h) == nil || !a.Parked(act) || a.Pending() != 1 {
 		t.Fatalf("after parking: owns %v, check %v, parked %v, pending %d", owns, a.Check(h), a.Parked(act), a.Pending())
 	}
-	w.want(act, Record{"a", "ia", 1})
+	w.want(act, Record{Node: "a", Instance: "ia", Generation: 1})
 	var held *HeldError
 	if _, err := b.Acquire(ctx, act); !errors.As(err, &held) || held.Record.Node != "a" {
 		t.Fatalf("another node's acquire of a parked actor: %v", err)
@@ -48,7 +48,7 @@ func TestParkKeepsRecordWakeWritesNextGeneration(t *testing.T) {
 	if !woke.Unparked || woke.Version == h.Version || a.Parked(act) || a.Pending() != 0 {
 		t.Fatalf("wake: %+v, parked %v, pending %d", woke, a.Parked(act), a.Pending())
 	}
-	w.want(act, Record{"a", "ia", 2})
+	w.want(act, Record{Node: "a", Instance: "ia", Generation: 2})
 }
 
 // Only a hold that may still act parks: not with the lease invalid, not
@@ -120,7 +120,7 @@ func TestParkedReleaseNeverOverwritesAMovedRecord(t *testing.T) {
 			t.Fatal("no release held")
 		}
 		w.fb.Land()
-		w.want(act, Record{"b", "ib", 2})
+		w.want(act, Record{Node: "b", Instance: "ib", Generation: 2})
 	})
 }
 
@@ -143,7 +143,7 @@ func TestResolverCountsParkedAtItsGeneration(t *testing.T) {
 			t.Fatalf("wake: %v, parked %v", err, a.Parked(act))
 		}
 		w.fb.Land()
-		w.want(act, Record{"a", "ia", 2})
+		w.want(act, Record{Node: "a", Instance: "ia", Generation: 2})
 		if a.Resolve(ctx) != 1 || a.Parked(act) || a.Pending() != 0 {
 			t.Fatalf("landed wake: parked %v, pending %d", a.Parked(act), a.Pending())
 		}
@@ -158,7 +158,7 @@ func TestResolverCountsParkedAtItsGeneration(t *testing.T) {
 		if !a.Parked(act) || a.Pending() != 1 {
 			t.Fatalf("parked at the entry's generation: parked %v, pending %d", a.Parked(act), a.Pending())
 		}
-		w.want(act, Record{"a", "ia", 3})
+		w.want(act, Record{Node: "a", Instance: "ia", Generation: 3})
 	})
 }
 
@@ -178,7 +178,7 @@ func TestWakeKeepsParkedUntilTheRecordMoved(t *testing.T) {
 	if _, err := a.Acquire(ctx, act); err == nil || !a.Parked(act) {
 		t.Fatalf("wake with the read failing: %v, parked %v", err, a.Parked(act))
 	}
-	b := Record{"b", "ib", 2}.Encode()
+	b := Record{Node: "b", Instance: "ib", Generation: 2}.Encode()
 	if _, err := w.mem.Put(ctx, act.Key(), bytes.NewReader(b), int64(len(b)), bucket.Condition{}); err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestParkedLapseLossAndStop(t *testing.T) {
 	if a.Parked(act) || a.Pending() != 0 {
 		t.Fatal("a loss kept the parked record")
 	}
-	w.want(act, Record{"a", "ia", 2})
+	w.want(act, Record{Node: "a", Instance: "ia", Generation: 2})
 
 	c, _ := w.node("c", "ic")
 	h := w.acquire(c, Actor{"t", "c", "other"})

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/wasmkeep/wasmkeep/kernel/abi"
+	"github.com/wasmkeep/wasmkeep/kernel/clock"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/membership"
 	"github.com/wasmkeep/wasmkeep/kernel/cluster/ownership"
 )
@@ -33,6 +34,11 @@ type Records interface {
 // (ClaimsLast) and is refused with ErrNoTaker on one that must run none
 // (ClaimsNone).
 //
+// A record a move released to a successor (ownership.Successor, ADR
+// 1070) sends the actor's events to it, until the record's time, while it
+// is the process the record names and a peer that takes actors: there the
+// first event claims it. This node claims it only past that.
+//
 // A record that names a live peer is kept as a hint (Hints, HintTTL), and
 // a routing question (Routed: an outside request not forwarded yet) is
 // answered from it while its node is still live in the view, with no
@@ -51,6 +57,8 @@ type Owned struct {
 	// Claiming is whether this node claims an actor no live peer holds
 	// now; nil: it always does (Claims).
 	Claiming func() Claiming
+	// Clock judges a successor's time.
+	Clock clock.Clock
 }
 
 // Claiming is whether a node claims (acquires) an actor no live peer
@@ -96,6 +104,11 @@ func (o Owned) Place(ctx context.Context, addr abi.Address) (Owner, error) {
 		}
 	}
 	o.Hints.Forget(key)
+	if found && rec.Nobody() {
+		if owner, ok := o.successor(rec.Next); ok {
+			return owner, nil
+		}
+	}
 	c := Claims
 	if o.Claiming != nil {
 		c = o.Claiming()
@@ -121,6 +134,21 @@ func (o Owned) taker(key ownership.Actor) (Owner, error) {
 		return Here, ErrNoTaker
 	}
 	return Owner{Node: p.ID, Addr: p.Object.Info.Advertise, Taker: true}, nil
+}
+
+// successor is where a record's successor (next) sends the actor's
+// events: to that process while it takes actors, until next.Until; never
+// kept as a hint, since it holds nothing yet.
+func (o Owned) successor(next ownership.Successor) (Owner, bool) {
+	if next.Node == "" || next.Node == o.Self || !o.Clock.Now().Before(next.Until) {
+		return Here, false
+	}
+	for _, p := range Takers(o.View, o.App) {
+		if p.ID == next.Node && p.Object.Instance == next.Instance {
+			return Owner{Node: p.ID, Addr: p.Object.Info.Advertise}, true
+		}
+	}
+	return Here, false
 }
 
 // peer is the live peer that holds what rec names: its node, in the
