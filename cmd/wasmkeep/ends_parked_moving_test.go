@@ -314,3 +314,27 @@ func TestMoveSendsOtherNodesToTheTarget(t *testing.T) {
 	}
 	c.expect("GET", "/actor/probe/s/tokens", "", 200, "before\nthrough-c\n")
 }
+
+// A move whose take fails ends its successor's time at once (ADR 1070):
+// b serves no probe, so it refuses the take of probe/f for good (404),
+// and a request through c right after a's move gave up is answered, c
+// claiming the actor, not sent to b for the take's 10 s. Fails with the
+// successor left in the record (404 from b, "unknown class").
+func TestFailedMoveSendsNothingToItsTarget(t *testing.T) {
+	t.Parallel()
+	engineNeutral(t)
+	fb := fileBucket(t, t.TempDir())
+	probes := map[string]string{"probe": probe(t)}
+	a, am := peeredNodeOn(t, fb, "a", probes, 0)
+	_, bm := peeredNodeOn(t, fb, "b", map[string]string{"room": room(t)}, 0)
+	c, cm := peeredNodeOn(t, fb, "c", probes, 0)
+	for _, m := range []*cluster.Member{am, bm, cm} {
+		waitTaker(t, m, 2)
+	}
+	a.expect("POST", "/actor/probe/f/token?t=before", "", 200, "1")
+	if _, err := cluster.RequestMove(t.Context(), bucket.Under(fb, app.Default.StateRoot()), "probe", "f", "b"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "a's move to fail", func() bool { return strings.Contains(a.log.String(), "the target did not take it") })
+	c.expect("POST", "/actor/probe/f/token?t=through-c", "", 200, "2")
+}

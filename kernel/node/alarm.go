@@ -196,7 +196,10 @@ func (n *Node) deliverAlarm(it *alarm.Item) {
 			}
 			return
 		}
-		if errors.As(err, &elsewhere) {
+		// An actor another node holds: its timer fires the alarm. A move's
+		// target that holds nothing yet (ADR 1070) has none: the alarm
+		// stays here, deferred, until a node holds the actor.
+		if errors.As(err, &elsewhere) && !elsewhere.Owner.Successor {
 			n.log.Info("alarm left to the actor's holder", "actor", it.Key, "node", elsewhere.Owner.Node)
 			return
 		}

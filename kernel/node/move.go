@@ -178,8 +178,8 @@ func (n *Node) moveOut(c *class, key string, owner ownership.Actor, mv cluster.M
 
 // moveSuccessor is the successor a release of the actor key writes (ADR
 // 1070): while a move of it is under way past its sockets' close, its
-// target's live process, for as long as the take may take; none
-// otherwise. So the events another node gets for the actor go to the
+// target's live process, for as long as the take may take from the
+// release (a parked record's release may come first); none otherwise. So the events another node gets for the actor go to the
 // target rather than claim it in the moment between the release and the
 // take.
 func (n *Node) moveSuccessor(key string) ownership.Successor {
@@ -193,7 +193,7 @@ func (n *Node) moveSuccessor(key string) ownership.Successor {
 	if err != nil {
 		return ownership.Successor{}
 	}
-	return ownership.Successor{Node: target, Instance: p.Object.Instance, Until: n.clock.Now().Add(takeTimeout)}
+	return ownership.Successor{Node: target, Instance: p.Object.Instance, Until: n.clock.Now().Add(ownership.ReleaseTimeout + takeTimeout)}
 }
 
 // eligibleTarget reports whether node id is a peer a move may go to: a
@@ -259,6 +259,12 @@ func (n *Node) move(c *class, key string, owner ownership.Actor, mv cluster.Move
 	ctx, cancel := clock.WithTimeout(n.ctx, n.clock, deadline.Sub(n.clock.Now()))
 	defer cancel()
 	if err := n.sendTake(ctx, mv.Target, c.name, mv.Name); err != nil {
+		// Its events go where they land again, not to the target.
+		cctx, cancel := clock.WithTimeout(n.ctx, n.clock, n.opts.Cluster.Member.Lease.Settings().AttemptTimeout())
+		defer cancel()
+		if err := n.opts.Cluster.Member.Owners.ClearSuccessor(cctx, owner, mv.Target); err != nil {
+			n.log.Warn("moving an actor: clearing its successor; it ends on its own", "actor", key, "err", err)
+		}
 		n.log.Warn("moving an actor: the target did not take it; tried again later", "actor", key, "to", mv.Target, "err", err)
 		return
 	}

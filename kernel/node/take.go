@@ -59,7 +59,7 @@ func (n *Node) serveTake(w http.ResponseWriter, r *http.Request, c *class, name 
 		io.WriteString(w, "taken\n")
 	case errors.Is(err, errNoSuchActor):
 		http.Error(w, "unknown actor "+address.EscapeName(name), http.StatusNotFound)
-	case errors.As(err, &elsewhere) && !elsewhere.Owner.Taker:
+	case errors.As(err, &elsewhere) && !elsewhere.Owner.Taker && !elsewhere.Owner.Successor:
 		w.Header().Set(holderHeader, elsewhere.Owner.Node)
 		http.Error(w, "held by node "+elsewhere.Owner.Node, http.StatusConflict)
 	case errors.As(err, &f):

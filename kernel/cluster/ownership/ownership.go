@@ -92,7 +92,7 @@ func (r Record) Encode() []byte {
 		n, i = "-", "-"
 	}
 	b := fmt.Appendf(nil, "%s\n%s %s %d\n", Header, n, i, r.Generation)
-	if r.Nobody() && r.Next.Node != "" {
+	if r.Nobody() && r.Next.Node != "" && r.Next.Instance != "" {
 		b = fmt.Appendf(b, "next %s %s %d\n", r.Next.Node, r.Next.Instance, r.Next.Until.UnixMilli())
 	}
 	return b
@@ -543,8 +543,8 @@ func (o *Owners) Release(ctx context.Context, h Hold) error {
 }
 
 // ReleaseTo is Release whose record names next, the node a move hands the
-// actor to (ADR 1070). A release kept pending writes no successor when it
-// lands later: by then the move is over.
+// actor to (ADR 1070). A release kept pending is retried without it: by
+// then the move is over.
 func (o *Owners) ReleaseTo(ctx context.Context, h Hold, next Successor) error {
 	defer o.lock(h.Actor)()
 	o.mu.Lock()
@@ -574,6 +574,24 @@ func (o *Owners) writeRelease(ctx context.Context, h Hold, cond bucket.Condition
 		return fmt.Errorf("%w: %s generation %d: %v", ErrReleasePending, h.Actor, h.Generation, err)
 	}
 	return nil
+}
+
+// ClearSuccessor rewrites the record of a, if it names nobody and node
+// as its successor, naming nobody alone, If-Match on the version read: a
+// move whose take failed ends its successor's time at once (ADR 1070),
+// so the actor's events no longer go to a node that did not take it. A
+// record acquired since is left as it is.
+func (o *Owners) ClearSuccessor(ctx context.Context, a Actor, node string) error {
+	defer o.lock(a)()
+	rec, _, v, found, err := o.read(ctx, a, o.s.AttemptTimeout())
+	if err != nil || !found || !rec.Nobody() || rec.Next.Node != node {
+		return err
+	}
+	_, err = o.put(ctx, a, Record{Generation: rec.Generation}, bucket.Condition{IfVersion: v})
+	if errors.Is(err, bucket.ErrPrecondition) {
+		return nil
+	}
+	return err
 }
 
 // Park ends h here as a release does (nothing acts under it from now on)

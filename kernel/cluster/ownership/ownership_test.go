@@ -184,7 +184,8 @@ func TestGenerationPerHold(t *testing.T) {
 
 // A move's release names its successor (ADR 1070) and decides nothing:
 // any node may acquire the record, at the next generation, and a parked
-// record is released to one the same way.
+// record is released to one the same way; ClearSuccessor takes it out of
+// a record naming nobody, and leaves any other.
 func TestReleaseToSuccessor(t *testing.T) {
 	w := newWorld(t)
 	a, _ := w.node("a", "ia")
@@ -203,6 +204,21 @@ func TestReleaseToSuccessor(t *testing.T) {
 		t.Fatalf("the parked record's release: %v %v", ok, err)
 	}
 	w.want(act, Record{Generation: 2, Next: next})
+	// A failed take's clearing: only a record naming nobody and that
+	// successor is rewritten; one acquired since stays.
+	if err := c.ClearSuccessor(ctx, act, "z"); err != nil {
+		t.Fatal(err)
+	}
+	w.want(act, Record{Generation: 2, Next: next})
+	if err := c.ClearSuccessor(ctx, act, "b"); err != nil {
+		t.Fatal(err)
+	}
+	w.want(act, Record{Generation: 2})
+	w.acquireAt(a, act, 3)
+	if err := c.ClearSuccessor(ctx, act, "b"); err != nil {
+		t.Fatal(err)
+	}
+	w.want(act, Record{Node: "a", Instance: "ia", Generation: 3})
 }
 
 // A record naming a live holder is not taken; one whose node lease was

@@ -138,14 +138,15 @@ func (o Owned) taker(key ownership.Actor) (Owner, error) {
 
 // successor is where a record's successor (next) sends the actor's
 // events: to that process while it takes actors, until next.Until; never
-// kept as a hint, since it holds nothing yet.
+// kept as a hint, since it holds nothing yet (and a hint's failure places
+// the event again, which would find the successor again).
 func (o Owned) successor(next ownership.Successor) (Owner, bool) {
 	if next.Node == "" || next.Node == o.Self || !o.Clock.Now().Before(next.Until) {
 		return Here, false
 	}
 	for _, p := range Takers(o.View, o.App) {
 		if p.ID == next.Node && p.Object.Instance == next.Instance {
-			return Owner{Node: p.ID, Addr: p.Object.Info.Advertise}, true
+			return Owner{Node: p.ID, Addr: p.Object.Info.Advertise, Successor: true}, true
 		}
 	}
 	return Here, false

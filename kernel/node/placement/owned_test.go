@@ -113,7 +113,7 @@ func TestOwnedSuccessor(t *testing.T) {
 		{"a draining successor", "a", released("d", "id"), ""},
 		{"a successor not in view", "a", released("z", "iz"), ""},
 	} {
-		if got := place(c.self, c.rec); got.Node != c.owner || got.Hint || got.Taker {
+		if got := place(c.self, c.rec); got.Node != c.owner || got.Hint || got.Taker || got.Successor != (c.owner != "") {
 			t.Errorf("%s: %+v, want node %q", c.name, got, c.owner)
 		}
 	}

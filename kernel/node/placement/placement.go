@@ -60,6 +60,9 @@ type Owner struct {
 	// to this peer, chosen among those that take actors (Takers), which
 	// holds nothing yet.
 	Taker bool
+	// Successor: nobody holds the actor and a move released it to this
+	// peer (ownership.Successor, ADR 1070), which holds nothing yet.
+	Successor bool
 }
 
 // Here is the Owner that means this node.
