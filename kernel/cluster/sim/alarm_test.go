@@ -18,14 +18,11 @@ func alarmRun(seed uint64) Config {
 // madsim_alarm_index): every state the bucket's history holds names an
 // existing entry for its pending alarm, throughout.
 func TestAlarmIndex(t *testing.T) {
-	start := time.Now()
-	total := runSeeds(t, "TestAlarmIndex", seeds(), alarmRun)
-	t.Logf("%d seeds in %v: %d holds, %d events, %d late uploads, %d late writes, %d crashes, %d cuts, %d zombies; alarms: %d listed, %d replaced removed, %d stale removed, %d newer kept, %d owner fences, %d refused as the bucket had nothing, %d listed on joining, %d aimed faults, %d pauses, %d checks",
-		len(seeds()), time.Since(start).Round(time.Millisecond), total.Holds, total.Events, total.LateUploads, total.LateWrites, total.Crashes, total.Cuts, total.Zombies,
-		total.Listed, total.Replaced, total.StaleRemoved, total.NewerKept, total.OwnerFences, total.HadNothing, total.FirstListings, total.Aimed, total.Pauses, total.AlarmChecks)
-	if len(seeds()) >= 20 && (total.StaleRemoved == 0 || total.NewerKept == 0 || total.OwnerFences == 0 || total.HadNothing == 0 || total.FirstListings == 0 || total.Aimed == 0 || total.Pauses == 0 || total.LateWrites == 0) {
-		t.Errorf("no stale removal, newer entry kept, owner fence, refusal as the bucket had nothing, listing on joining, aimed fault or late write in %d seeds: the faults did not reach what the rules guard", len(seeds()))
-	}
+	runWorkload(t, "TestAlarmIndex", seeds(), alarmRun,
+		"no stale removal, newer entry kept, owner fence, refusal as the bucket had nothing, listing on joining, aimed fault or late write: the faults did not reach what the rules guard",
+		func(r Result) bool {
+			return r.StaleRemoved > 0 && r.NewerKept > 0 && r.OwnerFences > 0 && r.HadNothing > 0 && r.FirstListings > 0 && r.Aimed > 0 && r.Pauses > 0 && r.LateWrites > 0
+		})
 }
 
 var huntFlag = flag.Bool("hunt", false, "planted alarm index variants: hunt from seed 0 over 2,000 seeds instead of running the seed recorded as catching each")

@@ -237,7 +237,7 @@ func (p *process) session(x ownership.Actor, seed uint64, deliver int64) {
 		p.retire(x, r)
 		r = nil
 	}
-	if r == nil && w.cfg.SocketHome && deliver == 0 && p.relay(x, seed) {
+	if r == nil && (w.cfg.SocketHome || w.cfg.Moves) && deliver == 0 && p.relay(x, seed) {
 		return
 	}
 	if r == nil {
@@ -316,11 +316,14 @@ func (p *process) retire(x ownership.Actor, r *resident) {
 	p.release(x, r)
 }
 
-// release releases a closed resident's hold.
+// release releases a closed resident's hold (in the moves' workload, now
+// and then to a successor: moves.go).
 func (p *process) release(x ownership.Actor, r *resident) {
 	w := p.w
-	err := p.member.Owners.Release(p.ctx, r.hold)
-	w.note(p, "release %s generation %d: pending %v", x, r.hold.Generation, err != nil)
+	next := p.successor(r.hold)
+	err := p.member.Owners.ReleaseTo(p.ctx, r.hold, next)
+	w.note(p, "release %s generation %d to %q: pending %v", x, r.hold.Generation, next.Node, err != nil)
+	p.failedTake(x, r.hold, next)
 }
 
 // wake is the workload: now and then an actor is woken on a process of a

@@ -91,3 +91,11 @@ func TestCatchesUnconditionalParkedRelease(t *testing.T) {
 	defer func() { bugs.UnconditionalParkedRelease = false }()
 	caught(t, 400, []string{"owned by", "made two holds", "ran an event"}, socketRun)
 }
+
+// Planted bug 8: a failed take's clearing of a move's successor (ADR 1070)
+// drops its If-Match, so one landing late names nobody over a later hold.
+func TestCatchesUnconditionalSuccessorClear(t *testing.T) {
+	bugs.UnconditionalSuccessorClear = true
+	defer func() { bugs.UnconditionalSuccessorClear = false }()
+	caught(t, 200, []string{"owned by", "made two holds", "ran an event"}, moveRun)
+}

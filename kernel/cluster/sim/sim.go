@@ -76,6 +76,8 @@ type Config struct {
 	FirstUploadBeforeEntry bool
 	// SocketHome runs the socket home's workload (sockets.go).
 	SocketHome bool
+	// Moves runs the moves' workload (moves.go).
+	Moves bool
 	// TempDir is where restores build databases (a test's t.TempDir()).
 	TempDir string
 	// Trace, if set, gets every line of the trace.
@@ -121,6 +123,10 @@ type Result struct {
 	Relays     int // events relayed to the process a record names
 	LastSocket int // parked records released as their last socket closed
 	Drained    int // parked records released by a drain pass
+	// Moves (Config.Moves):
+	Successors int // releases that named a successor
+	Cleared    int // successors cleared (a failed take)
+	ToNext     int // events relayed to a record's successor
 	Settings   string
 	Violations []string
 }
@@ -137,6 +143,9 @@ func (r Result) String() string {
 	if r.Parks > 0 {
 		extra += fmt.Sprintf("; socket home: %d parks, %d wakes at home, %d relays, %d released at the last socket, %d by drains",
 			r.Parks, r.HomeWakes, r.Relays, r.LastSocket, r.Drained)
+	}
+	if r.Successors > 0 {
+		extra += fmt.Sprintf("; moves: %d releases to a successor, %d cleared, %d events relayed to one", r.Successors, r.Cleared, r.ToNext)
 	}
 	return fmt.Sprintf("%d steps, %d requests, %d holds, %d generations, %d events, %d acknowledged writes, %d restores, %d snapshots, %d objects collected, %d late uploads, %d late writes, %d fences, %d leases lost, %d twins refused, %d crashes, %d restarts, %d cuts, %d zombies, %d ties (%s), trace %016x",
 		r.Steps, r.Requests, r.Holds, r.Gens, r.Events, r.Acked, r.Restores, r.Snapshots, r.Collected, r.LateUploads, r.LateWrites, r.Fences, r.Lost, r.Twins, r.Crashes, r.Restarts, r.Cuts, r.Zombies, r.Ties, r.Settings, r.Hash) + extra

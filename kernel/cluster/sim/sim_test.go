@@ -18,6 +18,7 @@ var (
 	// The socket home's run is the base run with more in it: half as many
 	// seeds by default keep the package's time near what it was.
 	socketSeedsFlag = flag.Int("socket-seeds", 100, "how many seeds TestSocketHome runs")
+	moveSeedsFlag   = flag.Int("move-seeds", 60, "how many seeds TestMoves runs")
 )
 
 // TestMain runs the simulation on one processor: goroutines woken in one
@@ -53,11 +54,22 @@ func seedsOf(n int) []uint64 {
 }
 
 func TestSimulation(t *testing.T) {
+	runWorkload(t, "TestSimulation", seeds(), func(seed uint64) Config { return Config{Seed: seed} },
+		"no late write, late upload, fence, lost lease or collection: the faults did not reach what the invariants guard",
+		func(r Result) bool {
+			return r.LateWrites > 0 && r.LateUploads > 0 && r.Fences > 0 && r.Lost > 0 && r.Collected > 0
+		})
+}
+
+// runWorkload runs the seeds of list with cfg (test names it in how to
+// rerun one) and, over 20 seeds or more, fails unless their sum reached
+// what the workload is for (missing says what not).
+func runWorkload(t *testing.T, test string, list []uint64, cfg func(seed uint64) Config, missing string, reached func(Result) bool) {
 	start := time.Now()
-	total := runSeeds(t, "TestSimulation", seeds(), func(seed uint64) Config { return Config{Seed: seed} })
-	t.Logf("%d seeds in %v: %s", len(seeds()), time.Since(start).Round(time.Millisecond), total)
-	if len(seeds()) >= 20 && (total.LateWrites == 0 || total.LateUploads == 0 || total.Fences == 0 || total.Lost == 0 || total.Collected == 0) {
-		t.Errorf("no late write, late upload, fence, lost lease or collection in %d seeds: the faults did not reach what the invariants guard", len(seeds()))
+	total := runSeeds(t, test, list, cfg)
+	t.Logf("%d seeds in %v: %s", len(list), time.Since(start).Round(time.Millisecond), total)
+	if len(list) >= 20 && !reached(total) {
+		t.Errorf("%s, in %d seeds", missing, len(list))
 	}
 }
 
@@ -119,6 +131,9 @@ func (x *Result) add(r Result) {
 	x.Relays += r.Relays
 	x.LastSocket += r.LastSocket
 	x.Drained += r.Drained
+	x.Successors += r.Successors
+	x.Cleared += r.Cleared
+	x.ToNext += r.ToNext
 }
 
 // A seed replays exactly: the same trace, line for line, and the same
@@ -127,6 +142,7 @@ func TestSameSeedSameTrace(t *testing.T) {
 	sameTrace(t, 20, func(seed uint64) Config { return Config{Seed: seed} })
 	sameTrace(t, 10, alarmRun)
 	sameTrace(t, 10, socketRun)
+	sameTrace(t, 10, moveRun)
 }
 
 func sameTrace(t *testing.T, n uint64, cfg func(seed uint64) Config) {
@@ -161,11 +177,19 @@ func socketRun(seed uint64) Config { return Config{Seed: seed, SocketHome: true}
 // open, woken at home through relays from the other nodes, released at the
 // last socket, by drains, lapses and clean stops, under every fault.
 func TestSocketHome(t *testing.T) {
-	start := time.Now()
-	list := seedsOf(*socketSeedsFlag)
-	total := runSeeds(t, "TestSocketHome", list, socketRun)
-	t.Logf("%d seeds in %v: %s", len(list), time.Since(start).Round(time.Millisecond), total)
-	if len(list) >= 20 && (total.Parks == 0 || total.HomeWakes == 0 || total.Relays == 0 || total.LastSocket == 0 || total.Drained == 0) {
-		t.Errorf("no park, wake at home, relay, release at the last socket or by a drain in %d seeds", len(list))
-	}
+	runWorkload(t, "TestSocketHome", seedsOf(*socketSeedsFlag), socketRun,
+		"no park, wake at home, relay, release at the last socket or by a drain",
+		func(r Result) bool {
+			return r.Parks > 0 && r.HomeWakes > 0 && r.Relays > 0 && r.LastSocket > 0 && r.Drained > 0
+		})
+}
+
+// moveRun is a run with the moves' workload (moves.go).
+func moveRun(seed uint64) Config { return Config{Seed: seed, Moves: true} }
+
+// Moves (ADR 1070): releases that name a successor, events relayed to
+// it, successors cleared as a failed take clears them, under every fault.
+func TestMoves(t *testing.T) {
+	runWorkload(t, "TestMoves", seedsOf(*moveSeedsFlag), moveRun, "no release to a successor, clearing or relay to one",
+		func(r Result) bool { return r.Successors > 0 && r.Cleared > 0 && r.ToNext > 0 })
 }

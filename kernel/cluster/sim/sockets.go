@@ -41,27 +41,39 @@ func (p *process) openSocket(x ownership.Actor, rng *rand.Rand) {
 }
 
 // relay is the routing of an event for x landing on p: when x's record
-// names another live process (in p's membership view), the event goes
-// there (a session of its own, unless one runs) and relay reports true.
+// names another live process (in p's membership view), or names nobody
+// and a successor that is one, not draining, before its time (the moves'
+// workload), the event goes there (a session of its own, unless one runs)
+// and relay reports true.
 func (p *process) relay(x ownership.Actor, seed uint64) bool {
 	w, m := p.w, p.member
 	rec, found, err := m.Owners.Owner(p.ctx, x)
-	if err != nil || !found || rec.Nobody() || rec.Node == p.n.id {
+	if err != nil || !found {
 		return false
 	}
-	if peer, err := m.View.Live(rec.Node); err != nil || peer.Object.Instance != rec.Instance {
+	node, instance, toNext := rec.Node, rec.Instance, false
+	if rec.Nobody() && w.cfg.Moves && p.clk.Now().Before(rec.Next.Until) {
+		node, instance, toNext = rec.Next.Node, rec.Next.Instance, true
+	}
+	if node == "" || node == p.n.id {
 		return false
 	}
-	i := slices.IndexFunc(w.procs, func(q *process) bool { return q.n.id == rec.Node && q.instance == rec.Instance })
+	if peer, err := m.View.Live(node); err != nil || peer.Object.Instance != instance {
+		return false
+	}
+	i := slices.IndexFunc(w.procs, func(q *process) bool { return q.n.id == node && q.instance == instance })
 	if i < 0 {
 		return false
 	}
 	q := w.procs[i]
 	w.mu.Lock()
-	ok := q.member != nil && !q.dead && !q.stopping && q.lost == nil && !q.busy[x]
+	ok := q.member != nil && !q.dead && !q.stopping && q.lost == nil && !q.busy[x] && !(toNext && q.draining)
 	if ok {
 		q.busy[x] = true
 		w.res.Relays++
+		if toNext {
+			w.res.ToNext++
+		}
 	}
 	w.mu.Unlock()
 	w.note(p, "relays %s to %s (taken %v)", x, q, ok)

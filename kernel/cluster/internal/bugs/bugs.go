@@ -64,3 +64,8 @@ var AdoptParked bool
 // record naming nobody without If-Match on the parked hold's version, so
 // one landing late overwrites a later holder's record.
 var UnconditionalParkedRelease bool
+
+// UnconditionalSuccessorClear: a failed take's clearing of a move's
+// successor (ADR 1070) drops its If-Match on the version it read, so one
+// landing late names nobody over a later hold.
+var UnconditionalSuccessorClear bool
