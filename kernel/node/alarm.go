@@ -196,10 +196,15 @@ func (n *Node) deliverAlarm(it *alarm.Item) {
 			}
 			return
 		}
-		// An actor another node holds: its timer fires the alarm. A move's
-		// target that holds nothing yet (ADR 1070) has none: the alarm
-		// stays here, deferred, until a node holds the actor.
-		if errors.As(err, &elsewhere) && !elsewhere.Owner.Successor {
+		// A move's target that holds nothing yet (ADR 1070) has no timer
+		// entry: the alarm stays here, deferred, until a node holds the
+		// actor. An actor another node holds: its timer fires the alarm.
+		if errors.As(err, &elsewhere) && elsewhere.Owner.Successor {
+			n.metrics.AlarmRetried()
+			n.log.Info("alarm deferred: its actor moves to a node that does not hold it yet", "actor", it.Key, "node", elsewhere.Owner.Node, "retry_in", n.alarms.Defer(it, n.clock.Now()))
+			return
+		}
+		if errors.As(err, &elsewhere) {
 			n.log.Info("alarm left to the actor's holder", "actor", it.Key, "node", elsewhere.Owner.Node)
 			return
 		}

@@ -164,9 +164,9 @@ func (n *Node) moveOut(c *class, key string, owner ownership.Actor, mv cluster.M
 	start := !under && len(n.moving) < maxMoves
 	if start {
 		if n.moving == nil {
-			n.moving = map[string]string{}
+			n.moving = map[string]moveState{}
 		}
-		n.moving[key] = "" // the target once its sockets closed (move)
+		n.moving[key] = moveState{} // the target once its sockets closed (move)
 	}
 	n.takeMu.Unlock()
 	if start && !n.goTask(func() { n.move(c, key, owner, mv) }) {
@@ -176,24 +176,34 @@ func (n *Node) moveOut(c *class, key string, owner ownership.Actor, mv cluster.M
 	}
 }
 
+// moveState is a move under way (Node.moving): its target once the
+// actor's sockets closed, and the successor its release named.
+type moveState struct {
+	target string
+	next   ownership.Successor
+}
+
 // moveSuccessor is the successor a release of the actor key writes (ADR
 // 1070): while a move of it is under way past its sockets' close, its
 // target's live process, for as long as the take may take from the
-// release (a parked record's release may come first); none otherwise. So the events another node gets for the actor go to the
-// target rather than claim it in the moment between the release and the
-// take.
+// release (a parked record's release may come first); none otherwise. So
+// the events another node gets for the actor go to the target rather than
+// claim it in the moment between the release and the take. It is decided
+// once a move, and kept for a failed take's clearing.
 func (n *Node) moveSuccessor(key string) ownership.Successor {
 	n.takeMu.Lock()
-	target := n.moving[key]
-	n.takeMu.Unlock()
-	if target == "" {
-		return ownership.Successor{}
+	defer n.takeMu.Unlock()
+	st, ok := n.moving[key]
+	if !ok || st.target == "" || st.next.Node != "" {
+		return st.next
 	}
-	p, err := n.opts.Cluster.Member.View.Live(target)
+	p, err := n.opts.Cluster.Member.View.Live(st.target)
 	if err != nil {
 		return ownership.Successor{}
 	}
-	return ownership.Successor{Node: target, Instance: p.Object.Instance, Until: n.clock.Now().Add(ownership.ReleaseTimeout + takeTimeout)}
+	st.next = ownership.Successor{Node: st.target, Instance: p.Object.Instance, Until: n.clock.Now().Add(ownership.ReleaseTimeout + takeTimeout)}
+	n.moving[key] = st
+	return st.next
 }
 
 // eligibleTarget reports whether node id is a peer a move may go to: a
@@ -232,7 +242,7 @@ func (n *Node) move(c *class, key string, owner ownership.Actor, mv cluster.Move
 		return
 	}
 	n.takeMu.Lock()
-	n.moving[key] = mv.Target
+	n.moving[key] = moveState{target: mv.Target}
 	n.takeMu.Unlock()
 	n.mu.Lock()
 	a := n.actors[key]
@@ -262,7 +272,10 @@ func (n *Node) move(c *class, key string, owner ownership.Actor, mv cluster.Move
 		// Its events go where they land again, not to the target.
 		cctx, cancel := clock.WithTimeout(n.ctx, n.clock, n.opts.Cluster.Member.Lease.Settings().AttemptTimeout())
 		defer cancel()
-		if err := n.opts.Cluster.Member.Owners.ClearSuccessor(cctx, owner, mv.Target); err != nil {
+		n.takeMu.Lock()
+		next := n.moving[key].next
+		n.takeMu.Unlock()
+		if err := n.opts.Cluster.Member.Owners.ClearSuccessor(cctx, owner, next); err != nil {
 			n.log.Warn("moving an actor: clearing its successor; it ends on its own", "actor", key, "err", err)
 		}
 		n.log.Warn("moving an actor: the target did not take it; tried again later", "actor", key, "to", mv.Target, "err", err)

@@ -301,7 +301,7 @@ type Node struct {
 	takeMu        sync.Mutex
 	notTaking     map[string]bool
 	acquiring     int
-	moving        map[string]string
+	moving        map[string]moveState
 	takesUnderWay map[string]bool
 	tasks         sync.WaitGroup
 	tasksClosed   bool

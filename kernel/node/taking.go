@@ -341,10 +341,11 @@ func (n *Node) claiming() placement.Claiming {
 // takes actors, so a drain that begins meanwhile sees the acquire.
 func (n *Node) startAcquire(ctx context.Context, c *class, name string, key ownership.Actor) error {
 	n.takeMu.Lock()
-	if target := n.moving[n.actorKey(c, name)]; target != "" {
+	if target := n.moving[n.actorKey(c, name)].target; target != "" {
 		n.takeMu.Unlock()
-		// The actor moves there (move.go): its events follow it.
-		return &placement.Elsewhere{Addr: abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: name}, Owner: placement.Owner{Node: target}}
+		// The actor moves there (move.go): its events follow it, to a
+		// node that holds nothing yet.
+		return &placement.Elsewhere{Addr: abi.Address{Tenant: n.opts.App.Tenant, Class: c.name, Name: name}, Owner: placement.Owner{Node: target, Successor: true}}
 	}
 	ok := len(n.notTaking) == 0
 	if ok {

@@ -80,6 +80,12 @@ type Successor struct {
 	Until          time.Time
 }
 
+// same reports whether s and t name one successor (its time to the
+// millisecond, as a record keeps it).
+func (s Successor) same(t Successor) bool {
+	return s.Node == t.Node && s.Instance == t.Instance && s.Until.UnixMilli() == t.Until.UnixMilli()
+}
+
 // Nobody reports whether the record names no holder.
 func (r Record) Nobody() bool { return r.Node == "" }
 
@@ -576,15 +582,19 @@ func (o *Owners) writeRelease(ctx context.Context, h Hold, cond bucket.Condition
 	return nil
 }
 
-// ClearSuccessor rewrites the record of a, if it names nobody and node
-// as its successor, naming nobody alone, If-Match on the version read: a
-// move whose take failed ends its successor's time at once (ADR 1070),
-// so the actor's events no longer go to a node that did not take it. A
-// record acquired since is left as it is.
-func (o *Owners) ClearSuccessor(ctx context.Context, a Actor, node string) error {
+// ClearSuccessor rewrites the record of a, if it names nobody and next
+// (the successor this process's release named), naming nobody alone,
+// If-Match on the version read: a move whose take failed ends its
+// successor's time at once (ADR 1070), so the actor's events no longer go
+// to a node that did not take it. A record acquired since, or released
+// since to another successor, is left as it is.
+func (o *Owners) ClearSuccessor(ctx context.Context, a Actor, next Successor) error {
+	if next.Node == "" {
+		return nil
+	}
 	defer o.lock(a)()
 	rec, _, v, found, err := o.read(ctx, a, o.s.AttemptTimeout())
-	if err != nil || !found || !rec.Nobody() || rec.Next.Node != node {
+	if err != nil || !found || !rec.Nobody() || !rec.Next.same(next) {
 		return err
 	}
 	cond := bucket.Condition{IfVersion: v}

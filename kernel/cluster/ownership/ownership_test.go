@@ -204,18 +204,24 @@ func TestReleaseToSuccessor(t *testing.T) {
 		t.Fatalf("the parked record's release: %v %v", ok, err)
 	}
 	w.want(act, Record{Generation: 2, Next: next})
-	// A failed take's clearing: only a record naming nobody and that
-	// successor is rewritten; one acquired since stays.
-	if err := c.ClearSuccessor(ctx, act, "z"); err != nil {
-		t.Fatal(err)
+	// A failed take's clearing: only a record naming nobody and that very
+	// successor is rewritten (another move's, to the same node, stays);
+	// one naming a holder stays. (Its If-Match: the simulation's planted
+	// bug 8.)
+	later := next
+	later.Until = later.Until.Add(time.Second)
+	for _, other := range []Successor{{Node: "z", Instance: "iz", Until: next.Until}, later} {
+		if err := c.ClearSuccessor(ctx, act, other); err != nil {
+			t.Fatal(err)
+		}
+		w.want(act, Record{Generation: 2, Next: next})
 	}
-	w.want(act, Record{Generation: 2, Next: next})
-	if err := c.ClearSuccessor(ctx, act, "b"); err != nil {
+	if err := c.ClearSuccessor(ctx, act, next); err != nil {
 		t.Fatal(err)
 	}
 	w.want(act, Record{Generation: 2})
 	w.acquireAt(a, act, 3)
-	if err := c.ClearSuccessor(ctx, act, "b"); err != nil {
+	if err := c.ClearSuccessor(ctx, act, next); err != nil {
 		t.Fatal(err)
 	}
 	w.want(act, Record{Node: "a", Instance: "ia", Generation: 3})

@@ -45,7 +45,7 @@ func (p *process) failedTake(x ownership.Actor, h ownership.Hold, next ownership
 	if next.Node == "" || h.Generation%4 != 0 {
 		return
 	}
-	err := p.member.Owners.ClearSuccessor(p.ctx, x, next.Node)
+	err := p.member.Owners.ClearSuccessor(p.ctx, x, next)
 	if err == nil {
 		w.mu.Lock()
 		w.res.Cleared++

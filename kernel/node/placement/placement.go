@@ -82,7 +82,11 @@ type Elsewhere struct {
 }
 
 func (e *Elsewhere) Error() string {
-	return fmt.Sprintf("actor %s/%s is held by node %s; retry", e.Addr.Class, address.EscapeName(e.Addr.Name), e.Owner.Node)
+	how := "is held by"
+	if e.Owner.Successor {
+		how = "moves to"
+	}
+	return fmt.Sprintf("actor %s/%s %s node %s; retry", e.Addr.Class, address.EscapeName(e.Addr.Name), how, e.Owner.Node)
 }
 
 // Unplaced wraps a Placement's error: the actor's owner is not known now.
