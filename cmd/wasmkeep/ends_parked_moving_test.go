@@ -318,8 +318,9 @@ func TestMoveSendsOtherNodesToTheTarget(t *testing.T) {
 // A move whose take fails ends its successor's time at once (ADR 1070):
 // b serves no probe, so it refuses the take of probe/f for good (404),
 // and a request through c right after a's move gave up is answered, c
-// claiming the actor, not sent to b for the take's 10 s. Fails with the
-// successor left in the record (404 from b, "unknown class").
+// claiming the actor, not sent to b for the take's 10 s; the request,
+// refused for good, is dropped rather than tried every pass. Fails with
+// the successor left in the record (404 from b, "unknown class").
 func TestFailedMoveSendsNothingToItsTarget(t *testing.T) {
 	t.Parallel()
 	engineNeutral(t)
@@ -332,9 +333,13 @@ func TestFailedMoveSendsNothingToItsTarget(t *testing.T) {
 		waitTaker(t, m, 2)
 	}
 	a.expect("POST", "/actor/probe/f/token?t=before", "", 200, "1")
-	if _, err := cluster.RequestMove(t.Context(), bucket.Under(fb, app.Default.StateRoot()), "probe", "f", "b"); err != nil {
+	state := bucket.Under(fb, app.Default.StateRoot())
+	if _, err := cluster.RequestMove(t.Context(), state, "probe", "f", "b"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "a's move to fail", func() bool { return strings.Contains(a.log.String(), "the target did not take it") })
+	waitFor(t, 20*time.Second, "a's move to fail", func() bool { return strings.Contains(a.log.String(), "the target refuses it") })
 	c.expect("POST", "/actor/probe/f/token?t=through-c", "", 200, "2")
+	if moves, err := cluster.ListMoves(t.Context(), state); err != nil || len(moves) != 0 {
+		t.Errorf("the move requests after a refusal for good: %v (%v), want none", moves, err)
+	}
 }

@@ -278,6 +278,12 @@ func (n *Node) move(c *class, key string, owner ownership.Actor, mv cluster.Move
 		if err := n.opts.Cluster.Member.Owners.ClearSuccessor(cctx, owner, next); err != nil {
 			n.log.Warn("moving an actor: clearing its successor; it ends on its own", "actor", key, "err", err)
 		}
+		if errors.Is(err, errTakeFinal) && !errors.Is(err, errTakeHeld) {
+			// Not its to take, or not restorable there: asking again
+			// would only close the actor's sockets every pass.
+			n.dropMove(mv, "the target refuses it: "+err.Error())
+			return
+		}
 		n.log.Warn("moving an actor: the target did not take it; tried again later", "actor", key, "to", mv.Target, "err", err)
 		return
 	}

@@ -132,10 +132,11 @@ func (a *actor) taken(ctx context.Context) outcome {
 // errTakeRefused is a take the peer did not carry out; errTakeFinal one
 // it will not carry out if asked again: the actor is not its to take
 // (403, 404), its history cannot be restored (500), or another node
-// holds it, whose timer fires the alarm.
+// holds it (errTakeHeld), whose timer fires the alarm.
 var (
 	errTakeRefused = errors.New("the peer did not take the actor")
 	errTakeFinal   = errors.New("the peer refuses to take the actor")
+	errTakeHeld    = fmt.Errorf("%w: another node holds it", errTakeFinal)
 )
 
 // sendTake asks peer to take class's actor name: nil once peer holds it
@@ -165,7 +166,7 @@ func (n *Node) sendTake(ctx context.Context, peer, class, name string) error {
 	case resp.StatusCode == http.StatusOK && msg == "taken":
 		return nil
 	case resp.StatusCode == http.StatusConflict && holder != "":
-		return fmt.Errorf("%w: node %s holds it", errTakeFinal, holder)
+		return fmt.Errorf("%w: node %s", errTakeHeld, holder)
 	case resp.StatusCode == http.StatusForbidden, resp.StatusCode == http.StatusNotFound, resp.StatusCode == http.StatusInternalServerError:
 		return fmt.Errorf("%w: %d %s", errTakeFinal, resp.StatusCode, msg)
 	}
