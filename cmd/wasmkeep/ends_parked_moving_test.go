@@ -270,8 +270,9 @@ func TestOperatorDeleteMoving(t *testing.T) {
 // A move's release names its target (ADR 1070), so a third node's event
 // in the moment between the release and the take goes to the target
 // rather than claiming the actor: a holds probe/s and moves it to b, b's
-// takes are held at their existence checks, and a request through c then
-// is answered by b, which holds the actor from then on; once the takes go
+// takes are held at their existence checks, a take sent to c then is
+// answered 503 (not a 409 naming b, which holds nothing), and a request
+// through c is answered by b, which holds the actor from then on; once the takes go
 // on they find it held there, and the move ends. Fails with the
 // successor left out of the release (c claims the actor, then moves it
 // to b on its next pass: a move that a busy actor's traffic can keep from
@@ -299,6 +300,15 @@ func TestMoveSendsOtherNodesToTheTarget(t *testing.T) {
 	a.expect("POST", "/actor/probe/s/token?t=before", "", 200, "1")
 	state := bucket.Under(fb, app.Default.StateRoot())
 	moveHeldAtB(t, state, held, "s", a, am)
+	// A take sent to c meanwhile (a draining node's alarm hand-off) is
+	// answered 503, to be sent again: b holds nothing to name in a 409.
+	secret, err := callsign.LoadSecret(t.Context(), fb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, holder := take(t, secret, "c", c.url, "/actor/probe/s/", takeBody); r.code != 503 || holder != "" || !strings.Contains(r.body, "moves to node b") {
+		t.Errorf("a take on c of the actor moving to b: %d %q (holder %q), want 503 saying it moves to b", r.code, r.body, holder)
+	}
 	c.expect("POST", "/actor/probe/s/token?t=through-c", "", 200, "2")
 	if _, ok := bm.Owners.Owns(actor); !ok {
 		_, onC := cm.Owners.Owns(actor)
