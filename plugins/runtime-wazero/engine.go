@@ -330,7 +330,7 @@ func cacheDir(root string) (string, error) {
 // TestThirdPartyWazeroDigest checks it).
 const (
 	thirdPartyWazero       = "./third_party/wazero"
-	thirdPartyWazeroDigest = "d3e14c043c9b09ca"
+	thirdPartyWazeroDigest = "96e61f7d1774117a"
 )
 
 // cacheDirName names the cache directory of a build with these

@@ -172,12 +172,13 @@ type instance struct {
 	// after its start; imageMapped says its memory maps the image's file.
 	hot         linearmem.Learning
 	imageMapped bool
-	// funcs caches Function from a name's second lookup: wazero gives each
-	// api.Function a call stack of its own (10 KiB and up), which the
-	// kernel, asking for its hook on every event, would otherwise allocate
-	// every time; a hook run once in an instance's life (on-init) would
-	// keep one for as long as the actor is resident. A name looked up once
-	// maps to nil.
+	// funcs caches Function from a name's second lookup: each api.Function
+	// is a call engine of its own (about 1 KiB; upstream wazero adds a 10
+	// KiB call stack, which the patched copy lends from a pool for each
+	// call), which the kernel, asking for its hook on every event, would
+	// otherwise allocate every time; a hook run once in an instance's life
+	// (on-init) would keep one for as long as the actor is resident. A name
+	// looked up once maps to nil.
 	funcs map[string]*function
 }
 

@@ -101,6 +101,113 @@ func TestRefFuncAllocatesOnce(t *testing.T) {
 	}
 }
 
+// A function's call engine takes its stack from a pool for each call
+// rather than allocating 10 KiB for its life (the patch in
+// third_party/wazero): the first call of a function in each of many
+// instances, a new actor's start, hook and request, allocates far less
+// than a stack each, and a function kept for later calls (the instance's
+// cache, from a name's second lookup) holds none while it waits, though
+// its last call went out to a host function (whose stack pointer it
+// saved). Stacks grown by deep recursion, calls that trap deep down, and
+// shallow calls on instances that take pooled stacks after them all give
+// the right results.
+func TestCallStacksArePooled(t *testing.T) {
+	fns := []runtime.HostFunction{{Name: "h", Func: func(context.Context, runtime.Memory, []uint64) {}}}
+	e, err := newDriver(t, true).NewEngine(t.Context(), runtime.Config{MemoryLimitPages: 1, HostModule: "env", HostFunctions: fns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(t.Context())
+	// (func $f (export "f") (param i32) (result i32)
+	//   (call $h)
+	//   (if (i32.lt_s (local.get 0) (i32.const -1000)) (then unreachable))
+	//   (if (result i32) (i32.lt_s (local.get 0) (i32.const 0))
+	//     (then (call $f (i32.sub (local.get 0) (i32.const 1)))) ;; deeper, then a trap
+	//     (else (if (result i32) (local.get 0)
+	//       (then (i32.add (i32.const 1) (call $f (i32.sub (local.get 0) (i32.const 1)))))
+	//       (else (i32.const 0))))))
+	body := []byte{0, 0x10, 0, 0x20, 0, 0x41, 0x98, 0x78, 0x48, 0x04, 0x40, 0, 0x0b,
+		0x20, 0, 0x41, 0, 0x48, 0x04, 0x7f, 0x20, 0, 0x41, 1, 0x6b, 0x10, 1,
+		0x05, 0x20, 0, 0x04, 0x7f, 0x41, 1, 0x20, 0, 0x41, 1, 0x6b, 0x10, 1, 0x6a, 0x05, 0x41, 0, 0x0b,
+		0x0b, 0x0b}
+	m, err := e.Compile(t.Context(), binaryModule(
+		sec(wasmbin.TypeSection, 2, 0x60, 1, 0x7f, 1, 0x7f, 0x60, 0, 0),
+		sec(wasmbin.ImportSection, 1, 3, 'e', 'n', 'v', 1, 'h', kindFunc, 1),
+		sec(wasmbin.FunctionSection, 1, 0),
+		sec(wasmbin.ExportSection, 1, 1, 'f', kindFunc, 1),
+		sec(wasmbin.CodeSection, append([]byte{1, byte(len(body))}, body...)...),
+	))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(t.Context())
+	const instances = 200
+	var all []runtime.Instance
+	for range instances {
+		inst, err := m.Instantiate(t.Context(), runtime.InstanceConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer inst.Close(t.Context())
+		all = append(all, inst)
+	}
+	depth := func(inst runtime.Instance, n int32) (uint64, error) {
+		stack := []uint64{uint64(uint32(n))}
+		err := inst.Function("f").Call(t.Context(), stack)
+		return stack[0], err
+	}
+	var before, after goruntime.MemStats
+	goruntime.GC()
+	goruntime.ReadMemStats(&before)
+	for _, inst := range all {
+		for range 2 { // the second lookup's engine is kept
+			if got, err := depth(inst, 3); err != nil || got != 3 {
+				t.Fatalf("f(3) = %d, %v; want 3", got, err)
+			}
+		}
+	}
+	goruntime.ReadMemStats(&after)
+	// Upstream: more than 10,240 bytes a function made (its stack, then its
+	// engine); pooled, the engine alone.
+	if perCall := (after.TotalAlloc - before.TotalAlloc) / (2 * instances); perCall > 6<<10 {
+		t.Errorf("a function's first call allocated %d bytes on average; want its stack from the pool", perCall)
+	}
+	// Each call takes a stack the pool made anew: two collections empty
+	// the pool, and a stack it dropped stays only if the engine holds it.
+	goruntime.GC()
+	goruntime.GC()
+	goruntime.ReadMemStats(&before)
+	const kept = 40
+	for _, inst := range all[:kept] {
+		if got, err := depth(inst, 3); err != nil || got != 3 {
+			t.Fatalf("f(3) = %d, %v; want 3", got, err)
+		}
+		goruntime.GC()
+		goruntime.GC()
+	}
+	goruntime.ReadMemStats(&after)
+	if held := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / kept; held > 4<<10 {
+		t.Errorf("each instance's kept function holds %d bytes between calls; want no stack", held)
+	}
+	for i, inst := range all[:4] {
+		n := int32(3)
+		switch i {
+		case 0:
+			n = 5_000 // grows the stack well past 10 KiB
+		case 1:
+			if _, err := depth(inst, -1); err == nil { // a trap 1,000 calls deep, the stack grown
+				t.Fatal("f(-1) returned")
+			}
+		}
+		if got, err := depth(inst, n); err != nil || got != uint64(n) {
+			t.Fatalf("instance %d: f(%d) = %d, %v", i, n, got, err)
+		}
+		if got, err := depth(all[len(all)-1-i], 7); err != nil || got != 7 {
+			t.Fatalf("instance %d: f(7) = %d, %v", len(all)-1-i, got, err)
+		}
+	}
+}
+
 // fixedTableModule is a module with a table of 4,096 references to its
 // function inc, which adds one to a global of the instance and returns
 // it, called by call through the table's slot 5; exportTable exports the

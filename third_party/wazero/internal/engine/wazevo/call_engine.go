@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -27,6 +28,14 @@ type (
 		// whenever the stack is changed. This is passed to the assembly function
 		// at the very beginning of api.Function Call/CallWithStack.
 		stackTop uintptr
+		// pooled is the stack taken from stackPool for the call under way, if
+		// the engine's stack is one (WasmKeep patch); nil between calls.
+		pooled *pooledStack
+		// poolStack is whether the engine takes its stack from stackPool for
+		// each outermost call, and calls how deep its calls are nested
+		// (WasmKeep patch).
+		poolStack bool
+		calls     int
 		// executable is the pointer to the executable code for this function.
 		executable         *byte
 		preambleExecutable *byte
@@ -139,8 +148,20 @@ type (
 	}
 )
 
+const initialStackSizeDefault = 10240
+
+// pooledStack is a call engine's stack of the default size, kept in
+// stackPool between calls (WasmKeep patch): upstream gives each call engine
+// a stack of its own for its life, so an instance that calls three of its
+// functions once (a start, a hook, a request) allocates and clears 30 KiB,
+// and each function it keeps for later holds 10 KiB while it waits. Taken
+// for each outermost call and given back, cleared, as it returns, a few
+// stacks serve every instance of the process.
+type pooledStack [initialStackSizeDefault]byte
+
+var stackPool = sync.Pool{New: func() any { return new(pooledStack) }}
+
 func (c *callEngine) requiredInitialStackSize() int {
-	const initialStackSizeDefault = 10240
 	stackSize := initialStackSizeDefault
 	paramResultInBytes := c.sizeOfParamResultSlice * 8 * 2 // * 8 because uint64 is 8 bytes, and *2 because we need both separated param/result slots.
 	required := paramResultInBytes + 32 + 16               // 32 is enough to accommodate the call frame info, and 16 exists just in case when []byte is not aligned to 16 bytes.
@@ -151,18 +172,61 @@ func (c *callEngine) requiredInitialStackSize() int {
 }
 
 func (c *callEngine) init() {
+	c.execCtxPtr = uintptr(unsafe.Pointer(&c.execCtx))
 	stackSize := c.requiredInitialStackSize()
+	if stackSize == initialStackSizeDefault && !wazevoapi.StackGuardCheckEnabled {
+		c.poolStack = true // takeStack gives it one at each outermost call (WasmKeep patch)
+		return
+	}
 	if wazevoapi.StackGuardCheckEnabled {
 		stackSize += wazevoapi.StackGuardCheckGuardPageSize
 	}
-	c.stack = make([]byte, stackSize)
+	c.setStack(make([]byte, stackSize))
+}
+
+// setStack makes s the engine's stack.
+func (c *callEngine) setStack(s []byte) {
+	c.stack = s
 	c.stackTop = alignedStackTop(c.stack)
 	if wazevoapi.StackGuardCheckEnabled {
 		c.execCtx.stackBottomPtr = &c.stack[wazevoapi.StackGuardCheckGuardPageSize]
 	} else {
 		c.execCtx.stackBottomPtr = &c.stack[0]
 	}
-	c.execCtxPtr = uintptr(unsafe.Pointer(&c.execCtx))
+}
+
+// takeStack gives the engine a stack from stackPool for its call, unless it
+// has one: a stack grown or restored in an earlier call stays the engine's,
+// as upstream keeps every stack (WasmKeep patch).
+func (c *callEngine) takeStack() {
+	if c.stack != nil {
+		return
+	}
+	c.pooled = stackPool.Get().(*pooledStack)
+	c.setStack(c.pooled[:])
+}
+
+// giveStackBack returns the pooled stack once the outermost call has
+// returned (WasmKeep patch): nothing runs on it any more. A stack that
+// replaced it meanwhile (grown, or a snapshot's or exception handler's)
+// stays the engine's. The engine keeps no pointer into it, not even the
+// stack pointer of its last exit to Go, which would hold it in memory once
+// the pool drops it. It goes back cleared: the next call to take it may be
+// another instance's, another actor's, which must not find this one's
+// values in a slot nothing wrote (a host function's unwritten result, say);
+// clearing costs about 75 ns a call.
+func (c *callEngine) giveStackBack() {
+	p := c.pooled
+	if p == nil {
+		return
+	}
+	c.pooled = nil
+	if unsafe.SliceData(c.stack) == &p[0] {
+		c.stack, c.stackTop, c.execCtx.stackBottomPtr = nil, 0, nil
+		c.execCtx.stackPointerBeforeGoCall, c.execCtx.framePointerBeforeGoCall = nil, 0
+	}
+	clear(p[:])
+	stackPool.Put(p)
 }
 
 // alignedStackTop returns 16-bytes aligned stack top of given stack.
@@ -239,6 +303,17 @@ func (c *callEngine) CallWithStack(ctx context.Context, paramResultStack []uint6
 
 // CallWithStack implements api.Function.
 func (c *callEngine) callWithStack(ctx context.Context, paramResultStack []uint64) (err error) {
+	if c.poolStack { // WasmKeep patch: deferred first, so that it runs last
+		if c.calls == 0 {
+			c.takeStack()
+		}
+		c.calls++
+		defer func() {
+			if c.calls--; c.calls == 0 {
+				c.giveStackBack()
+			}
+		}()
+	}
 	snapshotEnabled := ctx.Value(expctxkeys.EnableSnapshotterKey{}) != nil
 	if snapshotEnabled {
 		ctx = context.WithValue(ctx, expctxkeys.SnapshotterKey{}, c)
