@@ -194,7 +194,13 @@ func moveHeldAtB(t *testing.T, state bucket.Bucket, held *heldExistence, name st
 	case <-time.After(20 * time.Second):
 		t.Fatalf("no take began on b within 20 s of the move request\na:\n%s", a.log.String())
 	}
-	waitFor(t, 20*time.Second, "a to release the actor it moves", func() bool { return len(am.Owners.Holds()) == 0 })
+	// a forgets its hold before its release's write lands: the record, not
+	// a's holds, says when other nodes see the actor released to b.
+	actor := ownership.Actor{Tenant: "default", Class: "probe", Name: name}
+	waitFor(t, 20*time.Second, "a's release of the actor it moves, to b", func() bool {
+		rec, _, err := am.Owners.Owner(t.Context(), actor)
+		return err == nil && rec.Nobody() && rec.Next.Node == "b" && len(am.Owners.Holds()) == 0
+	})
 }
 
 // An operator's delete of a moving actor (ADR 1052's move; ADR 1053): a
