@@ -278,11 +278,11 @@ func TestOperatorDeleteMoving(t *testing.T) {
 // rather than claiming the actor: a holds probe/s and moves it to b, b's
 // takes are held at their existence checks, a take sent to c then is
 // answered 503 (not a 409 naming b, which holds nothing), and a request
-// through c is answered by b, which holds the actor from then on; once the takes go
-// on they find it held there, and the move ends. Fails with the
-// successor left out of the release (c claims the actor, then moves it
-// to b on its next pass: a move that a busy actor's traffic can keep from
-// ever ending).
+// through c is answered by b, which holds the actor from then on; once
+// the takes go on they find it held there, and the move ends. Fails with
+// the successor left out of the release (c claims the actor, then moves
+// it to b on its next pass: a move that a busy actor's traffic can keep
+// from ever ending).
 func TestMoveSendsOtherNodesToTheTarget(t *testing.T) {
 	t.Parallel()
 	engineNeutral(t)
