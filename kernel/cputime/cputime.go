@@ -40,9 +40,10 @@ func readClock(id int32) (time.Duration, bool) {
 // Watch bounds the CPU time the calling thread spends from Start to Stop in
 // two ways: a budget on the time counted, which leaves out host calls (the
 // guest's own CPU), and a cap on all of it (host calls included). It costs
-// one clock read at Start and Stop and one timer, armed for whichever limit
-// is nearer; the thread's clock is read again only when the timer fires,
-// since CPU time cannot run ahead of wall time.
+// one clock read at Start and Stop and a place in the process's watchdog
+// (watchdog), due when the nearer limit could run out; the thread's clock
+// is read again only when it is due, since CPU time cannot run ahead of
+// wall time.
 //
 // A host call (EnterHost to LeaveHost) is left out of the counted time by
 // the CPU the thread spent in it, not by its wall time, which would credit
@@ -87,12 +88,13 @@ type Watch struct {
 	// CPU), and the thread's clock when the running call began (0: none).
 	excluded atomic.Int64
 	inHost   atomic.Int64
-	recheck  atomic.Bool // the timer found the budget nearly spent during a host call
+	recheck  atomic.Bool // the watchdog found the budget nearly spent during a host call
 
 	mu      sync.Mutex
-	timer   *time.Timer
 	stopped bool
 	overAt  time.Duration // the counted time at the first reading that found the budget spent; 0: none
+
+	dog dogEntry // its place in the watchdog
 }
 
 // exactAfter is how long a watch times host calls on the wall clock before
@@ -118,9 +120,7 @@ func StartCapped(limit time.Duration, onExceed func(), limitAll time.Duration, o
 	w.start, _ = readClock(w.clock)
 	w.began = time.Now()
 	if first := nearer(limit, limitAll); first > 0 {
-		w.mu.Lock()
-		w.timer = time.AfterFunc(first, w.check)
-		w.mu.Unlock()
+		dog.add(w, w.began, first)
 	}
 	return w
 }
@@ -213,7 +213,7 @@ func (w *Watch) LeaveHost(since time.Duration) {
 		w.inHost.Store(0)
 	}
 	if w.recheck.CompareAndSwap(true, false) {
-		w.check()
+		w.recheckNow()
 	}
 }
 
@@ -259,25 +259,27 @@ func (w *Watch) times() (counted, all time.Duration, inHost bool) {
 	return counted, all, inHost
 }
 
-func (w *Watch) check() {
+// check reads the watch's times and runs the limit that has run out, if
+// one has; otherwise it returns how long until one could (0: none will
+// before the running host call returns, which checks again: recheck).
+// w.mu is held.
+func (w *Watch) check() time.Duration {
 	counted, all, inHost := w.times()
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.stopped {
-		return
+		return 0
 	}
-	var next time.Duration // until a limit could be reached; 0: no timer
+	var next time.Duration // until a limit could be reached; 0: none
 	if w.cap > 0 {
 		if all >= w.cap {
 			w.stopped = true
 			go w.onCap()
-			return
+			return 0
 		}
 		next = w.cap - all
 	}
 	if w.limit > 0 && inHost {
 		// The guest spends none of its budget before the call returns:
-		// LeaveHost checks again then, rather than this timer, over and
+		// LeaveHost checks again then, rather than the watchdog, over and
 		// over through a long call. Unless the call has just returned,
 		// missing the flag.
 		w.recheck.Store(true)
@@ -294,14 +296,24 @@ func (w *Watch) check() {
 		if left <= 0 {
 			w.stopped = true
 			go w.onExceed()
-			return
+			return 0
 		}
 		next = nearer(next, left)
 	}
 	if next <= 0 {
-		return
+		return 0
 	}
-	w.timer.Reset(max(next, time.Millisecond))
+	return max(next, time.Millisecond)
+}
+
+// recheckNow checks the watch now and has the watchdog check it again when
+// it is next due. The watchdog and a host call's end may both check a watch
+// at once: the mutex makes each check and its due time one step, so the
+// later check's time is the one kept.
+func (w *Watch) recheckNow() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	dog.set(w, w.check())
 }
 
 // Stop ends the watch and returns the CPU time counted. It must be called on
@@ -317,10 +329,10 @@ func (w *Watch) Stop() time.Duration {
 func (w *Watch) StopAt() (used, clock time.Duration) {
 	w.mu.Lock()
 	w.stopped = true
-	if w.timer != nil {
-		w.timer.Stop()
-	}
 	w.mu.Unlock()
+	if w.dog.watched {
+		dog.remove(w)
+	}
 	used, all, _ := w.times()
 	return used, w.start + all
 }

@@ -175,7 +175,7 @@ func TestStallIsConfirmedBeforeStop(t *testing.T) {
 	w := Start(time.Hour, func() { close(stopped) }) // no timer fires before the stall
 	w.limit = 50 * time.Millisecond
 	w.start -= 100 * time.Millisecond // the stall
-	w.check()
+	w.recheckNow()
 	w.mu.Lock()
 	first := w.stopped
 	w.mu.Unlock()
