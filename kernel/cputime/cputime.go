@@ -120,7 +120,7 @@ func StartCapped(limit time.Duration, onExceed func(), limitAll time.Duration, o
 	w.start, _ = readClock(w.clock)
 	w.began = time.Now()
 	if first := nearer(limit, limitAll); first > 0 {
-		dog.add(w, w.began, first)
+		dog.add(w, first)
 	}
 	return w
 }

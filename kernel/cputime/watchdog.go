@@ -27,25 +27,24 @@ type watchdog struct {
 	period  time.Duration
 }
 
-// dogEntry is a watch's place in the watchdog, guarded by its mutex (but
-// watched, which only the watch's own thread writes, in Start and Stop).
+// dogEntry is a watch's place in the watchdog, guarded by the watchdog's
+// mutex (but watched, which only the watch's own thread writes, in Start
+// and Stop, is read there without it).
 type dogEntry struct {
 	watched bool      // added and not removed
 	at      time.Time // when it is next checked
 	index   int       // in due; -1: no check due, until its host call returns (Watch.recheck)
 }
 
-// add has w checked first at began+first.
-func (d *watchdog) add(w *Watch, began time.Time, first time.Duration) {
-	at := began.Add(first)
+// add has w checked first at its start plus first.
+func (d *watchdog) add(w *Watch, first time.Duration) {
+	at := w.began.Add(first)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	w.dog = dogEntry{watched: true, at: at, index: -1}
 	heap.Push(&d.due, w)
 	d.started, d.period = true, first
-	if d.at.IsZero() || at.Before(d.at) {
-		d.arm(at)
-	}
+	d.armBy(at)
 }
 
 // set has w, if it is still watched, checked again after next (0: not
@@ -73,9 +72,7 @@ func (d *watchdog) set(w *Watch, next time.Duration) {
 	} else {
 		heap.Push(&d.due, w)
 	}
-	if d.at.IsZero() || at.Before(d.at) {
-		d.arm(at)
-	}
+	d.armBy(at)
 }
 
 // remove forgets w, which has stopped.
@@ -88,8 +85,12 @@ func (d *watchdog) remove(w *Watch) {
 	w.dog.watched = false
 }
 
-// arm has the timer fire at at. d.mu is held.
-func (d *watchdog) arm(at time.Time) {
+// armBy has the timer fire at at unless it is armed to fire sooner. d.mu
+// is held.
+func (d *watchdog) armBy(at time.Time) {
+	if !d.at.IsZero() && !at.Before(d.at) {
+		return
+	}
 	d.at = at
 	if d.timer == nil {
 		d.timer = time.AfterFunc(time.Until(at), d.fire)
@@ -122,8 +123,8 @@ func (d *watchdog) fire() {
 		next = now.Add(d.period)
 	}
 	d.started = false
-	if !next.IsZero() && (d.at.IsZero() || next.Before(d.at)) {
-		d.arm(next)
+	if !next.IsZero() {
+		d.armBy(next)
 	}
 }
 
